@@ -1,0 +1,35 @@
+# The README's commands. Each one sets up .venv first (idempotent; see scripts/setup_env.sh).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.hf-sparse-installed
+export HF_HUB_DISABLE_TELEMETRY := 1
+
+.PHONY: setup demo test test-slow test-gpu bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup_env.sh
+	VENV=$(VENV) bash scripts/setup_env.sh
+	@touch $@
+
+demo: $(STAMP)  ## the main job
+	$(PY) scripts/demo.py
+
+test: $(STAMP)  ## fast tests, offline, CPU
+	$(PY) -m pytest -q -n auto
+
+test-slow: $(STAMP)  ## long tests only
+	$(PY) -m pytest -q -m slow
+
+test-gpu: $(STAMP)  ## tests that need a CUDA device
+	$(PY) -m pytest -q -m gpu
+
+bench: $(STAMP)  ## benchmarks -> benchmarks/*.json, *.md, *.png
+	$(PY) scripts/benchmark_attention.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check hf_sparse tests scripts
+	$(VENV)/bin/ruff format --check hf_sparse tests scripts
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

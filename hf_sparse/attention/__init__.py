@@ -1,0 +1,18 @@
+"""Attention kernels behind one dispatcher: dense reference, blocked (pure torch), flex."""
+
+from .blocked import blocked_attention, merge_partials
+from .dense import allowed_mask, dense_attention, dense_weights
+from .dispatch import BACKENDS, choose_block, resolve_pattern, sparse_attention, with_runtime_globals
+
+__all__ = [
+    "BACKENDS",
+    "allowed_mask",
+    "blocked_attention",
+    "choose_block",
+    "dense_attention",
+    "dense_weights",
+    "merge_partials",
+    "resolve_pattern",
+    "sparse_attention",
+    "with_runtime_globals",
+]

@@ -1,0 +1,40 @@
+"""The readable reference: materialise the mask, softmax over allowed keys only. Ground truth of
+every test; O(n^2) memory, so only for small inputs."""
+
+from __future__ import annotations
+
+import torch
+
+
+def allowed_mask(pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None) -> torch.Tensor:
+    """(B, H, q_len, kv_len) bool: the bound pattern's rule, and padding keys removed."""
+    m = pattern.dense_mask(q_len, kv_len, device=device)
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    m = m.to(device).expand(B, H, q_len, kv_len)
+    if key_valid is not None:
+        m = m & key_valid[:, None, None, :].to(device)
+    return m
+
+
+def dense_attention(query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, generator=None):
+    """softmax(q k^T * scale) v over ``allowed`` keys; rows with no allowed key give zeros."""
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale  # (B, H, q, kv)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    any_key = allowed.any(-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
+    if dropout_p > 0.0:
+        keep = torch.rand(probs.shape, generator=generator, device=probs.device) >= dropout_p
+        probs = probs * keep / (1.0 - dropout_p)
+    return torch.matmul(probs, value.float()).to(query.dtype)
+
+
+def dense_weights(query, key, allowed: torch.Tensor, scale: float) -> torch.Tensor:
+    """The attention probabilities (B, H, q, kv) of the reference, for ``output_attentions``."""
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    any_key = allowed.any(-1, keepdim=True)
+    return torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
+
+
+__all__ = ["allowed_mask", "dense_attention", "dense_weights"]

@@ -1,0 +1,193 @@
+"""``sparse_attention``: one entry point, input checks, backend choice."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import patterns as P
+from .blocked import blocked_attention
+from .dense import allowed_mask, dense_attention
+from .flex import can_compile_on, compile_enabled, flex_attention_forward, flex_available
+
+BACKENDS = ("auto", "dense", "blocked", "flex")
+
+
+def _check_tensor(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 4:
+        raise ValueError(f"{name} must be (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating point tensor, got dtype {t.dtype}")
+
+
+def _check_mask(name, m, B, n, device):
+    if m is None:
+        return None
+    if not isinstance(m, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape (batch, seq), got {type(m).__name__}")
+    if m.dim() != 2 or m.shape[0] != B or m.shape[1] != n:
+        raise ValueError(f"{name} must have shape (batch, seq) = ({B}, {n}), got {tuple(m.shape)}")
+    if m.is_floating_point() and not torch.isfinite(m).all():
+        raise ValueError(f"{name} must hold 0/1 values, got non-finite entries")
+    return m.to(device) != 0
+
+
+def resolve_pattern(pattern) -> P.Pattern:
+    if isinstance(pattern, P.Pattern):
+        return pattern
+    if isinstance(pattern, (dict, str)):
+        return P.from_dict(pattern)
+    raise TypeError(f"pattern must be a Pattern, a spec dict or a registered name, got {type(pattern).__name__}")
+
+
+def choose_block(pattern: P.Pattern, n: int, requested: int | None = None) -> int:
+    """The kernel block size: the requested one (checked), else 64 or the largest size that fits
+    the pattern's own block geometry."""
+    if requested is not None:
+        P.base.check_block(pattern, requested)
+        return requested
+    geo = P.base.all_geometry(pattern)
+    for c in (64, 128, 32, 16, 8, 4, 2, 1):
+        if all(g % c == 0 or c % g == 0 for g in geo):
+            return c
+    return 1
+
+
+def with_runtime_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
+    """``pattern | Global(global tokens)``; for causal patterns the additions respect causality."""
+    if global_mask is None or not bool(global_mask.any()):
+        return pattern
+    g = P.Global.from_mask(global_mask)
+    if pattern.is_causal:
+        g = g & P.Causal()
+    return pattern | g
+
+
+def pick_backend(backend: str, pattern: P.Pattern, plan, query, needs_grad: bool, dropout_p: float) -> str:
+    if backend != "auto":
+        return backend
+    if query.device.type == "cuda" and flex_available() and dropout_p == 0.0 and plan.per_head is None:
+        if all(c.identity for c in plan.components):
+            return "flex"
+    return "blocked"
+
+
+def sparse_attention(
+    query,
+    key,
+    value,
+    pattern,
+    attention_mask=None,
+    global_attention_mask=None,
+    scale=None,
+    dropout_p: float = 0.0,
+    backend: str = "auto",
+    *,
+    block_size: int | None = None,
+    seed: int | None = None,
+):
+    """Exact attention restricted to ``pattern``.
+
+    Args:
+        query, key, value: ``(batch, heads, seq, head_dim)``; key/value may have fewer heads
+            (grouped-query attention) if that number divides the query heads. With a shorter query
+            than key (decoding with a cache), query i sits at position ``kv_len - q_len + i``.
+        pattern: a :class:`~hf_sparse.patterns.Pattern`, a spec dict or a registered name.
+        attention_mask: ``(batch, kv_len)``, 1 = token, 0 = padding; padding keys are never attended.
+        global_attention_mask: ``(batch, kv_len)``, 1 = global token (Longformer convention): global
+            tokens attend every key and are attended by every query (only earlier ones for causal
+            patterns).
+        scale: score scale, default ``1 / sqrt(head_dim)``.
+        dropout_p: dropout on the attention probabilities (exact in forward and backward).
+        backend: ``"auto"`` (blocked on CPU, FlexAttention on GPU where the pattern runs in position
+            order), ``"dense"`` (reference, O(n^2) memory), ``"blocked"`` or ``"flex"``.
+        block_size: kernel block size (must divide or be a multiple of the pattern's own blocks).
+        seed: dropout seed for the blocked kernel (drawn from torch's generator if None).
+
+    Returns: ``(batch, heads, q_len, head_dim)``. A query with no allowed key gets zeros.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _check_tensor(name, t)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+    if not (query.device == key.device == value.device):
+        raise ValueError(f"query, key and value must be on one device, got {query.device}, {key.device}, {value.device}")
+    B, H, q_len, D = query.shape
+    if key.shape[0] != B or value.shape[0] != B:
+        raise ValueError(f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
+    if key.shape[1] != value.shape[1] or H % key.shape[1]:
+        raise ValueError(
+            f"key/value heads must be equal and divide query heads: query {tuple(query.shape)}, "
+            f"key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if key.shape[-1] != D:
+        raise ValueError(f"query and key head_dim differ: {tuple(query.shape)} vs {tuple(key.shape)}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value lengths differ: {tuple(key.shape)} vs {tuple(value.shape)}")
+    kv_len = key.shape[-2]
+    if q_len > kv_len:
+        raise ValueError(f"query is longer than key ({q_len} > {kv_len}); queries are aligned to the end of the keys")
+    if key.shape[1] != H:
+        rep = H // key.shape[1]
+        key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    elif not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    pattern = resolve_pattern(pattern)
+    if isinstance(pattern, P.PerHead) and pattern.num_heads != H:
+        raise ValueError(f"PerHead has {pattern.num_heads} patterns but the input has {H} heads")
+    key_valid = _check_mask("attention_mask", attention_mask, B, kv_len, query.device)
+    global_mask = _check_mask("global_attention_mask", global_attention_mask, B, kv_len, query.device)
+    if key_valid is not None and bool(key_valid.all()):
+        key_valid = None
+
+    effective = with_runtime_globals(pattern, global_mask)
+    bound = effective.bind(q_len, kv_len, query=query, key=key)
+    block = choose_block(bound, kv_len, block_size)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+
+    if backend == "dense":
+        allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
+        gen = None
+        if dropout_p > 0.0:
+            gen = torch.Generator(device=query.device)
+            gen.manual_seed(int(torch.randint(0, 2**62, (1,)).item()) if seed is None else seed)
+        return dense_attention(query, key, value, allowed, scale, dropout_p, gen)
+
+    plan = bound.plan(q_len, kv_len, block=block)
+    chosen = pick_backend(backend, bound, plan, query, needs_grad, dropout_p)
+    if chosen == "flex":
+        _check_flex(pattern, query, needs_grad, dropout_p)
+        out, _ = flex_attention_forward(query, key, value, bound, key_valid, scale, block)
+        return out
+    if seed is None:
+        seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if dropout_p > 0 else 0
+    return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)
+
+
+def _check_flex(pattern, query, needs_grad, dropout_p):
+    if not flex_available():
+        raise ValueError(f"backend='flex' cannot run {pattern!r}: this torch has no FlexAttention")
+    if query.device.type == "cpu" and needs_grad:
+        raise ValueError(
+            f"backend='flex' cannot run {pattern!r} with gradients on CPU: FlexAttention has no CPU backward; "
+            "use backend='blocked' (or 'auto')"
+        )
+    if dropout_p > 0.0:
+        raise ValueError(f"backend='flex' cannot run {pattern!r} with dropout_p={dropout_p}; use backend='blocked'")
+    if compile_enabled() and not can_compile_on(query.device):
+        raise ValueError(
+            f"backend='flex' cannot run {pattern!r} on {query.device}: torch.compile needs a C++ compiler "
+            "(set HF_SPARSE_FLEX_COMPILE=0 for the slow eager FlexAttention, or use backend='blocked')"
+        )
+
+
+__all__ = ["BACKENDS", "choose_block", "resolve_pattern", "sparse_attention", "with_runtime_globals"]

@@ -1,0 +1,177 @@
+"""Content-based patterns: the allowed pairs are chosen from the queries and keys themselves.
+
+Both are "bind, then exact": ``bind(n, query=q, key=k)`` computes the selection (hash buckets or
+top-k blocks) once, and every kernel then runs exact attention within that selection.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import BlockLayout, Component, Pattern, Plan, check_positive_int, register_pattern, segment_layout
+from .bigbird import BlockSet
+
+
+def _check_qk(pattern, query, key):
+    if query is None or key is None:
+        raise ValueError(f"{type(pattern).__name__} is content-based: bind(n, query=q, key=k) needs both tensors")
+    if query.dim() != 4 or key.dim() != 4:
+        raise ValueError(f"query and key must be (batch, heads, seq, head_dim), got {tuple(query.shape)} and {tuple(key.shape)}")
+
+
+@register_pattern("lsh")
+class LSH(Pattern):
+    """Reformer-style LSH attention: query i attends key j iff, in some hashing round, they fall in
+    the same angular-LSH bucket (random rotations seeded with ``seed``; about ``seq / bucket_size``
+    buckets); with ``causal`` also ``j <= i``. Executed exactly: positions are sorted by bucket and
+    each bucket becomes a contiguous block-diagonal run."""
+
+    content_based = True
+
+    def __init__(self, bucket_size: int = 64, num_hashes: int = 1, seed: int = 0, causal: bool = False):
+        self.bucket_size = check_positive_int("bucket_size", bucket_size)
+        self.num_hashes = check_positive_int("num_hashes", num_hashes)
+        self.seed = int(seed)
+        self.causal = bool(causal)
+        self.is_causal = self.causal
+
+    def num_buckets(self, n: int) -> int:
+        return max(2, 2 * round(n / (2 * self.bucket_size)))
+
+    def hash(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """(B, H, L, D) -> (B, H, L, num_hashes) bucket ids, for a sequence of length n."""
+        nb = self.num_buckets(n)
+        gen = torch.Generator().manual_seed(self.seed)
+        rot = torch.randn(self.num_hashes, x.shape[-1], nb // 2, generator=gen).to(x.device)
+        x = torch.nn.functional.normalize(x.detach().float(), dim=-1)
+        proj = torch.einsum("bhld,rdk->bhlrk", x, rot)
+        return torch.cat([proj, -proj], dim=-1).argmax(-1)
+
+    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+        _check_qk(self, query, key)
+        kv_len = key.shape[-2] if kv_len is None else kv_len
+        return LSHBuckets(self.hash(query, kv_len), self.hash(key, kv_len), self.causal, source=self)
+
+    def _params(self):
+        return {"bucket_size": self.bucket_size, "num_hashes": self.num_hashes, "seed": self.seed, "causal": self.causal}
+
+
+class LSHBuckets(Pattern):
+    """Bound LSH: ``hq`` (B, H, q_len, R) and ``hk`` (B, H, kv_len, R) bucket ids."""
+
+    def __init__(self, hq: torch.Tensor, hk: torch.Tensor, causal: bool, source: Pattern | None = None):
+        self.hq, self.hk, self.causal, self._source = hq, hk, causal, source
+        self.is_causal = causal
+
+    def _same(self, b, h, i, j, rounds):
+        off = self.hk.shape[2] - self.hq.shape[2]
+        hq, hk = self.hq[b, h], self.hk[b, h]
+        qi = (i - off).clamp(min=0, max=hq.shape[0] - 1)
+        jj = j.clamp(min=0, max=hk.shape[0] - 1)
+        return (hq[qi][..., rounds] == hk[jj][..., rounds]).any(-1)
+
+    def varies(self):
+        return self.hq.shape[0] > 1, self.hq.shape[1] > 1
+
+    def _mask(self, b, h, i, j):
+        out = self._same(b, h, i, j, slice(None))
+        return out & (j <= i) if self.causal else out
+
+    def _dense(self, i, j):
+        B, H = self.hq.shape[:2]
+        return torch.stack([torch.stack([self._mask(b, h, i, j) for h in range(H)]) for b in range(B)])
+
+    def _plan(self, q_len, kv_len, block):
+        off = kv_len - q_len
+        comps = []
+        for r in range(self.hq.shape[-1]):
+            hq, hk = self.hq[..., r], self.hk[..., r]  # (B, H, n)
+            q_index = torch.argsort(hq * q_len + torch.arange(q_len, device=hq.device), dim=-1)
+            k_index = torch.argsort(hk * kv_len + torch.arange(kv_len, device=hk.device), dim=-1)
+            layout = segment_layout(hq.gather(-1, q_index).cpu(), hk.gather(-1, k_index).cpu(), block)
+            if r > 0 or self.causal:
+                layout.full[:] = False
+
+            def mask(b, h, i, j, r=r):
+                m = self._same(b, h, i, j, slice(r, r + 1))
+                if r:
+                    m = m & ~self._same(b, h, i, j, slice(0, r))
+                return m & (j <= i) if self.causal else m
+
+            comps.append(Component(layout, mask, q_index=q_index, k_index=k_index, q_offset=off, name=f"lsh_round{r}"))
+        return Plan(comps)
+
+    def _original_layout(self, q_len, kv_len, block):
+        c = block
+        nqb, nkb = math.ceil(q_len / c), math.ceil(kv_len / c)
+        nbk = int(max(self.hq.max(), self.hk.max())) + 1
+        B, H = self.hq.shape[:2]
+        keep = torch.zeros(B, H, nqb, nkb, dtype=torch.bool)
+        for r in range(self.hq.shape[-1]):
+            qi = torch.zeros(B, H, nqb, nbk)
+            qi.scatter_(-1, torch.nn.functional.pad(self.hq[..., r].cpu(), (0, nqb * c - q_len), value=0).view(B, H, nqb, c), 1.0)
+            ki = torch.zeros(B, H, nkb, nbk)
+            ki.scatter_(-1, torch.nn.functional.pad(self.hk[..., r].cpu(), (0, nkb * c - kv_len), value=0).view(B, H, nkb, c), 1.0)
+            keep |= (qi @ ki.transpose(-1, -2)) > 0
+        order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)
+        idx = torch.where(keep, torch.arange(nkb).expand_as(keep), -1).gather(-1, order)
+        width = max(int(keep.sum(-1).max()), 1)
+        idx = idx[..., :width]
+        return BlockLayout(c, nqb, nkb, idx, torch.zeros_like(idx, dtype=torch.bool))
+
+    def _params(self):
+        return {}
+
+
+@register_pattern("topk_blocks")
+class TopKBlocks(Pattern):
+    """Content-based block selection (MoBA / NSA style): each query block of ``block`` positions
+    attends its own block and the ``k - 1`` other key blocks whose mean key has the largest dot
+    product with the block's mean query (``k`` blocks in all, fewer if there are fewer); with
+    ``causal`` only key blocks at or before the query block, and ``j <= i``. Query i attends key j
+    iff ``j // block`` is selected for ``i // block``. The selection is not differentiated."""
+
+    content_based = True
+
+    def __init__(self, block: int = 64, k: int = 4, causal: bool = False):
+        self.block = check_positive_int("block", block)
+        self.k = check_positive_int("k", k)
+        self.causal = bool(causal)
+        self.is_causal = self.causal
+        self.geometry = (self.block,)
+
+    def select(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        """(B, H, num position blocks, k) selected key blocks (ascending, -1 = none)."""
+        q_len, kv_len = query.shape[-2], key.shape[-2]
+        p = self.block
+        nb = max(math.ceil(kv_len / p), 1)
+        B, H, _, D = query.shape
+        dev = query.device
+
+        def block_mean(x, offset):
+            blk = torch.div(torch.arange(offset, offset + x.shape[-2], device=dev), p, rounding_mode="floor")
+            s = torch.zeros(B, H, nb, D, device=dev).index_add_(2, blk, x.detach().float())
+            cnt = torch.zeros(nb, device=dev).index_add_(0, blk, torch.ones(x.shape[-2], device=dev))
+            return s / cnt.clamp(min=1)[:, None]
+
+        scores = block_mean(query, kv_len - q_len) @ block_mean(key, 0).transpose(-1, -2)  # (B, H, nb, nb)
+        qb = torch.arange(nb, device=dev)
+        if self.causal:
+            scores = scores.masked_fill(qb[None, :] > qb[:, None], float("-inf"))
+        scores = scores.masked_fill(torch.eye(nb, dtype=torch.bool, device=dev), float("inf"))
+        kk = min(self.k, nb)
+        val, idx = scores.topk(kk, dim=-1)
+        idx = torch.where(val == float("-inf"), torch.full_like(idx, nb), idx).sort(-1).values
+        return torch.where(idx >= nb, torch.full_like(idx, -1), idx)
+
+    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+        _check_qk(self, query, key)
+        return BlockSet(self.block, self.select(query, key).cpu(), causal=self.causal, source=self)
+
+    def _params(self):
+        return {"block": self.block, "k": self.k, "causal": self.causal}
+
+
+__all__ = ["LSH", "LSHBuckets", "TopKBlocks"]

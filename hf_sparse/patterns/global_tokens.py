@@ -1,0 +1,159 @@
+"""Global tokens (Longformer, ETC, BigBird): rows and columns that are full."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import BlockLayout, Component, Pattern, Plan, check_positive_int, full_layout, register_pattern
+from .compose import Union
+from .local import SlidingWindow
+
+
+def _ragged(rows_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, n) bool -> (B, 1, G) row indices of the True entries (padded with 0) and (B, G) validity."""
+    count = rows_mask.sum(-1)
+    g = max(int(count.max()) if rows_mask.numel() else 0, 1)
+    order = torch.argsort((~rows_mask).to(torch.int8), dim=-1, stable=True)[:, :g]
+    valid = torch.arange(g, device=rows_mask.device)[None, :] < count[:, None]
+    return torch.where(valid, order, torch.zeros_like(order))[:, None, :], valid
+
+
+@register_pattern("global")
+class Global(Pattern):
+    """Global tokens: query i attends key j iff i or j is a global position.
+
+    ``Global(indices=[0, 5])``: these positions; ``Global(every=100)``: positions ``p % 100 == 0``;
+    ``Global()``: the positions marked in ``global_attention_mask`` at call time (Longformer
+    convention: 1 = global). Global rows attend every key, every query attends global keys.
+    """
+
+    def __init__(self, indices=None, every: int | None = None):
+        if indices is not None and every is not None:
+            raise ValueError("give Global either indices=... or every=..., not both")
+        self.every = None if every is None else check_positive_int("every", every)
+        self.indices = None
+        self._table = None  # (Bt, Lt) bool: position p of batch b is global
+        if indices is not None:
+            if isinstance(indices, torch.Tensor):
+                indices = indices.tolist()
+            if isinstance(indices, int):
+                indices = [indices]
+            try:
+                indices = sorted({int(i) for i in indices})
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"indices must be a list of ints, got {indices!r}") from e
+            if any(i < 0 for i in indices):
+                raise ValueError(f"global indices must be >= 0, got {indices}")
+            self.indices = indices
+            table = torch.zeros(1, (max(indices) + 1) if indices else 1, dtype=torch.bool)
+            table[0, indices] = True
+            self._table = table
+
+    @property
+    def runtime(self) -> bool:
+        return self.indices is None and self.every is None and self._table is None
+
+    @classmethod
+    def from_mask(cls, global_attention_mask: torch.Tensor) -> Global:
+        """Per-batch global positions from a (batch, seq) mask (nonzero = global)."""
+        g = cls()
+        g._table = global_attention_mask.bool()
+        return g
+
+    def is_global(self, b, p):
+        if self.every is not None:
+            return torch.remainder(p, self.every) == 0
+        if self._table is None:
+            return torch.zeros_like(p, dtype=torch.bool)
+        t = self._table.to(p.device) if isinstance(p, torch.Tensor) else self._table
+        if t.shape[0] == 1:
+            row = t[0]
+        else:
+            row = t[b] if isinstance(b, torch.Tensor) else t[min(b, t.shape[0] - 1)]
+        last = row.shape[-1] - 1
+        return row[p.clamp(min=0, max=last)] & (p <= last)
+
+    def _mask(self, b, h, i, j):
+        return self.is_global(b, i) | self.is_global(b, j)
+
+    def varies(self):
+        return self._table is not None and self._table.shape[0] > 1, False
+
+    def _dense(self, i, j):
+        if self._table is not None and self._table.shape[0] > 1:
+            B = self._table.shape[0]
+            return torch.stack([self._mask(b, 0, i, j).expand(i.shape[0], j.shape[1]) for b in range(B)])[:, None]
+        return super()._dense(i, j)
+
+    def _rows(self, n: int, offset: int, device=None) -> torch.Tensor:
+        """(Bt, n) bool: which rows (positions offset + row) are global."""
+        pos = torch.arange(offset, offset + n, device=device)
+        if self.every is not None:
+            return (pos % self.every == 0)[None]
+        if self._table is None:
+            return torch.zeros(1, n, dtype=torch.bool, device=device)
+        return torch.stack([self.is_global(b, pos) for b in range(self._table.shape[0])])
+
+    def _plan(self, q_len, kv_len, block):
+        if self.runtime:
+            return Plan([])
+        off = kv_len - q_len
+        qrows, qvalid = _ragged(self._rows(q_len, off))
+        krows, kvalid = _ragged(self._rows(kv_len, 0))
+        is_g = self.is_global
+        rows = Component(
+            full_layout(qrows.shape[-1], kv_len, block),
+            lambda b, h, i, j: is_g(b, i) & (j >= 0),
+            q_index=qrows, q_valid=qvalid, q_offset=off, name="global_rows",
+        )
+        cols = Component(
+            full_layout(q_len, krows.shape[-1], block, full=False),
+            lambda b, h, i, j: ~is_g(b, i) & is_g(b, j),
+            k_index=krows, k_valid=kvalid, q_offset=off, name="global_columns",
+        )
+        return Plan([c for c, v in ((rows, qvalid), (cols, kvalid)) if bool(v.any())])
+
+    def _original_layout(self, q_len, kv_len, block):
+        c = block
+        nqb, nkb = math.ceil(q_len / c), math.ceil(kv_len / c)
+        qg = self._rows(q_len, kv_len - q_len).any(0)
+        kg = self._rows(kv_len, 0).any(0)
+        pad_q, pad_k = nqb * c - q_len, nkb * c - kv_len
+        qb_g = torch.nn.functional.pad(qg, (0, pad_q)).view(nqb, c).any(-1)
+        kb_g = torch.nn.functional.pad(kg, (0, pad_k)).view(nkb, c).any(-1)
+        keep = qb_g[:, None] | kb_g[None, :]
+        order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)
+        idx = torch.where(keep, torch.arange(nkb)[None].expand(nqb, -1), -1).gather(-1, order)
+        width = max(int(keep.sum(-1).max()), 1)
+        idx = idx[:, :width]
+        return BlockLayout(c, nqb, nkb, idx[None, None], torch.zeros_like(idx, dtype=torch.bool)[None, None])
+
+    def _params(self):
+        if self.indices is not None:
+            return {"indices": list(self.indices)}
+        if self.every is not None:
+            return {"every": self.every}
+        return {}
+
+
+@register_pattern("longformer")
+class Longformer(Union):
+    """Longformer: ``SlidingWindow(window) | Global()``: a bidirectional window, plus the global
+    tokens marked by ``global_attention_mask`` at call time (query i attends key j iff
+    ``|i - j| <= window // 2`` or i or j is global)."""
+
+    def __init__(self, window: int = 512):
+        self.window = check_positive_int("window", window)
+        super().__init__(SlidingWindow(window), Global())
+
+    def _params(self):
+        return {"window": self.window}
+
+    @classmethod
+    def _from_params(cls, window=512):
+        return cls(window)
+
+
+__all__ = ["Global", "Longformer"]

@@ -1,0 +1,78 @@
+"""Different patterns for different heads (DeepSpeed's ``different_layout_per_head``)."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Pattern, Plan, from_dict, merge_layouts, register_pattern
+
+
+@register_pattern("per_head")
+class PerHead(Pattern):
+    """Head h uses ``patterns[h]``: query i of head h attends key j iff ``patterns[h]`` allows it.
+
+    The number of heads of the input must equal ``len(patterns)``. Child et al.'s incremental
+    strides: ``PerHead([SlidingWindow(window=h + 1, causal=True) for h in range(4)])``.
+    """
+
+    def __init__(self, patterns):
+        if isinstance(patterns, Pattern) or not isinstance(patterns, (list, tuple)) or not patterns:
+            raise TypeError(f"PerHead takes a non-empty list of patterns, got {patterns!r}")
+        self.patterns = tuple(from_dict(p) for p in patterns)
+        if any(isinstance(p, PerHead) for p in self.patterns):
+            raise ValueError("PerHead patterns cannot be nested")
+        self.parts = self.patterns
+        self.length_dependent = any(p.length_dependent for p in self.patterns)
+        self.content_based = any(p.content_based for p in self.patterns)
+        self.translation_invariant = all(p.translation_invariant for p in self.patterns)
+        self.is_causal = all(p.is_causal for p in self.patterns)
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.patterns)
+
+    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+        bound = []
+        for h, p in enumerate(self.patterns):
+            qh = None if query is None else query[:, h : h + 1]
+            kh = None if key is None else key[:, h : h + 1]
+            bound.append(p.bind(q_len, kv_len, query=qh if p.content_based else None, key=kh if p.content_based else None))
+        if all(b is p for b, p in zip(bound, self.patterns)):
+            return self
+        out = PerHead(bound)
+        out._source = self
+        return out
+
+    def _mask(self, b, h, i, j):
+        if isinstance(h, int):
+            return self.patterns[h]._mask(b, 0, i, j)
+        masks = torch.stack(torch.broadcast_tensors(*[p._mask(b, 0, i, j) for p in self.patterns]))
+        return masks[h]
+
+    def _dense(self, i, j):
+        masks = [p._dense(i, j) for p in self.patterns]
+        if any(m.dim() == 4 for m in masks):  # content-based heads: (B, 1, q, kv)
+            masks = [m if m.dim() == 4 else m[None, None] for m in masks]
+            B = max(m.shape[0] for m in masks)
+            return torch.cat([m.expand(B, 1, -1, -1) for m in masks], dim=1)
+        return torch.stack([m.expand(i.shape[0], j.shape[1]) for m in masks])
+
+    def _plan(self, q_len, kv_len, block):
+        return Plan(per_head=[p._plan(q_len, kv_len, block) for p in self.patterns])
+
+    def _original_layout(self, q_len, kv_len, block):
+        layouts = [p._original_layout(q_len, kv_len, block) for p in self.patterns]
+        out = layouts[0]
+        for lay in layouts[1:]:
+            out = merge_layouts(out, lay)
+        return out  # union over heads (flex builds one layout per head itself)
+
+    def _params(self):
+        return {"patterns": [p.to_dict() for p in self.patterns]}
+
+    @classmethod
+    def _from_params(cls, patterns):
+        return cls(patterns)
+
+
+__all__ = ["PerHead"]
