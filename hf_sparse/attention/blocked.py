@@ -26,8 +26,10 @@ import torch.nn.functional as F
 from ..patterns.base import Component, Plan
 
 _NEG_INF = float("-inf")
-# Scores materialised per chunk (elements); small enough to stay in cache and to reuse allocations.
+# Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
+BACKWARD_ELEMENTS = 1 << 17  # per head, per chunk (two such buffers live in L2)
+FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior blocks
 
 
 def _flash_cpu_available() -> bool:
@@ -51,12 +53,13 @@ class _Prep:
     nqb: int
     mode: str  # "band" | "dense" | "gather"
     L: int  # keys seen by one query block
-    pad_left: int  # rows of zeros before the keys (band)
+    win0: int  # key row where query block 0's window starts (band; may be negative)
     key_valid: torch.Tensor | None  # (B, Hk, nk) bool in component key rows, or None (all valid)
     q_valid: torch.Tensor | None  # (B, nq) bool, or None
     groups: list  # (b, h, row0, row1) over flattened batch*heads
     shared_bias: torch.Tensor | None  # (c, L) bias of an interior chunk of a translation-invariant band
     shared_any: torch.Tensor | None  # (c,) rows of that tile with at least one key
+    shared_mask01: torch.Tensor | None  # (c, L) that tile as 0/1 floats
     scale: float
     dropout_p: float
     seed: int
@@ -75,11 +78,11 @@ def _prepare(comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale
     nqb = lay.num_q_blocks
     if lay.band is not None and comp.identity:
         lo, hi = lay.band
-        mode, L, pad_left = "band", (hi - lo + 1) * c, max(0, -lo) * c
+        mode, L = "band", (hi - lo + 1) * c
     elif _is_dense(lay):
-        mode, L, pad_left = "dense", lay.num_kv_blocks * c, 0
+        mode, L = "dense", lay.num_kv_blocks * c
     else:
-        mode, L, pad_left = "gather", lay.max_blocks * c, 0
+        mode, L = "gather", lay.max_blocks * c
     # Key validity in component rows: padding mask, then the component's own ragged index set.
     kv = None
     if key_valid is not None:
@@ -102,10 +105,12 @@ def _prepare(comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale
         groups = [(b, 0, b * H, (b + 1) * H) for b in range(B)]
     else:
         groups = [(0, 0, 0, B * H)]
-    prep = _Prep(comp, c, nq, nk, nqb, mode, L, pad_left, kv, qv, groups, None, None, scale, dropout_p, seed)
+    win0 = comp.layout.band[0] * c if mode == "band" else 0
+    prep = _Prep(comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, None, None, None, scale, dropout_p, seed)
     if mode == "band" and comp.translation_invariant:
         prep.shared_bias = _shared_band_bias(prep, device)
         prep.shared_any = (prep.shared_bias > _NEG_INF).any(-1)
+        prep.shared_mask01 = (prep.shared_bias == 0).float()
     return prep
 
 
@@ -126,8 +131,7 @@ def _key_rows(p: _Prep, b: int, h: int, s: int, e: int, device) -> torch.Tensor:
     """(g, L) component key rows seen by query blocks s..e (padding rows point past nk)."""
     c = p.c
     if p.mode == "band":
-        lo = p.comp.layout.band[0]
-        return ((torch.arange(s, e, device=device) + lo) * c)[:, None] + torch.arange(p.L, device=device)
+        return (torch.arange(s, e, device=device) * c + p.win0)[:, None] + torch.arange(p.L, device=device)
     if p.mode == "dense":
         return torch.arange(p.L, device=device).expand(e - s, -1)
     idx = p.comp.layout.kv_index
@@ -185,25 +189,73 @@ def _chunk_bias(p: _Prep, b: int, h: int, s: int, e: int, dtype, device):
     return bias[None], allowed.any(-1)
 
 
-def _chunk_keys(p: _Prep, X: torch.Tensor, r0: int, r1: int, b: int, h: int, s: int, e: int):
-    """Keys (or values) of query blocks s..e for rows r0..r1: (Gh, g, L, D)."""
+def _chunk_keys(p: _Prep, X: torch.Tensor, r0: int, r1: int, b: int, h: int, s: int, e: int, clean: bool = False):
+    """Keys (or values) of query blocks s..e for rows r0..r1: (Gh, g, L, D). Clean band chunks are
+    zero-copy strided views; everything else is a gather (rows out of range are clamped, and
+    masked by the chunk's bias)."""
     c, D = p.c, X.shape[-1]
-    if p.mode == "band":
-        return X.as_strided((r1 - r0, e - s, p.L, D), (X.stride(0), c * D, D, 1), X.storage_offset() + r0 * X.stride(0) + s * c * D)
+    if p.mode == "band" and clean:
+        offset = X.storage_offset() + r0 * X.stride(0) + (p.win0 + s * c) * D
+        return X.as_strided((r1 - r0, e - s, p.L, D), (X.stride(0), c * D, D, 1), offset)
     if p.mode == "dense":
         return X[r0:r1, None].expand(-1, e - s, -1, -1)
-    rows = _key_rows(p, b, h, s, e, X.device).clamp(max=X.shape[1] - 1)  # padding slots -> zero block
+    rows = _key_rows(p, b, h, s, e, X.device).clamp(0, X.shape[1] - 1)
     return X[r0:r1][:, rows]
 
 
-def _chunk_size(p: _Prep, heads: int) -> int:
-    return max(1, min(p.nqb, CHUNK_ELEMENTS // max(1, heads * p.c * p.L)))
+def _schedule(p: _Prep, b: int, h: int, clean_blocks: int, dirty_blocks: int, device):
+    """Chunks (s, e, clean) of query blocks for one group. ``clean`` chunks use the shared band
+    tile (no padding, no sequence edge in their window); the others get their own bias."""
+    if p.shared_bias is None:
+        return [(s, min(s + dirty_blocks, p.nqb), False) for s in range(0, p.nqb, dirty_blocks)]
+    c, L = p.c, p.L
+    # a block is clean if its whole key window lies inside the sequence and holds no padding
+    start = torch.arange(p.nqb, device=device) * c + p.win0
+    clean = (start >= 0) & (start + L <= p.nk)
+    if p.key_valid is not None:
+        bad = (~p.key_valid[b, min(h, p.key_valid.shape[1] - 1)]).int()
+        csum = torch.cat([torch.zeros(1, dtype=torch.int64, device=device), bad.cumsum(0)])
+        lo_i, hi_i = start.clamp(0, p.nk), (start + L).clamp(0, p.nk)
+        clean &= (csum[hi_i] - csum[lo_i]) == 0
+    clean &= (torch.arange(p.nqb, device=device) + 1) * c <= p.nq
+    if p.q_valid is not None:
+        qv = torch.nn.functional.pad(p.q_valid[b], (0, p.nqb * c - p.nq)).view(p.nqb, c).all(-1)
+        clean &= qv
+    clean = clean.tolist()
+    out, s = [], 0
+    while s < p.nqb:
+        e, flag = s, clean[s]
+        limit = clean_blocks if flag else dirty_blocks
+        while e < p.nqb and clean[e] == flag and e - s < limit:
+            e += 1
+        out.append((s, e, flag))
+        s = e
+    return out
+
+
+def _chunk_mask(p: _Prep, b, h, s, e, clean, device, dtype=torch.float32):
+    """(allowed as 0/1 in ``dtype``, broadcastable to (g, c, L); rows-with-a-key (g, c) bool)."""
+    if clean:
+        return p.shared_mask01.to(dtype)[None], p.shared_any.expand(e - s, p.c)
+    bias, any_key = _chunk_bias(p, b, h, s, e, torch.float32, device)
+    return (bias[0] == 0).to(dtype), any_key
+
+
+def compute_dtype(dtype):
+    """Backward (and non-flash forward) arithmetic: float64 stays float64, the rest use float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _dropout_mask(p: _Prep, shape, group_i: int, s: int, device) -> torch.Tensor:
+    """Keep-mask of one chunk, from a generator seeded by (call seed, group, chunk): forward and
+    backward draw the same mask without storing it."""
     gen = torch.Generator(device=device)
     gen.manual_seed((p.seed * 1_000_003 + group_i * 65_537 + s) % (2**63 - 1))
     return torch.rand(shape, generator=gen, device=device) >= p.dropout_p
+
+
+def _budget(p: _Prep, heads: int, elements: int) -> int:
+    return max(1, min(p.nqb, elements // max(1, heads * p.c * p.L)))
 
 
 # ----------------------------------------------------------------------------- the autograd function
@@ -214,30 +266,36 @@ class _BlockSparse(torch.autograd.Function):
     def forward(ctx, q, k, v, p: _Prep):
         # q: (BH, nq_pad, D); k, v: (BH, rows, D) already padded for the mode
         BH, nq_pad, D = q.shape
-        c = p.c
-        out = torch.zeros(BH, p.nqb, c, v.shape[-1], dtype=q.dtype, device=q.device)
-        lse = torch.full((BH, p.nqb, c), _NEG_INF, dtype=torch.float32, device=q.device)
+        c, dev = p.c, q.device
+        out = torch.zeros(BH, p.nqb, c, v.shape[-1], dtype=q.dtype, device=dev)
+        lse = torch.full((BH, p.nqb, c), _NEG_INF, dtype=compute_dtype(q.dtype), device=dev)
         qb = q.view(BH, p.nqb, c, D)
-        use_flash = q.device.type == "cpu" and p.dropout_p == 0.0 and _flash_cpu_available()
+        use_flash = dev.type == "cpu" and p.dropout_p == 0.0 and _flash_cpu_available()
+        cdt = compute_dtype(q.dtype)
         for gi, (b, h, r0, r1) in enumerate(p.groups):
-            step = _chunk_size(p, r1 - r0)
-            for s in range(0, p.nqb, step):
-                e = min(s + step, p.nqb)
-                bias, any_key = _chunk_bias(p, b, h, s, e, q.dtype if use_flash else torch.float32, q.device)
-                if not bool(any_key.any()):
-                    continue
-                Q, K, V = qb[r0:r1, s:e], _chunk_keys(p, k, r0, r1, b, h, s, e), _chunk_keys(p, v, r0, r1, b, h, s, e)
+            heads = r1 - r0
+            clean_n = _budget(p, 1, FORWARD_ELEMENTS) if use_flash else _budget(p, heads, CHUNK_ELEMENTS)
+            for s, e, clean in _schedule(p, b, h, clean_n, _budget(p, heads, CHUNK_ELEMENTS), dev):
+                if clean:
+                    bias = p.shared_bias.to(q.dtype if use_flash else cdt)[None, None].expand(1, e - s, c, p.L)
+                    any_key = p.shared_any.expand(e - s, c)
+                else:
+                    bias, any_key = _chunk_bias(p, b, h, s, e, q.dtype if use_flash else cdt, dev)
+                    if not bool(any_key.any()):
+                        continue
+                Q = qb[r0:r1, s:e]
+                K, V = _chunk_keys(p, k, r0, r1, b, h, s, e, clean), _chunk_keys(p, v, r0, r1, b, h, s, e, clean)
                 if use_flash:
                     o, l = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(Q, K, V, attn_mask=bias, scale=p.scale)
                 else:
-                    S = torch.matmul(Q.float(), K.float().transpose(-1, -2)).mul_(p.scale).add_(bias)
+                    S = torch.matmul(Q.to(cdt), K.to(cdt).transpose(-1, -2)).mul_(p.scale).add_(bias)
                     l = torch.logsumexp(S, dim=-1)
                     P = torch.exp(S - torch.where(any_key, l, torch.zeros_like(l))[..., None])
                     if p.dropout_p > 0.0:
-                        P = P * _dropout_mask(p, P.shape, gi, s, q.device) / (1.0 - p.dropout_p)
-                    o = torch.matmul(P, V.float()).to(q.dtype)
+                        P = P * _dropout_mask(p, P.shape, gi, s, dev) / (1.0 - p.dropout_p)
+                    o = torch.matmul(P, V.to(cdt)).to(q.dtype)
                 out[r0:r1, s:e] = o
-                lse[r0:r1, s:e] = torch.where(any_key, l.float(), _NEG_INF)
+                lse[r0:r1, s:e] = torch.where(any_key, l.to(lse.dtype), _NEG_INF)
         out = out.view(BH, p.nqb * c, -1)
         lse = lse.view(BH, p.nqb * c)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -249,63 +307,126 @@ class _BlockSparse(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         p: _Prep = ctx.p
         BH, nq_pad, D = q.shape
-        c = p.c
-        f32 = torch.float32
-        dq = torch.zeros(BH, p.nqb, c, D, dtype=f32, device=q.device)
-        dk = torch.zeros(k.shape, dtype=f32, device=q.device)
-        dv = torch.zeros(v.shape, dtype=f32, device=q.device)
+        f32 = compute_dtype(q.dtype)
         if d_out is None:
             d_out = torch.zeros_like(out)
-        d_out = d_out.view(BH, p.nqb, c, -1)
-        o4 = out.view(BH, p.nqb, c, -1)
+        d_out = d_out.view(BH, p.nqb, p.c, -1)
         # delta_i = sum_d dO * O - dlse (the log-sum-exp output's own gradient folds in here)
-        delta = (d_out.float() * o4.float()).sum(-1)
+        delta = (d_out.to(f32) * out.view(BH, p.nqb, p.c, -1).to(f32)).sum(-1)
         if d_lse is not None:
-            delta = delta - d_lse.view(BH, p.nqb, c).float()
-        lse4 = lse.view(BH, p.nqb, c)
-        lse_safe = torch.where(torch.isinf(lse4), torch.full_like(lse4, float("inf")), lse4)
-        qb4 = q.view(BH, p.nqb, c, D)
-        dq_dtype = q.dtype
-        for gi, (b, h, r0, r1) in enumerate(p.groups):
-            step = _chunk_size(p, r1 - r0)
-            for s in range(0, p.nqb, step):
-                e = min(s + step, p.nqb)
-                bias, any_key = _chunk_bias(p, b, h, s, e, f32, q.device)
-                if not bool(any_key.any()):
+            delta = delta - d_lse.view(BH, p.nqb, p.c).to(f32)
+        lse4 = lse.view(BH, p.nqb, p.c)
+        # rows without keys: +inf makes every probability exp(s - inf) = 0
+        lse4 = torch.where(torch.isinf(lse4), torch.full_like(lse4, float("inf")), lse4)
+        dq = torch.empty(BH, p.nqb, p.c, D, dtype=f32, device=q.device)
+        # key gradients: room for whole blocks (band folds write whole window slots)
+        rows = max(k.shape[1], p.nqb * p.c) if p.mode == "band" else k.shape[1]
+        dk = torch.zeros(BH, rows, D, dtype=f32, device=q.device)
+        dv = torch.zeros(BH, rows, v.shape[-1], dtype=f32, device=q.device)
+        if p.mode == "band" and p.dropout_p == 0.0:
+            _backward_band(p, q.view(BH, p.nqb, p.c, D), k, v, d_out, delta, lse4, dq, dk, dv)
+        else:
+            dq.zero_()
+            qs = (q.to(f32) * p.scale).view(BH, p.nqb, p.c, D)  # scaled queries: S = qs k^T
+            _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv)
+        dq.mul_(p.scale)
+        nk = k.shape[1]
+        return dq.view(BH, nq_pad, D).to(q.dtype), dk[:, :nk].to(k.dtype), dv[:, :nk].to(v.dtype), None
+
+
+def _probabilities(S, lse, mask01):  # noqa: D401
+    """exp(S - lse) on allowed entries, exactly 0 elsewhere. Clamping keeps exp on its fast path
+    (masked and underflowing entries make the vectorised exp ~6x slower); allowed entries are
+    always <= 0 and those below -87 contribute less than 1e-37."""
+    return S.sub_(lse).clamp_(-87.0, 0.0).exp_().mul_(mask01)
+
+
+def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
+    """Bands: heads one by one over chunks that fit in cache. Clean chunks use zero-copy strided
+    key views and leave their key gradients per window slot, folded once per head; edge and
+    padded chunks gather their keys and scatter their gradients back."""
+    c, L, dev, D = p.c, p.L, q.device, q.shape[-1]
+    nslot = L // c
+    cdt = dq.dtype
+    kf, vf = k.to(cdt), v.to(cdt)
+    buf_k = torch.zeros(p.nqb, L, D, device=dev, dtype=cdt)
+    buf_v = torch.zeros(p.nqb, L, vf.shape[-1], device=dev, dtype=cdt)
+    step = _budget(p, 1, BACKWARD_ELEMENTS)
+    S = torch.empty(step, c, L, device=dev, dtype=cdt)
+    dP = torch.empty(step, c, L, device=dev, dtype=cdt)
+    neg_lse = -lse4
+    for b, h, r0, r1 in p.groups:
+        chunks = [(s, e, clean, *_chunk_mask(p, b, h, s, e, clean, dev, cdt)) for s, e, clean in _schedule(p, b, h, step, step, dev)]
+        for r in range(r0, r1):
+            dO, Qr = d_out[r].to(cdt), q[r].to(cdt)
+            for s, e, clean, mask01, any_key in chunks:
+                g = e - s
+                if not clean:
+                    buf_k[s:e].zero_()
+                    buf_v[s:e].zero_()
+                    if not bool(any_key.any()):
+                        continue
+                K = _chunk_keys(p, kf, r, r + 1, b, h, s, e, clean)[0]
+                V = _chunk_keys(p, vf, r, r + 1, b, h, s, e, clean)[0]
+                Sx, dPx = S[:g], dP[:g]
+                # S - lse in one op: baddbmm(-lse, q, k^T, alpha=scale)
+                torch.baddbmm(neg_lse[r, s:e, :, None].expand(g, c, L), Qr[s:e], K.transpose(1, 2), alpha=p.scale, out=Sx)
+                P = Sx.clamp_(-87.0, 0.0).exp_().mul_(mask01)
+                dV = torch.bmm(P.transpose(1, 2), dO[s:e], out=buf_v[s:e]) if clean else torch.bmm(P.transpose(1, 2), dO[s:e])
+                torch.bmm(dO[s:e], V.transpose(1, 2), out=dPx)
+                dS = dPx.sub_(delta[r, s:e, :, None]).mul_(P)
+                torch.bmm(dS, K, out=dq[r, s:e])
+                dK = torch.bmm(dS.transpose(1, 2), Qr[s:e], out=buf_k[s:e]) if clean else torch.bmm(dS.transpose(1, 2), Qr[s:e])
+                if not clean:
+                    rows = _key_rows(p, b, h, s, e, dev).clamp(0, p.nk - 1).flatten()
+                    dk[r].index_add_(0, rows, dK.reshape(-1, D))
+                    dv[r].index_add_(0, rows, dV.reshape(-1, dV.shape[-1]))
+            for o in range(nslot):  # window slot o of block qb: key rows qb*c + win0 + o*c (+c)
+                at = p.win0 + o * c
+                q_lo = max(0, -(at // c) if at < 0 else 0)
+                q_hi = min(p.nqb, (dk.shape[1] - at) // c)
+                if q_hi <= q_lo:
                     continue
-                Q = qb4[r0:r1, s:e].float()
-                K = _chunk_keys(p, k, r0, r1, b, h, s, e).float()
-                V = _chunk_keys(p, v, r0, r1, b, h, s, e).float()
-                dO = d_out[r0:r1, s:e].float()
-                S = torch.matmul(Q, K.transpose(-1, -2)).mul_(p.scale).add_(bias)
-                P = torch.exp(S.sub_(lse_safe[r0:r1, s:e, :, None]))  # (Gh, g, c, L)
-                dP = torch.matmul(dO, V.transpose(-1, -2))
-                if p.dropout_p > 0.0:
-                    keep = _dropout_mask(p, P.shape, gi, s, q.device) / (1.0 - p.dropout_p)
-                    dV = torch.matmul((P * keep).transpose(-1, -2), dO)
-                    dP = dP * keep
-                else:
-                    dV = torch.matmul(P.transpose(-1, -2), dO)
-                dS = P.mul_(dP.sub_(delta[r0:r1, s:e, :, None])).mul_(p.scale)
-                dq[r0:r1, s:e] = torch.matmul(dS, K)
-                dK = torch.matmul(dS.transpose(-1, -2), Q)
-                _accumulate(p, dk, dK, r0, r1, b, h, s, e)
-                _accumulate(p, dv, dV, r0, r1, b, h, s, e)
-        return dq.view(BH, nq_pad, D).to(dq_dtype), dk.to(k.dtype), dv.to(v.dtype), None
+                rows = slice(q_lo * c + at, q_hi * c + at)
+                dk[r, rows].view(q_hi - q_lo, c, -1).add_(buf_k[q_lo:q_hi, o * c : (o + 1) * c])
+                dv[r, rows].view(q_hi - q_lo, c, -1).add_(buf_v[q_lo:q_hi, o * c : (o + 1) * c])
+    dk.mul_(p.scale)
+
+
+def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
+    """Any layout: all heads of a group at once per chunk; key gradients scattered back."""
+    dev = qs.device
+    for gi, (b, h, r0, r1) in enumerate(p.groups):
+        step = _budget(p, r1 - r0, CHUNK_ELEMENTS)
+        for s, e, clean in _schedule(p, b, h, step, step, dev):
+            mask01, any_key = _chunk_mask(p, b, h, s, e, clean, dev, qs.dtype)
+            if not bool(any_key.any()):
+                continue
+            Q = qs[r0:r1, s:e]
+            K = _chunk_keys(p, k, r0, r1, b, h, s, e, clean).to(qs.dtype)
+            V = _chunk_keys(p, v, r0, r1, b, h, s, e, clean).to(qs.dtype)
+            dO = d_out[r0:r1, s:e].to(qs.dtype)
+            P = _probabilities(torch.matmul(Q, K.transpose(-1, -2)), lse4[r0:r1, s:e, :, None], mask01)
+            dP = torch.matmul(dO, V.transpose(-1, -2))
+            if p.dropout_p > 0.0:
+                keep = _dropout_mask(p, P.shape, gi, s, dev) / (1.0 - p.dropout_p)
+                dV = torch.matmul((P * keep).transpose(-1, -2), dO)
+                dP = dP * keep
+            else:
+                dV = torch.matmul(P.transpose(-1, -2), dO)
+            dS = P.mul_(dP.sub_(delta[r0:r1, s:e, :, None]))
+            dq[r0:r1, s:e] = torch.matmul(dS, K)
+            _accumulate(p, dk, torch.matmul(dS.transpose(-1, -2), Q), r0, r1, b, h, s, e)
+            _accumulate(p, dv, dV, r0, r1, b, h, s, e)
 
 
 def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s, e):
     """Add a chunk's key gradients (Gh, g, L, D) back to the key rows they came from."""
     c, g = p.c, e - s
-    if p.mode == "band":
-        nblk = p.L // c
-        for o in range(nblk):
-            start = s * c + o * c
-            dX[r0:r1, start : start + g * c].view(r1 - r0, g, c, -1).add_(chunk[:, :, o * c : (o + 1) * c])
-    elif p.mode == "dense":
+    if p.mode == "dense":
         dX[r0:r1, : p.L] += chunk.sum(1)
     else:
-        rows = _key_rows(p, b, h, s, e, dX.device).clamp(max=dX.shape[1] - 1).flatten()
+        rows = _key_rows(p, b, h, s, e, dX.device).clamp(0, dX.shape[1] - 1).flatten()
         dX[r0:r1].index_add_(1, rows, chunk.reshape(r1 - r0, -1, chunk.shape[-1]))
 
 
@@ -332,11 +453,8 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
     c = p.c
     # flatten (B, H) and pad rows to whole blocks (plus the band's look-around margins)
     qf = pad_rows(qs.reshape(B * H, nq, D), 0, p.nqb * c - nq)
-    if p.mode == "band":
-        lo, hi = comp.layout.band
-        right = p.nqb * c - nk + max(0, hi) * c
-        kf = pad_rows(ks.reshape(B * H, nk, D), p.pad_left, right)
-        vf = pad_rows(vs.reshape(B * H, nk, -1), p.pad_left, right)
+    if p.mode == "band":  # edges are gathered with clamped rows; interior windows are views
+        kf, vf = ks.reshape(B * H, nk, D), vs.reshape(B * H, nk, -1)
     elif p.mode == "dense":
         kf = pad_rows(ks.reshape(B * H, nk, D), 0, p.L - nk)
         vf = pad_rows(vs.reshape(B * H, nk, -1), 0, p.L - nk)

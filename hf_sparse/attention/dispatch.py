@@ -50,10 +50,20 @@ def choose_block(pattern: P.Pattern, n: int, requested: int | None = None) -> in
         P.base.check_block(pattern, requested)
         return requested
     geo = P.base.all_geometry(pattern)
-    for c in (64, 128, 32, 16, 8, 4, 2, 1):
+    window = max([getattr(p, "window", 0) for p in _leaves(pattern)] + [0])
+    # bands: about a quarter of the window per block (fewer wasted keys at the band's edges)
+    first = min(128, max(16, 1 << max(window // 4, 1).bit_length() - 1)) if window else 64
+    for c in (first, 64, 128, 32, 16, 8, 4, 2, 1):
         if all(g % c == 0 or c % g == 0 for g in geo):
             return c
     return 1
+
+
+def _leaves(pattern):
+    parts = getattr(pattern, "parts", None)
+    if parts:
+        return [leaf for p in parts for leaf in _leaves(p)]
+    return [pattern]
 
 
 def with_runtime_globals(pattern: P.Pattern, global_mask) -> P.Pattern:

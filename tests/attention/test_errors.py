@@ -1,0 +1,71 @@
+"""Bad input raises an error that names the argument and the value."""
+
+import pytest
+import torch
+
+from hf_sparse import patterns as P
+from hf_sparse import sparse_attention
+
+
+def qkv(B=1, H=2, n=8, D=4):
+    return torch.randn(B, H, n, D), torch.randn(B, H, n, D), torch.randn(B, H, n, D)
+
+
+@pytest.mark.parametrize(
+    "change, exc, words",
+    [
+        (lambda q, k, v: (q[0], k, v), ValueError, "query must be (batch, heads, seq, head_dim)"),
+        (lambda q, k, v: (q, k.double(), v), TypeError, "share a dtype"),
+        (lambda q, k, v: (q, k[..., :3], v), ValueError, "head_dim differ"),
+        (lambda q, k, v: (q, k, v[:, :, :5]), ValueError, "lengths differ"),
+        (lambda q, k, v: (q, torch.randn(2, 2, 8, 4), v), ValueError, "batch sizes differ"),
+        (lambda q, k, v: (q.long(), k.long(), v.long()), TypeError, "floating point"),
+        (lambda q, k, v: ([1, 2], k, v), TypeError, "query must be a torch.Tensor"),
+        (lambda q, k, v: (torch.randn(1, 3, 8, 4), k, v), ValueError, "divide query heads"),
+        (lambda q, k, v: (torch.randn(1, 2, 9, 4), k, v), ValueError, "query is longer than key"),
+    ],
+)
+def test_bad_tensors(change, exc, words):
+    q, k, v = change(*qkv())
+    with pytest.raises(exc, match=words.replace("(", r"\(").replace(")", r"\)")):
+        sparse_attention(q, k, v, P.SlidingWindow(window=4))
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, words",
+    [
+        ({"attention_mask": torch.ones(1, 7)}, ValueError, r"attention_mask must have shape \(batch, seq\) = \(1, 8\), got \(1, 7\)"),
+        ({"global_attention_mask": torch.ones(8)}, ValueError, "global_attention_mask must have shape"),
+        ({"attention_mask": [1] * 8}, TypeError, "attention_mask must be a torch.Tensor"),
+        ({"backend": "fast"}, ValueError, "backend must be one of .* got 'fast'"),
+        ({"scale": -1.0}, ValueError, "scale must be a positive number, got -1.0"),
+        ({"dropout_p": 1.5}, ValueError, r"dropout_p must be in \[0, 1\), got 1.5"),
+        ({"block_size": 0}, ValueError, "block_size must be > 0, got 0"),
+    ],
+)
+def test_bad_arguments(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        sparse_attention(*qkv(), P.SlidingWindow(window=4), **kwargs)
+
+
+def test_block_size_must_fit_the_pattern_geometry():
+    with pytest.raises(ValueError, match="block_size=48 does not divide .* BigBird"):
+        sparse_attention(*qkv(n=128), P.BigBird(block=32), block_size=48)
+
+
+def test_unknown_pattern_name():
+    with pytest.raises(ValueError, match="unknown pattern 'swa'; known patterns: .*sliding_window"):
+        sparse_attention(*qkv(), "swa")
+    with pytest.raises(TypeError, match="pattern must be a Pattern"):
+        sparse_attention(*qkv(), 3)
+
+
+def test_flex_cannot_train_on_cpu_and_says_so():
+    q, k, v = (t.requires_grad_() for t in qkv())
+    with pytest.raises(ValueError, match=r"backend='flex' cannot run SlidingWindow\(window=4.*CPU backward"):
+        sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="flex")
+
+
+def test_per_head_needs_matching_heads():
+    with pytest.raises(ValueError, match="PerHead has 3 patterns but the input has 2 heads"):
+        sparse_attention(*qkv(), P.PerHead([P.Causal()] * 3))

@@ -1,0 +1,166 @@
+"""Every pattern x backend x length x masking equals the dense reference (outputs and gradients)."""
+
+import pytest
+import torch
+
+from hf_sparse import patterns as P
+from hf_sparse import sparse_attention
+from tests.cases import all_patterns, make_masks
+
+PATTERNS = all_patterns()
+LENGTHS = [1, 7, 64, 129, 1000]
+MODES = ["none", "padding", "global"]
+
+
+def _inputs(n, dtype=torch.float32, B=2, H=3, D=16, grad=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, n, D, generator=g).to(dtype).requires_grad_(grad) for _ in range(3))
+    return q, k, v
+
+
+def _run(q, k, v, pattern, mode, backend, **kw):
+    am, gm = make_masks(mode, q.shape[0], q.shape[2])
+    return sparse_attention(q, k, v, pattern, attention_mask=am, global_attention_mask=gm, backend=backend, **kw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_blocked_matches_dense_float32(name, n, mode):
+    pattern = PATTERNS[name]
+    q, k, v = _inputs(n)
+    ref = _run(q, k, v, pattern, mode, "dense")
+    out = _run(q, k, v, pattern, mode, "blocked")
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    grad = torch.randn_like(ref)
+    g_ref = torch.autograd.grad(ref, (q, k, v), grad)
+    g_out = torch.autograd.grad(out, (q, k, v), grad)
+    for a, b, what in zip(g_out, g_ref, "qkv"):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=lambda m, w=what: f"d{w}: {m}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [7, 129])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_blocked_other_block_size(name, n, mode):
+    """A kernel block size other than the default (smaller than the pattern blocks) is exact too."""
+    pattern = PATTERNS[name]
+    q, k, v = _inputs(n, grad=False)
+    ref = _run(q, k, v, pattern, mode, "dense")
+    torch.testing.assert_close(_run(q, k, v, pattern, mode, "blocked", block_size=8), ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_flex_forward_matches_dense(name, n, mode, monkeypatch):
+    """FlexAttention (eager on CPU, where it has no backward) with the BlockMask from the layout."""
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    pattern = PATTERNS[name]
+    q, k, v = _inputs(n, grad=False)
+    ref = _run(q, k, v, pattern, mode, "dense")
+    out = _run(q, k, v, pattern, mode, "flex")
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_blocked_low_precision(name, mode, dtype):
+    """Same inputs (rounded to the low precision) as the float32 reference: kernel error only."""
+    pattern = PATTERNS[name]
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in _inputs(129))
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    if pattern.content_based:  # select once, so both runs attend the same pairs
+        pattern = pattern.bind(129, query=q32, key=k32)
+    ref = _run(q32, k32, v32, pattern, mode, "dense")
+    out = _run(q, k, v, pattern, mode, "blocked")
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)  # bf16 rounds to 3 digits
+    grad = torch.randn_like(ref)
+    g_ref = torch.autograd.grad(ref, (q32, k32, v32), grad)
+    g_out = torch.autograd.grad(out, (q, k, v), grad.to(dtype))
+    for a, b in zip(g_out, g_ref):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), b, atol=2e-2 * max(1.0, b.abs().max().item()), rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["dense", "blocked", "flex"])
+def test_rows_without_keys_are_zero_not_nan(backend, monkeypatch):
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    q, k, v = _inputs(40, grad=backend != "flex")
+    am = torch.ones(2, 40)
+    am[1] = 0  # every key of the second sequence is padding
+    pattern = P.BlockLocal(block=8) & P.Global(indices=[3])  # also rows with no key at all
+    out = sparse_attention(q, k, v, pattern, attention_mask=am, backend=backend)
+    assert not torch.isnan(out).any()
+    assert torch.count_nonzero(out[1]) == 0
+    allowed = pattern.dense_mask(40).any(-1)
+    assert torch.count_nonzero(out[0, :, ~allowed]) == 0
+    if backend != "flex":
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        assert torch.count_nonzero(v.grad[1]) == 0  # padding keys are never attended
+
+
+def test_padding_keys_get_no_gradient():
+    q, k, v = _inputs(100)
+    am = torch.ones(2, 100)
+    am[0, 70:] = 0
+    out = sparse_attention(q, k, v, P.SlidingWindow(window=64), attention_mask=am, backend="blocked")
+    out.square().sum().backward()
+    assert torch.count_nonzero(k.grad[0, :, 70:]) == 0
+    assert torch.count_nonzero(v.grad[0, :, 70:]) == 0
+
+
+def test_float64_gradcheck():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 21, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    pattern = P.SlidingWindow(window=6) | P.Global(indices=[4])
+
+    def f(q, k, v):
+        return sparse_attention(q, k, v, pattern, backend="blocked", block_size=4)
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_dropout_is_exact_in_backward():
+    """With dropout the kernel's gradient is the gradient of its own (seeded) forward."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 19, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+
+    def f(q, k, v):
+        return sparse_attention(q, k, v, P.SlidingWindow(window=8), dropout_p=0.3, seed=123, backend="blocked", block_size=4)
+
+    assert not torch.equal(f(q, k, v), sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="blocked"))
+    torch.testing.assert_close(f(q, k, v), f(q, k, v))
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_grouped_query_attention_heads():
+    q, _, _ = _inputs(33, H=4, grad=False)
+    _, k, v = _inputs(33, H=2, grad=False, seed=1)
+    out = sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="blocked")
+    ref = sparse_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), P.SlidingWindow(window=8), backend="dense")
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+
+
+def test_decoding_queries_align_to_the_end():
+    """q_len < kv_len: query i sits at position kv_len - q_len + i (a KV cache)."""
+    q, k, v = _inputs(50, grad=False)
+    for pattern in (P.SlidingWindow(window=8, causal=True), P.Strided(stride=7), P.Fixed(block=8, summary=2)):
+        full = sparse_attention(q, k, v, pattern, backend="dense")
+        for backend in ("dense", "blocked"):
+            last = sparse_attention(q[:, :, -3:], k, v, pattern, backend=backend)
+            torch.testing.assert_close(last, full[:, :, -3:], atol=1e-5, rtol=0)
+
+
+def test_auto_uses_blocked_on_cpu_and_never_dense(monkeypatch):
+    import hf_sparse.attention.dispatch as d
+
+    called = []
+    monkeypatch.setattr(d, "dense_attention", lambda *a, **k: called.append("dense"))
+    q, k, v = _inputs(64)
+    out = sparse_attention(q, k, v, P.Causal())
+    assert called == [] and out.shape == q.shape
