@@ -1,0 +1,208 @@
+"""The pattern language: rules, plans, layouts, composition, serialisation, registry."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from hf_sparse import patterns as P
+from hf_sparse.patterns.base import plan_dense_mask
+from tests.cases import all_patterns
+
+PATTERNS = all_patterns()
+
+
+def _bound(p, n, B=2, H=3, D=8):
+    if p.content_based:
+        g = torch.Generator().manual_seed(0)
+        return p.bind(n, query=torch.randn(B, H, n, D, generator=g), key=torch.randn(B, H, n, D, generator=g))
+    return p.bind(n)
+
+
+def _dense4(p, n, B=2, H=3):
+    m = p.dense_mask(n)
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    return m.expand(B, H, n, n)
+
+
+@pytest.mark.parametrize("block", [4, 16])
+@pytest.mark.parametrize("n", [1, 7, 64, 129])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_plan_is_exact_and_disjoint(name, n, block):
+    """The kernels' components cover exactly the rule, each pair once."""
+    p = _bound(PATTERNS[name], n)
+    counts = plan_dense_mask(p.plan(n, block=block), 2, 3, n, n)
+    assert counts.max() <= 1, "a pair is covered by two components"
+    assert torch.equal(counts > 0, _dense4(p, n))
+
+
+@pytest.mark.parametrize("block", [4, 16])
+@pytest.mark.parametrize("n", [7, 129])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_original_layout_covers_rule_and_full_flags_are_exact(name, n, block):
+    """The block layout FlexAttention uses keeps every allowed tile; 'full' tiles are truly full."""
+    p = _bound(PATTERNS[name], n)
+    lay = p.block_layout(n, block=block)
+    dense = _dense4(p, n).any(1, keepdim=True).any(0, keepdim=True) if isinstance(p, P.PerHead) else _dense4(p, n)
+    kept = lay.to_dense().repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :n, :n]
+    assert not (dense & ~kept).any()
+    idx = lay.kv_index.clone()
+    idx[(idx < 0) | ~lay.full] = lay.num_kv_blocks
+    full = torch.zeros(*idx.shape[:-1], lay.num_kv_blocks + 1, dtype=torch.bool).scatter_(-1, idx, True)[..., :-1]
+    full = full.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :n, :n]
+    assert not (full & ~dense).any()
+
+
+@pytest.mark.parametrize(
+    "pattern, rule",
+    [
+        (P.SlidingWindow(window=6), lambda i, j: (i - j).abs() <= 3),
+        (P.SlidingWindow(window=4, causal=True), lambda i, j: (i - j >= 0) & (i - j < 4)),
+        (P.Causal(), lambda i, j: j <= i),
+        (P.Strided(stride=4), lambda i, j: (j <= i) & (((i - j) < 4) | ((i - j) % 4 == 0))),
+        (P.Fixed(block=4, summary=1), lambda i, j: (j <= i) & ((i // 4 == j // 4) | (j % 4 >= 3))),
+        (P.Dilated(window=4, dilation=2), lambda i, j: ((i - j).abs() <= 4) & ((i - j) % 2 == 0)),
+        (P.BlockLocal(block=5), lambda i, j: i // 5 == j // 5),
+        (P.Global(indices=[2]), lambda i, j: (i == 2) | (j == 2)),
+        (P.Global(every=5), lambda i, j: (i % 5 == 0) | (j % 5 == 0)),
+    ],
+)
+def test_documented_rules(pattern, rule):
+    n = 23
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    assert torch.equal(pattern.dense_mask(n), rule(i, j).expand(n, n))
+    assert torch.equal(pattern.mask_mod(0, 0, i, j).expand(n, n), rule(i, j).expand(n, n))
+
+
+def test_union_and_intersection_follow_the_parts():
+    a, b = P.SlidingWindow(window=4), P.Strided(stride=5, causal=False)
+    n = 40
+    assert torch.equal((a | b).dense_mask(n), a.dense_mask(n) | b.dense_mask(n))
+    assert torch.equal((a & b).dense_mask(n), a.dense_mask(n) & b.dense_mask(n))
+    assert (P.SlidingWindow(window=8) & P.Causal()).is_causal
+    assert not (P.SlidingWindow(window=8) | P.Causal()).is_causal
+
+
+def test_per_head_uses_each_heads_pattern():
+    p = P.PerHead([P.SlidingWindow(window=h + 1, causal=True) for h in range(4)])
+    m = p.dense_mask(10)
+    assert m.shape == (4, 10, 10)
+    for h in range(4):
+        assert torch.equal(m[h], P.SlidingWindow(window=h + 1, causal=True).dense_mask(10))
+
+
+def test_random_blocks_are_seeded():
+    r = lambda seed: P.Random(block=4, num_blocks=2, seed=seed).bind(64).dense_mask(64)  # noqa: E731
+    assert torch.equal(r(0), r(0))
+    assert not torch.equal(r(0), r(1))
+    # every query block sees exactly num_blocks key blocks
+    blocks = r(3).view(16, 4, 16, 4)[:, 0, :, 0]
+    assert (blocks.sum(-1) == 2).all()
+
+
+def test_bigbird_structure():
+    p = P.BigBird(block=8, window_blocks=3, random_blocks=1, global_blocks=2, seed=0).bind(128)
+    m = p.dense_mask(128)
+    assert m[:8].all() and m[:, :8].all() and m[-8:].all() and m[:, -8:].all()  # first/last blocks global
+    blk = m.view(16, 8, 16, 8)[:, 0, :, 0]
+    for q in range(2, 14):  # blocks whose window does not touch a global block
+        assert blk[q, max(q - 1, 0) : q + 2].all()  # the window
+        assert blk[q].sum() == 3 + 2 + 1  # window + 2 global + 1 random (outside the window)
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_to_dict_from_dict_round_trip(name):
+    p = PATTERNS[name]
+    spec = p.to_dict()
+    again = P.from_dict(json.loads(json.dumps(spec)))
+    assert again == p and again.to_dict() == spec
+    if not p.content_based:
+        assert torch.equal(again.bind(50).dense_mask(50), p.bind(50).dense_mask(50))
+
+
+def test_bound_patterns_serialise_as_their_source():
+    p = P.BigBird(block=8, seed=3)
+    assert p.bind(100).to_dict() == p.to_dict()
+
+
+def test_registry():
+    assert P.get("sliding_window", window=8) == P.SlidingWindow(window=8)
+    assert P.get("BigBird", block=32) == P.BigBird(block=32)
+    with pytest.raises(ValueError, match="unknown pattern 'nope'; known patterns: "):
+        P.get("nope")
+    with pytest.raises(KeyError, match="already registered"):
+        P.register_pattern("sliding_window")(type("X", (P.Pattern,), {}))
+    with pytest.raises(ValueError, match="lowercase identifiers"):
+        P.register_pattern("Bad Name")
+    with pytest.raises(ValueError, match="has no 'type'"):
+        P.from_dict({"window": 3})
+
+
+@pytest.mark.parametrize(
+    "make, exc, words",
+    [
+        (lambda: P.SlidingWindow(window=0), ValueError, "window must be > 0, got 0"),
+        (lambda: P.SlidingWindow(window=-4), ValueError, "window must be > 0, got -4"),
+        (lambda: P.SlidingWindow(window=2.5), TypeError, "window must be an int, got float"),
+        (lambda: P.Strided(stride=0), ValueError, "stride must be > 0"),
+        (lambda: P.Fixed(block=4, summary=5), ValueError, "summary must be <= block"),
+        (lambda: P.BigBird(window_blocks=2), ValueError, "window_blocks must be odd"),
+        (lambda: P.Global(indices=[-1]), ValueError, "global indices must be >= 0"),
+        (lambda: P.Global(indices=[1], every=3), ValueError, "either indices"),
+        (lambda: P.PerHead(P.Causal()), TypeError, "non-empty list of patterns"),
+        (lambda: P.Global() & P.Causal(), ValueError, "can only be combined with '|'"),
+        (lambda: P.Random(block=64).mask_mod, None, None),
+    ],
+)
+def test_bad_parameters(make, exc, words):
+    if exc is None:
+        make()
+        return
+    with pytest.raises(exc, match=words):
+        make()
+
+
+def test_length_dependent_patterns_ask_to_be_bound():
+    r = P.Random(block=4, num_blocks=1)
+    i = torch.arange(8)
+    with pytest.raises(RuntimeError, match=r"call pattern.bind\(q_len"):
+        r.mask_mod(0, 0, i[:, None], i[None])
+    assert r.bind(8).mask_mod(0, 0, i[:, None], i[None]).shape == (8, 8)
+    with pytest.raises(ValueError, match="needs both tensors"):
+        P.LSH().bind(8)
+
+
+def test_layout_never_evaluates_n_squared_pairs(monkeypatch):
+    """Plans at 64k positions are built from the geometry alone: the rule is never called."""
+    calls = []
+    for cls in (P.SlidingWindow, P.Strided, P.BlockLocal):
+        monkeypatch.setattr(cls, "_mask", lambda self, b, h, i, j: calls.append(1))
+    n = 65536
+    for p in (P.SlidingWindow(window=512), P.Strided(stride=256), P.BlockLocal(block=128), P.Longformer(window=512)):
+        plan = p.plan(n, block=64)
+        kept = sum(c.layout.num_kept() for c in plan.components)
+        assert kept < (n // 64) ** 2 / 4
+    assert calls == []
+
+
+@pytest.mark.parametrize("n", [100, 1000])
+def test_density(n):
+    w = 64
+    hw = w // 2
+    exact = sum(min(i + hw, n - 1) - max(i - hw, 0) + 1 for i in range(n)) / n**2
+    assert math.isclose(P.SlidingWindow(window=w).density(n), exact)
+    assert math.isclose(P.Causal().density(n), (n + 1) / (2 * n))
+    assert P.BigBird(block=16).density(n) == pytest.approx(P.BigBird(block=16).bind(n).dense_mask(n).float().mean().item())
+
+
+def test_readable_names():
+    assert P.SlidingWindow(window=512).__name__ == "sliding_window_512"
+    assert P.Strided(stride=128).__name__ == "strided_128"
+
+
+def test_plot_writes_png(tmp_path):
+    fig = P.BigBird(block=8).plot(64, path=tmp_path / "bigbird.png")
+    assert (tmp_path / "bigbird.png").stat().st_size > 1000
+    assert "of pairs" in fig.axes[0].get_title()
