@@ -42,7 +42,7 @@ def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, 
     ax = ax or fig.add_subplot(1, 1, 1)
     ax.imshow(mask.float().numpy(), cmap="Blues", interpolation="nearest", vmin=0, vmax=1)
     density = mask.float().mean().item()
-    ax.set_title(title or f"{pattern.__name__}\n{density:.1%} of pairs")
+    ax.set_title(f"{title or pattern.__name__}\n{density:.1%} of pairs", fontsize=9)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     return _save(fig, path)

@@ -1,0 +1,82 @@
+"""The main job (for now): a gallery of every pattern family and a quick benchmark.
+
+Writes outputs/gallery/*.png (one heatmap per pattern + a grid), outputs/gallery/patterns.md
+(rule, density at 4k and 16k tokens, kept tiles), and outputs/bench/attention.{md,json,png}.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from hf_sparse import patterns as P
+from hf_sparse.viz import _plt, _save, plot_pattern
+
+OUT = os.environ.get("HF_SPARSE_OUT", "outputs")
+
+GALLERY = {
+    "SlidingWindow(window=32)": P.SlidingWindow(window=32),
+    "SlidingWindow(window=16, causal=True)": P.SlidingWindow(window=16, causal=True),
+    "Causal()": P.Causal(),
+    "Strided(stride=16)": P.Strided(stride=16),
+    "Fixed(block=32, summary=4)": P.Fixed(block=32, summary=4),
+    "Dilated(window=16, dilation=3)": P.Dilated(window=16, dilation=3),
+    "BlockLocal(block=32)": P.BlockLocal(block=32),
+    "Global(indices=[0, 64])": P.Global(indices=[0, 64]),
+    "Random(block=16, num_blocks=2)": P.Random(block=16, num_blocks=2, seed=0),
+    "BigBird(block=8, random_blocks=2)": P.BigBird(block=8, random_blocks=2, seed=0),
+    "SlidingWindow(32) | Global(every=40)": P.SlidingWindow(window=32) | P.Global(every=40),
+    "Strided(16) & SlidingWindow(48, causal)": P.Strided(stride=16) & P.SlidingWindow(window=48, causal=True),
+}
+
+
+def content_examples(n):
+    """LSH and top-k blocks need queries and keys: random vectors, seeded."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 1, n, 16, generator=g)
+    return {
+        "LSH(bucket_size=16)": P.LSH(bucket_size=16).bind(n, query=x, key=x),
+        "TopKBlocks(block=16, k=3)": P.TopKBlocks(block=16, k=3).bind(n, query=x, key=x),
+    }
+
+
+def gallery(n=128):
+    out = os.path.join(OUT, "gallery")
+    os.makedirs(out, exist_ok=True)
+    items = {**GALLERY, **content_examples(n)}
+    plt = _plt()
+    cols = 4
+    rows = -(-len(items) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.4 * rows), squeeze=False)
+    lines = ["# Pattern gallery", "", "| pattern | rule | density n=4,096 | density n=16,384 |", "|---|---|---|---|"]
+    for ax, (name, p) in zip(axes.flat, items.items()):
+        plot_pattern(p, n, ax=ax, title=name)
+        slug = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
+        plot_pattern(p, n, path=os.path.join(out, f"{slug}.png"), title=name)
+        doc = (type(p.__dict__.get("_source", p)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        dens = ["(content-based)"] * 2 if name in ("LSH(bucket_size=16)", "TopKBlocks(block=16, k=3)") else [f"{p.density(m):.2%}" for m in (4096, 16384)]
+        lines.append(f"| `{name}` | {doc} | {dens[0]} | {dens[1]} |")
+    for ax in list(axes.flat)[len(items) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    _save(fig, os.path.join(out, "gallery.png"))
+    with open(os.path.join(out, "patterns.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"gallery: {len(items)} patterns -> {out}/gallery.png, {out}/patterns.md")
+
+
+def main():
+    t0 = time.time()
+    gallery()
+    bench = os.path.join(OUT, "bench")
+    script = os.path.join(os.path.dirname(__file__), "benchmark_attention.py")
+    subprocess.run([sys.executable, script, "--quick", "--out", bench], check=True)
+    print(f"\nDone in {time.time() - t0:.0f} s. Open {OUT}/gallery/gallery.png and {bench}/attention.md")
+
+
+if __name__ == "__main__":
+    main()
