@@ -1,0 +1,111 @@
+"""BIO decoding, exact and overlap span F1, per-base F1 with -100 positions."""
+
+import numpy as np
+import pytest
+import torch
+
+from hf_sparse.metrics import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
+
+
+@pytest.mark.parametrize(
+    "tags, expected",
+    [
+        (["O", "B-TF", "I-TF", "O"], [("TF", 1, 3)]),
+        (["B-TF", "I-TF"], [("TF", 0, 2)]),
+        (["B-A", "B-A", "I-A"], [("A", 0, 1), ("A", 1, 3)]),
+        (["I-A", "I-A", "O", "I-A"], [("A", 0, 2), ("A", 3, 4)]),  # I- without B- starts a span
+        (["B-A", "I-B", "I-B"], [("A", 0, 1), ("B", 1, 3)]),  # type change starts a span
+        (["B", "I", "O"], [("", 0, 2)]),
+        ([], []),
+        (["O", "O"], []),
+    ],
+)
+def test_spans_from_bio(tags, expected):
+    assert spans_from_bio(tags) == expected
+
+
+def test_spans_from_bio_rejects_bad_tags():
+    with pytest.raises(ValueError, match=r"tags\[1\] is not a BIO tag"):
+        spans_from_bio(["O", "X-A"])
+    with pytest.raises(TypeError, match=r"tags\[0\] must be a str"):
+        spans_from_bio([0, 1])
+
+
+def test_span_f1_hand_case():
+    true = [[("A", 0, 3), ("B", 5, 7)], [("A", 1, 2)]]
+    pred = [[("A", 0, 3), ("B", 5, 8)], [("A", 1, 2), ("A", 4, 6)]]
+    out = span_f1(true, pred)
+    # TP = 2 (A 0-3, A 1-2); 3 true, 4 predicted
+    assert out["precision"] == pytest.approx(0.5)
+    assert out["recall"] == pytest.approx(2 / 3)
+    assert out["f1"] == pytest.approx(4 / 7)
+    assert out["n_true"] == 3 and out["n_pred"] == 4
+    assert out["per_type"]["A"]["f1"] == pytest.approx(2 * 2 / (2 + 3))
+    assert out["per_type"]["B"]["f1"] == 0.0
+
+
+def test_span_f1_sequences_do_not_mix_and_strand_counts():
+    # Same span in different sequences does not match.
+    assert span_f1([[("A", 0, 2)], []], [[], [("A", 0, 2)]])["f1"] == 0.0
+    # Single sequence form, with a strand field.
+    assert span_f1([("M", 0, 5, "+")], [("M", 0, 5, "-")])["f1"] == 0.0
+    assert span_f1([("M", 0, 5, "+")], [("M", 0, 5, "+")])["f1"] == 1.0
+    # Duplicated predictions match once.
+    out = span_f1([("A", 0, 2)], [("A", 0, 2), ("A", 0, 2)])
+    assert out["precision"] == 0.5 and out["recall"] == 1.0
+    # Nothing true and nothing predicted -> zero_division.
+    assert span_f1([], [])["f1"] == 0.0
+    assert span_f1([], [], zero_division=1.0)["f1"] == 1.0
+
+
+def test_span_overlap_f1():
+    true = [("A", 0, 5), ("A", 10, 12)]
+    pred = [("A", 3, 8), ("A", 5, 10), ("B", 10, 12)]
+    out = span_overlap_f1(true, pred)
+    # A 3-8 overlaps A 0-5; A 5-10 touches nothing (end exclusive); B is a different type.
+    assert out["precision"] == pytest.approx(1 / 3)
+    assert out["recall"] == pytest.approx(1 / 2)
+    assert out["f1"] == pytest.approx(0.4)
+    assert span_f1(true, pred)["f1"] == 0.0
+
+
+def test_span_errors():
+    with pytest.raises(ValueError, match="different numbers of sequences: 2 != 3"):
+        span_f1([[("A", 0, 1)], []], [[], [], [("A", 0, 1)]])
+    with pytest.raises(ValueError, match="start >= end"):
+        span_f1([("A", 3, 3)], [])
+    with pytest.raises(TypeError, match=r"true_spans\[0\]\[0\] must be a tuple"):
+        span_f1([[["A", 0, 1]]], [[]])
+
+
+def test_per_base_f1_strings():
+    true = ["O", "B-A", "I-A", "O", "B-B", "I-B"]
+    pred = ["O", "B-A", "O", "I-A", "I-B", "B-A"]
+    out = per_base_f1(true, pred)
+    # A: TP1 (pos1) FN1 (pos2) FP2 (pos3, pos5); B: TP1 (pos4) FN1 (pos5)
+    assert out["per_type"]["A"]["f1"] == pytest.approx(2 / (2 + 2 + 1))
+    assert out["per_type"]["B"]["f1"] == pytest.approx(2 / 3)
+    assert out["f1"] == pytest.approx(2 * 2 / (4 + 4))
+    assert out["n_true"] == 4 and out["n_pred"] == 4
+
+
+def test_per_base_f1_ids_with_ignore_index():
+    id2label = {0: "O", 1: "B-M", 2: "I-M"}
+    true = torch.tensor([[-100, 0, 1, 2, -100], [-100, 1, 2, 0, 0]])
+    pred = torch.tensor([[1, 0, 1, 1, 1], [2, 1, 0, 0, 2]])  # predictions at -100 positions are ignored
+    out = per_base_f1(true, pred, id2label=id2label)
+    # positions kept: seq0 (0,1,2 vs 0,1,1) -> TP2; seq1 (1,2,0,0 vs 1,0,0,2) -> TP1 FN1 FP1
+    assert out["precision"] == pytest.approx(3 / 4)
+    assert out["recall"] == pytest.approx(3 / 4)
+    # without id2label: raw ids are classes, 0 is outside, 1 and 2 separate classes
+    raw = per_base_f1(np.array([0, 1, 2, -100]), [0, 1, 1, 5], outside=0)
+    assert raw["per_type"][1]["precision"] == 0.5 and raw["per_type"][2]["recall"] == 0.0
+
+
+def test_per_base_f1_errors():
+    with pytest.raises(ValueError, match="sequence 0: true_tags has length 2 but pred_tags has length 1"):
+        per_base_f1([["O", "B-A"]], [["O"]])
+    with pytest.raises(ValueError, match="label id 7 is not in id2label"):
+        per_base_f1([0, 7], [0, 0], id2label={0: "O"})
+    with pytest.raises(ValueError, match=r"pred_tags\[0\]\[1\] is ignore_index"):
+        per_base_f1([0, 1], [0, -100], outside=0)
