@@ -1,0 +1,32 @@
+"""Data utilities: FASTA reading, TF motifs (readers, scanner, BIO labels) and synthetic motif data."""
+
+from .fasta import iter_fasta, read_fasta
+from .motifs import (
+    Motif,
+    SyntheticMotifGenerator,
+    bio_label_names,
+    builtin_motifs,
+    generate_motif_dataset,
+    label_sequence,
+    read_jaspar,
+    read_motifs,
+    read_transfac,
+    scan,
+    spans_to_tags,
+)
+
+__all__ = [
+    "Motif",
+    "SyntheticMotifGenerator",
+    "bio_label_names",
+    "builtin_motifs",
+    "generate_motif_dataset",
+    "iter_fasta",
+    "label_sequence",
+    "read_fasta",
+    "read_jaspar",
+    "read_motifs",
+    "read_transfac",
+    "scan",
+    "spans_to_tags",
+]
