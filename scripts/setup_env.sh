@@ -20,7 +20,9 @@ py="$VENV/bin/python"
 if [[ -x "$VENV/bin/uv" ]] || "$py" -m pip install -q uv >/dev/null 2>&1; then
   links=()
   [[ -n "${PIP_FIND_LINKS:-}" ]] && links=(--find-links "$PIP_FIND_LINKS")
-  install() { "$VENV/bin/uv" pip install -q --python "$py" "${links[@]}" "$@"; }
+  # --compile-bytecode: write .pyc files now; with PYTHONDONTWRITEBYTECODE set, every process would
+  # otherwise recompile torch/transformers/sympy sources on import (seconds per process).
+  install() { "$VENV/bin/uv" pip install -q --compile-bytecode --python "$py" "${links[@]}" "$@"; }
 else
   install() { "$py" -m pip install -q "$@"; }
 fi
