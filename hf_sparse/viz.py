@@ -65,11 +65,15 @@ def show_heatmaps(
     plt = _plt()
     m = torch.as_tensor(matrices).detach().float().cpu()
     if m.dim() < 2 or m.dim() > 4:
-        raise ValueError(f"matrices must have 2 to 4 dims (rows, cols, queries, keys), got shape {tuple(m.shape)}")
+        raise ValueError(
+            f"matrices must have 2 to 4 dims (rows, cols, queries, keys), got shape {tuple(m.shape)}"
+        )
     while m.dim() < 4:
         m = m.unsqueeze(0)
     rows, cols = m.shape[:2]
-    fig, axes = plt.subplots(rows, cols, figsize=(figsize[0] * cols, figsize[1] * rows), sharex=True, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(figsize[0] * cols, figsize[1] * rows), sharex=True, sharey=True, squeeze=False
+    )
     for i in range(rows):
         for j in range(cols):
             ax = axes[i][j]
@@ -79,12 +83,16 @@ def show_heatmaps(
             if j == 0:
                 ax.set_ylabel(ylabel)
             if titles is not None:
-                ax.set_title(titles[j] if rows == 1 or not isinstance(titles[0], (list, tuple)) else titles[i][j])
+                ax.set_title(
+                    titles[j] if rows == 1 or not isinstance(titles[0], (list, tuple)) else titles[i][j]
+                )
     fig.colorbar(pcm, ax=axes, shrink=0.6)
     return _save(fig, path)
 
 
-def plot_curves(series: dict, xlabel: str = "step", ylabel: str = "loss", title: str = "", path=None, logy: bool = False):
+def plot_curves(
+    series: dict, xlabel: str = "step", ylabel: str = "loss", title: str = "", path=None, logy: bool = False
+):
     """Line plot of named series: ``{"train": [(x, y), ...], "eval": [...]}``."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -30,10 +29,22 @@ HEADLINE = 16384
 
 # name -> (family, spec); family decides how the worker builds and runs it
 KERNELS = {
-    "hf-sparse blocked SlidingWindow(512)": ("hf", {"backend": "blocked", "pattern": {"type": "sliding_window", "window": WINDOW}}),
-    "hf-sparse blocked BigBird(64)": ("hf", {"backend": "blocked", "pattern": {"type": "bigbird", "block": 64}}),
-    "hf-sparse blocked Strided(128)": ("hf", {"backend": "blocked", "pattern": {"type": "strided", "stride": 128}}),
-    "hf-sparse flex SlidingWindow(512)": ("hf", {"backend": "flex", "pattern": {"type": "sliding_window", "window": WINDOW}}),
+    "hf-sparse blocked SlidingWindow(512)": (
+        "hf",
+        {"backend": "blocked", "pattern": {"type": "sliding_window", "window": WINDOW}},
+    ),
+    "hf-sparse blocked BigBird(64)": (
+        "hf",
+        {"backend": "blocked", "pattern": {"type": "bigbird", "block": 64}},
+    ),
+    "hf-sparse blocked Strided(128)": (
+        "hf",
+        {"backend": "blocked", "pattern": {"type": "strided", "stride": 128}},
+    ),
+    "hf-sparse flex SlidingWindow(512)": (
+        "hf",
+        {"backend": "flex", "pattern": {"type": "sliding_window", "window": WINDOW}},
+    ),
     "hf-sparse flex BigBird(64)": ("hf", {"backend": "flex", "pattern": {"type": "bigbird", "block": 64}}),
     "hf-sparse flex Strided(128)": ("hf", {"backend": "flex", "pattern": {"type": "strided", "stride": 128}}),
     "Longformer layer (0 global)": ("longformer", {"globals": 0}),
@@ -154,8 +165,12 @@ def worker(kernel: str, n: int, mode: str, device: str, budget_s: float) -> dict
     g = spec["globals"]
     mask = torch.zeros(1, n, device=dev)
     mask[:, :g] = 1  # extended-mask convention of LongformerModel: >0 global
-    kw = dict(attention_mask=mask, is_index_masked=mask < 0, is_index_global_attn=mask > 0, is_global_attn=g > 0)
-    projections = [layer.query, layer.key, layer.value] + ([layer.key_global, layer.value_global] if g else [])
+    kw = dict(
+        attention_mask=mask, is_index_masked=mask < 0, is_index_global_attn=mask > 0, is_global_attn=g > 0
+    )
+    projections = [layer.query, layer.key, layer.value] + (
+        [layer.key_global, layer.value_global] if g else []
+    )
 
     def run_layer():
         out = layer(hidden, **kw)[0]
@@ -252,9 +267,13 @@ def run_all(args) -> dict:
                 if "flex" in kernel and mode == "fwd+bwd" and device == "cpu":
                     rec["skipped"] = "FlexAttention has no backward on CPU"
                 elif estimated_mb(kernel, n, mode) > 0.7 * mem_available_mb():
-                    rec["skipped"] = f"needs about {estimated_mb(kernel, n, mode) / 1024:.0f} GB, more than this machine has"
+                    rec["skipped"] = (
+                        f"needs about {estimated_mb(kernel, n, mode) / 1024:.0f} GB, more than this machine has"
+                    )
                 elif prev is not None and prev.get("time_s") and _projected(prev, n) > args.max_call_s:
-                    rec["skipped"] = f"projected {_projected(prev, n):.0f} s per call > --max-call-s {args.max_call_s:.0f}"
+                    rec["skipped"] = (
+                        f"projected {_projected(prev, n):.0f} s per call > --max-call-s {args.max_call_s:.0f}"
+                    )
                 elif prev is not None and "skipped" in prev:
                     rec["skipped"] = prev["skipped"]
                 else:
@@ -277,7 +296,12 @@ def _projected(prev, n):
 
 
 def _spawn(kernel, n, mode, device, budget_s, timeout_s) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps([kernel, n, mode, device, budget_s])]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        json.dumps([kernel, n, mode, device, budget_s]),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -331,14 +355,41 @@ def write_markdown(results, path):
         "hf-sparse kernels get the same already-projected q/k/v, so they are compared with the core.",
         "",
     ]
-    n = HEADLINE if HEADLINE in [r["n"] for r in results["records"]] else max(r["n"] for r in results["records"])
-    lf = {mode: _get(results, "Longformer layer (0 global)", n, mode, "core_s") for mode in ("fwd", "fwd+bwd")}
-    lines += [f"## n = {n:,}", "", "| kernel | fwd (s) | fwd+bwd (s) | peak fwd+bwd (MB) | fwd x bound | fwd+bwd x bound | fwd speed-up vs Longformer core | fwd+bwd speed-up vs Longformer core |", "|---|---|---|---|---|---|---|---|"]
+    n = (
+        HEADLINE
+        if HEADLINE in [r["n"] for r in results["records"]]
+        else max(r["n"] for r in results["records"])
+    )
+    lf = {
+        mode: _get(results, "Longformer layer (0 global)", n, mode, "core_s") for mode in ("fwd", "fwd+bwd")
+    }
+    lines += [
+        f"## n = {n:,}",
+        "",
+        "| kernel | fwd (s) | fwd+bwd (s) | peak fwd+bwd (MB) | fwd x bound | fwd+bwd x bound | fwd speed-up vs Longformer core | fwd+bwd speed-up vs Longformer core |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for kernel in dict.fromkeys(r["kernel"] for r in results["records"]):
         row = [kernel]
-        for key, mode in (("time_s", "fwd"), ("time_s", "fwd+bwd"), ("peak_mb", "fwd+bwd"), ("x_bound", "fwd"), ("x_bound", "fwd+bwd")):
-            val = _get(results, kernel, n, mode, "core_s" if key == "time_s" and kernel.startswith("Longformer") else key)
-            row.append("—" if val is None else (f"{val:.0f}" if key == "peak_mb" else f"{val:.3f}" if key == "time_s" else f"{val:.2f}"))
+        for key, mode in (
+            ("time_s", "fwd"),
+            ("time_s", "fwd+bwd"),
+            ("peak_mb", "fwd+bwd"),
+            ("x_bound", "fwd"),
+            ("x_bound", "fwd+bwd"),
+        ):
+            val = _get(
+                results,
+                kernel,
+                n,
+                mode,
+                "core_s" if key == "time_s" and kernel.startswith("Longformer") else key,
+            )
+            row.append(
+                "—"
+                if val is None
+                else (f"{val:.0f}" if key == "peak_mb" else f"{val:.3f}" if key == "time_s" else f"{val:.2f}")
+            )
         for mode in ("fwd", "fwd+bwd"):
             t = _get(results, kernel, n, mode, "core_s" if kernel.startswith("Longformer") else "time_s")
             row.append("—" if (t is None or lf[mode] is None) else f"{lf[mode] / t:.1f}x")
@@ -349,7 +400,15 @@ def write_markdown(results, path):
             layer, proj = _get(results, kernel, n, mode), _get(results, kernel, n, mode, "projections_s")
             if layer is not None:
                 lines.append(f"- {kernel}, {mode}: layer {layer:.3f} s, projections {proj:.3f} s")
-    lines += ["", "## Scaling: t(2n) / t(n)", "", "| kernel | mode | " + " | ".join(f"{a // 1024}k->{b // 1024}k" for a, b in zip(SIZES, SIZES[1:])) + " |", "|---|---|" + "---|" * (len(SIZES) - 1)]
+    lines += [
+        "",
+        "## Scaling: t(2n) / t(n)",
+        "",
+        "| kernel | mode | "
+        + " | ".join(f"{a // 1024}k->{b // 1024}k" for a, b in zip(SIZES, SIZES[1:]))
+        + " |",
+        "|---|---|" + "---|" * (len(SIZES) - 1),
+    ]
     for kernel in dict.fromkeys(r["kernel"] for r in results["records"]):
         for mode in ("fwd", "fwd+bwd"):
             cells = []
@@ -358,7 +417,13 @@ def write_markdown(results, path):
                 tb = _get(results, kernel, b, mode, "core_s" if kernel.startswith("Longformer") else "time_s")
                 cells.append("—" if not (ta and tb) else f"{tb / ta:.2f}")
             lines.append(f"| {kernel} | {mode} | " + " | ".join(cells) + " |")
-    lines += ["", "## All measurements", "", "| kernel | n | mode | time (s) | Longformer core (s) | peak (MB) | x bound | note |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## All measurements",
+        "",
+        "| kernel | n | mode | time (s) | Longformer core (s) | peak (MB) | x bound | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results["records"]:
         lines.append(
             f"| {r['kernel']} | {r['n']} | {r['mode']} | {r.get('time_s', float('nan')):.3f} | "
@@ -378,13 +443,23 @@ def write_plot(results, path):
     for kernel in dict.fromkeys(r["kernel"] for r in results["records"]):
         for mode, style in (("fwd+bwd", "-"), ("fwd", "--")):
             key = "core_s" if kernel.startswith("Longformer") else "time_s"
-            pts = [(r["n"], r[key]) for r in results["records"] if r["kernel"] == kernel and r["mode"] == mode and key in r]
+            pts = [
+                (r["n"], r[key])
+                for r in results["records"]
+                if r["kernel"] == kernel and r["mode"] == mode and key in r
+            ]
             if pts:
                 xs, ys = zip(*pts)
                 label = f"{kernel}{' core' if key == 'core_s' else ''} [{mode}]"
                 ax_t.plot(xs, ys, style, marker="o", label=label)
-        pts = [(r["n"], r["peak_mb"]) for r in results["records"] if r["kernel"] == kernel and r["mode"] == "fwd+bwd" and "peak_mb" in r]
-        pts = pts or [(r["n"], r["peak_mb"]) for r in results["records"] if r["kernel"] == kernel and "peak_mb" in r]
+        pts = [
+            (r["n"], r["peak_mb"])
+            for r in results["records"]
+            if r["kernel"] == kernel and r["mode"] == "fwd+bwd" and "peak_mb" in r
+        ]
+        pts = pts or [
+            (r["n"], r["peak_mb"]) for r in results["records"] if r["kernel"] == kernel and "peak_mb" in r
+        ]
         if pts:
             xs, ys = zip(*pts)
             ax_m.plot(xs, [max(y, 1) for y in ys], marker="o", label=kernel)
@@ -406,8 +481,15 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1k and 4k only, fewer kernels (for make demo)")
     ap.add_argument("--only", nargs="*", help="run kernels whose name contains one of these strings")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--budget-s", type=float, default=20.0, help="time budget for the timed repetitions of one measurement")
-    ap.add_argument("--max-call-s", type=float, default=60.0, help="skip sizes whose projected single call exceeds this")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=20.0,
+        help="time budget for the timed repetitions of one measurement",
+    )
+    ap.add_argument(
+        "--max-call-s", type=float, default=60.0, help="skip sizes whose projected single call exceeds this"
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:

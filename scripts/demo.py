@@ -52,13 +52,22 @@ def gallery(n=128):
     cols = 4
     rows = -(-len(items) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.4 * rows), squeeze=False)
-    lines = ["# Pattern gallery", "", "| pattern | rule | density n=4,096 | density n=16,384 |", "|---|---|---|---|"]
+    lines = [
+        "# Pattern gallery",
+        "",
+        "| pattern | rule | density n=4,096 | density n=16,384 |",
+        "|---|---|---|---|",
+    ]
     for ax, (name, p) in zip(axes.flat, items.items()):
         plot_pattern(p, n, ax=ax, title=name)
         slug = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
         plot_pattern(p, n, path=os.path.join(out, f"{slug}.png"), title=name)
         doc = (type(p.__dict__.get("_source", p)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        dens = ["(content-based)"] * 2 if name in ("LSH(bucket_size=16)", "TopKBlocks(block=16, k=3)") else [f"{p.density(m):.2%}" for m in (4096, 16384)]
+        dens = (
+            ["(content-based)"] * 2
+            if name in ("LSH(bucket_size=16)", "TopKBlocks(block=16, k=3)")
+            else [f"{p.density(m):.2%}" for m in (4096, 16384)]
+        )
         lines.append(f"| `{name}` | {doc} | {dens[0]} | {dens[1]} |")
     for ax in list(axes.flat)[len(items) :]:
         ax.axis("off")

@@ -72,7 +72,9 @@ def _is_dense(layout) -> bool:
     return bool((idx == torch.arange(layout.num_kv_blocks, device=idx.device)).all())
 
 
-def _prepare(comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale, dropout_p, seed, device) -> _Prep:
+def _prepare(
+    comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale, dropout_p, seed, device
+) -> _Prep:
     lay = comp.layout
     c = lay.block
     nqb = lay.num_q_blocks
@@ -96,7 +98,9 @@ def _prepare(comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale
     qv = None if comp.q_valid is None else comp.q_valid.to(device).expand(B, -1)
     # Which (batch, head) rows can share one bias.
     per_bh = comp.per_batch_head
-    heads_vary = per_bh and any(t is not None and t.shape[1] > 1 for t in (lay.kv_index, comp.q_index, comp.k_index))
+    heads_vary = per_bh and any(
+        t is not None and t.shape[1] > 1 for t in (lay.kv_index, comp.q_index, comp.k_index)
+    )
     heads_vary = heads_vary or (kv is not None and kv.shape[1] > 1) or comp.head_dependent
     batch_vary = per_bh or kv is not None or qv is not None or comp.batch_dependent
     if heads_vary:
@@ -106,7 +110,9 @@ def _prepare(comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale
     else:
         groups = [(0, 0, 0, B * H)]
     win0 = comp.layout.band[0] * c if mode == "band" else 0
-    prep = _Prep(comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, None, None, None, scale, dropout_p, seed)
+    prep = _Prep(
+        comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, None, None, None, scale, dropout_p, seed
+    )
     if mode == "band" and comp.translation_invariant:
         prep.shared_bias = _shared_band_bias(prep, device)
         prep.shared_any = (prep.shared_bias > _NEG_INF).any(-1)
@@ -163,7 +169,11 @@ def _chunk_bias(p: _Prep, b: int, h: int, s: int, e: int, dtype, device):
         full = full.repeat_interleave(c, dim=1)  # (g, L)
     elif p.mode == "dense":
         lay = comp.layout
-        full = lay.full[min(b, lay.full.shape[0] - 1), min(h, lay.full.shape[1] - 1), s:e].to(device).repeat_interleave(c, dim=1)
+        full = (
+            lay.full[min(b, lay.full.shape[0] - 1), min(h, lay.full.shape[1] - 1), s:e]
+            .to(device)
+            .repeat_interleave(c, dim=1)
+        )
     else:  # band: kv_index rows are compacted at the edges; put full flags back in window slots
         lay = comp.layout
         lo, hi = lay.band
@@ -189,7 +199,9 @@ def _chunk_bias(p: _Prep, b: int, h: int, s: int, e: int, dtype, device):
     return bias[None], allowed.any(-1)
 
 
-def _chunk_keys(p: _Prep, X: torch.Tensor, r0: int, r1: int, b: int, h: int, s: int, e: int, clean: bool = False):
+def _chunk_keys(
+    p: _Prep, X: torch.Tensor, r0: int, r1: int, b: int, h: int, s: int, e: int, clean: bool = False
+):
     """Keys (or values) of query blocks s..e for rows r0..r1: (Gh, g, L, D). Clean band chunks are
     zero-copy strided views; everything else is a gather (rows out of range are clamped, and
     masked by the chunk's bias)."""
@@ -277,16 +289,23 @@ class _BlockSparse(torch.autograd.Function):
             clean_n = _budget(p, 1, FORWARD_ELEMENTS) if use_flash else _budget(p, heads, CHUNK_ELEMENTS)
             for s, e, clean in _schedule(p, b, h, clean_n, _budget(p, heads, CHUNK_ELEMENTS), dev):
                 if clean:
-                    bias = p.shared_bias.to(q.dtype if use_flash else cdt)[None, None].expand(1, e - s, c, p.L)
+                    bias = p.shared_bias.to(q.dtype if use_flash else cdt)[None, None].expand(
+                        1, e - s, c, p.L
+                    )
                     any_key = p.shared_any.expand(e - s, c)
                 else:
                     bias, any_key = _chunk_bias(p, b, h, s, e, q.dtype if use_flash else cdt, dev)
                     if not bool(any_key.any()):
                         continue
                 Q = qb[r0:r1, s:e]
-                K, V = _chunk_keys(p, k, r0, r1, b, h, s, e, clean), _chunk_keys(p, v, r0, r1, b, h, s, e, clean)
+                K, V = (
+                    _chunk_keys(p, k, r0, r1, b, h, s, e, clean),
+                    _chunk_keys(p, v, r0, r1, b, h, s, e, clean),
+                )
                 if use_flash:
-                    o, l = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(Q, K, V, attn_mask=bias, scale=p.scale)
+                    o, l = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                        Q, K, V, attn_mask=bias, scale=p.scale
+                    )
                 else:
                     S = torch.matmul(Q.to(cdt), K.to(cdt).transpose(-1, -2)).mul_(p.scale).add_(bias)
                     l = torch.logsumexp(S, dim=-1)
@@ -356,7 +375,10 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
     dP = torch.empty(step, c, L, device=dev, dtype=cdt)
     neg_lse = -lse4
     for b, h, r0, r1 in p.groups:
-        chunks = [(s, e, clean, *_chunk_mask(p, b, h, s, e, clean, dev, cdt)) for s, e, clean in _schedule(p, b, h, step, step, dev)]
+        chunks = [
+            (s, e, clean, *_chunk_mask(p, b, h, s, e, clean, dev, cdt))
+            for s, e, clean in _schedule(p, b, h, step, step, dev)
+        ]
         for r in range(r0, r1):
             dO, Qr = d_out[r].to(cdt), q[r].to(cdt)
             for s, e, clean, mask01, any_key in chunks:
@@ -370,13 +392,27 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
                 V = _chunk_keys(p, vf, r, r + 1, b, h, s, e, clean)[0]
                 Sx, dPx = S[:g], dP[:g]
                 # S - lse in one op: baddbmm(-lse, q, k^T, alpha=scale)
-                torch.baddbmm(neg_lse[r, s:e, :, None].expand(g, c, L), Qr[s:e], K.transpose(1, 2), alpha=p.scale, out=Sx)
+                torch.baddbmm(
+                    neg_lse[r, s:e, :, None].expand(g, c, L),
+                    Qr[s:e],
+                    K.transpose(1, 2),
+                    alpha=p.scale,
+                    out=Sx,
+                )
                 P = Sx.clamp_(-87.0, 0.0).exp_().mul_(mask01)
-                dV = torch.bmm(P.transpose(1, 2), dO[s:e], out=buf_v[s:e]) if clean else torch.bmm(P.transpose(1, 2), dO[s:e])
+                dV = (
+                    torch.bmm(P.transpose(1, 2), dO[s:e], out=buf_v[s:e])
+                    if clean
+                    else torch.bmm(P.transpose(1, 2), dO[s:e])
+                )
                 torch.bmm(dO[s:e], V.transpose(1, 2), out=dPx)
                 dS = dPx.sub_(delta[r, s:e, :, None]).mul_(P)
                 torch.bmm(dS, K, out=dq[r, s:e])
-                dK = torch.bmm(dS.transpose(1, 2), Qr[s:e], out=buf_k[s:e]) if clean else torch.bmm(dS.transpose(1, 2), Qr[s:e])
+                dK = (
+                    torch.bmm(dS.transpose(1, 2), Qr[s:e], out=buf_k[s:e])
+                    if clean
+                    else torch.bmm(dS.transpose(1, 2), Qr[s:e])
+                )
                 if not clean:
                     rows = _key_rows(p, b, h, s, e, dev).clamp(0, p.nk - 1).flatten()
                     dk[r].index_add_(0, rows, dK.reshape(-1, D))
@@ -422,7 +458,6 @@ def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
 
 def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s, e):
     """Add a chunk's key gradients (Gh, g, L, D) back to the key rows they came from."""
-    c, g = p.c, e - s
     if p.mode == "dense":
         dX[r0:r1, : p.L] += chunk.sum(1)
     else:
@@ -443,7 +478,6 @@ def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, seed=0):
     """One component -> (out (B, H, nq, Dv), lse (B, H, nq)) in the query tensor's rows."""
     B, H, nq_t, D = q.shape
-    nk_t = k.shape[-2]
     device = q.device
     qs = q if comp.q_index is None else _gather_rows(q, comp.q_index)
     ks = k if comp.k_index is None else _gather_rows(k, comp.k_index)
@@ -471,12 +505,20 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
         return out, lse
     # back to the query tensor's rows; rows outside the component get zeros and -inf
     idx = comp.q_index.to(device).expand(B, H, -1)
-    valid = torch.ones(idx.shape, dtype=torch.bool, device=device) if comp.q_valid is None else comp.q_valid.to(device)[:, None, :].expand(B, H, -1)
+    valid = (
+        torch.ones(idx.shape, dtype=torch.bool, device=device)
+        if comp.q_valid is None
+        else comp.q_valid.to(device)[:, None, :].expand(B, H, -1)
+    )
     # ragged index sets point their unused slots at row 0: they add zeros and are not "covered"
     keep = valid & torch.isfinite(lse)
     out = out * keep[..., None]
-    full_out = torch.zeros(B, H, nq_t, out.shape[-1], dtype=out.dtype, device=device).scatter_add(2, idx[..., None].expand_as(out), out)
-    full_lse = torch.zeros(B, H, nq_t, dtype=lse.dtype, device=device).scatter_add(2, idx, torch.where(keep, lse, torch.zeros_like(lse)))
+    full_out = torch.zeros(B, H, nq_t, out.shape[-1], dtype=out.dtype, device=device).scatter_add(
+        2, idx[..., None].expand_as(out), out
+    )
+    full_lse = torch.zeros(B, H, nq_t, dtype=lse.dtype, device=device).scatter_add(
+        2, idx, torch.where(keep, lse, torch.zeros_like(lse))
+    )
     covered = torch.zeros(B, H, nq_t, dtype=torch.int32, device=device).scatter_add(2, idx, keep.int()) > 0
     return full_out, torch.where(covered, full_lse, torch.full_like(full_lse, _NEG_INF))
 
@@ -495,17 +537,32 @@ def merge_partials(parts):
     return out, lse
 
 
-def blocked_attention(q, k, v, plan: Plan, key_valid=None, scale=None, dropout_p=0.0, seed=0, return_lse=False):
+def blocked_attention(
+    q, k, v, plan: Plan, key_valid=None, scale=None, dropout_p=0.0, seed=0, return_lse=False
+):
     """Run a plan. q: (B, H, nq, D), k/v: (B, H, nk, D), key_valid: (B, nk) bool or None."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if plan.per_head is not None:
         outs = [
-            blocked_attention(q[:, h : h + 1], k[:, h : h + 1], v[:, h : h + 1], ph, key_valid, scale, dropout_p, seed + h, True)
+            blocked_attention(
+                q[:, h : h + 1],
+                k[:, h : h + 1],
+                v[:, h : h + 1],
+                ph,
+                key_valid,
+                scale,
+                dropout_p,
+                seed + h,
+                True,
+            )
             for h, ph in enumerate(plan.per_head)
         ]
         out, lse = torch.cat([o for o, _ in outs], 1), torch.cat([l for _, l in outs], 1)
         return (out, lse) if return_lse else out
-    parts = [run_component(q, k, v, comp, key_valid, scale, dropout_p, seed + i) for i, comp in enumerate(plan.components)]
+    parts = [
+        run_component(q, k, v, comp, key_valid, scale, dropout_p, seed + i)
+        for i, comp in enumerate(plan.components)
+    ]
     if not parts:
         B, H, nq, _ = q.shape
         out = q.new_zeros(B, H, nq, v.shape[-1]) + 0 * (q.sum() + k.sum() + v.sum())

@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 
-def allowed_mask(pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None) -> torch.Tensor:
+def allowed_mask(
+    pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None
+) -> torch.Tensor:
     """(B, H, q_len, kv_len) bool: the bound pattern's rule, and padding keys removed."""
     m = pattern.dense_mask(q_len, kv_len, device=device)
     while m.dim() < 4:
@@ -17,7 +19,9 @@ def allowed_mask(pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=Non
     return m
 
 
-def dense_attention(query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, generator=None):
+def dense_attention(
+    query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, generator=None
+):
     """softmax(q k^T * scale) v over ``allowed`` keys; rows with no allowed key give zeros."""
     scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale  # (B, H, q, kv)
     scores = scores.masked_fill(~allowed, float("-inf"))

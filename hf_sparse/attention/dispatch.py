@@ -40,7 +40,9 @@ def resolve_pattern(pattern) -> P.Pattern:
         return pattern
     if isinstance(pattern, (dict, str)):
         return P.from_dict(pattern)
-    raise TypeError(f"pattern must be a Pattern, a spec dict or a registered name, got {type(pattern).__name__}")
+    raise TypeError(
+        f"pattern must be a Pattern, a spec dict or a registered name, got {type(pattern).__name__}"
+    )
 
 
 def choose_block(pattern: P.Pattern, n: int, requested: int | None = None) -> int:
@@ -124,12 +126,18 @@ def sparse_attention(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise TypeError(
+            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
     if not (query.device == key.device == value.device):
-        raise ValueError(f"query, key and value must be on one device, got {query.device}, {key.device}, {value.device}")
+        raise ValueError(
+            f"query, key and value must be on one device, got {query.device}, {key.device}, {value.device}"
+        )
     B, H, q_len, D = query.shape
     if key.shape[0] != B or value.shape[0] != B:
-        raise ValueError(f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
+        raise ValueError(
+            f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
     if key.shape[1] != value.shape[1] or H % key.shape[1]:
         raise ValueError(
             f"key/value heads must be equal and divide query heads: query {tuple(query.shape)}, "
@@ -141,7 +149,9 @@ def sparse_attention(
         raise ValueError(f"key and value lengths differ: {tuple(key.shape)} vs {tuple(value.shape)}")
     kv_len = key.shape[-2]
     if q_len > kv_len:
-        raise ValueError(f"query is longer than key ({q_len} > {kv_len}); queries are aligned to the end of the keys")
+        raise ValueError(
+            f"query is longer than key ({q_len} > {kv_len}); queries are aligned to the end of the keys"
+        )
     if key.shape[1] != H:
         rep = H // key.shape[1]
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
@@ -192,7 +202,9 @@ def _check_flex(pattern, query, needs_grad, dropout_p):
             "use backend='blocked' (or 'auto')"
         )
     if dropout_p > 0.0:
-        raise ValueError(f"backend='flex' cannot run {pattern!r} with dropout_p={dropout_p}; use backend='blocked'")
+        raise ValueError(
+            f"backend='flex' cannot run {pattern!r} with dropout_p={dropout_p}; use backend='blocked'"
+        )
     if compile_enabled() and not can_compile_on(query.device):
         raise ValueError(
             f"backend='flex' cannot run {pattern!r} on {query.device}: torch.compile needs a C++ compiler "

@@ -35,14 +35,16 @@ def can_compile_on(device: torch.device) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled():
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)
 
 
-def build_block_mask(layout, mask_mod, q_len: int, kv_len: int, B: int, H: int, device, partial_everywhere: bool):
+def build_block_mask(
+    layout, mask_mod, q_len: int, kv_len: int, B: int, H: int, device, partial_everywhere: bool
+):
     """BlockMask from a BlockLayout: kept tiles, split into full and partial ones."""
     from torch.nn.attention.flex_attention import BlockMask
 
@@ -66,7 +68,13 @@ def build_block_mask(layout, mask_mod, q_len: int, kv_len: int, B: int, H: int, 
     kv_num, kv_idx = compact(partial)
     full_num, full_idx = compact(full)
     return BlockMask.from_kv_blocks(
-        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=layout.block, mask_mod=mask_mod, seq_lengths=(q_len, kv_len)
+        kv_num,
+        kv_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=layout.block,
+        mask_mod=mask_mod,
+        seq_lengths=(q_len, kv_len),
     )
 
 
@@ -80,6 +88,7 @@ def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, 
     off = kv_len - q_len
     rule = pattern.mask_mod
     if key_valid is None:
+
         def mask_mod(b, h, q_idx, kv_idx):
             return rule(b, h, q_idx + off, kv_idx)
     else:
@@ -98,4 +107,10 @@ def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, 
     return out, lse
 
 
-__all__ = ["build_block_mask", "can_compile_on", "compile_enabled", "flex_attention_forward", "flex_available"]
+__all__ = [
+    "build_block_mask",
+    "can_compile_on",
+    "compile_enabled",
+    "flex_attention_forward",
+    "flex_available",
+]

@@ -82,7 +82,9 @@ def layout_from_lists(
     return BlockLayout(block, len(rows), num_kv_blocks, idx, full)
 
 
-def band_layout(lo_diff: float, hi_diff: float, q_len: int, kv_len: int, block: int, q_offset: int = 0) -> BlockLayout:
+def band_layout(
+    lo_diff: float, hi_diff: float, q_len: int, kv_len: int, block: int, q_offset: int = 0
+) -> BlockLayout:
     """Layout of ``lo_diff <= pos_i - pos_j <= hi_diff`` (a diagonal band; bounds may be +-inf).
 
     Query row r sits at position ``q_offset + r``. Built in O(kept tiles): tile (qb, kb) holds the
@@ -136,7 +138,9 @@ def diagonal_layout(keep_diag, full_diag, q_len: int, kv_len: int, block: int) -
     return BlockLayout(c, nqb, nkb, kv_index[None, None], (full & ok)[None, None])
 
 
-def segment_layout(q_seg: torch.Tensor, k_seg: torch.Tensor, block: int, causal: str | None = None) -> BlockLayout:
+def segment_layout(
+    q_seg: torch.Tensor, k_seg: torch.Tensor, block: int, causal: str | None = None
+) -> BlockLayout:
     """Layout of "row i may see key row j iff they are in the same segment" where segments are
     contiguous runs of equal, non-decreasing ids (``q_seg``: (..., nq), ``k_seg``: (..., nk)).
 
@@ -151,7 +155,11 @@ def segment_layout(q_seg: torch.Tensor, k_seg: torch.Tensor, block: int, causal:
     nqb, nkb = math.ceil(nq / c), math.ceil(nk / c)
 
     def take(seg, idx):  # seg[..., idx] with idx (..., m) broadcast over the leading dims
-        flat = idx.expand(*lead, *idx.shape[-2:]).flatten(-2) if idx.dim() > 1 else idx.expand(*lead, idx.shape[-1])
+        flat = (
+            idx.expand(*lead, *idx.shape[-2:]).flatten(-2)
+            if idx.dim() > 1
+            else idx.expand(*lead, idx.shape[-1])
+        )
         return seg.gather(-1, flat).view(*lead, *idx.shape[-2:]) if idx.dim() > 1 else seg.gather(-1, flat)
 
     first_row = torch.arange(nqb) * c
@@ -162,7 +170,10 @@ def segment_layout(q_seg: torch.Tensor, k_seg: torch.Tensor, block: int, causal:
     if causal is None:
         k_hi = torch.searchsorted(k_seg.contiguous(), q_last.contiguous(), right=True)
     else:
-        k_hi = torch.minimum(last_row + (1 if causal == "inclusive" else 0), torch.searchsorted(k_seg.contiguous(), q_last.contiguous(), right=True))
+        k_hi = torch.minimum(
+            last_row + (1 if causal == "inclusive" else 0),
+            torch.searchsorted(k_seg.contiguous(), q_last.contiguous(), right=True),
+        )
     lo_kb = k_lo // c
     hi_kb = (k_hi - 1).clamp(min=0) // c
     empty = k_hi <= k_lo
@@ -401,7 +412,10 @@ def tile_allowed(comp: Component, b: int, h: int, qbs: torch.Tensor, q_len: int,
 
 def count_component_pairs(comp: Component, q_len: int, kv_len: int) -> int:
     lay = comp.layout
-    Bl = max([lay.kv_index.shape[0]] + [t.shape[0] for t in (comp.q_index, comp.k_index, comp.q_valid, comp.k_valid) if t is not None])
+    Bl = max(
+        [lay.kv_index.shape[0]]
+        + [t.shape[0] for t in (comp.q_index, comp.k_index, comp.q_valid, comp.k_valid) if t is not None]
+    )
     Hl = max([lay.kv_index.shape[1]] + [t.shape[1] for t in (comp.q_index, comp.k_index) if t is not None])
     chunk = max(1, (1 << 22) // max(1, lay.block * lay.block * lay.max_blocks))
     total = 0
@@ -631,7 +645,9 @@ class Pattern:
 
     @property
     def __name__(self) -> str:  # attention-gym style readable names: sliding_window_512
-        vals = [str(v) for v in self._params().values() if isinstance(v, (int, bool)) and not isinstance(v, bool)]
+        vals = [
+            str(v) for v in self._params().values() if isinstance(v, (int, bool)) and not isinstance(v, bool)
+        ]
         return "_".join([self.type_name, *vals])
 
 

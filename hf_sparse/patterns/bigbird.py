@@ -6,7 +6,15 @@ import math
 
 import torch
 
-from .base import Component, Pattern, Plan, check_positive_int, full_layout, pattern_block_layout, register_pattern
+from .base import (
+    Component,
+    Pattern,
+    Plan,
+    check_positive_int,
+    full_layout,
+    pattern_block_layout,
+    register_pattern,
+)
 from .compose import Union
 from .global_tokens import Global
 
@@ -41,7 +49,12 @@ class BlockSet(Pattern):
         Bt, Ht = self.table.shape[:2]
         if Bt == 1 and Ht == 1:
             return super()._dense(i, j)
-        return torch.stack([torch.stack([self._mask(b, h, i, j).expand(i.shape[0], j.shape[1]) for h in range(Ht)]) for b in range(Bt)])
+        return torch.stack(
+            [
+                torch.stack([self._mask(b, h, i, j).expand(i.shape[0], j.shape[1]) for h in range(Ht)])
+                for b in range(Bt)
+            ]
+        )
 
     def _layout(self, q_len, kv_len, block):
         off = kv_len - q_len
@@ -57,7 +70,13 @@ class BlockSet(Pattern):
         return layout
 
     def _plan(self, q_len, kv_len, block):
-        return Plan([Component(self._layout(q_len, kv_len, block), self._mask, q_offset=kv_len - q_len, name="block_set")])
+        return Plan(
+            [
+                Component(
+                    self._layout(q_len, kv_len, block), self._mask, q_offset=kv_len - q_len, name="block_set"
+                )
+            ]
+        )
 
     def _original_layout(self, q_len, kv_len, block):
         return self._layout(q_len, kv_len, block)
@@ -67,7 +86,9 @@ class BlockSet(Pattern):
 
     def to_dict(self):
         if self._source is None:
-            raise TypeError("a BlockSet built from a table is not serialisable; serialise the pattern it came from")
+            raise TypeError(
+                "a BlockSet built from a table is not serialisable; serialise the pattern it came from"
+            )
         return super().to_dict()
 
 
@@ -119,7 +140,14 @@ class BigBird(Pattern):
 
     length_dependent = True
 
-    def __init__(self, block: int = 64, window_blocks: int = 3, random_blocks: int = 3, global_blocks: int = 2, seed: int = 0):
+    def __init__(
+        self,
+        block: int = 64,
+        window_blocks: int = 3,
+        random_blocks: int = 3,
+        global_blocks: int = 2,
+        seed: int = 0,
+    ):
         self.block = check_positive_int("block", block)
         self.window_blocks = check_positive_int("window_blocks", window_blocks)
         if self.window_blocks % 2 == 0:

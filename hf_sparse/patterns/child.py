@@ -61,11 +61,19 @@ class Strided(Pattern):
         lo, hi = self._local_bounds()
         off = kv_len - q_len
         local = Component(
-            band_layout(lo, hi, q_len, kv_len, block, q_offset=off), self._local, q_offset=off,
-            translation_invariant=True, name=f"{self.__name__}_local",
+            band_layout(lo, hi, q_len, kv_len, block, q_offset=off),
+            self._local,
+            q_offset=off,
+            translation_invariant=True,
+            name=f"{self.__name__}_local",
         )
         if q_len != kv_len:
-            cols = Component(self._columns_layout(q_len, kv_len, block), self._columns, q_offset=off, name=f"{self.__name__}_columns")
+            cols = Component(
+                self._columns_layout(q_len, kv_len, block),
+                self._columns,
+                q_offset=off,
+                name=f"{self.__name__}_columns",
+            )
             return Plan([local, cols])
         perm, cls = residue_order(q_len, self.stride)
         layout = segment_layout(cls, cls, block, causal="strict" if self.causal else None)
@@ -73,7 +81,12 @@ class Strided(Pattern):
             qb = torch.arange(layout.num_q_blocks)[:, None]
             layout.full &= layout.kv_index != qb
         idx = perm[None, None]
-        return Plan([local, Component(layout, self._columns, q_index=idx, k_index=idx, name=f"{self.__name__}_columns")])
+        return Plan(
+            [
+                local,
+                Component(layout, self._columns, q_index=idx, k_index=idx, name=f"{self.__name__}_columns"),
+            ]
+        )
 
     def _columns_layout(self, q_len, kv_len, block):
         s, c = self.stride, block
@@ -149,7 +162,12 @@ class Fixed(Pattern):
 
     def _plan(self, q_len, kv_len, block):
         off = kv_len - q_len
-        local = Component(self._local_layout(q_len, kv_len, block), self._same_block, q_offset=off, name=f"{self.__name__}_local")
+        local = Component(
+            self._local_layout(q_len, kv_len, block),
+            self._same_block,
+            q_offset=off,
+            name=f"{self.__name__}_local",
+        )
         keys = self._summary_positions(kv_len)
         c, l, s = block, self.block, self.summary
         nqb, nkb = math.ceil(q_len / c), math.ceil(max(len(keys), 1) / c)
@@ -173,7 +191,9 @@ class Fixed(Pattern):
         layout = BlockLayout(c, nqb, nkb, idx[None, None, :, :width], full[None, None, :, :width])
         if not len(keys):
             return Plan([local])
-        summary = Component(layout, self._summary, k_index=keys[None, None], q_offset=off, name=f"{self.__name__}_summary")
+        summary = Component(
+            layout, self._summary, k_index=keys[None, None], q_offset=off, name=f"{self.__name__}_summary"
+        )
         return Plan([local, summary])
 
     def _original_layout(self, q_len, kv_len, block):

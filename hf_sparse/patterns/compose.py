@@ -134,7 +134,9 @@ def union_plans(plans: list[Plan]) -> Plan:
         merged.append(m)
     for c in others:
         earlier = [e.mask for e in merged]
-        merged.append(c.restricted(lambda b, h, i, j, es=tuple(earlier): ~_any(es, b, h, i, j)) if earlier else c)
+        merged.append(
+            c.restricted(lambda b, h, i, j, es=tuple(earlier): ~_any(es, b, h, i, j)) if earlier else c
+        )
     return Plan(merged)
 
 

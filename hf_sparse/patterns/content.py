@@ -16,9 +16,13 @@ from .bigbird import BlockSet
 
 def _check_qk(pattern, query, key):
     if query is None or key is None:
-        raise ValueError(f"{type(pattern).__name__} is content-based: bind(n, query=q, key=k) needs both tensors")
+        raise ValueError(
+            f"{type(pattern).__name__} is content-based: bind(n, query=q, key=k) needs both tensors"
+        )
     if query.dim() != 4 or key.dim() != 4:
-        raise ValueError(f"query and key must be (batch, heads, seq, head_dim), got {tuple(query.shape)} and {tuple(key.shape)}")
+        raise ValueError(
+            f"query and key must be (batch, heads, seq, head_dim), got {tuple(query.shape)} and {tuple(key.shape)}"
+        )
 
 
 @register_pattern("lsh")
@@ -55,7 +59,12 @@ class LSH(Pattern):
         return LSHBuckets(self.hash(query, kv_len), self.hash(key, kv_len), self.causal, source=self)
 
     def _params(self):
-        return {"bucket_size": self.bucket_size, "num_hashes": self.num_hashes, "seed": self.seed, "causal": self.causal}
+        return {
+            "bucket_size": self.bucket_size,
+            "num_hashes": self.num_hashes,
+            "seed": self.seed,
+            "causal": self.causal,
+        }
 
 
 class LSHBuckets(Pattern):
@@ -100,7 +109,9 @@ class LSHBuckets(Pattern):
                     m = m & ~self._same(b, h, i, j, slice(0, r))
                 return m & (j <= i) if self.causal else m
 
-            comps.append(Component(layout, mask, q_index=q_index, k_index=k_index, q_offset=off, name=f"lsh_round{r}"))
+            comps.append(
+                Component(layout, mask, q_index=q_index, k_index=k_index, q_offset=off, name=f"lsh_round{r}")
+            )
         return Plan(comps)
 
     def _original_layout(self, q_len, kv_len, block):
@@ -111,9 +122,21 @@ class LSHBuckets(Pattern):
         keep = torch.zeros(B, H, nqb, nkb, dtype=torch.bool)
         for r in range(self.hq.shape[-1]):
             qi = torch.zeros(B, H, nqb, nbk)
-            qi.scatter_(-1, torch.nn.functional.pad(self.hq[..., r].cpu(), (0, nqb * c - q_len), value=0).view(B, H, nqb, c), 1.0)
+            qi.scatter_(
+                -1,
+                torch.nn.functional.pad(self.hq[..., r].cpu(), (0, nqb * c - q_len), value=0).view(
+                    B, H, nqb, c
+                ),
+                1.0,
+            )
             ki = torch.zeros(B, H, nkb, nbk)
-            ki.scatter_(-1, torch.nn.functional.pad(self.hk[..., r].cpu(), (0, nkb * c - kv_len), value=0).view(B, H, nkb, c), 1.0)
+            ki.scatter_(
+                -1,
+                torch.nn.functional.pad(self.hk[..., r].cpu(), (0, nkb * c - kv_len), value=0).view(
+                    B, H, nkb, c
+                ),
+                1.0,
+            )
             keep |= (qi @ ki.transpose(-1, -2)) > 0
         order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)
         idx = torch.where(keep, torch.arange(nkb).expand_as(keep), -1).gather(-1, order)

@@ -84,7 +84,9 @@ class Global(Pattern):
     def _dense(self, i, j):
         if self._table is not None and self._table.shape[0] > 1:
             B = self._table.shape[0]
-            return torch.stack([self._mask(b, 0, i, j).expand(i.shape[0], j.shape[1]) for b in range(B)])[:, None]
+            return torch.stack([self._mask(b, 0, i, j).expand(i.shape[0], j.shape[1]) for b in range(B)])[
+                :, None
+            ]
         return super()._dense(i, j)
 
     def _rows(self, n: int, offset: int, device=None) -> torch.Tensor:
@@ -106,12 +108,18 @@ class Global(Pattern):
         rows = Component(
             full_layout(qrows.shape[-1], kv_len, block),
             lambda b, h, i, j: is_g(b, i) & (j >= 0),
-            q_index=qrows, q_valid=qvalid, q_offset=off, name="global_rows",
+            q_index=qrows,
+            q_valid=qvalid,
+            q_offset=off,
+            name="global_rows",
         )
         cols = Component(
             full_layout(q_len, krows.shape[-1], block, full=False),
             lambda b, h, i, j: ~is_g(b, i) & is_g(b, j),
-            k_index=krows, k_valid=kvalid, q_offset=off, name="global_columns",
+            k_index=krows,
+            k_valid=kvalid,
+            q_offset=off,
+            name="global_columns",
         )
         return Plan([c for c, v in ((rows, qvalid), (cols, kvalid)) if bool(v.any())])
 

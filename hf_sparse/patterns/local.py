@@ -29,7 +29,17 @@ class _Band(Pattern):
     def _plan(self, q_len, kv_len, block):
         lo, hi = self._bounds()
         layout = band_layout(lo, hi, q_len, kv_len, block, q_offset=kv_len - q_len)
-        return Plan([Component(layout, self._mask, q_offset=kv_len - q_len, translation_invariant=True, name=self.__name__)])
+        return Plan(
+            [
+                Component(
+                    layout,
+                    self._mask,
+                    q_offset=kv_len - q_len,
+                    translation_invariant=True,
+                    name=self.__name__,
+                )
+            ]
+        )
 
     def _original_layout(self, q_len, kv_len, block):
         lo, hi = self._bounds()
@@ -87,7 +97,9 @@ class BlockLocal(Pattern):
         self.geometry = (self.block,)
 
     def _mask(self, b, h, i, j):
-        return torch.div(i, self.block, rounding_mode="floor") == torch.div(j, self.block, rounding_mode="floor")
+        return torch.div(i, self.block, rounding_mode="floor") == torch.div(
+            j, self.block, rounding_mode="floor"
+        )
 
     def _layout(self, q_len, kv_len, c):
         off = kv_len - q_len
@@ -137,9 +149,13 @@ class Dilated(Pattern):
         self.translation_invariant = True
 
     def _reach(self):
-        return (0, (self.window - 1) * self.dilation) if self.causal else (
-            -(self.window // 2) * self.dilation,
-            (self.window // 2) * self.dilation,
+        return (
+            (0, (self.window - 1) * self.dilation)
+            if self.causal
+            else (
+                -(self.window // 2) * self.dilation,
+                (self.window // 2) * self.dilation,
+            )
         )
 
     def _mask(self, b, h, i, j):
@@ -153,7 +169,17 @@ class Dilated(Pattern):
             # a band in position order, the residue rule checked inside the tiles
             layout = band_layout(lo, hi, q_len, kv_len, block, q_offset=kv_len - q_len)
             layout.full &= self.dilation == 1
-            return Plan([Component(layout, self._mask, q_offset=kv_len - q_len, translation_invariant=True, name=self.__name__)])
+            return Plan(
+                [
+                    Component(
+                        layout,
+                        self._mask,
+                        q_offset=kv_len - q_len,
+                        translation_invariant=True,
+                        name=self.__name__,
+                    )
+                ]
+            )
         perm, cls = residue_order(q_len, self.dilation)
         # within one class consecutive rows are `dilation` positions apart: a band of window rows
         layout = band_layout(lo // self.dilation, hi // self.dilation, q_len, kv_len, block)

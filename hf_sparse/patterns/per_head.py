@@ -36,7 +36,11 @@ class PerHead(Pattern):
         for h, p in enumerate(self.patterns):
             qh = None if query is None else query[:, h : h + 1]
             kh = None if key is None else key[:, h : h + 1]
-            bound.append(p.bind(q_len, kv_len, query=qh if p.content_based else None, key=kh if p.content_based else None))
+            bound.append(
+                p.bind(
+                    q_len, kv_len, query=qh if p.content_based else None, key=kh if p.content_based else None
+                )
+            )
         if all(b is p for b, p in zip(bound, self.patterns)):
             return self
         out = PerHead(bound)

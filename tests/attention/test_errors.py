@@ -34,7 +34,11 @@ def test_bad_tensors(change, exc, words):
 @pytest.mark.parametrize(
     "kwargs, exc, words",
     [
-        ({"attention_mask": torch.ones(1, 7)}, ValueError, r"attention_mask must have shape \(batch, seq\) = \(1, 8\), got \(1, 7\)"),
+        (
+            {"attention_mask": torch.ones(1, 7)},
+            ValueError,
+            r"attention_mask must have shape \(batch, seq\) = \(1, 8\), got \(1, 7\)",
+        ),
         ({"global_attention_mask": torch.ones(8)}, ValueError, "global_attention_mask must have shape"),
         ({"attention_mask": [1] * 8}, TypeError, "attention_mask must be a torch.Tensor"),
         ({"backend": "fast"}, ValueError, "backend must be one of .* got 'fast'"),

@@ -20,7 +20,9 @@ def _inputs(n, dtype=torch.float32, B=2, H=3, D=16, grad=True, seed=0):
 
 def _run(q, k, v, pattern, mode, backend, **kw):
     am, gm = make_masks(mode, q.shape[0], q.shape[2])
-    return sparse_attention(q, k, v, pattern, attention_mask=am, global_attention_mask=gm, backend=backend, **kw)
+    return sparse_attention(
+        q, k, v, pattern, attention_mask=am, global_attention_mask=gm, backend=backend, **kw
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -116,7 +118,9 @@ def test_padding_keys_get_no_gradient():
 
 def test_float64_gradcheck():
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 1, 11, 2, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    q, k, v = (
+        torch.randn(1, 1, 11, 2, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3)
+    )
     pattern = P.SlidingWindow(window=4) | P.Global(indices=[4])  # two components merged by log-sum-exp
 
     def f(q, k, v):
@@ -128,12 +132,18 @@ def test_float64_gradcheck():
 def test_dropout_is_exact_in_backward():
     """With dropout the kernel's gradient is the gradient of its own (seeded) forward."""
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 1, 11, 2, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    q, k, v = (
+        torch.randn(1, 1, 11, 2, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3)
+    )
 
     def f(q, k, v):
-        return sparse_attention(q, k, v, P.SlidingWindow(window=8), dropout_p=0.3, seed=123, backend="blocked", block_size=4)
+        return sparse_attention(
+            q, k, v, P.SlidingWindow(window=8), dropout_p=0.3, seed=123, backend="blocked", block_size=4
+        )
 
-    assert not torch.equal(f(q, k, v), sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="blocked"))
+    assert not torch.equal(
+        f(q, k, v), sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="blocked")
+    )
     torch.testing.assert_close(f(q, k, v), f(q, k, v))
     assert torch.autograd.gradcheck(f, (q, k, v))
 
@@ -142,7 +152,9 @@ def test_grouped_query_attention_heads():
     q, _, _ = _inputs(33, H=4, grad=False)
     _, k, v = _inputs(33, H=2, grad=False, seed=1)
     out = sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="blocked")
-    ref = sparse_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), P.SlidingWindow(window=8), backend="dense")
+    ref = sparse_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), P.SlidingWindow(window=8), backend="dense"
+    )
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
 
 

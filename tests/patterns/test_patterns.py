@@ -45,12 +45,16 @@ def test_original_layout_covers_rule_and_full_flags_are_exact(name, n, block):
     """The block layout FlexAttention uses keeps every allowed tile; 'full' tiles are truly full."""
     p = _bound(PATTERNS[name], n)
     lay = p.block_layout(n, block=block)
-    dense = _dense4(p, n).any(1, keepdim=True).any(0, keepdim=True) if isinstance(p, P.PerHead) else _dense4(p, n)
+    dense = (
+        _dense4(p, n).any(1, keepdim=True).any(0, keepdim=True) if isinstance(p, P.PerHead) else _dense4(p, n)
+    )
     kept = lay.to_dense().repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :n, :n]
     assert not (dense & ~kept).any()
     idx = lay.kv_index.clone()
     idx[(idx < 0) | ~lay.full] = lay.num_kv_blocks
-    full = torch.zeros(*idx.shape[:-1], lay.num_kv_blocks + 1, dtype=torch.bool).scatter_(-1, idx, True)[..., :-1]
+    full = torch.zeros(*idx.shape[:-1], lay.num_kv_blocks + 1, dtype=torch.bool).scatter_(-1, idx, True)[
+        ..., :-1
+    ]
     full = full.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :n, :n]
     assert not (full & ~dense).any()
 
@@ -180,7 +184,12 @@ def test_layout_never_evaluates_n_squared_pairs(monkeypatch):
     for cls in (P.SlidingWindow, P.Strided, P.BlockLocal):
         monkeypatch.setattr(cls, "_mask", lambda self, b, h, i, j: calls.append(1))
     n = 65536
-    for p in (P.SlidingWindow(window=512), P.Strided(stride=256), P.BlockLocal(block=128), P.Longformer(window=512)):
+    for p in (
+        P.SlidingWindow(window=512),
+        P.Strided(stride=256),
+        P.BlockLocal(block=128),
+        P.Longformer(window=512),
+    ):
         plan = p.plan(n, block=64)
         kept = sum(c.layout.num_kept() for c in plan.components)
         assert kept < (n // 64) ** 2 / 4
@@ -194,7 +203,9 @@ def test_density(n):
     exact = sum(min(i + hw, n - 1) - max(i - hw, 0) + 1 for i in range(n)) / n**2
     assert math.isclose(P.SlidingWindow(window=w).density(n), exact)
     assert math.isclose(P.Causal().density(n), (n + 1) / (2 * n))
-    assert P.BigBird(block=16).density(n) == pytest.approx(P.BigBird(block=16).bind(n).dense_mask(n).float().mean().item())
+    assert P.BigBird(block=16).density(n) == pytest.approx(
+        P.BigBird(block=16).bind(n).dense_mask(n).float().mean().item()
+    )
 
 
 def test_readable_names():
