@@ -2,7 +2,38 @@
 
 from . import patterns
 from .attention import sparse_attention
+from .attention.integration import register_attention
+from .models import register_models
+from .models.sparse_transformer import (
+    SparsePatternCache,
+    SparseTransformerConfig,
+    SparseTransformerForCausalLM,
+    SparseTransformerForMaskedLM,
+    SparseTransformerForMultipleChoice,
+    SparseTransformerForQuestionAnswering,
+    SparseTransformerForSequenceClassification,
+    SparseTransformerForTokenClassification,
+    SparseTransformerModel,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "patterns", "sparse_attention"]
+register_attention()
+register_models()
+
+__all__ = [
+    "SparsePatternCache",
+    "SparseTransformerConfig",
+    "SparseTransformerForCausalLM",
+    "SparseTransformerForMaskedLM",
+    "SparseTransformerForMultipleChoice",
+    "SparseTransformerForQuestionAnswering",
+    "SparseTransformerForSequenceClassification",
+    "SparseTransformerForTokenClassification",
+    "SparseTransformerModel",
+    "__version__",
+    "patterns",
+    "register_attention",
+    "register_models",
+    "sparse_attention",
+]

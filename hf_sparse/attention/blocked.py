@@ -30,6 +30,7 @@ _NEG_INF = float("-inf")
 CHUNK_ELEMENTS = 1 << 19
 BACKWARD_ELEMENTS = 1 << 17  # per head, per chunk (two such buffers live in L2)
 FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior blocks
+BAND_BACKWARD_MIN_BLOCKS = 16
 
 
 def _flash_cpu_available() -> bool:
@@ -342,7 +343,8 @@ class _BlockSparse(torch.autograd.Function):
         rows = max(k.shape[1], p.nqb * p.c) if p.mode == "band" else k.shape[1]
         dk = torch.zeros(BH, rows, D, dtype=f32, device=q.device)
         dv = torch.zeros(BH, rows, v.shape[-1], dtype=f32, device=q.device)
-        if p.mode == "band" and p.dropout_p == 0.0:
+        # the per-head band loop pays off on long sequences; short ones batch all heads per chunk
+        if p.mode == "band" and p.dropout_p == 0.0 and p.nqb >= BAND_BACKWARD_MIN_BLOCKS:
             _backward_band(p, q.view(BH, p.nqb, p.c, D), k, v, d_out, delta, lse4, dq, dk, dv)
         else:
             dq.zero_()

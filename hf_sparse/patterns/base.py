@@ -521,6 +521,12 @@ class Pattern:
                 f" and use the bound pattern's {what}"
             )
 
+    def cache_keep(self, kv_pos: torch.Tensor, next_pos: int) -> torch.Tensor:
+        """For incremental decoding: which cached key positions some query at a position
+        ``>= next_pos`` may still attend (everything, unless a pattern knows better). A KV cache may
+        drop the others without changing any future output."""
+        return torch.ones_like(kv_pos, dtype=torch.bool)
+
     def bind(self, q_len: int, kv_len: int | None = None, *, query=None, key=None) -> Pattern:
         """The pattern with its data-dependent parts (random blocks, buckets) fixed for this input."""
         return self

@@ -204,6 +204,13 @@ class Fixed(Pattern):
         out.band = None
         return out
 
+    def cache_keep(self, kv_pos, next_pos):
+        """Future queries see their own block and the summary positions of earlier blocks."""
+        if not self.causal:
+            return super().cache_keep(kv_pos, next_pos)
+        same = _floor(kv_pos, self.block) >= next_pos // self.block
+        return same | (torch.remainder(kv_pos, self.block) >= self.block - self.summary)
+
     def _params(self):
         return {"block": self.block, "summary": self.summary, "causal": self.causal}
 

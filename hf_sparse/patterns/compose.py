@@ -101,6 +101,12 @@ class Union(_Combination):
             out = out | p._mask(b, h, i, j)
         return out
 
+    def cache_keep(self, kv_pos, next_pos):
+        out = self.parts[0].cache_keep(kv_pos, next_pos)
+        for p in self.parts[1:]:
+            out = out | p.cache_keep(kv_pos, next_pos)
+        return out
+
     def _plan(self, q_len, kv_len, block):
         split = self._per_head_split()
         if split is not None:
@@ -168,6 +174,12 @@ class Intersection(_Combination):
     @staticmethod
     def _combine(a, b):
         return a & b
+
+    def cache_keep(self, kv_pos, next_pos):
+        out = self.parts[0].cache_keep(kv_pos, next_pos)
+        for p in self.parts[1:]:
+            out = out & p.cache_keep(kv_pos, next_pos)
+        return out
 
     def _mask(self, b, h, i, j):
         out = self.parts[0]._mask(b, h, i, j)

@@ -78,6 +78,14 @@ class Global(Pattern):
     def _mask(self, b, h, i, j):
         return self.is_global(b, i) | self.is_global(b, j)
 
+    def cache_keep(self, kv_pos, next_pos):
+        """Only global keys stay visible to every later query."""
+        return (
+            self.is_global(0, kv_pos)
+            if self._table is None or self._table.shape[0] == 1
+            else torch.ones_like(kv_pos, dtype=torch.bool)
+        )
+
     def varies(self):
         return self._table is not None and self._table.shape[0] > 1, False
 

@@ -68,6 +68,9 @@ class SlidingWindow(_Band):
             return (d >= 0) & (d < self.window)
         return d.abs() <= self.window // 2
 
+    def cache_keep(self, kv_pos, next_pos):
+        return kv_pos > next_pos - self.window if self.causal else super().cache_keep(kv_pos, next_pos)
+
     def _params(self):
         return {"window": self.window, "causal": self.causal}
 
@@ -116,6 +119,9 @@ class BlockLocal(Pattern):
 
     def _original_layout(self, q_len, kv_len, block):
         return self._layout(q_len, kv_len, block)
+
+    def cache_keep(self, kv_pos, next_pos):
+        return torch.div(kv_pos, self.block, rounding_mode="floor") >= next_pos // self.block
 
     def _params(self):
         return {"block": self.block}
@@ -201,6 +207,11 @@ class Dilated(Pattern):
         layout.full &= self.dilation == 1
         layout.band = layout.band if self.dilation == 1 else None
         return layout
+
+    def cache_keep(self, kv_pos, next_pos):
+        if not self.causal:
+            return super().cache_keep(kv_pos, next_pos)
+        return kv_pos >= next_pos - (self.window - 1) * self.dilation
 
     def _params(self):
         return {"window": self.window, "dilation": self.dilation, "causal": self.causal}

@@ -47,6 +47,12 @@ class PerHead(Pattern):
         out._source = self
         return out
 
+    def cache_keep(self, kv_pos, next_pos):
+        out = self.patterns[0].cache_keep(kv_pos, next_pos)
+        for p in self.patterns[1:]:
+            out = out | p.cache_keep(kv_pos, next_pos)
+        return out
+
     def _mask(self, b, h, i, j):
         if isinstance(h, int):
             return self.patterns[h]._mask(b, 0, i, j)

@@ -217,3 +217,27 @@ def test_plot_writes_png(tmp_path):
     fig = P.BigBird(block=8).plot(64, path=tmp_path / "bigbird.png")
     assert (tmp_path / "bigbird.png").stat().st_size > 1000
     assert "of pairs" in fig.axes[0].get_title()
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        P.SlidingWindow(window=5, causal=True),
+        P.Strided(stride=4),
+        P.Fixed(block=6, summary=2),
+        P.Dilated(window=3, dilation=2, causal=True),
+        P.BlockLocal(block=5) & P.Causal(),
+        P.SlidingWindow(window=3, causal=True) | (P.Global(indices=[2]) & P.Causal()),
+        P.Causal(),
+    ],
+)
+def test_cache_keep_never_drops_a_key_a_later_query_needs(pattern):
+    n = 40
+    m = pattern.dense_mask(n)
+    for t in range(1, n):
+        keep = pattern.cache_keep(torch.arange(t), t)
+        needed = m[t:, :t].any(0)
+        assert not (needed & ~keep).any(), (
+            f"position {t}: dropped keys {torch.nonzero(needed & ~keep).flatten().tolist()}"
+        )
+    assert int(P.SlidingWindow(window=5, causal=True).cache_keep(torch.arange(100), 100).sum()) == 4

@@ -1,0 +1,286 @@
+"""SparseTransformer configuration."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from ...patterns import Pattern, from_dict
+from ...patterns.compose import Intersection, Union
+from ...patterns.per_head import PerHead
+
+BACKENDS = ("auto", "blocked", "flex", "dense")
+POSITION_TYPES = ("absolute", "rotary")
+POSITION_STYLES = ("bert", "roberta")
+
+
+def _leaves(p: Pattern):
+    if isinstance(p, (Union, Intersection, PerHead)):
+        return [leaf for q in p.parts for leaf in _leaves(q)]
+    return [p]
+
+
+class SparseTransformerConfig(PretrainedConfig):
+    r"""
+    Configuration of a [`SparseTransformerModel`]: a BERT/RoBERTa-style transformer (post-layer-norm
+    blocks) whose self-attention is an hf-sparse pattern, as encoder or as causal decoder.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to 30522):
+            Size of the token vocabulary.
+        hidden_size (`int`, *optional*, defaults to 768):
+            Width of the hidden states; must be divisible by `num_attention_heads`.
+        num_hidden_layers (`int`, *optional*, defaults to 12):
+            Number of transformer blocks.
+        num_attention_heads (`int`, *optional*, defaults to 12):
+            Attention heads per block.
+        intermediate_size (`int`, *optional*, defaults to 3072):
+            Width of the feed-forward layer.
+        hidden_act (`str`, *optional*, defaults to `"gelu"`):
+            Feed-forward activation (any key of `transformers.activations.ACT2FN`).
+        hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
+            Dropout on embeddings and block outputs.
+        attention_probs_dropout_prob (`float`, *optional*, defaults to 0.1):
+            Dropout on attention probabilities (exact in the sparse kernels' backward too).
+        max_position_embeddings (`int`, *optional*, defaults to 4096):
+            Longest sequence the model is meant for; the size of the learned position table.
+        type_vocab_size (`int`, *optional*, defaults to 2):
+            Number of token types (segments); 0 disables token-type embeddings.
+        initializer_range (`float`, *optional*, defaults to 0.02):
+            Standard deviation of the weight initialisation.
+        layer_norm_eps (`float`, *optional*, defaults to 1e-12):
+            Layer-norm epsilon.
+        position_embedding_type (`str`, *optional*, defaults to `"absolute"`):
+            `"absolute"` (a learned table) or `"rotary"` (RoPE on queries and keys, no table).
+        position_ids_style (`str`, *optional*, defaults to `"bert"`):
+            How position ids are made when none are passed: `"bert"` counts from 0; `"roberta"` counts
+            from `pad_token_id + 1` over non-padding tokens and gives padding `pad_token_id` (RoBERTa,
+            Longformer).
+        rope_theta (`float`, *optional*, defaults to 10000.0):
+            RoPE base frequency (rotary positions only).
+        is_decoder (`bool`, *optional*, defaults to `False`):
+            A causal decoder: every layer's pattern must be causal (`j <= i` for every allowed pair).
+        attention_pattern (`dict`, `str`, `Pattern` or `list`, *optional*):
+            The attention pattern, as a spec dict (`{"type": "sliding_window", "window": 512}`), a
+            registered name, a `hf_sparse.patterns.Pattern`, or a list with one of those per layer.
+            Stored as dicts in `config.json`. Defaults to `SlidingWindow(window=512)` for encoders and
+            `SlidingWindow(window=512, causal=True)` for decoders.
+        attention_backend (`str`, *optional*, defaults to `"auto"`):
+            Kernel used by `hf_sparse.sparse_attention`: `"auto"`, `"blocked"`, `"flex"` or `"dense"`.
+        attention_block_size (`int`, *optional*):
+            Kernel block size; `None` lets the kernel choose.
+        global_projections (`bool`, *optional*, defaults to `False`):
+            Longformer's separate query/key/value projections for global tokens: global tokens'
+            outputs are computed with `query_global`/`key_global`/`value_global` over all tokens.
+        global_first_token (`bool`, *optional*, defaults to `True`):
+            Classification, multiple-choice and question-answering heads make the first token global
+            when the caller passes no `global_attention_mask` (the Longformer convention for [CLS]);
+            the base, masked-LM, causal-LM and token-classification models never add globals.
+        max_attention_weights_length (`int`, *optional*, defaults to 4096):
+            `output_attentions=True` materialises dense (batch, heads, n, n) weights; longer inputs raise.
+        use_cache (`bool`, *optional*, defaults to `True`):
+            Decoders return a `SparsePatternCache` for incremental decoding.
+        tie_word_embeddings (`bool`, *optional*, defaults to `True`):
+            The language-model heads share the input embedding matrix.
+        classifier_dropout (`float`, *optional*):
+            Dropout of classification heads; defaults to `hidden_dropout_prob`.
+        pad_token_id, bos_token_id, eos_token_id (`int`, *optional*):
+            Special token ids (defaults 0, None, None).
+
+    Example:
+
+    ```python
+    >>> from hf_sparse import SparseTransformerConfig, SparseTransformerForMaskedLM
+    >>> config = SparseTransformerConfig(
+    ...     hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+    ...     max_position_embeddings=16384, attention_pattern={"type": "longformer", "window": 512},
+    ... )
+    >>> model = SparseTransformerForMaskedLM(config)
+    ```
+    """
+
+    model_type = "sparse_transformer"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        hidden_size: int = 768,
+        num_hidden_layers: int = 12,
+        num_attention_heads: int = 12,
+        intermediate_size: int = 3072,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        max_position_embeddings: int = 4096,
+        type_vocab_size: int = 2,
+        initializer_range: float = 0.02,
+        layer_norm_eps: float = 1e-12,
+        position_embedding_type: str = "absolute",
+        position_ids_style: str = "bert",
+        rope_theta: float = 10000.0,
+        is_decoder: bool = False,
+        attention_pattern=None,
+        attention_backend: str = "auto",
+        attention_block_size: int | None = None,
+        global_projections: bool = False,
+        global_first_token: bool = True,
+        max_attention_weights_length: int = 4096,
+        classifier_dropout: float | None = None,
+        use_cache: bool = True,
+        tie_word_embeddings: bool = True,
+        pad_token_id: int | None = 0,
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.position_embedding_type = position_embedding_type
+        self.position_ids_style = position_ids_style
+        self.rope_theta = rope_theta
+        self.attention_backend = attention_backend
+        self.attention_block_size = attention_block_size
+        self.global_projections = global_projections
+        self.global_first_token = global_first_token
+        self.max_attention_weights_length = max_attention_weights_length
+        self.classifier_dropout = classifier_dropout
+        self.use_cache = use_cache
+        self.tie_word_embeddings = tie_word_embeddings
+        if attention_pattern is None:
+            attention_pattern = {"type": "sliding_window", "window": 512, "causal": bool(is_decoder)}
+        self.attention_pattern = _to_specs(attention_pattern)
+        super().__init__(
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            is_decoder=is_decoder,
+            **kwargs,
+        )
+        self.validate_sparse()
+
+    # ----------------------------------------------------------------------------------------- checks
+    def validate_sparse(self):
+        """Check every field this config adds; errors name the field (and the layer)."""
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.position_embedding_type not in POSITION_TYPES:
+            raise ValueError(
+                f"position_embedding_type must be one of {POSITION_TYPES}, got {self.position_embedding_type!r}"
+            )
+        if self.position_ids_style not in POSITION_STYLES:
+            raise ValueError(
+                f"position_ids_style must be one of {POSITION_STYLES}, got {self.position_ids_style!r}"
+            )
+        if self.position_embedding_type == "rotary" and (self.hidden_size // self.num_attention_heads) % 2:
+            raise ValueError(
+                f"rotary positions need an even head size, got {self.hidden_size // self.num_attention_heads}"
+            )
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
+        for p, rate in (
+            ("hidden_dropout_prob", self.hidden_dropout_prob),
+            ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
+        ):
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"{p} must be in [0, 1), got {rate!r}")
+        specs = self.attention_pattern
+        if isinstance(specs, list) and len(specs) != self.num_hidden_layers:
+            raise ValueError(
+                f"attention_pattern has {len(specs)} entries but num_hidden_layers is {self.num_hidden_layers}; "
+                "give one pattern for all layers or exactly one per layer"
+            )
+        for layer in range(self.num_hidden_layers):
+            where = "attention_pattern" if not isinstance(specs, list) else f"attention_pattern[{layer}]"
+            try:
+                pattern = self.layer_pattern(layer)
+            except (ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"{where}: {e}") from e
+            self._check_pattern(pattern, where)
+            if not isinstance(specs, list):
+                break
+
+    def _check_pattern(self, pattern: Pattern, where: str):
+        limit = self.max_position_embeddings
+        for leaf in _leaves(pattern):
+            for field in ("window", "stride", "block"):
+                value = getattr(leaf, field, None)
+                if isinstance(value, int) and value > limit:
+                    raise ValueError(
+                        f"{where}: {type(leaf).__name__}.{field}={value} is larger than max_position_embeddings={limit}"
+                    )
+            reach = getattr(leaf, "window", 0) * getattr(leaf, "dilation", 1)
+            if getattr(leaf, "dilation", None) and reach > limit:
+                raise ValueError(
+                    f"{where}: Dilated window*dilation={reach} is larger than max_position_embeddings={limit}"
+                )
+        if self.is_decoder:
+            if not pattern.is_causal:
+                raise ValueError(
+                    f"{where}: {pattern!r} is not causal but is_decoder=True; use a causal pattern "
+                    "(e.g. causal=True or `& Causal()`)"
+                )
+            if pattern.length_dependent or pattern.content_based:
+                raise ValueError(
+                    f"{where}: {pattern!r} depends on the sequence length or content and cannot be decoded "
+                    "incrementally; is_decoder=True needs a static causal pattern"
+                )
+        if isinstance(pattern, PerHead) and pattern.num_heads != self.num_attention_heads:
+            raise ValueError(
+                f"{where}: PerHead has {pattern.num_heads} patterns but num_attention_heads is {self.num_attention_heads}"
+            )
+
+    def layer_pattern(self, layer: int) -> Pattern:
+        """The attention pattern of layer ``layer`` as a Pattern object."""
+        spec = (
+            self.attention_pattern[layer]
+            if isinstance(self.attention_pattern, list)
+            else self.attention_pattern
+        )
+        return from_dict(spec)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+def _to_specs(pattern):
+    if isinstance(pattern, (list, tuple)):
+        return [_spec(p) for p in pattern]
+    return _spec(pattern)
+
+
+def _spec(p):
+    if isinstance(p, Pattern):
+        return p.to_dict()
+    if isinstance(p, str):
+        return from_dict(p).to_dict()
+    if isinstance(p, dict):
+        return dict(p)
+    raise ValueError(
+        f"attention_pattern entries must be pattern specs (dict, name or Pattern), got {type(p).__name__}"
+    )
+
+
+__all__ = ["SparseTransformerConfig"]

@@ -1,0 +1,766 @@
+"""SparseTransformer: a BERT/RoBERTa-style transformer whose self-attention is any hf-sparse pattern.
+
+Module names follow BERT/RoBERTa/Longformer (``embeddings``, ``encoder.layer.N.attention.self.query``,
+...), so their checkpoints convert by renaming a prefix (``hf_sparse.conversion``). Attention runs
+through :func:`hf_sparse.sparse_attention` (exact, block-sparse, O(n) memory); decoders cache only
+the keys their pattern can still attend (:class:`SparsePatternCache`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from ...attention.dense import allowed_mask, dense_weights
+from ...attention.dispatch import sparse_attention, with_runtime_globals
+from .cache_sparse_transformer import SparsePatternCache
+from .configuration_sparse_transformer import SparseTransformerConfig
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def make_position_ids(config, input_ids, inputs_embeds, past_length: int) -> torch.LongTensor:
+    """(batch, seq) position ids: counted from 0 ("bert"), or RoBERTa's padding-aware ids."""
+    shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+    device = input_ids.device if input_ids is not None else inputs_embeds.device
+    if config.position_ids_style == "roberta":
+        pad = config.pad_token_id
+        if input_ids is not None:
+            mask = input_ids.ne(pad).long()
+            return (torch.cumsum(mask, dim=1) + past_length) * mask + pad
+        return torch.arange(pad + 1 + past_length, pad + 1 + past_length + shape[1], device=device).expand(
+            shape
+        )
+    return torch.arange(past_length, past_length + shape[1], device=device).expand(shape)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE: cos/sin (batch, seq, head_dim) for position ids."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, position_ids, dtype):
+        freqs = position_ids[..., None].float() * self.inv_freq  # (B, n, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B, n, D)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(q, k, cos, sin):
+    cos, sin = cos[:, None], sin[:, None]  # (B, 1, n, D)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def first_token_global(input_ids, inputs_embeds):
+    shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+    device = input_ids.device if input_ids is not None else inputs_embeds.device
+    g = torch.zeros(shape, dtype=torch.long, device=device)
+    g[:, 0] = 1
+    return g
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+class SparseTransformerEmbeddings(nn.Module):
+    """Word (+ learned position) (+ token type) embeddings, layer norm, dropout."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
+        self.position_embeddings = None
+        if config.position_embedding_type == "absolute":
+            pad = config.pad_token_id if config.position_ids_style == "roberta" else None
+            self.position_embeddings = nn.Embedding(
+                config.max_position_embeddings, config.hidden_size, padding_idx=pad
+            )
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size > 0 else None
+        )
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.max_positions = config.max_position_embeddings
+
+    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds):
+        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)
+            x = x + self.token_type_embeddings(token_type_ids)
+        if self.position_embeddings is not None:
+            top = int(position_ids.max()) if position_ids.numel() else 0
+            if top >= self.max_positions:
+                raise ValueError(
+                    f"position id {top} is out of range: max_position_embeddings is {self.max_positions} "
+                    f"(input of length {position_ids.shape[-1]}); extend the model with hf_sparse.conversion or truncate"
+                )
+            x = x + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+class SparseTransformerSelfAttention(nn.Module):
+    """Multi-head self-attention restricted to the layer's pattern (Longformer-style globals optional)."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.pattern = config.layer_pattern(layer_idx)
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        if config.global_projections:
+            self.query_global = nn.Linear(config.hidden_size, config.hidden_size)
+            self.key_global = nn.Linear(config.hidden_size, config.hidden_size)
+            self.value_global = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def _heads(self, x):  # (B, n, hidden) -> (B, H, n, D)
+        B, n, _ = x.shape
+        return x.view(B, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        global_attention_mask=None,
+        position_embeddings=None,
+        past_key_values=None,
+        cache_position=None,
+        output_attentions=False,
+    ):
+        B, n, _ = hidden_states.shape
+        q, k, v = (self._heads(lin(hidden_states)) for lin in (self.query, self.key, self.value))
+        if position_embeddings is not None:
+            q, k = apply_rotary(q, k, *position_embeddings)
+        dropout = self.dropout_p if self.training else 0.0
+        cfg = self.config
+        weights = None
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx, {"positions": cache_position})
+            kpos = past_key_values.positions(self.layer_idx)
+        else:
+            kpos = None
+        contiguous = kpos is None or (
+            kpos.numel() == n and bool((kpos == torch.arange(n, device=kpos.device)).all())
+        )
+        if contiguous:
+            key_valid = None if attention_mask is None else attention_mask[:, -n:]
+            out = sparse_attention(
+                q, k, v, self.pattern, attention_mask=key_valid, global_attention_mask=global_attention_mask,
+                dropout_p=dropout, backend=cfg.attention_backend, block_size=cfg.attention_block_size,
+            )  # fmt: skip
+            if output_attentions:
+                allowed = self._allowed(q, k, key_valid, global_attention_mask)
+                weights = dense_weights(q, k, allowed, self.scale)
+        else:  # decoding: queries at cache_position against the cached keys at their positions
+            if global_attention_mask is not None and bool(global_attention_mask.any()):
+                raise ValueError(
+                    "global_attention_mask cannot be combined with a KV cache; pass use_cache=False"
+                )
+            allowed = self.pattern.mask_mod(0, 0, cache_position[:, None], kpos[None, :]).expand(
+                B, self.num_heads, n, kpos.numel()
+            )
+            if attention_mask is not None:
+                allowed = allowed & attention_mask[:, kpos].bool()[:, None, None, :]
+            out = _dense_attend(q, k, v, allowed, self.scale, dropout)
+            if output_attentions:
+                weights = dense_weights(q, k, allowed, self.scale)
+        if cfg.global_projections and global_attention_mask is not None and bool(global_attention_mask.any()):
+            out = self._global_rows(hidden_states, out, attention_mask, global_attention_mask, dropout)
+        if attention_mask is not None:  # padding queries output zeros (Longformer convention)
+            out = out * attention_mask[:, -n:].to(out.dtype)[:, None, :, None]
+        return out.transpose(1, 2).reshape(B, n, -1), weights
+
+    def _allowed(self, q, k, key_valid, global_attention_mask):
+        n = k.shape[-2]
+        if n > self.config.max_attention_weights_length:
+            raise ValueError(
+                f"output_attentions=True materialises (batch, heads, {n}, {n}) weights; inputs longer than "
+                f"max_attention_weights_length={self.config.max_attention_weights_length} are refused"
+            )
+        g = None if global_attention_mask is None else global_attention_mask.bool()
+        bound = with_runtime_globals(self.pattern, g).bind(q.shape[-2], n, query=q, key=k)
+        kv = None if key_valid is None else key_valid.bool()
+        return allowed_mask(bound, q.shape[0], self.num_heads, q.shape[-2], n, kv, device=q.device)
+
+    def _global_rows(self, hidden, out, attention_mask, global_attention_mask, dropout):
+        """Longformer: global tokens' outputs from their own projections, over every key."""
+        out = out.clone()
+        kg = self._heads(self.key_global(hidden))
+        vg = self._heads(self.value_global(hidden))
+        for b in range(hidden.shape[0]):
+            rows = torch.nonzero(global_attention_mask[b]).flatten()
+            if rows.numel() == 0:
+                continue
+            qg = self._heads(self.query_global(hidden[b : b + 1, rows]))  # (1, H, G, D)
+            scores = torch.matmul(qg, kg[b : b + 1].transpose(-1, -2)) * self.scale  # (1, H, G, n)
+            if attention_mask is not None:
+                scores = scores.masked_fill(~attention_mask[b : b + 1, None, None, :].bool(), float("-inf"))
+            probs = F.dropout(
+                torch.softmax(scores.float(), dim=-1).to(qg.dtype), p=dropout, training=dropout > 0
+            )
+            out[b, :, rows] = torch.matmul(probs, vg[b : b + 1])[0]
+        return out
+
+
+def _dense_attend(q, k, v, allowed, scale, dropout):
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    any_key = allowed.any(-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
+    probs = F.dropout(probs, p=dropout, training=dropout > 0)
+    return torch.matmul(probs.to(v.dtype), v)
+
+
+class SparseTransformerSelfOutput(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, input_tensor):
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class SparseTransformerAttention(nn.Module):
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.self = SparseTransformerSelfAttention(config, layer_idx)
+        self.output = SparseTransformerSelfOutput(config)
+
+    def forward(self, hidden_states, **kwargs):
+        attn, weights = self.self(hidden_states, **kwargs)
+        return self.output(attn, hidden_states), weights
+
+
+class SparseTransformerIntermediate(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.intermediate_act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, hidden_states):
+        return self.intermediate_act_fn(self.dense(hidden_states))
+
+
+class SparseTransformerOutput(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, input_tensor):
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class SparseTransformerLayer(GradientCheckpointingLayer):
+    """Post-layer-norm block: sparse self-attention, feed-forward."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.attention = SparseTransformerAttention(config, layer_idx)
+        self.intermediate = SparseTransformerIntermediate(config)
+        self.output = SparseTransformerOutput(config)
+
+    def forward(self, hidden_states, **kwargs):
+        attn, weights = self.attention(hidden_states, **kwargs)
+        return self.output(self.intermediate(attn), attn), weights
+
+
+class SparseTransformerEncoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.layer = nn.ModuleList(
+            [SparseTransformerLayer(config, i) for i in range(config.num_hidden_layers)]
+        )
+
+    def forward(self, hidden_states, output_hidden_states=False, output_attentions=False, **kwargs):
+        all_hidden, all_attn = [], []
+        for layer in self.layer:
+            if output_hidden_states:
+                all_hidden.append(hidden_states)
+            hidden_states, weights = layer(hidden_states, output_attentions=output_attentions, **kwargs)
+            if output_attentions:
+                all_attn.append(weights)
+        if output_hidden_states:
+            all_hidden.append(hidden_states)
+        return (
+            hidden_states,
+            (tuple(all_hidden) if output_hidden_states else None),
+            (tuple(all_attn) if output_attentions else None),
+        )
+
+
+class SparseTransformerPooler(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states):
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+class SparseTransformerLMHead(nn.Module):
+    """dense -> gelu -> layer norm -> vocabulary projection (tied to the input embeddings)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.decoder.bias = self.bias
+
+    def forward(self, features):
+        return self.decoder(self.layer_norm(F.gelu(self.dense(features))))
+
+
+class SparseTransformerClassificationHead(nn.Module):
+    """RoBERTa's sentence head on the first token: dense -> tanh -> projection."""
+
+    def __init__(self, config):
+        super().__init__()
+        rate = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(rate)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, features):
+        x = self.dropout(features[:, 0])
+        x = self.dropout(torch.tanh(self.dense(x)))
+        return self.out_proj(x)
+
+
+# ----------------------------------------------------------------------------- pretrained base
+
+
+class SparseTransformerPreTrainedModel(PreTrainedModel):
+    config_class = SparseTransformerConfig
+    config: SparseTransformerConfig
+    base_model_prefix = "sparse_transformer"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["SparseTransformerEmbeddings", "SparseTransformerLayer"]
+    # attention never goes through transformers' attention functions: the kernels are hf-sparse's
+    _supports_sdpa = False
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, SparseTransformerLMHead):
+            module.bias.zero_()
+
+    #: set by ``hf_sparse`` on import: writes a self-contained copy of the modelling code and
+    #: ``auto_map`` next to the weights (unset in that copy itself, which needs no hf-sparse)
+    export_code_hook = None
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        if type(self).export_code_hook is not None and kwargs.get("is_main_process", True):
+            type(self).export_code_hook(self, save_directory)
+        return out
+
+
+def _return(return_dict, output, config):
+    use = config.return_dict if return_dict is None else return_dict
+    return output if use else output.to_tuple()
+
+
+class SparseTransformerModel(SparseTransformerPreTrainedModel):
+    """The bare encoder (or decoder, with ``is_decoder=True``) outputting hidden states."""
+
+    def __init__(self, config: SparseTransformerConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = SparseTransformerEmbeddings(config)
+        self.rotary = (
+            RotaryEmbedding(config.head_dim, config.rope_theta)
+            if config.position_embedding_type == "rotary"
+            else None
+        )
+        self.encoder = SparseTransformerEncoder(config)
+        self.pooler = SparseTransformerPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        global_attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        past_key_values=None,
+        use_cache=None,
+        cache_position=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ):
+        r"""
+        attention_mask (`(batch, seq)`): 1 for tokens, 0 for padding (with a cache: over past + new tokens).
+        global_attention_mask (`(batch, seq)`): 1 for global tokens (attend and are attended everywhere).
+        past_key_values (`SparsePatternCache`): decoder cache; created when `use_cache` and none is given.
+        cache_position (`(seq,)`): positions of the new tokens (default: after the cached ones).
+        """
+        cfg = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids or inputs_embeds")
+        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        use_cache = bool(cfg.is_decoder and (cfg.use_cache if use_cache is None else use_cache))
+        past_key_values = self._cache(past_key_values, use_cache)
+        n = (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape[1]
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        device = (input_ids if input_ids is not None else inputs_embeds).device
+        if cache_position is None:
+            cache_position = torch.arange(past, past + n, device=device)
+        if position_ids is None:
+            position_ids = make_position_ids(cfg, input_ids, inputs_embeds, past)
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(device).long()
+            if attention_mask.shape[-1] != past + n:
+                raise ValueError(
+                    f"attention_mask covers {attention_mask.shape[-1]} positions, expected {past + n} (cached + new)"
+                )
+        hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        rope = self.rotary(position_ids, hidden.dtype) if self.rotary is not None else None
+        hidden, all_hidden, all_attn = self.encoder(
+            hidden,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+            attention_mask=attention_mask,
+            global_attention_mask=global_attention_mask,
+            position_embeddings=rope,
+            past_key_values=past_key_values,
+            cache_position=cache_position,
+        )
+        pooled = self.pooler(hidden) if self.pooler is not None else None
+        out = BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=hidden,
+            pooler_output=pooled,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden,
+            attentions=all_attn,
+        )
+        return _return(return_dict, out, cfg)
+
+    def _cache(self, past_key_values, use_cache):
+        """The pattern-aware cache; an empty generic Cache (what generate() makes) is replaced."""
+        if not use_cache:
+            return None
+        if past_key_values is None:
+            return SparsePatternCache(self.config)
+        if isinstance(past_key_values, SparsePatternCache):
+            return past_key_values
+        if isinstance(past_key_values, Cache) and past_key_values.get_seq_length() == 0:
+            return SparsePatternCache(self.config)
+        raise TypeError(
+            f"past_key_values must be a SparsePatternCache (keys are kept per pattern), got {type(past_key_values).__name__}"
+        )
+
+
+class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
+    _tied_weights_keys = {
+        "lm_head.decoder.weight": "sparse_transformer.embeddings.word_embeddings.weight",
+        "lm_head.decoder.bias": "lm_head.bias",
+    }
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.sparse_transformer = SparseTransformerModel(config, add_pooling_layer=False)
+        self.lm_head = SparseTransformerLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new):
+        self.lm_head.decoder = new
+
+    def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+        """``labels`` (batch, seq): token ids to predict, -100 where no loss is taken."""
+        out = self.sparse_transformer(
+            input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True,
+        )  # fmt: skip
+        logits = self.lm_head(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(
+                logits.view(-1, self.config.vocab_size), labels.to(logits.device).view(-1)
+            )
+        res = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return _return(return_dict, res, self.config)
+
+
+class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationMixin):
+    """Decoder language model (``is_decoder=True``, causal patterns) with pattern-aware caching."""
+
+    _tied_weights_keys = {
+        "lm_head.decoder.weight": "sparse_transformer.embeddings.word_embeddings.weight",
+        "lm_head.decoder.bias": "lm_head.bias",
+    }
+
+    def __init__(self, config):
+        if not config.is_decoder:
+            raise ValueError(
+                "SparseTransformerForCausalLM needs a config with is_decoder=True (and causal patterns)"
+            )
+        super().__init__(config)
+        self.sparse_transformer = SparseTransformerModel(config, add_pooling_layer=False)
+        self.lm_head = SparseTransformerLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new):
+        self.lm_head.decoder = new
+
+    def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, past_key_values=None, use_cache=None, cache_position=None, labels=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, **kwargs):  # fmt: skip
+        """``labels`` (batch, seq): the input ids (shifted inside), -100 where no loss is taken."""
+        out = self.sparse_transformer(
+            input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, past_key_values=past_key_values, use_cache=use_cache,
+            cache_position=cache_position, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )  # fmt: skip
+        hidden = out.last_hidden_state
+        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.lm_head(hidden)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        res = CausalLMOutputWithCrossAttentions(
+            loss=loss,
+            logits=logits,
+            past_key_values=out.past_key_values,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+        return _return(return_dict, res, self.config)
+
+
+class _FirstTokenGlobalMixin:
+    """Heads that read the first token make it global unless the caller gives global tokens."""
+
+    def _globals(self, global_attention_mask, input_ids, inputs_embeds):
+        if global_attention_mask is None and self.config.global_first_token:
+            return first_token_global(input_ids, inputs_embeds)
+        return global_attention_mask
+
+
+class SparseTransformerForSequenceClassification(_FirstTokenGlobalMixin, SparseTransformerPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.sparse_transformer = SparseTransformerModel(config, add_pooling_layer=False)
+        self.classifier = SparseTransformerClassificationHead(config)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+        """``labels``: class ids (single-label), floats (regression) or multi-hot floats (multi-label)."""
+        out = self.sparse_transformer(
+            input_ids, attention_mask=attention_mask, global_attention_mask=self._globals(global_attention_mask, input_ids, inputs_embeds),
+            token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )  # fmt: skip
+        logits = self.classifier(out.last_hidden_state)
+        loss = None if labels is None else sequence_loss(self.config, logits, labels.to(logits.device))
+        res = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return _return(return_dict, res, self.config)
+
+
+def sequence_loss(config, logits, labels):
+    """Regression / single-label / multi-label loss, chosen as transformers' heads do."""
+    if config.problem_type is None:
+        if config.num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        return (
+            MSELoss()(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+            if config.num_labels == 1
+            else MSELoss()(logits, labels)
+        )
+    if config.problem_type == "single_label_classification":
+        return CrossEntropyLoss()(logits.view(-1, config.num_labels), labels.view(-1))
+    return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
+
+
+class SparseTransformerForTokenClassification(SparseTransformerPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.sparse_transformer = SparseTransformerModel(config, add_pooling_layer=False)
+        rate = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(rate)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+        """``labels`` (batch, seq): class ids, -100 where no loss is taken."""
+        out = self.sparse_transformer(
+            input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True,
+        )  # fmt: skip
+        logits = self.classifier(self.dropout(out.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.to(logits.device).view(-1))
+        res = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return _return(return_dict, res, self.config)
+
+
+class SparseTransformerForMultipleChoice(_FirstTokenGlobalMixin, SparseTransformerPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.sparse_transformer = SparseTransformerModel(config)
+        rate = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(rate)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+        """Inputs are (batch, num_choices, seq); ``labels`` (batch,) is the index of the right choice."""
+        ref = input_ids if input_ids is not None else inputs_embeds
+        choices = ref.shape[1]
+
+        def flat(t):
+            return None if t is None else t.reshape(-1, *t.shape[2:])
+
+        flat_ids, flat_embeds = flat(input_ids), flat(inputs_embeds)
+        out = self.sparse_transformer(
+            flat_ids, attention_mask=flat(attention_mask),
+            global_attention_mask=self._globals(flat(global_attention_mask), flat_ids, flat_embeds),
+            token_type_ids=flat(token_type_ids), position_ids=flat(position_ids), inputs_embeds=flat_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )  # fmt: skip
+        logits = self.classifier(self.dropout(out.pooler_output)).view(-1, choices)
+        loss = None if labels is None else CrossEntropyLoss()(logits, labels.to(logits.device))
+        res = MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return _return(return_dict, res, self.config)
+
+
+class SparseTransformerForQuestionAnswering(_FirstTokenGlobalMixin, SparseTransformerPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.sparse_transformer = SparseTransformerModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+        """Extractive QA: start/end logits per token; positions outside the input are clamped (ignored)."""
+        out = self.sparse_transformer(
+            input_ids, attention_mask=attention_mask, global_attention_mask=self._globals(global_attention_mask, input_ids, inputs_embeds),
+            token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )  # fmt: skip
+        start_logits, end_logits = (
+            t.squeeze(-1).contiguous() for t in self.qa_outputs(out.last_hidden_state).split(1, dim=-1)
+        )
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            n = start_logits.shape[1]
+            fn = CrossEntropyLoss(ignore_index=n)
+            loss = (
+                fn(start_logits, start_positions.clamp(0, n).to(start_logits.device))
+                + fn(end_logits, end_positions.clamp(0, n).to(end_logits.device))
+            ) / 2
+        res = QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+        return _return(return_dict, res, self.config)
+
+
+#: Default LoRA target modules for every SparseTransformer head (also registered with peft).
+LORA_TARGET_MODULES = ["query", "key", "value", "dense"]
+
+__all__ = [
+    "LORA_TARGET_MODULES",
+    "SparsePatternCache",
+    "SparseTransformerForCausalLM",
+    "SparseTransformerForMaskedLM",
+    "SparseTransformerForMultipleChoice",
+    "SparseTransformerForQuestionAnswering",
+    "SparseTransformerForSequenceClassification",
+    "SparseTransformerForTokenClassification",
+    "SparseTransformerModel",
+    "SparseTransformerPreTrainedModel",
+]

@@ -1,0 +1,239 @@
+"""SparseTransformer heads: Auto classes, save/load, options, PEFT and Trainer."""
+
+import json
+
+import pytest
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+import hf_sparse  # noqa: F401  (registers the Auto classes)
+from hf_sparse import patterns as P
+from hf_sparse.models.sparse_transformer import SparseTransformerConfig, SparseTransformerForMaskedLM
+from tests.models.tiny import tiny_config, tiny_decoder_config
+
+HEADS = {
+    "base": AutoModel,
+    "masked_lm": AutoModelForMaskedLM,
+    "sequence_classification": AutoModelForSequenceClassification,
+    "token_classification": AutoModelForTokenClassification,
+    "multiple_choice": AutoModelForMultipleChoice,
+    "question_answering": AutoModelForQuestionAnswering,
+    "causal_lm": AutoModelForCausalLM,
+}
+
+
+def _inputs(head, cfg, B=2, n=37):
+    g = torch.Generator().manual_seed(0)
+    shape = (B, 3, n) if head == "multiple_choice" else (B, n)
+    ids = torch.randint(2, cfg.vocab_size, shape, generator=g)
+    am = torch.ones(shape, dtype=torch.long)
+    am[-1, ..., n - 5 :] = 0
+    return {"input_ids": ids, "attention_mask": am}
+
+
+def _config(head):
+    pattern = P.SlidingWindow(window=8, causal=True) if head == "causal_lm" else P.Longformer(window=8)
+    return tiny_decoder_config(pattern) if head == "causal_lm" else tiny_config(attention_pattern=pattern)
+
+
+def _outputs(out):
+    return [v for v in out.values() if torch.is_tensor(v)]
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_auto_classes_resolve_and_save_load_round_trip(head, tmp_path):
+    cfg = _config(head)
+    model = HEADS[head].from_config(cfg).eval()
+    assert type(model).__name__.startswith("SparseTransformer")
+    inputs = _inputs(head, cfg)
+    with torch.no_grad():
+        before = _outputs(model(**inputs))
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "sparse_transformer" and isinstance(saved["attention_pattern"], dict)
+    again = HEADS[head].from_pretrained(tmp_path).eval()
+    assert type(again) is type(model)
+    with torch.no_grad():
+        after = _outputs(again(**inputs))
+    for a, b in zip(before, after):
+        assert torch.equal(a, b)
+
+
+def test_autoconfig_round_trip_keeps_per_layer_patterns(tmp_path):
+    cfg = tiny_config(attention_pattern=[P.SlidingWindow(window=4), P.BigBird(block=8, seed=3)])
+    cfg.save_pretrained(tmp_path)
+    again = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(again, SparseTransformerConfig)
+    assert again.layer_pattern(1) == P.BigBird(block=8, seed=3)
+    assert json.loads((tmp_path / "config.json").read_text())["attention_pattern"][0] == {
+        "type": "sliding_window",
+        "window": 4,
+        "causal": False,
+    }
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"attention_pattern": {"type": "nope"}}, "attention_pattern: unknown pattern 'nope'"),
+        (
+            {"attention_pattern": [{"type": "causal"}]},
+            "attention_pattern has 1 entries but num_hidden_layers is 2",
+        ),
+        (
+            {"attention_pattern": [{"type": "causal"}, {"type": "sliding_window", "window": 1000}]},
+            r"attention_pattern\[1\]: SlidingWindow.window=1000 is larger than max_position_embeddings=256",
+        ),
+        ({"hidden_size": 30}, r"hidden_size \(30\) must be divisible by num_attention_heads \(4\)"),
+        ({"attention_backend": "fast"}, "attention_backend must be one of"),
+        ({"position_embedding_type": "relative"}, "position_embedding_type must be one of"),
+        (
+            {"attention_pattern": {"type": "sliding_window", "window": 0}},
+            "attention_pattern: window must be > 0, got 0",
+        ),
+        (
+            {"attention_pattern": P.PerHead([P.Causal()] * 3)},
+            "PerHead has 3 patterns but num_attention_heads is 4",
+        ),
+    ],
+)
+def test_bad_configs_name_the_field(overrides, words):
+    with pytest.raises(ValueError, match=words):
+        tiny_config(**overrides)
+
+
+def test_kernels_agree_inside_the_model():
+    """The same weights with the blocked kernel and the dense reference give the same outputs."""
+    cfg = tiny_config(attention_pattern=P.Longformer(window=8) | P.Strided(stride=6, causal=False))
+    model = SparseTransformerForMaskedLM(cfg).eval()
+    inputs = _inputs("masked_lm", cfg, n=70)
+    g = torch.zeros(2, 70, dtype=torch.long)
+    g[:, 0] = 1
+    with torch.no_grad():
+        blocked = model(**inputs, global_attention_mask=g).logits
+        model.config.attention_backend = "dense"
+        dense = model(**inputs, global_attention_mask=g).logits
+    torch.testing.assert_close(blocked, dense, atol=1e-5, rtol=1e-5)
+
+
+def test_global_tokens_change_the_outputs_and_first_token_default():
+    cfg = tiny_config(attention_pattern=P.SlidingWindow(window=4))
+    model = AutoModelForSequenceClassification.from_config(cfg).eval()
+    inputs = _inputs("sequence_classification", cfg, n=50)
+    g = torch.zeros(2, 50, dtype=torch.long)
+    g[:, 0] = 1
+    with torch.no_grad():
+        default = model(**inputs).logits
+        explicit = model(**inputs, global_attention_mask=g).logits
+        none = model(**inputs, global_attention_mask=torch.zeros_like(g)).logits
+    assert torch.equal(default, explicit)  # first token is global by default (documented)
+    assert not torch.allclose(default, none)
+
+
+def test_output_attentions_and_hidden_states():
+    cfg = tiny_config(attention_pattern=P.SlidingWindow(window=4), max_attention_weights_length=64)
+    model = AutoModel.from_config(cfg).eval()
+    inputs = _inputs("base", cfg, n=20)
+    with torch.no_grad():
+        out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    assert (
+        len(out.hidden_states) == cfg.num_hidden_layers + 1 and len(out.attentions) == cfg.num_hidden_layers
+    )
+    w = out.attentions[0]
+    assert w.shape == (2, 4, 20, 20)
+    torch.testing.assert_close(w[0].sum(-1), torch.ones(4, 20))
+    torch.testing.assert_close(w[1, :, :13].sum(-1), torch.ones(4, 13))  # later rows only see padding
+    outside = ~P.SlidingWindow(window=4).dense_mask(20)
+    assert torch.count_nonzero(w[..., outside]) == 0 and torch.count_nonzero(w[1, :, :, 15:]) == 0
+    with pytest.raises(ValueError, match="max_attention_weights_length=64"):
+        model(**_inputs("base", cfg, n=80), output_attentions=True)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    cfg = tiny_config(attention_pattern=P.Longformer(window=8))
+    torch.manual_seed(0)
+    model = SparseTransformerForMaskedLM(cfg)
+    inputs = _inputs("masked_lm", cfg, n=40)
+    labels = inputs["input_ids"].clone()
+    model(**inputs, labels=labels).loss.backward()
+    ref = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    model.gradient_checkpointing_enable()
+    model.train()
+    model(**inputs, labels=labels).loss.backward()
+    for k, p in model.named_parameters():
+        if k in ref:
+            torch.testing.assert_close(p.grad, ref[k], atol=1e-5, rtol=1e-4)
+
+
+def test_resize_token_embeddings_keeps_the_head_tied():
+    model = SparseTransformerForMaskedLM(tiny_config())
+    model.resize_token_embeddings(120)
+    assert model.get_input_embeddings().weight.shape[0] == 120
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert model(torch.tensor([[1, 119]])).logits.shape == (1, 2, 120)
+
+
+def test_too_long_input_is_an_error_not_a_silent_truncation():
+    model = AutoModel.from_config(
+        tiny_config(max_position_embeddings=32, attention_pattern=P.SlidingWindow(window=8))
+    )
+    with pytest.raises(ValueError, match="position id 39 is out of range: max_position_embeddings is 32"):
+        model(torch.ones(1, 40, dtype=torch.long))
+
+
+def test_peft_lora_default_targets_and_a_training_step():
+    peft = pytest.importorskip("peft")
+    model = SparseTransformerForMaskedLM(tiny_config())
+    lora = peft.get_peft_model(
+        model, peft.LoraConfig(r=4, lora_alpha=8)
+    )  # targets from the registered default
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert any("attention.self.query" in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in lora.named_parameters()}
+    opt = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=1e-2)
+    inputs = _inputs("masked_lm", model.config)
+    lora(**inputs, labels=inputs["input_ids"]).loss.backward()
+    opt.step()
+    changed = {n for n, p in lora.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and changed <= set(trainable)
+
+
+def test_trainer_lowers_the_masked_lm_loss(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    cfg = tiny_config(vocab_size=20, attention_pattern=P.SlidingWindow(window=6))
+    model = SparseTransformerForMaskedLM(cfg)
+    # a learnable language: each sequence counts up modulo 18 from a random start
+    data = []
+    for s in range(64):
+        ids = (torch.arange(32) + s) % 18 + 2
+        labels = ids.clone()
+        masked = ids.clone()
+        pos = torch.arange(32) % 4 == s % 4
+        masked[pos] = 1  # mask token
+        labels[~pos] = -100
+        data.append({"input_ids": masked, "labels": labels})
+
+    def loss_now():
+        model.eval()
+        with torch.no_grad():
+            batch = {k: torch.stack([d[k] for d in data]) for k in data[0]}
+            return model(**batch).loss.item()
+
+    start = loss_now()
+    args = TrainingArguments(output_dir=str(tmp_path), num_train_epochs=20, per_device_train_batch_size=16, learning_rate=3e-3,
+                             report_to=[], save_strategy="no", logging_steps=5, disable_tqdm=True, use_cpu=True)  # fmt: skip
+    Trainer(model=model, args=args, train_dataset=data).train()
+    assert loss_now() < 0.5 * start
