@@ -91,7 +91,7 @@ def test_autoconfig_round_trip_keeps_per_layer_patterns(tmp_path):
         ),
         (
             {"attention_pattern": [{"type": "causal"}, {"type": "sliding_window", "window": 1000}]},
-            r"attention_pattern\[1\]: SlidingWindow.window=1000 is larger than max_position_embeddings=256",
+            r"attention_pattern\[1\]: SlidingWindow.window=1000 reaches 500 positions, beyond max_position_embeddings=256",
         ),
         ({"hidden_size": 30}, r"hidden_size \(30\) must be divisible by num_attention_heads \(4\)"),
         ({"attention_backend": "fast"}, "attention_backend must be one of"),

@@ -222,19 +222,25 @@ class SparseTransformerConfig(PretrainedConfig):
                 break
 
     def _check_pattern(self, pattern: Pattern, where: str):
+        """Geometry must fit the model: a window reaching past every position, or a stride/block
+        longer than the longest input, is a configuration mistake."""
         limit = self.max_position_embeddings
         for leaf in _leaves(pattern):
-            for field in ("window", "stride", "block"):
+            window = getattr(leaf, "window", None)
+            if isinstance(window, int):
+                causal = getattr(leaf, "causal", False)
+                reach = (window - 1 if causal else window // 2) * getattr(leaf, "dilation", 1)
+                if reach > limit:
+                    raise ValueError(
+                        f"{where}: {type(leaf).__name__}.window={window} reaches {reach} positions, beyond "
+                        f"max_position_embeddings={limit}"
+                    )
+            for field in ("stride", "block"):
                 value = getattr(leaf, field, None)
                 if isinstance(value, int) and value > limit:
                     raise ValueError(
                         f"{where}: {type(leaf).__name__}.{field}={value} is larger than max_position_embeddings={limit}"
                     )
-            reach = getattr(leaf, "window", 0) * getattr(leaf, "dilation", 1)
-            if getattr(leaf, "dilation", None) and reach > limit:
-                raise ValueError(
-                    f"{where}: Dilated window*dilation={reach} is larger than max_position_embeddings={limit}"
-                )
         if self.is_decoder:
             if not pattern.is_causal:
                 raise ValueError(

@@ -1,0 +1,271 @@
+"""Give existing checkpoints sparse attention.
+
+* :func:`from_bert` turns a BERT/RoBERTa-family checkpoint (BERT, RoBERTa, XLM-R, CamemBERT, ...)
+  into a SparseTransformer with any pattern and a longer context: weights copied one to one, position
+  embeddings copied and tiled to the new length as in the Longformer recipe (Beltagy et al. 2020,
+  "convert_model_to_long").
+* :func:`from_longformer` loads a ``LongformerModel`` checkpoint (its per-layer windows and its
+  separate global query/key/value projections) into SparseTransformer, so Longformer users get the
+  hf-sparse kernels with the same outputs.
+
+Both accept a model instance or anything ``from_pretrained`` accepts (a folder or a Hub id, e.g.
+``from_longformer("allenai/longformer-base-4096", head="masked_lm")``).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModel, PreTrainedModel
+
+from .models.sparse_transformer import (
+    SparseTransformerConfig,
+    SparseTransformerForMaskedLM,
+    SparseTransformerForMultipleChoice,
+    SparseTransformerForQuestionAnswering,
+    SparseTransformerForSequenceClassification,
+    SparseTransformerForTokenClassification,
+    SparseTransformerModel,
+)
+from .patterns import Longformer, Pattern, from_dict
+
+HEADS = {
+    "base": SparseTransformerModel,
+    "masked_lm": SparseTransformerForMaskedLM,
+    "sequence_classification": SparseTransformerForSequenceClassification,
+    "token_classification": SparseTransformerForTokenClassification,
+    "multiple_choice": SparseTransformerForMultipleChoice,
+    "question_answering": SparseTransformerForQuestionAnswering,
+}
+# transformers class-name suffix -> head
+_SUFFIX = {
+    "ForMaskedLM": "masked_lm",
+    "ForSequenceClassification": "sequence_classification",
+    "ForTokenClassification": "token_classification",
+    "ForMultipleChoice": "multiple_choice",
+    "ForQuestionAnswering": "question_answering",
+    "Model": "base",
+}
+ROBERTA_STYLE = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod")
+BERT_STYLE = ("bert",)
+
+
+def _load(model_or_path, head: str | None, auto_cls=None) -> PreTrainedModel:
+    if isinstance(model_or_path, PreTrainedModel):
+        return model_or_path
+    if not isinstance(model_or_path, str):
+        raise TypeError(
+            f"model_or_path must be a PreTrainedModel or a path/Hub id, got {type(model_or_path).__name__}"
+        )
+    from transformers import (
+        AutoModelForMaskedLM,
+        AutoModelForMultipleChoice,
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
+
+    auto = {
+        "base": AutoModel,
+        "masked_lm": AutoModelForMaskedLM,
+        "sequence_classification": AutoModelForSequenceClassification,
+        "token_classification": AutoModelForTokenClassification,
+        "multiple_choice": AutoModelForMultipleChoice,
+        "question_answering": AutoModelForQuestionAnswering,
+    }[head or "base"]
+    return auto.from_pretrained(model_or_path)
+
+
+def _head_of(model: PreTrainedModel, head: str | None) -> str:
+    if head is not None:
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {sorted(HEADS)}, got {head!r}")
+        return head
+    name = type(model).__name__
+    for suffix, h in _SUFFIX.items():
+        if name.endswith(suffix):
+            return h
+    raise ValueError(f"cannot tell which head {name} has; pass head=... (one of {sorted(HEADS)})")
+
+
+def _base_prefix(model) -> str:
+    return (
+        ""
+        if not model.base_model_prefix or not hasattr(model, model.base_model_prefix)
+        else model.base_model_prefix + "."
+    )
+
+
+def _rename(state: dict, model, head: str, kind: str) -> dict:
+    """Source parameter names -> SparseTransformer names."""
+    prefix = _base_prefix(model)
+    out = {}
+    for name, t in state.items():
+        if prefix and name.startswith(prefix):
+            out["sparse_transformer." + name[len(prefix) :]] = t
+        elif not prefix:
+            out["sparse_transformer." + name] = t
+        elif kind == "bert" and name.startswith("cls.predictions."):
+            rest = name[len("cls.predictions.") :]
+            rest = rest.replace("transform.dense", "dense").replace("transform.LayerNorm", "layer_norm")
+            out["lm_head." + rest] = t
+        elif kind == "bert" and head == "sequence_classification" and name.startswith("classifier."):
+            out["classifier.out_proj." + name[len("classifier.") :]] = t
+        else:
+            out[name] = t
+    if kind == "bert" and head == "sequence_classification":  # BERT pools with its pooler: same maths
+        for p in ("weight", "bias"):
+            key = f"sparse_transformer.pooler.dense.{p}"
+            if key in out:
+                out[f"classifier.dense.{p}"] = out.pop(key)
+    if head not in ("multiple_choice", "base"):  # only these heads have a pooler
+        out = {k: v for k, v in out.items() if not k.startswith("sparse_transformer.pooler.")}
+    if head == "base":
+        out = {k.removeprefix("sparse_transformer."): v for k, v in out.items()}
+    return out
+
+
+def _tile_positions(table: torch.Tensor, new_len: int, offset: int) -> torch.Tensor:
+    """Longformer's recipe: keep the first ``offset`` rows, repeat the learned rows to ``new_len``."""
+    old = table.shape[0]
+    if new_len <= old:
+        return table[:new_len].clone()
+    out = table.new_empty(new_len, table.shape[1])
+    out[:offset] = table[:offset]
+    body = table[offset:]
+    k, step = offset, body.shape[0]
+    while k < new_len:
+        n = min(step, new_len - k)
+        out[k : k + n] = body[:n]
+        k += n
+    return out
+
+
+def _load_into(target, state: dict, source_name: str):
+    missing, unexpected = target.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.endswith("position_ids") and "lm_head.decoder" not in m]
+    unexpected = [u for u in unexpected if not u.endswith("position_ids")]
+    if missing or unexpected:
+        raise ValueError(
+            f"converting {source_name}: parameters that did not map — missing {missing[:8]}, unexpected {unexpected[:8]}"
+        )
+    if hasattr(target, "tie_weights"):
+        target.tie_weights()
+
+
+def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides: dict):
+    """Build the SparseTransformer head and copy the weights (BERT/RoBERTa module layout)."""
+    cfg = source.config
+    new_cfg = SparseTransformerConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        intermediate_size=cfg.intermediate_size,
+        hidden_act=cfg.hidden_act,
+        hidden_dropout_prob=cfg.hidden_dropout_prob,
+        attention_probs_dropout_prob=cfg.attention_probs_dropout_prob,
+        max_position_embeddings=new_len,
+        type_vocab_size=cfg.type_vocab_size,
+        initializer_range=cfg.initializer_range,
+        layer_norm_eps=cfg.layer_norm_eps,
+        position_ids_style="roberta" if roberta else "bert",
+        pad_token_id=cfg.pad_token_id,
+        bos_token_id=getattr(cfg, "bos_token_id", None),
+        eos_token_id=getattr(cfg, "eos_token_id", None),
+        attention_pattern=pattern,
+        num_labels=cfg.num_labels,
+        id2label=cfg.id2label,
+        label2id=cfg.label2id,
+        problem_type=cfg.problem_type,
+        classifier_dropout=getattr(cfg, "classifier_dropout", None),
+        global_first_token=False,  # the source heads add no global tokens by themselves
+        **overrides,
+    )
+    target = HEADS[head](new_cfg)
+    state = _rename(source.state_dict(), source, head, "roberta" if roberta else "bert")
+    key = ("" if head == "base" else "sparse_transformer.") + "embeddings.position_embeddings.weight"
+    state[key] = _tile_positions(state[key], new_len, offset=cfg.pad_token_id + 1 if roberta else 0)
+    _load_into(target, state, type(source).__name__)
+    return target.train(source.training)
+
+
+def _specs(pattern):
+    if isinstance(pattern, (list, tuple)):
+        return [p.to_dict() if isinstance(p, Pattern) else from_dict(p).to_dict() for p in pattern]
+    return pattern.to_dict() if isinstance(pattern, Pattern) else from_dict(pattern).to_dict()
+
+
+def from_bert(
+    model_or_path,
+    attention_pattern,
+    max_position_embeddings: int | None = None,
+    head: str | None = None,
+    **config_overrides,
+):
+    """A BERT/RoBERTa-family checkpoint as a SparseTransformer with ``attention_pattern``.
+
+    Args:
+        model_or_path: a transformers BERT/RoBERTa-family model (any supported head) or a path/Hub id.
+        attention_pattern: pattern (or one per layer) for the converted model.
+        max_position_embeddings: new maximum length; position embeddings are tiled to it
+            (default: keep the original length).
+        head: which head to build (default: the source model's head).
+        **config_overrides: any other SparseTransformerConfig field (e.g. ``attention_backend``).
+
+    Returns: the SparseTransformer model; with a pattern that covers the whole input and the
+    original length it reproduces the source model's outputs.
+    """
+    source = _load(model_or_path, head)
+    cfg = source.config
+    if cfg.model_type not in ROBERTA_STYLE + BERT_STYLE or cfg.model_type == "longformer":
+        raise ValueError(
+            f"from_bert converts BERT/RoBERTa-family models, got model_type={cfg.model_type!r}"
+            + ("; use from_longformer" if cfg.model_type == "longformer" else "")
+        )
+    if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
+        raise ValueError(
+            f"only absolute position embeddings convert, got position_embedding_type={cfg.position_embedding_type!r}"
+        )
+    new_len = max_position_embeddings or cfg.max_position_embeddings
+    return _convert(
+        source,
+        _specs(attention_pattern),
+        new_len,
+        _head_of(source, head),
+        cfg.model_type in ROBERTA_STYLE,
+        config_overrides,
+    )
+
+
+def from_longformer(model_or_path, head: str | None = None, attention_pattern=None, **config_overrides):
+    """A ``Longformer*`` checkpoint as a SparseTransformer running hf-sparse kernels.
+
+    Each layer's ``attention_window`` becomes ``patterns.Longformer(window=w)`` (unless
+    ``attention_pattern`` is given) and the global query/key/value projections are kept
+    (``global_projections=True``): hidden states match ``LongformerModel`` with and without global
+    tokens. Pass the same ``global_attention_mask`` you would give Longformer.
+    """
+    source = _load(model_or_path, head)
+    cfg = source.config
+    if cfg.model_type != "longformer":
+        raise ValueError(f"from_longformer needs a Longformer model, got model_type={cfg.model_type!r}")
+    if attention_pattern is None:
+        w = cfg.attention_window
+        windows = list(w) if isinstance(w, (list, tuple)) else [w] * cfg.num_hidden_layers
+        attention_pattern = (
+            [Longformer(window=int(x)) for x in windows]
+            if len(set(windows)) > 1
+            else Longformer(window=int(windows[0]))
+        )
+    overrides = {"global_projections": True, **config_overrides}
+    return _convert(
+        source,
+        _specs(attention_pattern),
+        cfg.max_position_embeddings,
+        _head_of(source, head),
+        True,
+        overrides,
+    )
+
+
+__all__ = ["HEADS", "from_bert", "from_longformer"]

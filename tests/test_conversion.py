@@ -1,0 +1,122 @@
+"""Converted checkpoints reproduce their source models."""
+
+import pytest
+import torch
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertModel,
+    LongformerConfig,
+    LongformerForMaskedLM,
+    LongformerModel,
+    RobertaConfig,
+    RobertaForMaskedLM,
+    RobertaForTokenClassification,
+)
+
+from hf_sparse import patterns as P
+from hf_sparse.conversion import from_bert, from_longformer
+
+SMALL = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+
+
+def _ids(cfg, B=2, n=40, pad=None):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, cfg.vocab_size, (B, n), generator=g)
+    am = torch.ones(B, n, dtype=torch.long)
+    am[1, n - 7 :] = 0
+    if pad is not None:
+        ids[1, n - 7 :] = pad
+    return ids, am
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: BertModel(BertConfig(max_position_embeddings=64, **SMALL)), "last_hidden_state"),
+        (lambda: BertForMaskedLM(BertConfig(max_position_embeddings=64, **SMALL)), "logits"),
+        (
+            lambda: BertForSequenceClassification(
+                BertConfig(max_position_embeddings=64, num_labels=3, **SMALL)
+            ),
+            "logits",
+        ),
+        (lambda: RobertaForMaskedLM(RobertaConfig(max_position_embeddings=66, **SMALL)), "logits"),
+        (
+            lambda: RobertaForTokenClassification(
+                RobertaConfig(max_position_embeddings=66, num_labels=5, **SMALL)
+            ),
+            "logits",
+        ),
+    ],
+)
+def test_bert_and_roberta_with_a_covering_pattern_give_the_original_outputs(make, field):
+    torch.manual_seed(0)
+    src = make().eval()
+    ids, am = _ids(src.config, pad=src.config.pad_token_id)
+    model = from_bert(src, P.SlidingWindow(window=128)).eval()  # covers all 40 positions
+    with torch.no_grad():
+        want = getattr(src(input_ids=ids, attention_mask=am), field)
+        got = getattr(model(input_ids=ids, attention_mask=am), field)
+    if got.dim() > 2:  # per-token outputs: padding positions are not compared (zero attention there)
+        got, want = got[am.bool()], want[am.bool()]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_longer_context_tiles_position_embeddings():
+    src = RobertaForMaskedLM(RobertaConfig(max_position_embeddings=66, **SMALL))
+    model = from_bert(src, P.SlidingWindow(window=16), max_position_embeddings=258)
+    old = src.roberta.embeddings.position_embeddings.weight
+    new = model.sparse_transformer.embeddings.position_embeddings.weight
+    assert new.shape[0] == 258 and model.config.max_position_embeddings == 258
+    torch.testing.assert_close(new[:66], old)
+    torch.testing.assert_close(new[66:130], old[2:66])  # RoBERTa offset: rows 0, 1 are padding rows
+    ids = torch.randint(3, 99, (1, 200))
+    assert model(ids).logits.shape == (1, 200, 99)  # runs past the old limit
+
+
+@pytest.mark.parametrize("globals_", [False, True])
+@pytest.mark.parametrize("windows", [[8, 8], [4, 8]])
+def test_longformer_conversion_matches_longformer_hidden_states(globals_, windows):
+    torch.manual_seed(0)
+    cfg = LongformerConfig(max_position_embeddings=130, attention_window=windows, **SMALL)
+    src = LongformerModel(cfg).eval()
+    ids, am = _ids(cfg, n=45, pad=cfg.pad_token_id)
+    gm = torch.zeros_like(am)
+    if globals_:
+        gm[:, 0] = 1
+        gm[0, 17] = 1
+    model = from_longformer(src).eval()
+    assert model.config.global_projections
+    with torch.no_grad():
+        want = src(input_ids=ids, attention_mask=am, global_attention_mask=gm).last_hidden_state
+        got = model(input_ids=ids, attention_mask=am, global_attention_mask=gm).last_hidden_state
+    keep = am.bool()
+    torch.testing.assert_close(got[keep], want[keep], atol=1e-4, rtol=1e-4)
+
+
+def test_longformer_masked_lm_head_converts():
+    torch.manual_seed(0)
+    cfg = LongformerConfig(max_position_embeddings=130, attention_window=[8, 8], **SMALL)
+    src = LongformerForMaskedLM(cfg).eval()
+    ids, am = _ids(cfg, n=33, pad=cfg.pad_token_id)
+    gm = torch.zeros_like(am)
+    gm[:, 0] = 1
+    model = from_longformer(src).eval()
+    with torch.no_grad():
+        want = src(input_ids=ids, attention_mask=am, global_attention_mask=gm).logits
+        got = model(input_ids=ids, attention_mask=am, global_attention_mask=gm).logits
+    torch.testing.assert_close(got[am.bool()], want[am.bool()], atol=1e-4, rtol=1e-4)
+
+
+def test_conversion_errors():
+    with pytest.raises(ValueError, match="from_longformer needs a Longformer model, got model_type='bert'"):
+        from_longformer(BertModel(BertConfig(**SMALL)))
+    with pytest.raises(ValueError, match="use from_longformer"):
+        from_bert(LongformerModel(LongformerConfig(attention_window=8, **SMALL)), P.Causal())
+    with pytest.raises(ValueError, match="head must be one of"):
+        from_bert(BertModel(BertConfig(**SMALL)), P.Causal(), head="summarize")
+    with pytest.raises(TypeError, match="model_or_path must be a PreTrainedModel or a path"):
+        from_bert(3, P.Causal())
