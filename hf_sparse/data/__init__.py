@@ -1,5 +1,14 @@
 """Data utilities: FASTA reading, TF motifs (readers, scanner, BIO labels) and synthetic motif data."""
 
+from .dialogue import (
+    DialogueFormatter,
+    DialogueLabels,
+    DialogueTrackingCollator,
+    ResponseSelectionCollator,
+    build_selection_examples,
+    build_tracking_examples,
+    read_sgd,
+)
 from .fasta import iter_fasta, read_fasta
 from .motifs import (
     Motif,
@@ -16,6 +25,13 @@ from .motifs import (
 )
 
 __all__ = [
+    "DialogueFormatter",
+    "DialogueLabels",
+    "DialogueTrackingCollator",
+    "ResponseSelectionCollator",
+    "build_selection_examples",
+    "build_tracking_examples",
+    "read_sgd",
     "Motif",
     "SyntheticMotifGenerator",
     "bio_label_names",
