@@ -26,6 +26,7 @@ test-gpu: $(STAMP)  ## tests that need a CUDA device
 
 bench: $(STAMP)  ## benchmarks -> benchmarks/*.json, *.md, *.png
 	$(PY) scripts/benchmark_attention.py
+	$(PY) scripts/benchmark_models.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hf_sparse tests scripts

@@ -1,0 +1,62 @@
+"""The encoder under every task head: transformers' ``LongformerModel`` (default) or an hf-sparse
+``SparseTransformerModel``, chosen by the ``model_type`` of the backbone config a task config holds."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LongformerConfig, LongformerModel, PretrainedConfig
+
+from ..sparse_transformer import SparseTransformerConfig, SparseTransformerModel
+
+BACKBONES = {
+    "longformer": (LongformerConfig, LongformerModel),
+    "sparse_transformer": (SparseTransformerConfig, SparseTransformerModel),
+}
+
+
+def backbone_config(spec) -> PretrainedConfig:
+    """A Longformer or SparseTransformer config from a config object or its dict (``model_type`` decides)."""
+    if isinstance(spec, PretrainedConfig):
+        if spec.model_type not in BACKBONES:
+            raise ValueError(
+                f"backbone must be one of {sorted(BACKBONES)}, got model_type={spec.model_type!r}"
+            )
+        return spec
+    if not isinstance(spec, dict):
+        raise TypeError(f"backbone must be a config or a dict, got {type(spec).__name__}")
+    spec = dict(spec)
+    kind = spec.pop("model_type", "longformer")
+    if kind not in BACKBONES:
+        raise ValueError(f"backbone model_type must be one of {sorted(BACKBONES)}, got {kind!r}")
+    for key in ("transformers_version", "architectures", "auto_map"):
+        spec.pop(key, None)
+    return BACKBONES[kind][0](**spec)
+
+
+def build_backbone(config: PretrainedConfig) -> torch.nn.Module:
+    """The encoder without pooler."""
+    return BACKBONES[config.model_type][1](config, add_pooling_layer=False)
+
+
+def block_multiple(config: PretrainedConfig) -> int:
+    """Sequence lengths a collator should pad to: Longformer needs a multiple of its window."""
+    if config.model_type == "longformer":
+        w = config.attention_window
+        return int(max(w) if isinstance(w, (list, tuple)) else w)
+    return 64
+
+
+def every_k_global(input_ids, attention_mask, every: int | None, first: bool = True) -> torch.Tensor:
+    """Global attention mask (1 = global): the first token and every ``every``-th position
+    (counted from 0, real tokens only)."""
+    g = torch.zeros_like(input_ids, dtype=torch.long)
+    if first:
+        g[:, 0] = 1
+    if every:
+        g[:, ::every] = 1
+    if attention_mask is not None:
+        g = g * attention_mask.long()
+    return g
+
+
+__all__ = ["BACKBONES", "backbone_config", "block_multiple", "build_backbone", "every_k_global"]
