@@ -1,0 +1,570 @@
+"""``attn_implementation="hf_sparse"``: sparse attention inside any transformers model whose attention
+layers dispatch through ``AttentionInterface`` (BERT, RoBERTa, ModernBERT, Llama, Mistral, ...).
+
+:func:`register_attention` (called on ``import hf_sparse``) registers, under the one name
+``"hf_sparse"``:
+
+* :func:`sparse_attention_forward` with ``transformers.AttentionInterface``;
+* :func:`sparse_attention_mask` with ``transformers.masking_utils.AttentionMaskInterface``. Without a
+  mask function of the same name, transformers hands the attention function ``attention_mask=None``
+  and padding is silently dropped. Ours never returns ``None`` and never builds an n x n tensor: it
+  returns a :class:`SparseMask`, which carries the ``(batch, kv_len)`` padding plus the offsets of
+  the call (KV cache), whether the layer's mask is causal, and the model's own sliding window.
+
+Where the pattern comes from (the model config):
+
+* ``config.attention_pattern`` (required): one pattern spec (a dict such as
+  ``{"type": "sliding_window", "window": 512}``, a registered name, or a
+  :class:`~hf_sparse.patterns.Pattern`) for every layer, or a list with one spec per layer, indexed
+  by the attention module's ``layer_idx``;
+* ``config.attention_backend`` (default ``"auto"``) and ``config.attention_block_size`` (default
+  ``None``) are passed to :func:`~hf_sparse.sparse_attention`.
+
+What the attention function computes, for query position i and key position j of one layer: the
+pattern's rule, and
+
+* ``j <= i`` when the layer's mask is causal (the transformers mask function of the layer is
+  ``causal_mask_function``-based, else the module's ``is_causal``): the pattern is intersected
+  with :class:`~hf_sparse.patterns.Causal` unless it is causal already;
+* the model's own sliding window when transformers built a sliding-window mask for the layer
+  (Mistral's ``config.sliding_window``, ModernBERT's local layers): it is *honoured*, by
+  intersection: causal layers keep ``0 <= i - j < sliding_window``, bidirectional ones
+  ``|i - j| <= sliding_window``, exactly as transformers' own masks;
+* padding keys (``attention_mask == 0``) are never attended; a query with no allowed key outputs
+  zeros.
+
+Positions are indices in the padded sequence (left padding shifts them). Cross-attention modules
+attend every non-padding key (patterns describe self-attention). Dropout is applied only in
+training (``dropout_p = dropout`` when ``module.training``). Grouped-query attention (fewer
+key/value heads) and KV-cache decoding (dynamic, sliding-window and static caches) are supported.
+``output_attentions=True`` returns the dense attention probabilities, for at most
+:data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head.
+
+Models that ignore ``attn_implementation`` (Longformer, LED, BigBird, BigBirdPegasus, Reformer, and
+any transformers model whose attention does not go through ``AttentionInterface``) raise a
+``ValueError`` when asked for ``"hf_sparse"``, instead of silently running their own attention:
+:func:`register_attention` wraps ``PreTrainedModel.get_correct_attn_implementation`` (the check
+every model runs in ``__init__``, so also ``from_pretrained(..., attn_implementation=...)`` and
+``config._attn_implementation = "hf_sparse"`` before construction) and
+``PreTrainedModel.set_attn_implementation``. The wrappers only act when the requested name is
+``"hf_sparse"``.
+
+Not supported (each raises ``NotImplementedError``): packed sequences (``position_ids`` restarting
+inside a row without ``attention_mask``), chunked attention (Llama 4), block-wise bidirectional
+overlays and custom ``or_mask_function``/``and_mask_function`` overlays (multimodal models), 4D
+attention masks, logit soft-capping and attention sinks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, replace
+
+import torch
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.masking_utils import AttentionMaskInterface
+from transformers.utils import logging
+
+from .. import patterns as P
+from .dense import allowed_mask, dense_weights
+from .dispatch import BACKENDS, resolve_pattern, sparse_attention
+
+logger = logging.get_logger(__name__)
+
+#: the name under which the attention and mask functions are registered
+ATTN_IMPLEMENTATION = "hf_sparse"
+
+#: ``output_attentions=True`` materialises (batch, heads, q_len, kv_len) probabilities; above this many
+#: query-key pairs per head (4096 x 4096) it raises instead.
+MAX_DENSE_ATTENTION_WEIGHTS = 4096 * 4096
+
+#: transformers model families that never call ``AttentionInterface`` for their sparse attention:
+#: they accept any ``attn_implementation`` and ignore it. Matched against the modules of a model's MRO.
+IGNORING_FAMILIES = {
+    "transformers.models.longformer.": "Longformer",
+    "transformers.models.led.": "LED",
+    "transformers.models.big_bird.": "BigBird",
+    "transformers.models.bigbird_pegasus.": "BigBirdPegasus",
+    "transformers.models.reformer.": "Reformer",
+}
+
+# qualnames (prefixes) of transformers mask-function pieces that the attention function cannot honour
+_UNSUPPORTED_OVERLAYS = {
+    "packed_sequence_mask_function": "packed sequences (position_ids restarting inside a row)",
+    "remap_positions_for_packed_sequence": "packed sequences (position_ids restarting inside a row)",
+    "chunked_overlay": "chunked attention (config.attention_chunk_size)",
+    "blockwise_overlay": "block-wise bidirectional overlays (block_sequence_ids)",
+}
+_UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks", "position_bias")
+
+# ----------------------------------------------------------------------------- the mask representation
+
+
+@dataclass
+class SparseMask:
+    """What :func:`sparse_attention_forward` needs to mask one call, in O(batch * kv_len) memory.
+
+    Returned by :func:`sparse_attention_mask` where transformers would build a 4D mask.
+
+    Attributes:
+        padding: ``(batch, kv_length)`` bool, ``True`` = token, ``False`` = padding (or an unfilled
+            static-cache slot); ``None`` when no key is padding.
+        batch_size, q_length, kv_length: the sizes of the call.
+        q_offset: position of the first query (tokens already in the cache).
+        kv_offset: position of the first key held by the cache (> 0 for sliding-window caches that
+            dropped old keys). Query row r sits at ``q_offset + r``, key row s at ``kv_offset + s``.
+        causal: the transformers mask of this layer is causal (``True``), bidirectional (``False``)
+            or unknown (``None``: the attention function falls back to ``module.is_causal``).
+        window: the model's own sliding window for this layer (transformers' ``local_size``:
+            causal ``0 <= i - j < window``, bidirectional ``|i - j| <= window``), or ``None``.
+
+    Like torch's ``BlockMask`` it exposes the logical ``shape`` ``(batch, 1, q_length, kv_length)``,
+    ``ndim`` (4), ``dtype``, ``device``, ``to(device)`` and ``contiguous()``, so transformers code
+    that passes masks around (``generate`` with a static cache) keeps it as it is.
+    """
+
+    padding: torch.Tensor | None
+    batch_size: int
+    q_length: int
+    kv_length: int
+    q_offset: int = 0
+    kv_offset: int = 0
+    causal: bool | None = None
+    window: int | None = None
+
+    ndim = 4
+    dtype = torch.bool
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.batch_size, 1, self.q_length, self.kv_length))
+
+    @property
+    def device(self) -> torch.device | None:
+        return None if self.padding is None else self.padding.device
+
+    def to(self, *args, **kwargs) -> SparseMask:
+        """Move the padding tensor (a ``dtype`` argument is ignored: the padding stays bool)."""
+        device = kwargs.get("device", args[0] if args and not isinstance(args[0], torch.dtype) else None)
+        if self.padding is None or device is None:
+            return self
+        return replace(self, padding=self.padding.to(device))
+
+    def contiguous(self) -> SparseMask:
+        return self
+
+
+def _qualnames(fn, depth: int = 0, seen=None) -> set[str]:
+    """``__qualname__`` of ``fn`` and of every function captured in its closures (and_masks/or_masks
+    keep their parts in a closure), to recognise transformers' mask-function building blocks."""
+    seen = set() if seen is None else seen
+    if fn is None or id(fn) in seen or depth > 8:
+        return set()
+    seen.add(id(fn))
+    names = {getattr(fn, "__qualname__", "")}
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:  # empty cell
+            continue
+        items = content if isinstance(content, (tuple, list)) else (content,)
+        for item in items:
+            if callable(item) and not isinstance(item, (torch.Tensor, type)):
+                names |= _qualnames(item, depth + 1, seen)
+    return names
+
+
+def sparse_attention_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function=None,
+    attention_mask: torch.Tensor | None = None,
+    local_size: int | None = None,
+    use_vmap: bool = False,
+    device="cpu",
+    **kwargs,
+) -> SparseMask:
+    """The ``AttentionMaskInterface`` function of ``"hf_sparse"`` (same arguments as
+    ``transformers.masking_utils.sdpa_mask``): returns a :class:`SparseMask`, never ``None`` and
+    never an n x n tensor.
+
+    ``attention_mask`` is the 2D mask over every token seen so far, ``(batch, >= kv_offset)``; keys
+    ``kv_offset .. kv_offset + kv_length - 1`` are kept (missing columns count as padding, as in
+    transformers). ``mask_function`` is only inspected, never evaluated on n x n pairs: it tells
+    whether the layer is causal, and overlays the attention function cannot honour raise
+    ``NotImplementedError`` (packed sequences, chunked attention, block-wise overlays; custom
+    ``or_mask_function``/``and_mask_function``, which transformers signals with ``use_vmap=True``).
+    A :class:`SparseMask` passed as ``attention_mask`` (built earlier by ``generate``) is returned
+    as it is.
+    """
+    if isinstance(attention_mask, SparseMask):
+        return attention_mask
+    if use_vmap:
+        raise NotImplementedError(
+            "attn_implementation='hf_sparse' cannot honour custom or_mask_function/and_mask_function mask "
+            "overlays (use_vmap=True): they would need an n x n mask; use attn_implementation='sdpa' for this model"
+        )
+    names = _qualnames(mask_function)
+    for prefix, what in _UNSUPPORTED_OVERLAYS.items():
+        if any(n.startswith(prefix) for n in names):
+            raise NotImplementedError(
+                f"attn_implementation='hf_sparse' does not support {what}; "
+                "pass an attention_mask / unpacked batches, or use attn_implementation='sdpa'"
+            )
+    is_causal = "causal_mask_function" in names
+    is_bidirectional = "bidirectional_mask_function" in names
+    causal = None if is_causal == is_bidirectional else is_causal
+
+    q_offset, kv_offset = int(q_offset), int(kv_offset)
+    padding = None
+    if attention_mask is not None:
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+            shape = tuple(getattr(attention_mask, "shape", ()))
+            raise ValueError(
+                f"attention_mask must be a 2D (batch, seq) padding mask for attn_implementation='hf_sparse', "
+                f"got {type(attention_mask).__name__} of shape {shape}"
+            )
+        keep = attention_mask.to(device=device, dtype=torch.bool)
+        if (missing := kv_offset + kv_length - keep.shape[-1]) > 0:
+            keep = torch.nn.functional.pad(keep, (0, missing), value=False)
+        keep = keep[:, kv_offset : kv_offset + kv_length]  # (B, kv_length)
+        padding = None if bool(keep.all()) else keep
+    window = None if local_size is None else int(local_size)
+    return SparseMask(
+        padding, int(batch_size), int(q_length), int(kv_length), q_offset, kv_offset, causal, window
+    )
+
+
+# ----------------------------------------------------------------------------- patterns from the config
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern_from_json(spec_json: str) -> P.Pattern:
+    return resolve_pattern(json.loads(spec_json))
+
+
+def _resolve_spec(spec, where: str) -> P.Pattern:
+    if isinstance(spec, P.Pattern):
+        return spec
+    if not isinstance(spec, (dict, str)):
+        raise TypeError(
+            f"{where} must be a pattern spec dict, a registered pattern name or a Pattern, "
+            f"got {type(spec).__name__} ({spec!r})"
+        )
+    try:
+        key = json.dumps(spec, sort_keys=True)
+    except TypeError:  # a dict holding non-JSON values: resolve it every time
+        return resolve_pattern(spec)
+    try:
+        return _pattern_from_json(key)
+    except (KeyError, ValueError, TypeError) as e:
+        raise type(e)(f"{where} = {spec!r} is not a valid pattern: {e}") from e
+
+
+def check_config(config) -> None:
+    """Raise if ``config`` cannot drive ``attn_implementation="hf_sparse"``: ``attention_pattern``
+    missing or invalid, a per-layer list whose length differs from ``num_hidden_layers``, or a bad
+    ``attention_backend``/``attention_block_size``."""
+    spec = getattr(config, "attention_pattern", None)
+    name = type(config).__name__
+    if spec is None:
+        raise ValueError(
+            f"attn_implementation='hf_sparse' needs config.attention_pattern ({name} has none): set it to one "
+            "pattern spec for every layer, e.g. config.attention_pattern = {'type': 'sliding_window', "
+            "'window': 512}, or to a list with one spec per layer"
+        )
+    if isinstance(spec, (list, tuple)):
+        n = getattr(config, "num_hidden_layers", None)
+        if n is not None and len(spec) != n:
+            raise ValueError(
+                f"config.attention_pattern has {len(spec)} per-layer specs but config.num_hidden_layers is {n}"
+            )
+        for i, s in enumerate(spec):
+            _resolve_spec(s, f"config.attention_pattern[{i}]")
+    else:
+        _resolve_spec(spec, "config.attention_pattern")
+    backend = getattr(config, "attention_backend", None) or "auto"
+    if backend not in BACKENDS:
+        raise ValueError(f"config.attention_backend must be one of {BACKENDS}, got {backend!r}")
+    block = getattr(config, "attention_block_size", None)
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block <= 0):
+        raise ValueError(f"config.attention_block_size must be a positive int or None, got {block!r}")
+
+
+def pattern_for_module(module) -> P.Pattern:
+    """The pattern ``config.attention_pattern`` gives the attention ``module`` (``module.config``;
+    with a per-layer list, entry ``module.layer_idx``), before causality and the model's window."""
+    config = getattr(module, "config", None)
+    if config is None:
+        raise ValueError(
+            f"attn_implementation='hf_sparse' reads the pattern from the attention module's config, but "
+            f"{type(module).__name__} has no `config` attribute"
+        )
+    spec = getattr(config, "attention_pattern", None)
+    if spec is None:
+        check_config(config)  # raises the message naming config.attention_pattern
+    if isinstance(spec, (list, tuple)):
+        layer_idx = getattr(module, "layer_idx", None)
+        if not isinstance(layer_idx, int) or isinstance(layer_idx, bool):
+            raise ValueError(
+                f"config.attention_pattern is a per-layer list but {type(module).__name__} has no integer "
+                f"`layer_idx` (got {layer_idx!r}); give one pattern spec for all layers instead"
+            )
+        if not 0 <= layer_idx < len(spec):
+            raise ValueError(
+                f"config.attention_pattern has {len(spec)} per-layer specs, no entry for layer_idx={layer_idx} "
+                f"({type(module).__name__})"
+            )
+        return _resolve_spec(spec[layer_idx], f"config.attention_pattern[{layer_idx}]")
+    return _resolve_spec(spec, "config.attention_pattern")
+
+
+# ----------------------------------------------------------------------------- the attention function
+
+
+def _is_cross_attention(module) -> bool:
+    return bool(getattr(module, "is_cross_attention", False)) or "CrossAttention" in type(module).__name__
+
+
+def _mask_info(attention_mask, B: int, q_len: int, kv_len: int, module) -> SparseMask | None:
+    """Normalise what reached the attention function into a SparseMask (or None: no information)."""
+    if attention_mask is None or isinstance(attention_mask, SparseMask):
+        return attention_mask
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+        if tuple(attention_mask.shape) != (B, kv_len):
+            raise ValueError(
+                f"attention_mask reaching {type(module).__name__} must be (batch, kv_len) = ({B}, {kv_len}), "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        keep = attention_mask != 0
+        return SparseMask(None if bool(keep.all()) else keep, B, q_len, kv_len, q_offset=kv_len - q_len)
+    shape = tuple(getattr(attention_mask, "shape", ()))
+    raise NotImplementedError(
+        f"attn_implementation='hf_sparse' got a {type(attention_mask).__name__} attention mask of shape {shape} in "
+        f"{type(module).__name__}: it never materialises n x n masks; pass the model a 2D (batch, seq) "
+        "attention_mask (1 = token, 0 = padding)"
+    )
+
+
+def _dense_probabilities(query, key, pattern, key_valid, scale, kv_total: int) -> torch.Tensor:
+    B, H, q_len, _ = query.shape
+    kv_len = key.shape[2]
+    if q_len * kv_len > MAX_DENSE_ATTENTION_WEIGHTS:
+        raise ValueError(
+            f"output_attentions=True with attn_implementation='hf_sparse' materialises the dense attention "
+            f"weights; q_len * kv_len = {q_len} * {kv_len} exceeds MAX_DENSE_ATTENTION_WEIGHTS = "
+            f"{MAX_DENSE_ATTENTION_WEIGHTS} (hf_sparse.attention.integration)"
+        )
+    if key.shape[1] != H:
+        key = key.repeat_interleave(H // key.shape[1], dim=1)  # (B, H, kv, D)
+    bound = pattern.bind(q_len, kv_len, query=query, key=key)
+    allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
+    weights = dense_weights(query, key, allowed, scale).to(query.dtype)  # (B, H, q, kv)
+    if kv_total > kv_len:  # static cache: slots after the last query are never attended
+        weights = torch.nn.functional.pad(weights, (0, kv_total - kv_len))
+    return weights
+
+
+def sparse_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The ``AttentionInterface`` function of ``"hf_sparse"``.
+
+    Args:
+        module: the calling attention module; its ``config`` gives the pattern
+            (:func:`pattern_for_module`), backend and block size.
+        query: ``(batch, heads, q_len, head_dim)``; key, value: ``(batch, kv_heads, kv_len, head_dim)``
+            with ``kv_heads`` dividing ``heads``.
+        attention_mask: a :class:`SparseMask` (from :func:`sparse_attention_mask`), a 2D
+            ``(batch, kv_len)`` padding mask, or ``None`` (no padding; causality from ``is_causal`` or
+            ``module.is_causal``). Anything else raises.
+        dropout: attention dropout probability, applied only when ``module.training``.
+        scaling: score scale (default ``1 / sqrt(head_dim)``).
+        is_causal: used only when the mask does not say whether the layer is causal.
+        kwargs: ``output_attentions=True`` also returns the dense probabilities (at most
+            :data:`MAX_DENSE_ATTENTION_WEIGHTS` pairs per head); other transformers kwargs are ignored,
+            except ``softcap``, ``s_aux``, ``sinks`` and ``position_bias``, which raise.
+
+    Returns: ``(attn_output (batch, q_len, heads, head_dim), attn_weights (batch, heads, q_len, kv_len) or None)``.
+    """
+    for name in _UNSUPPORTED_KWARGS:
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(
+                f"attn_implementation='hf_sparse' does not support `{name}` ({type(module).__name__}); "
+                "use attn_implementation='eager' for this model"
+            )
+    config = getattr(module, "config", None)
+    pattern = pattern_for_module(module)
+    backend = getattr(config, "attention_backend", None) or "auto"
+    block_size = getattr(config, "attention_block_size", None)
+    B, _, q_len, _ = query.shape
+    kv_total = key.shape[2]
+    info = _mask_info(attention_mask, B, q_len, kv_total, module)
+    if info is not None and info.kv_length != kv_total:
+        raise ValueError(
+            f"the hf_sparse mask describes {info.kv_length} keys but {type(module).__name__} got {kv_total} "
+            "(was the mask built for another layer or cache?)"
+        )
+    padding = None if info is None else info.padding
+    dropout_p = float(dropout) if module.training else 0.0
+    scale = None if scaling is None else float(scaling)
+
+    # ---- cross-attention: every non-padding key
+    if _is_cross_attention(module):
+        everything = P.SlidingWindow(window=2 * (q_len + kv_total) + 1)
+        out = sparse_attention(query, key, value, everything, padding, None, scale, dropout_p, backend)
+        weights = None
+        if kwargs.get("output_attentions"):
+            weights = _dense_probabilities(query, key, everything, padding, _scale(scale, query), kv_total)
+        return out.transpose(1, 2).contiguous(), weights
+
+    # ---- causality and the model's own sliding window
+    if info is not None and info.causal is not None:
+        causal = info.causal
+    elif is_causal is not None:
+        causal = bool(is_causal)
+    else:
+        causal = bool(getattr(module, "is_causal", False))
+    if info is None and kwargs.get("sliding_window") is not None:
+        raise ValueError(
+            f"{type(module).__name__} asks for sliding_window={kwargs['sliding_window']} but no hf_sparse mask "
+            "reached it, so its window convention is unknown; build masks with transformers.masking_utils"
+        )
+    if causal and not pattern.is_causal:
+        pattern = pattern & P.Causal()
+
+    # ---- align queries with keys: queries must be the last rows of the keys
+    kv_len = kv_total
+    if info is not None:
+        end = info.q_offset + q_len - info.kv_offset  # one past the last query, in key rows
+        if end > kv_total or end < q_len:
+            raise ValueError(
+                f"queries at positions {info.q_offset}..{info.q_offset + q_len - 1} do not fit the {kv_total} keys "
+                f"from position {info.kv_offset} given to {type(module).__name__}"
+            )
+        if end < kv_total and causal:  # static cache: later slots are empty (and in the future)
+            kv_len = end
+            key, value = key[:, :, :end], value[:, :, :end]  # (B, Hkv, end, D)
+            padding = None if padding is None else padding[:, :end]
+        if info.kv_offset > 0 and not pattern.translation_invariant:
+            raise ValueError(
+                f"{pattern!r} depends on absolute positions, but the KV cache of layer "
+                f"{getattr(module, 'layer_idx', None)} dropped the first {info.kv_offset} keys (sliding-window "
+                "cache); use a translation-invariant pattern (sliding window, dilated, strided) or a full cache"
+            )
+        w = info.window
+        if w is not None and (kv_len - 1 >= w if causal else kv_len - 1 > w):  # the window can bite
+            pattern = pattern & (
+                P.SlidingWindow(window=w, causal=True) if causal else P.SlidingWindow(2 * w + 1)
+            )
+
+    out = sparse_attention(
+        query, key, value, pattern, padding, None, scale, dropout_p, backend, block_size=block_size
+    )  # (B, H, q, D)
+    weights = None
+    if kwargs.get("output_attentions"):
+        weights = _dense_probabilities(query, key, pattern, padding, _scale(scale, query), kv_total)
+    return out.transpose(1, 2).contiguous(), weights  # (B, q, H, D)
+
+
+def _scale(scale, query) -> float:
+    return query.shape[-1] ** -0.5 if scale is None else scale
+
+
+# ----------------------------------------------------------------------------- models that ignore it
+
+
+def _ignoring_family(model) -> str | None:
+    """The family name if ``model`` would ignore ``attn_implementation`` (see module docstring)."""
+    cls = type(model)
+    for klass in cls.__mro__:
+        for prefix, family in IGNORING_FAMILIES.items():
+            if klass.__module__.startswith(prefix):
+                return family
+    # any other transformers model whose attention layers never call AttentionInterface (transformers'
+    # own heuristic, the one behind set_attn_implementation's warning)
+    if cls.__module__.startswith("transformers.models.") and not cls._can_set_attn_implementation():
+        return cls.__name__
+    return None
+
+
+def check_model(model) -> None:
+    """Raise ``ValueError`` unless ``model`` can run ``attn_implementation="hf_sparse"``: it must route
+    its attention through ``AttentionInterface`` and (unless it is a composite model whose sub-configs
+    carry the patterns) have a valid ``config.attention_pattern`` (:func:`check_config`)."""
+    family = _ignoring_family(model)
+    if family is not None:
+        raise ValueError(
+            f"{type(model).__name__} cannot use attn_implementation='hf_sparse': {family} models run their own "
+            "attention code and ignore attn_implementation, so the request would be a silent no-op. Convert "
+            "the checkpoint to a hf-sparse SparseTransformer with any pattern instead (hf_sparse.conversion, "
+            "e.g. patterns.Longformer(window=512)), or keep this class with its own attention."
+        )
+    config = model.config
+    if getattr(config, "attention_pattern", None) is None and getattr(config, "sub_configs", None):
+        return  # composite model: its sub-models check their own configs
+    check_config(config)
+
+
+def _wrap_get_correct(original):
+    @functools.wraps(original)
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        if requested_attention == ATTN_IMPLEMENTATION:
+            check_model(self)
+        return original(self, requested_attention, is_init_check)
+
+    get_correct_attn_implementation._hf_sparse_wrapped = True
+    return get_correct_attn_implementation
+
+
+def _wrap_set_attn(original):
+    @functools.wraps(original)
+    def set_attn_implementation(self, attn_implementation, *args, **kwargs):
+        requested = attn_implementation
+        if isinstance(requested, dict):
+            requested = requested.get("")
+        if requested == ATTN_IMPLEMENTATION:
+            check_model(self)
+        return original(self, attn_implementation, *args, **kwargs)
+
+    set_attn_implementation._hf_sparse_wrapped = True
+    return set_attn_implementation
+
+
+def register_attention() -> None:
+    """Register ``"hf_sparse"`` with ``AttentionInterface`` and ``AttentionMaskInterface`` and install the
+    ``PreTrainedModel`` checks (see the module docstring). Idempotent; called on ``import hf_sparse``."""
+    AttentionInterface.register(ATTN_IMPLEMENTATION, sparse_attention_forward)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sparse_attention_mask)
+    if not getattr(PreTrainedModel.get_correct_attn_implementation, "_hf_sparse_wrapped", False):
+        PreTrainedModel.get_correct_attn_implementation = _wrap_get_correct(
+            PreTrainedModel.get_correct_attn_implementation
+        )
+    if not getattr(PreTrainedModel.set_attn_implementation, "_hf_sparse_wrapped", False):
+        PreTrainedModel.set_attn_implementation = _wrap_set_attn(PreTrainedModel.set_attn_implementation)
+
+
+__all__ = [
+    "ATTN_IMPLEMENTATION",
+    "IGNORING_FAMILIES",
+    "MAX_DENSE_ATTENTION_WEIGHTS",
+    "SparseMask",
+    "check_config",
+    "check_model",
+    "pattern_for_module",
+    "register_attention",
+    "sparse_attention_forward",
+    "sparse_attention_mask",
+]

@@ -1,0 +1,53 @@
+"""The code every fine-tuning recipe shares: recipe -> task -> ``transformers.Trainer`` run.
+
+- :mod:`.recipe`: :class:`RecipeArguments` and :func:`load_recipe` (YAML + ``key=value`` overrides,
+  parsed with ``HfArgumentParser`` into recipe, task and training arguments).
+- :mod:`.tasks`: the :class:`Task` base class, :func:`register_task` and :func:`get_task`.
+- :mod:`.runner`: :func:`run` (train, evaluate, save, card, push).
+- :mod:`.checkpoints`: :func:`latest_checkpoint`, :func:`validate_checkpoint`, atomic checkpoint saves.
+- :mod:`.callbacks`: :class:`LogHistoryCallback` (``log_history.json`` kept current).
+
+Needs the ``train`` extra (``pip install 'hf-sparse[train]'``): peft for LoRA, tensorboard for the
+default ``report_to``.
+"""
+
+from .callbacks import LogHistoryCallback, loss_series
+from .checkpoints import (
+    AtomicCheckpointMixin,
+    CheckpointError,
+    atomic_trainer_class,
+    latest_checkpoint,
+    list_checkpoints,
+    validate_checkpoint,
+    write_json_atomic,
+)
+from .recipe import TRAINING_DEFAULTS, RecipeArguments, RecipeError, load_recipe, parse_overrides, path_field
+from .runner import HubPushError, run
+from .tasks import TASK_PACKAGES, Task, TaskArguments, get_task, list_tasks, metric_prefix, register_task
+
+__all__ = [
+    "TASK_PACKAGES",
+    "TRAINING_DEFAULTS",
+    "AtomicCheckpointMixin",
+    "CheckpointError",
+    "HubPushError",
+    "LogHistoryCallback",
+    "RecipeArguments",
+    "RecipeError",
+    "Task",
+    "TaskArguments",
+    "atomic_trainer_class",
+    "get_task",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "list_tasks",
+    "load_recipe",
+    "loss_series",
+    "metric_prefix",
+    "parse_overrides",
+    "path_field",
+    "register_task",
+    "run",
+    "validate_checkpoint",
+    "write_json_atomic",
+]

@@ -1,0 +1,235 @@
+"""Checkpoints: find the latest, check it is complete, and save them atomically.
+
+``transformers.Trainer._save_checkpoint`` (v5) writes straight into ``output_dir/checkpoint-N``:
+weights first, then optimizer, scheduler, RNG states and ``trainer_state.json`` last. A run killed
+in between leaves a ``checkpoint-N`` folder that *looks* like the latest one, and the Trainer's own
+``get_last_checkpoint`` would pick it. :class:`AtomicCheckpointMixin` makes the save atomic: the
+Trainer writes the checkpoint into a hidden staging folder ``output_dir/.checkpoint-N.incomplete``
+and, once every process has finished writing, the main process renames it to ``checkpoint-N``
+(``os.replace``, atomic on one filesystem). A killed save leaves only the hidden staging folder,
+which no lookup matches and the next save of that step removes. :func:`validate_checkpoint` checks
+what is inside a folder before a resume, so a checkpoint damaged later (deleted weights, garbage
+state) fails with a message naming it instead of an obscure traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+
+__all__ = [
+    "CheckpointError",
+    "AtomicCheckpointMixin",
+    "atomic_trainer_class",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "validate_checkpoint",
+    "write_json_atomic",
+]
+
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+_STAGING_SUFFIX = ".incomplete"
+
+# Files the Trainer writes (transformers/trainer.py, accelerate FSDP helpers, peft adapters).
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.bin",
+    "pytorch_model_fsdp.bin",
+    "pytorch_model_fsdp_0",  # FSDP sharded state dict (a folder)
+)
+_OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin", "optimizer_0")
+_SCHEDULER_FILE = "scheduler.pt"
+_TRAINER_STATE = "trainer_state.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is incomplete or corrupt; the message names the folder and what is wrong."""
+
+
+def write_json_atomic(path, obj, **dump_kwargs) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temporary sibling + ``os.replace`` (never half-written)."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    dump_kwargs.setdefault("indent", 2)
+    dump_kwargs.setdefault("default", str)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, **dump_kwargs)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def list_checkpoints(output_dir) -> list[str]:
+    """Paths of the ``checkpoint-N`` folders in ``output_dir``, sorted by step (staging folders excluded)."""
+    output_dir = os.fspath(output_dir)
+    if not os.path.isdir(output_dir):
+        return []
+    found = []
+    for entry in os.listdir(output_dir):
+        match = _CHECKPOINT_RE.match(entry)
+        if match and os.path.isdir(os.path.join(output_dir, entry)):
+            found.append((int(match.group(1)), os.path.join(output_dir, entry)))
+    return [path for _, path in sorted(found)]
+
+
+def latest_checkpoint(output_dir) -> str | None:
+    """The ``checkpoint-N`` folder with the highest N in ``output_dir``, or None (also if it is missing)."""
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def _check_safetensors(path: str) -> None:
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:  # parses the header and checks the file covers it
+        f.keys()
+
+
+def _check_weights(folder: str) -> str | None:
+    """None if a readable weights file is present, else what is wrong."""
+    present = [name for name in _WEIGHT_FILES if os.path.exists(os.path.join(folder, name))]
+    if not present:
+        return f"no model weights (expected one of {', '.join(_WEIGHT_FILES)})"
+    name = present[0]
+    path = os.path.join(folder, name)
+    try:
+        if name.endswith(".index.json"):
+            with open(path, encoding="utf-8") as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            for shard in shards:
+                shard_path = os.path.join(folder, shard)
+                if not os.path.isfile(shard_path):
+                    return f"weight shard {shard} listed in {name} is missing"
+                if shard.endswith(".safetensors"):
+                    _check_safetensors(shard_path)
+        elif name.endswith(".safetensors"):
+            _check_safetensors(path)
+        elif os.path.isfile(path) and os.path.getsize(path) == 0:
+            return f"{name} is empty"
+    except Exception as e:  # any parse failure means unreadable weights
+        return f"{name} is unreadable ({type(e).__name__}: {e})"
+    return None
+
+
+def validate_checkpoint(path) -> dict:
+    """Check that a checkpoint folder holds everything a resume needs; return its trainer state.
+
+    Checks: ``trainer_state.json`` parses and has an integer ``global_step``; a weights file
+    (``model.safetensors``, sharded index, peft adapter, ``.bin`` or FSDP state) is present and its
+    header readable; optimizer and scheduler states are present (DeepSpeed checkpoints: its
+    ``latest`` tag instead).
+
+    Raises:
+        CheckpointError: naming the folder and the first problem found.
+    """
+    folder = os.path.abspath(os.fspath(path))
+
+    def fail(problem):
+        raise CheckpointError(
+            f"checkpoint {folder} is incomplete or corrupt: {problem}. Delete this folder to resume from "
+            "the previous checkpoint, or start a new run."
+        )
+
+    if not os.path.isdir(folder):
+        fail("it is not a folder")
+    state_path = os.path.join(folder, _TRAINER_STATE)
+    if not os.path.isfile(state_path):
+        fail(f"{_TRAINER_STATE} is missing")
+    try:
+        with open(state_path, encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        fail(f"{_TRAINER_STATE} is not valid JSON ({e})")
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        fail(f"{_TRAINER_STATE} has no integer global_step")
+    problem = _check_weights(folder)
+    if problem:
+        fail(problem)
+    deepspeed = os.path.isfile(os.path.join(folder, "latest"))
+    if not deepspeed:
+        if not any(os.path.exists(os.path.join(folder, name)) for name in _OPTIMIZER_FILES):
+            fail(
+                f"no optimizer state (expected one of {', '.join(_OPTIMIZER_FILES)}; was save_only_model set?)"
+            )
+        if not os.path.isfile(os.path.join(folder, _SCHEDULER_FILE)):
+            fail(f"{_SCHEDULER_FILE} is missing")
+    return state
+
+
+class AtomicCheckpointMixin:
+    """Mixin for a ``transformers.Trainer`` subclass: checkpoints appear complete or not at all.
+
+    ``Trainer._save_checkpoint`` builds the checkpoint path from ``self._get_output_dir(trial)``;
+    during a save this mixin points that at a hidden staging folder, lets the Trainer write
+    everything there (weights, optimizer, scheduler, RNG states of every process, trainer state),
+    waits for all processes, then the main process renames the finished folder to
+    ``output_dir/checkpoint-N`` and applies ``save_total_limit`` rotation in ``output_dir``. The
+    ``best_model_checkpoint`` recorded in the trainer state is rewritten to the final path.
+    Limitation: the rename is atomic on one filesystem; a multi-node run saving on each node renames
+    per node.
+    """
+
+    _staging_run_dir: str | None = None
+
+    def _get_output_dir(self, trial):
+        if self._staging_run_dir is not None:
+            return self._staging_run_dir
+        return super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+        run_dir = super()._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        final = os.path.join(run_dir, name)
+        staging_run_dir = os.path.join(run_dir, f".{name}{_STAGING_SUFFIX}")
+        if self.args.should_save and os.path.exists(staging_run_dir):
+            shutil.rmtree(staging_run_dir)  # left over by a run killed while saving this step
+        self.accelerator.wait_for_everyone()
+
+        self._staging_run_dir = staging_run_dir
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_run_dir = None
+        self.accelerator.wait_for_everyone()  # every process has written its files (e.g. RNG states)
+
+        if self.args.should_save:
+            staged = os.path.join(staging_run_dir, name)
+            best = self.state.best_model_checkpoint
+            if best is not None and os.path.abspath(best).startswith(os.path.abspath(staging_run_dir)):
+                self.state.best_model_checkpoint = final
+                self.state.save_to_json(os.path.join(staged, _TRAINER_STATE))
+            if os.path.exists(final):  # same step saved again (e.g. overwrite_output_dir): swap it out
+                os.replace(final, os.path.join(staging_run_dir, "replaced"))
+            os.replace(staged, final)
+            shutil.rmtree(staging_run_dir, ignore_errors=True)
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+        self.accelerator.wait_for_everyone()
+
+
+def atomic_trainer_class(base=None) -> type:
+    """``base`` (default ``transformers.Trainer``) with :class:`AtomicCheckpointMixin` mixed in."""
+    if base is None:
+        from transformers import Trainer
+
+        base = Trainer
+    if issubclass(base, AtomicCheckpointMixin):
+        return base
+    return type(f"Atomic{base.__name__}", (AtomicCheckpointMixin, base), {"__module__": __name__})

@@ -1,0 +1,436 @@
+"""Recipes: one YAML file holds every setting of a fine-tuning run.
+
+A recipe is a flat mapping parsed with ``transformers.HfArgumentParser`` into three dataclasses:
+:class:`RecipeArguments` (this module: task, resume, LoRA, plots, card), the task's own
+``Arguments`` and ``TrainingArguments`` (or the task's ``training_arguments_class``)::
+
+    # pipelines/motif/tiny.yaml
+    task: motif-detection          # registered task name, or "package.module:ClassName"
+    data_dir: ../data              # a task path field: relative to this file's folder
+    output_dir: outputs/motif-tiny # relative to the working directory (as in every HF script)
+    num_train_epochs: 3
+    learning_rate: 1.0e-3
+    lora: true
+
+Rules:
+
+- Unknown keys are an error naming the key and the recipe file (with a close match if any).
+- Values are converted to the field's type, so ``learning_rate: 1e-4`` (a *string* in YAML 1.1)
+  works; a value that does not convert is an error naming key, value and type.
+- Overrides are ``key=value`` strings applied on top (``--override num_train_epochs=1``); the value
+  is typed by the field: ``true``/``false`` for bools, ``none``/``null`` for optional fields,
+  ``[a,b]`` (or ``a,b`` for list-only fields) for lists, ``{k: v}`` for dicts.
+- Paths: task fields declared with :func:`path_field` resolve relative to the **recipe file's
+  folder** (so a recipe works from any working directory and can sit next to its data); ``~`` and
+  ``$VARS`` expand. ``output_dir`` follows the usual HF convention: relative to the working
+  directory (made absolute when the recipe is loaded). A recipe given as a dict resolves paths
+  against the working directory.
+- Defaults that differ from ``TrainingArguments``: ``report_to=["tensorboard"]``,
+  ``eval_strategy="epoch"``, ``save_strategy="epoch"``, ``logging_steps=10``,
+  ``disable_tqdm=False``, ``output_dir="outputs/<recipe file stem>"``; in a distributed launch on a
+  machine without GPUs ``use_cpu=True`` (otherwise the Trainer sees ``DistributedType.NO``, and
+  every process trains alone as "rank 0" although ``torch.distributed`` is initialized).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import logging
+import os
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from .tasks import get_task
+
+__all__ = [
+    "TRAINING_DEFAULTS",
+    "RecipeArguments",
+    "RecipeError",
+    "load_recipe",
+    "parse_overrides",
+    "path_field",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``TrainingArguments`` defaults a recipe gets unless it sets the key itself.
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "report_to": ["tensorboard"],
+    "eval_strategy": "epoch",
+    "save_strategy": "epoch",
+    "logging_steps": 10,
+    "disable_tqdm": False,
+}
+
+
+class RecipeError(ValueError):
+    """A recipe (file, key, value or override) is invalid. The message names the file and the key."""
+
+
+_PATH_METAVAR = "PATH"
+
+
+def path_field(default: str | None = None, *, help: str) -> Any:
+    """A dataclass field holding a path that resolves relative to the recipe file's folder.
+
+    Marked with ``metadata={"metavar": "PATH"}`` (``HfArgumentParser`` passes metadata on to
+    ``argparse.add_argument``, so the marker must be an argparse keyword).
+    """
+    return field(default=default, metadata={"help": help, "metavar": _PATH_METAVAR})
+
+
+@dataclass
+class RecipeArguments:
+    """Settings of the run itself (not of the task, not of the Trainer)."""
+
+    task: str = field(
+        metadata={"help": "Registered task name (e.g. 'motif-detection') or 'package.module:ClassName'."}
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume from the latest checkpoint-N in output_dir (validated first; a run with no "
+            "checkpoint yet starts from scratch with a warning)."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a fresh run even if output_dir already holds checkpoints (they are deleted). "
+            "Without it (and without resume) such an output_dir is an error."
+        },
+    )
+    lora: bool = field(
+        default=False, metadata={"help": "Fine-tune LoRA adapters (peft) instead of all weights."}
+    )
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(
+        default=16, metadata={"help": "LoRA scaling numerator (scale = lora_alpha / lora_r)."}
+    )
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input, in [0, 1)."})
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={"help": "Module names to adapt; None: the task's default (peft's map for the model type)."},
+    )
+    lora_modules_to_save: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Modules trained in full next to the adapters (e.g. a new head); None: task default."
+        },
+    )
+    merge_lora: bool = field(
+        default=True,
+        metadata={
+            "help": "Save the final model with the LoRA weights merged (a plain model); the adapter alone "
+            "is saved in output_dir/adapter either way. False: save only the adapter in output_dir."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use at most this many training examples (the first ones)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use at most this many validation examples (the first ones)."}
+    )
+    max_test_samples: int | None = field(
+        default=None, metadata={"help": "Use at most this many test examples (the first ones)."}
+    )
+    plots: bool = field(default=True, metadata={"help": "Write loss.png (train and eval loss curves)."})
+    model_card: bool = field(
+        default=True, metadata={"help": "Write README.md (model card via hf_sparse.hub) into output_dir."}
+    )
+    model_name: str | None = field(
+        default=None,
+        metadata={"help": "Model name for the card; None: hub_model_id, else the output_dir folder name."},
+    )
+    hub_private: bool = field(
+        default=False,
+        metadata={
+            "help": "Create the Hub repository as private (with push_to_hub). hub_private_repo also works."
+        },
+    )
+    # Set by load_recipe (not recipe keys): where the recipe came from and what it resolved to.
+    source: str | None = field(default=None, init=False, repr=False, metadata={"help": "Recipe file."})
+    values: dict | None = field(default=None, init=False, repr=False, metadata={"help": "Resolved mapping."})
+
+    def __post_init__(self):
+        if not isinstance(self.task, str) or not self.task.strip():
+            raise ValueError(f"task must be a non-empty string, got {self.task!r}")
+        if self.lora_r <= 0:
+            raise ValueError(f"lora_r must be a positive int, got {self.lora_r!r}")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be positive, got {self.lora_alpha!r}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        for name in ("max_train_samples", "max_eval_samples", "max_test_samples"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
+# --- typed values -------------------------------------------------------------------------------
+
+_NONE_WORDS = ("none", "null", "~")
+_TRUE_WORDS = ("true", "yes", "y", "on", "1")
+_FALSE_WORDS = ("false", "no", "n", "off", "0")
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _is_union(hint) -> bool:
+    return get_origin(hint) in (Union, types.UnionType)
+
+
+def _member_rank(hint) -> int:
+    """Order in which union members are tried for a value: specific scalars first, str late."""
+    origin = get_origin(hint)
+    if hint is bool:
+        return 0
+    if hint is int:
+        return 1
+    if hint is float:
+        return 2
+    if origin is Literal:
+        return 3
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return 4
+    if hint is str:
+        return 5
+    if origin in (list, tuple) or hint in (list, tuple):
+        return 6
+    return 7
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """Convert ``value`` (from YAML or an override string) to the type ``hint``; ValueError if it can't."""
+    if hint is Any or hint is None:
+        return value
+    if _is_union(hint):
+        members = [m for m in get_args(hint) if m is not type(None)]
+        optional = len(members) < len(get_args(hint))
+        # "null"/"~" mean None; "none" too unless the field takes strings (report_to: none).
+        none_words = _NONE_WORDS if str not in members else _NONE_WORDS[1:]
+        if value is None or (optional and isinstance(value, str) and value.strip().lower() in none_words):
+            if optional:
+                return None
+            raise ValueError("None is not allowed")
+        if (
+            isinstance(value, str)
+            and value.strip()[:1] in ("[", "{")
+            and any(_member_rank(m) >= 6 for m in members)
+        ):
+            value = yaml.safe_load(value)
+        for member in sorted(members, key=_member_rank):
+            try:
+                return _coerce(value, member)
+            except (ValueError, TypeError):
+                continue
+        raise ValueError(f"not a valid {_type_name(hint)}")
+    origin = get_origin(hint)
+    if value is None:
+        raise ValueError("None is not allowed")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+            return value.strip().lower() in _TRUE_WORDS
+        raise ValueError(f"{value!r} is not a bool (true/false)")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is not an int")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            return int(value.strip())
+        raise ValueError(f"{value!r} is not an int")
+    if hint is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is not a float")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value.strip())
+        raise ValueError(f"{value!r} is not a float")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"{value!r} is not a string")
+    if origin is Literal:
+        for choice in get_args(hint):
+            if value == choice or (isinstance(value, str) and str(choice) == value):
+                return choice
+        raise ValueError(f"{value!r} is not one of {list(get_args(hint))}")
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return value if isinstance(value, hint) else hint(value)
+    if origin in (list, tuple) or hint in (list, tuple):
+        if isinstance(value, str):
+            text = value.strip()
+            value = (
+                yaml.safe_load(text)
+                if text.startswith("[")
+                else [v.strip() for v in text.split(",") if v.strip()]
+            )
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{value!r} is not a list")
+        (item,) = get_args(hint)[:1] or (Any,)
+        items = [_coerce(v, item) for v in value]
+        return tuple(items) if origin is tuple or hint is tuple else items
+    if origin is dict or hint is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not a mapping")
+        return value
+    return value
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def parse_overrides(overrides) -> dict[str, str]:
+    """``["key=value", ...]`` -> ``{"key": "value"}`` (values stay strings; later ones win).
+
+    Raises:
+        RecipeError: an override without ``=`` or with an empty key.
+    """
+    if isinstance(overrides, str):
+        raise RecipeError(f"overrides must be a list of 'key=value' strings, got the string {overrides!r}")
+    parsed = {}
+    for item in overrides or ():
+        if not isinstance(item, str) or "=" not in item:
+            raise RecipeError(f"override {item!r} is not of the form key=value")
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if not key:
+            raise RecipeError(f"override {item!r} has an empty key")
+        parsed[key] = value
+    return parsed
+
+
+def _read_recipe(recipe) -> tuple[dict, str, Path | None]:
+    if isinstance(recipe, dict):
+        return dict(recipe), "<recipe dict>", None
+    if not isinstance(recipe, (str, os.PathLike)):
+        raise RecipeError(f"recipe must be a YAML file path or a dict, got {type(recipe).__name__}")
+    path = Path(recipe).expanduser().resolve()
+    if not path.is_file():
+        raise RecipeError(f"recipe file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise RecipeError(f"recipe {path} is not valid YAML: {e}") from e
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"recipe {path} must be a mapping of key: value, got {type(data).__name__}")
+    return data, str(path), path
+
+
+def _cpu_only_distributed_launch() -> bool:
+    """True in a multi-process launch (torchrun / accelerate launch) on a machine without GPUs."""
+    try:
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    if world_size <= 1:
+        return False
+    import torch
+
+    xpu = getattr(torch, "xpu", None)
+    return not (torch.cuda.is_available() or (xpu is not None and xpu.is_available()))
+
+
+def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
+    """Parse a recipe (YAML path or dict) and ``key=value`` overrides.
+
+    Returns:
+        ``(recipe_args, task_args, training_args)``: a :class:`RecipeArguments`, the task's
+        ``Arguments`` and its ``TrainingArguments`` (class). ``recipe_args.source`` is the recipe
+        file and ``recipe_args.values`` the resolved mapping (after defaults and overrides).
+
+    Raises:
+        RecipeError: missing file, invalid YAML, missing/unknown task, unknown key, a value of the
+            wrong type, or a value a dataclass rejects; the message names the recipe and the key.
+    """
+    from transformers import HfArgumentParser, TrainingArguments
+
+    data, source, path = _read_recipe(recipe)
+    override_values = parse_overrides(overrides)
+    base_dir = path.parent if path is not None else Path.cwd()
+
+    task_name = override_values.get("task", data.get("task"))
+    if task_name is None:
+        raise RecipeError(
+            f"{source}: missing required key 'task' (a registered task name or 'module:ClassName')"
+        )
+    try:
+        task_cls = get_task(task_name)
+    except (KeyError, TypeError, ValueError) as e:
+        raise RecipeError(f"{source}: task: {e.args[0] if e.args else e}") from e
+    training_cls = task_cls.training_arguments_class or TrainingArguments
+    dataclass_types = (RecipeArguments, task_cls.Arguments, training_cls)
+
+    # Every key must belong to one of the dataclasses.
+    hints, path_keys = {}, set()
+    for dtype in dataclass_types:
+        type_hints = get_type_hints(dtype)
+        for f in dataclasses.fields(dtype):
+            if f.init:
+                hints.setdefault(f.name, type_hints.get(f.name, Any))
+                if f.metadata.get("metavar") == _PATH_METAVAR:
+                    path_keys.add(f.name)
+    for key, where in [(k, "recipe") for k in data] + [(k, "override") for k in override_values]:
+        if not isinstance(key, str) or key not in hints:
+            close = difflib.get_close_matches(str(key), hints, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            names = ", ".join(d.__name__ for d in dataclass_types)
+            raise RecipeError(
+                f"{source}: unknown {where} key {key!r}{hint}; valid keys are the fields of {names}"
+            )
+
+    values = dict(TRAINING_DEFAULTS)
+    if "output_dir" not in data:
+        values["output_dir"] = os.path.join(
+            "outputs", path.stem if path is not None else task_cls.name or "run"
+        )
+    if _cpu_only_distributed_launch() and "use_cpu" in hints and "use_cpu" not in data:
+        logger.info("distributed launch without GPUs: use_cpu=True (gloo DDP on CPU)")
+        values["use_cpu"] = True
+    values.update(data)
+    values.update(override_values)
+    for key in list(values):
+        if key not in hints:  # a default for a field this TrainingArguments class lacks
+            del values[key]
+            continue
+        try:
+            values[key] = _coerce(values[key], hints[key])
+        except (ValueError, TypeError) as e:
+            shown = override_values.get(key, values[key])
+            raise RecipeError(
+                f"{source}: {key}={shown!r} is not a valid {_type_name(hints[key])} ({e})"
+            ) from e
+        if key in path_keys and isinstance(values[key], str) and values[key]:
+            p = Path(os.path.expandvars(os.path.expanduser(values[key])))
+            values[key] = str(p if p.is_absolute() else (base_dir / p).resolve())
+    values["output_dir"] = os.path.abspath(os.path.expanduser(values["output_dir"]))
+
+    try:
+        recipe_args, task_args, training_args = HfArgumentParser(dataclass_types).parse_dict(
+            values, allow_extra_keys=False
+        )
+    except (ValueError, TypeError) as e:
+        raise RecipeError(f"{source}: {e}") from e
+    recipe_args.source = source
+    recipe_args.values = values
+    return recipe_args, task_args, training_args

@@ -1,0 +1,394 @@
+"""The fine-tuning runner: recipe -> ``transformers.Trainer`` run -> a finished model folder.
+
+:func:`run` is all a fine-tuning script needs (``scripts/finetune.py`` wraps it). Everything
+task-specific comes from the recipe's :class:`~hf_sparse.training.tasks.Task`; everything about the
+training loop (mixed precision, gradient accumulation, activation checkpointing, DDP/FSDP through
+``accelerate launch``) comes from ``transformers.Trainer`` and the recipe's ``TrainingArguments``.
+
+What ``output_dir`` holds at the end (written by the main process only):
+
+- the final model (``config.json``, ``model.safetensors``) and tokenizer, loadable with
+  ``AutoModel*.from_pretrained(output_dir)``. With LoRA the adapter weights are **merged** into the
+  base weights (``merge_lora: true``, the default), so the folder is a plain model, and the adapter
+  alone is in ``output_dir/adapter``; with ``merge_lora: false`` (or under FSDP, where sharded
+  weights cannot be merged in place) ``output_dir`` holds the adapter only;
+- ``checkpoint-N/`` folders (saved atomically, see :mod:`~hf_sparse.training.checkpoints`);
+- ``all_results.json``: train/eval/test metrics (flat ``train_*``, ``eval_*``, ``test_*`` keys as in
+  the HF example scripts), ``wall_time_s``, ``world_size``, ``distributed_type``,
+  ``num_parameters``, ``num_trainable_parameters``, ``global_step``, ``start_step``,
+  ``steps_this_run``, ``resumed_from``, the task's ``extras`` and the resolved ``recipe``;
+- ``log_history.json`` (kept current during training), ``loss.png`` (``plots``), ``runs/``
+  (TensorBoard), ``README.md`` (``model_card``, via ``hf_sparse.hub``).
+
+With ``push_to_hub: true`` the folder is pushed once at the end through ``hf_sparse.hub.push_to_hub``
+(the Trainer's own per-save pushing is switched off); if the Hub is unreachable, :class:`HubPushError`
+is raised *after* everything local is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from .callbacks import LogHistoryCallback, loss_series
+from .checkpoints import atomic_trainer_class, list_checkpoints, validate_checkpoint, write_json_atomic
+from .recipe import RecipeError, load_recipe
+from .tasks import get_task, metric_prefix
+
+__all__ = ["HubPushError", "run"]
+
+logger = logging.getLogger(__name__)
+
+
+class HubPushError(RuntimeError):
+    """Training finished and the output folder is complete, but pushing it to the Hub failed."""
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _count_parameters(model, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def _head(dataset, n: int | None):
+    """The first ``n`` examples of a torch or HF dataset (all of them if ``n`` is None)."""
+    if n is None or n >= len(dataset):
+        return dataset
+    if hasattr(dataset, "select"):  # datasets.Dataset
+        return dataset.select(range(n))
+    import torch.utils.data
+
+    return torch.utils.data.Subset(dataset, range(n))
+
+
+def _resume_checkpoint(recipe_args, training_args) -> str | None:
+    """The validated checkpoint to resume from, or None; applies ``overwrite_output_dir``.
+
+    Runs on every process without collectives, so a user error is raised by all of them alike.
+    """
+    output_dir = training_args.output_dir
+    existing = list_checkpoints(output_dir)
+    if recipe_args.resume:
+        if not existing:
+            logger.warning("resume: no checkpoint in %s yet; training from scratch", output_dir)
+            return None
+        validate_checkpoint(existing[-1])
+        logger.info("resuming from %s", existing[-1])
+        return existing[-1]
+    if existing and not recipe_args.overwrite_output_dir:
+        names = ", ".join(os.path.basename(p) for p in existing)
+        raise RecipeError(
+            f"output_dir {output_dir} already holds checkpoints ({names}): pass --resume (resume: true) to "
+            f"continue from {os.path.basename(existing[-1])}, set overwrite_output_dir: true to start over, "
+            "or choose another output_dir"
+        )
+    if existing:
+        if training_args.should_save:
+            for path in existing:
+                shutil.rmtree(path)
+            logger.info("overwrite_output_dir: deleted %d old checkpoints in %s", len(existing), output_dir)
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
+    return None
+
+
+def _apply_lora(task, model, recipe_args, training_args):
+    """Wrap ``model`` with peft LoRA adapters (only adapters and ``modules_to_save`` train)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = recipe_args.lora_target_modules or task.lora_target_modules(model)
+    to_save = recipe_args.lora_modules_to_save
+    if to_save is None:
+        to_save = task.lora_modules_to_save(model)
+    if (training_args.activation_checkpointing or training_args.gradient_checkpointing) and hasattr(
+        model, "enable_input_require_grads"
+    ):
+        model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
+    config = LoraConfig(
+        r=recipe_args.lora_r,
+        lora_alpha=recipe_args.lora_alpha,
+        lora_dropout=recipe_args.lora_dropout,
+        target_modules=targets,
+        modules_to_save=to_save,
+        task_type=task.lora_task_type,
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as e:
+        raise RecipeError(f"{recipe_args.source}: lora_target_modules={targets!r}: {e}") from e
+
+
+def _save_final_model(trainer, task, recipe_args, tokenizer, output_dir: str):
+    """Save the final model (merged LoRA if requested) and the task's extras; returns the saved model."""
+    model = trainer.model
+    if recipe_args.lora and recipe_args.merge_lora and not trainer.is_fsdp_enabled:
+        trainer.save_model(os.path.join(output_dir, "adapter"))  # collective; main process writes
+        saved = None
+        if trainer.is_world_process_zero():
+            saved = copy.deepcopy(model).merge_and_unload()  # the trained model stays a PeftModel
+            saved.save_pretrained(output_dir)
+    else:
+        if recipe_args.lora and recipe_args.merge_lora:
+            logger.warning("LoRA under FSDP: saving the adapter only (sharded weights are not merged)")
+        trainer.save_model(output_dir)
+        saved = model
+    if trainer.is_world_process_zero():
+        task.save_extras(output_dir, tokenizer, saved)
+    trainer.accelerator.wait_for_everyone()
+    return saved
+
+
+def _training_config(recipe_args, training_args) -> dict[str, Any]:
+    """The settings a model card reports."""
+    config = {
+        "learning_rate": training_args.learning_rate,
+        "num_train_epochs": training_args.num_train_epochs,
+        "max_steps": training_args.max_steps,
+        "per_device_train_batch_size": training_args.per_device_train_batch_size,
+        "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
+        "world_size": training_args.world_size,
+        "total_train_batch_size": training_args.per_device_train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size,
+        "lr_scheduler_type": str(
+            getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type)
+        ),
+        "warmup_steps": training_args.warmup_steps,
+        "weight_decay": training_args.weight_decay,
+        "seed": training_args.seed,
+        "mixed_precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "no",
+    }
+    if recipe_args.lora:
+        config.update(
+            lora_r=recipe_args.lora_r,
+            lora_alpha=recipe_args.lora_alpha,
+            lora_dropout=recipe_args.lora_dropout,
+            lora_target_modules=recipe_args.lora_target_modules,
+        )
+    return config
+
+
+def _write_model_card(task, task_args, recipe_args, training_args, results, output_dir, model) -> str | None:
+    """README.md via ``hf_sparse.hub``; skipped with a warning if that module is unavailable or the
+    card cannot be rendered (the error is recorded as ``model_card_error`` in the results)."""
+    try:
+        from hf_sparse import hub
+    except ImportError as e:
+        logger.warning("model card skipped: hf_sparse.hub is not available (%s)", e)
+        return None
+    metrics = {
+        k: v
+        for k, v in results.items()
+        if k.startswith(("eval_", "test_"))
+        and not k.endswith(("_runtime", "_per_second"))
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    }
+    pattern = getattr(getattr(model, "config", None), "attention_pattern", None)
+    kwargs = {
+        "model_name": recipe_args.model_name or training_args.hub_model_id or Path(output_dir).name,
+        "metrics": metrics,
+        "dataset_name": f"{task.name} evaluation data",
+        "pattern": pattern if isinstance(pattern, (str, dict)) else None,
+        "training_config": _training_config(recipe_args, training_args),
+    }
+    if training_args.hub_model_id:
+        kwargs["repo_id"] = training_args.hub_model_id
+    kwargs.update(task.card_info(task_args, metrics) or {})
+    try:
+        card = hub.render_model_card(task.card_task or task.name, **kwargs)
+    except (ValueError, TypeError) as e:
+        logger.warning("model card skipped: %s", e)
+        results["model_card_error"] = str(e)
+        return None
+    return str(hub.save_model_card(card, output_dir))
+
+
+def _check_push(recipe_args, training_args) -> None:
+    """Before training: a push needs a ``user/name`` hub_model_id (hf_sparse.hub requires the namespace)."""
+    repo_id = training_args.hub_model_id
+    if not repo_id or repo_id.count("/") != 1:
+        raise RecipeError(
+            f"{recipe_args.source}: push_to_hub: true needs hub_model_id: 'user/name' (got {repo_id!r})"
+        )
+
+
+def _push(output_dir, recipe_args, training_args) -> str:
+    """Push ``output_dir`` with ``hf_sparse.hub.push_to_hub``; HubPushError with a one-line message."""
+    try:
+        from hf_sparse import hub
+    except ImportError as e:
+        raise HubPushError(
+            f"push_to_hub needs hf_sparse.hub, which cannot be imported ({e}); the local output at "
+            f"{output_dir} is intact"
+        ) from e
+    private = recipe_args.hub_private or bool(training_args.hub_private_repo)
+    try:
+        return hub.push_to_hub(
+            output_dir, training_args.hub_model_id, token=training_args.hub_token, private=private
+        )
+    except hub.HubError as e:  # unreachable (HubUnavailableError), rejected credentials, refusal
+        lines = str(e).strip().splitlines()
+        raise HubPushError(lines[0] if lines else type(e).__name__) from e
+
+
+def _close_tensorboard(trainer) -> None:
+    """The final evaluations reopen TensorBoard's writer after on_train_end: flush and close it."""
+    for callback in trainer.callback_handler.callbacks:
+        writer = getattr(callback, "tb_writer", None)
+        if writer is not None and hasattr(writer, "close"):
+            writer.close()
+            callback.tb_writer = None
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
+    """Fine-tune as a recipe says; return the results also written to ``all_results.json``.
+
+    Args:
+        recipe: path of a YAML recipe, or a dict with the same keys.
+        overrides: ``"key=value"`` strings applied on top of the recipe.
+        resume: overrides the recipe's ``resume`` (True: continue from the latest valid
+            ``checkpoint-N`` in ``output_dir``).
+
+    Returns:
+        The results dict (on every process of a distributed run).
+
+    Raises:
+        RecipeError: invalid recipe/overrides, or an ``output_dir`` that already holds checkpoints
+            while neither ``resume`` nor ``overwrite_output_dir`` is set.
+        CheckpointError: the checkpoint to resume from is incomplete or corrupt.
+        HubPushError: ``push_to_hub`` failed (everything local was written first).
+    """
+    started = time.perf_counter()
+    from transformers import set_seed
+    from transformers.utils import logging as hf_logging
+
+    recipe_args, task_args, training_args = load_recipe(recipe, overrides)
+    if resume is not None:
+        recipe_args.resume = bool(resume)
+    task = get_task(recipe_args.task)()
+    output_dir = training_args.output_dir
+    push = training_args.push_to_hub
+    training_args.push_to_hub = False  # pushed once at the end through hf_sparse.hub, not by the Trainer
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    hf_logging.set_verbosity(log_level)
+
+    if push:
+        _check_push(recipe_args, training_args)
+    checkpoint = _resume_checkpoint(recipe_args, training_args)
+    set_seed(training_args.seed)
+
+    # --- task: tokenizer, model, data ---
+    tokenizer = task.build_tokenizer(task_args)
+    model = task.build_model(task_args, tokenizer)
+    with training_args.main_process_first(desc=f"{task.name} datasets"):
+        datasets = dict(task.build_datasets(task_args, tokenizer))
+    if datasets.get("train") is None:
+        raise ValueError(
+            f"task {task.name!r}: build_datasets returned no 'train' split (keys: {sorted(datasets)})"
+        )
+    eval_strategy = getattr(training_args.eval_strategy, "value", training_args.eval_strategy)
+    if datasets.get("validation") is None and eval_strategy != "no":
+        raise RecipeError(
+            f"{recipe_args.source}: task {task.name!r} has no 'validation' split but "
+            f"eval_strategy={eval_strategy!r}; set eval_strategy: 'no'"
+        )
+    limits = {
+        "train": recipe_args.max_train_samples,
+        "validation": recipe_args.max_eval_samples,
+        "test": recipe_args.max_test_samples,
+    }
+    datasets = {split: _head(ds, limits.get(split)) for split, ds in datasets.items() if ds is not None}
+    num_parameters = _count_parameters(model)
+    if recipe_args.lora:
+        model = _apply_lora(task, model, recipe_args, training_args)
+
+    # --- train ---
+    log_callback = LogHistoryCallback(output_dir)
+    trainer = atomic_trainer_class(task.trainer_class)(
+        model=model,
+        args=training_args,
+        train_dataset=datasets["train"],
+        eval_dataset=datasets.get("validation"),
+        processing_class=tokenizer,
+        data_collator=task.data_collator(task_args, tokenizer),
+        compute_metrics=task.compute_metrics(task_args),
+        callbacks=[log_callback],
+    )
+    if task.model_accepts_loss_kwargs is not None:  # see Task.model_accepts_loss_kwargs
+        trainer.model_accepts_loss_kwargs = task.model_accepts_loss_kwargs
+    num_trainable = _count_parameters(trainer.model, trainable_only=True)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = dict(train_result.metrics)
+    trainer.log_metrics("train", train_result.metrics)
+
+    # --- final evaluation ---
+    for split in ("validation", "test"):
+        if split in datasets:
+            split_metrics = task.evaluate(trainer, datasets[split], split)
+            trainer.log_metrics(metric_prefix(split), split_metrics)
+            metrics.update(split_metrics)
+
+    # --- save, artifacts ---
+    final_model = _save_final_model(trainer, task, recipe_args, tokenizer, output_dir)
+    extras = task.after_training(trainer, task_args, output_dir) or {}
+    _close_tensorboard(trainer)
+    trainer.accelerator.wait_for_everyone()
+
+    results: dict[str, Any] = {
+        **metrics,
+        "task": task.name,
+        "global_step": trainer.state.global_step,
+        "epoch": trainer.state.epoch,
+        "start_step": log_callback.start_step,
+        "steps_this_run": log_callback.steps_this_run,
+        "resumed_from": checkpoint,
+        "world_size": trainer.args.world_size,
+        "distributed_type": str(getattr(trainer.accelerator.distributed_type, "value", "")),
+        "num_parameters": num_parameters,
+        "num_trainable_parameters": num_trainable,
+        "lora": recipe_args.lora,
+        "output_dir": output_dir,
+        "extras": extras,
+        "recipe": {"source": recipe_args.source, "overrides": list(overrides), "values": recipe_args.values},
+    }
+    if not trainer.is_world_process_zero():
+        results["wall_time_s"] = time.perf_counter() - started
+        return results
+
+    write_json_atomic(os.path.join(output_dir, "log_history.json"), trainer.state.log_history)
+    if recipe_args.plots:
+        try:
+            from hf_sparse.viz import plot_curves
+
+            plot_curves(
+                loss_series(trainer.state.log_history),
+                title=f"{task.name}: loss",
+                path=os.path.join(output_dir, "loss.png"),
+            )
+            import matplotlib.pyplot as plt
+
+            plt.close("all")
+        except ImportError as e:
+            logger.warning("loss plot skipped: %s", e)
+    if recipe_args.model_card:
+        results["model_card"] = _write_model_card(
+            task, task_args, recipe_args, training_args, results, output_dir, final_model
+        )
+    results["wall_time_s"] = time.perf_counter() - started
+    write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
+    if push:
+        results["hub_url"] = _push(output_dir, recipe_args, training_args)
+        write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
+    return results

@@ -1,0 +1,256 @@
+"""Fine-tuning tasks: everything task-specific that a recipe's ``task:`` key names.
+
+A *task* is a small :class:`Task` subclass that tells the generic runner (``runner.py``) how to build
+the tokenizer, the model, the datasets, the collator and the metrics for one problem (DNA motif
+detection, long-document summarization, dialogue response selection, ...). The runner has no
+task-specific branches: everything it does differently per task goes through a method below.
+
+Tasks register by name on import::
+
+    @register_task("motif-detection")
+    class MotifTask(Task):
+        Arguments = MotifArguments          # a dataclass: the task's own recipe keys
+        def build_tokenizer(self, args): ...
+        def build_model(self, args, tokenizer): ...
+        def build_datasets(self, args, tokenizer): return {"train": ..., "validation": ..., "test": ...}
+
+A recipe names a registered task (``task: motif-detection``) or any importable subclass as
+``"package.module:ClassName"`` (how the tests point at a toy task that lives in a test module).
+Registered names are looked up in the registry first; on a miss the packages in
+:data:`TASK_PACKAGES` are imported (so that their tasks register) and the lookup is retried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from typing import Any, ClassVar
+
+__all__ = [
+    "TASK_PACKAGES",
+    "Task",
+    "TaskArguments",
+    "get_task",
+    "list_tasks",
+    "metric_prefix",
+    "register_task",
+]
+
+#: Packages imported on a registry miss so that the tasks they define register themselves. A
+#: package that does not exist is skipped silently; one that fails to import raises.
+TASK_PACKAGES: tuple[str, ...] = ("hf_sparse.tasks",)
+
+_TASKS: dict[str, type[Task]] = {}
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+@dataclasses.dataclass
+class TaskArguments:
+    """Arguments of a task without recipe keys of its own (the default :attr:`Task.Arguments`)."""
+
+
+def metric_prefix(split: str) -> str:
+    """Metric key prefix for a split: ``"validation"`` -> ``"eval"`` (Trainer's), others unchanged."""
+    return "eval" if split == "validation" else split
+
+
+class Task:
+    """Base class of a fine-tuning task. Subclass it, set :attr:`Arguments`, override the builders.
+
+    Every method receives the parsed task arguments (an instance of :attr:`Arguments`). Methods marked
+    *collective* run on every process of a distributed run (they may call ``trainer.evaluate`` or
+    ``trainer.predict``, which need all processes) and must write files only where
+    ``trainer.is_world_process_zero()``; the others run where stated.
+
+    Class attributes:
+        name: the registry name (set by :func:`register_task`; for ``"module:Class"`` tasks that are
+            not registered it defaults to the lowercased class name).
+        card_task: the model card template (``hf_sparse.hub.render_model_card``'s ``task``: "motif",
+            "summarization", "dialogue", "sparse_transformer"); None: :attr:`name`.
+        Arguments: dataclass of the task's recipe keys (every field with ``metadata={"help": ...}``;
+            mark data paths with :func:`hf_sparse.training.recipe.path_field` so that relative paths
+            resolve against the recipe file's folder).
+        trainer_class: the ``transformers.Trainer`` subclass to use (e.g. ``Seq2SeqTrainer`` for
+            generation metrics). The runner adds atomic checkpoint saves on top of it.
+        training_arguments_class: the matching ``TrainingArguments`` class (e.g.
+            ``Seq2SeqTrainingArguments``): its fields are recipe keys too.
+        lora_task_type: peft ``TaskType`` name (``"SEQ_CLS"``, ``"TOKEN_CLS"``, ``"SEQ_2_SEQ_LM"``,
+            ...) or None; with a task type peft also trains the usual head modules.
+        model_accepts_loss_kwargs: whether the model's loss honours the Trainer's
+            ``num_items_in_batch`` (set on the Trainer; None: the Trainer guesses from the forward
+            signature). Default False, because transformers 5.23 guesses True for any ``forward(**kwargs)``
+            and then, under DDP with ``average_tokens_across_devices``, multiplies the loss by the world
+            size; heads that average their own loss (sequence/token classification, multiple choice,
+            most custom heads) then train and report a loss ``world_size`` times too large. False is
+            always correct (per-device mean, DDP averages gradients); True is slightly more exact for
+            token-level losses that really divide by ``num_items_in_batch`` (causal LMs).
+    """
+
+    name: ClassVar[str] = ""
+    card_task: ClassVar[str | None] = None
+    Arguments: ClassVar[type] = TaskArguments
+    trainer_class: ClassVar[type | None] = None  # None: transformers.Trainer
+    training_arguments_class: ClassVar[type | None] = None  # None: transformers.TrainingArguments
+    lora_task_type: ClassVar[str | None] = None
+    model_accepts_loss_kwargs: ClassVar[bool | None] = False
+
+    # --- builders (every process) -------------------------------------------------------------
+
+    def build_tokenizer(self, args) -> Any:
+        """Return the tokenizer (or processor), or None for a task without one."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build_tokenizer(args)")
+
+    def build_model(self, args, tokenizer) -> Any:
+        """Return the model to fine-tune (a ``PreTrainedModel``)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build_model(args, tokenizer)")
+
+    def build_datasets(self, args, tokenizer) -> dict[str, Any]:
+        """Return ``{"train": ..., "validation": ..., "test": ...}`` (``test`` optional).
+
+        Each value is a torch ``Dataset`` or a ``datasets.Dataset``, already tokenized. The runner
+        calls this under ``training_args.main_process_first()``, so the main process preprocesses
+        (and fills any cache) before the others.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement build_datasets(args, tokenizer)")
+
+    def data_collator(self, args, tokenizer) -> Any:
+        """Return the collator, or None for the Trainer's default (padding with the tokenizer)."""
+        return None
+
+    def compute_metrics(self, args):
+        """Return ``fn(EvalPrediction) -> dict`` for the Trainer's evaluations, or None (loss only)."""
+        return None
+
+    # --- LoRA ---------------------------------------------------------------------------------
+
+    def lora_target_modules(self, model) -> list[str] | str:
+        """Module names LoRA adapts when the recipe sets no ``lora_target_modules``.
+
+        Default: peft's map for ``model.config.model_type`` (``["query", "value"]`` for BERT),
+        else ``"all-linear"``.
+        """
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
+
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        return list(mapping[model_type]) if model_type in mapping else "all-linear"
+
+    def lora_modules_to_save(self, model) -> list[str] | None:
+        """Extra modules trained in full (and saved) next to the adapters, e.g. a new task head."""
+        return None
+
+    # --- evaluation and artifacts --------------------------------------------------------------
+
+    def evaluate(self, trainer, dataset, split: str) -> dict[str, float]:
+        """Final evaluation of ``split`` ("validation" or "test"). *Collective.*
+
+        Default: ``trainer.evaluate`` with the metric prefix ``eval_`` for validation and ``test_``
+        for test. Override for metrics that need more than logits (generation, span decoding). The
+        per-epoch evaluations during training use :meth:`compute_metrics` only.
+        """
+        return trainer.evaluate(dataset, metric_key_prefix=metric_prefix(split))
+
+    def after_training(self, trainer, args, output_dir: str) -> dict[str, Any]:
+        """Extra artifacts after the final model is saved in ``output_dir``. *Collective.*
+
+        E.g. plots or example predictions (the saved model can be loaded from ``output_dir``).
+        Returns a JSON-serialisable dict recorded under ``"extras"`` in ``all_results.json``.
+        """
+        return {}
+
+    def card_info(self, args, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Model card fields (``base_model``, ``datasets``, ``dataset_name``, ``pattern``, ``extra``,
+        ...). Main process only.
+
+        The returned keys are keyword arguments of ``hf_sparse.hub.render_model_card`` and override
+        the runner's defaults (``model_name``, ``metrics``, ``training_config``, ``dataset_name``,
+        ``pattern`` from ``model.config.attention_pattern`` when it is a single spec).
+        """
+        return {}
+
+    def save_extras(self, output_dir: str, tokenizer, model) -> None:
+        """Write files the saved model folder needs besides the weights. Main process only.
+
+        Default: the tokenizer's files. Override to add e.g. pipeline registration or remote code
+        (call ``super().save_extras(...)`` to keep the tokenizer).
+        """
+        if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(output_dir)
+
+
+def register_task(name: str):
+    """Class decorator: register a :class:`Task` subclass under ``name``.
+
+    Raises:
+        ValueError: ``name`` is not a lowercase identifier (``[a-z][a-z0-9_-]*``).
+        KeyError: ``name`` is already registered.
+        TypeError: the decorated object is not a :class:`Task` subclass.
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"task name must be lowercase letters, digits, '_' or '-', starting with a letter; got {name!r}"
+        )
+    if name in _TASKS:
+        raise KeyError(f"task {name!r} is already registered (by {_TASKS[name].__qualname__})")
+
+    def decorator(cls):
+        if not (isinstance(cls, type) and issubclass(cls, Task)):
+            raise TypeError(f"register_task({name!r}) decorates a Task subclass, got {cls!r}")
+        if name in _TASKS:  # registered between the decorator call and its application
+            raise KeyError(f"task {name!r} is already registered (by {_TASKS[name].__qualname__})")
+        cls.name = name
+        _TASKS[name] = cls
+        return cls
+
+    return decorator
+
+
+def list_tasks() -> list[str]:
+    """Names of the registered tasks (after importing :data:`TASK_PACKAGES`)."""
+    _import_task_packages()
+    return sorted(_TASKS)
+
+
+def _import_task_packages() -> None:
+    for package in TASK_PACKAGES:
+        try:
+            importlib.import_module(package)
+        except ModuleNotFoundError as e:
+            # Only a missing package itself is fine; a missing dependency inside it is a real error.
+            if e.name is None or not (package == e.name or package.startswith(e.name + ".")):
+                raise
+
+
+def get_task(name: str) -> type[Task]:
+    """The :class:`Task` subclass for a registered name or a ``"package.module:ClassName"`` path.
+
+    Raises:
+        ValueError: ``name`` is not a non-empty string.
+        KeyError: no task by that name (the message lists the registered ones), or the module/class
+            of a ``"module:Class"`` path cannot be found.
+        TypeError: a ``"module:Class"`` path names something that is not a :class:`Task` subclass.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"task must be a registered task name or 'module:ClassName', got {name!r}")
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            raise KeyError(f"task {name!r}: cannot import module {module_name!r} ({e})") from e
+        cls = getattr(module, attr, None)
+        if cls is None:
+            raise KeyError(f"task {name!r}: module {module_name!r} has no attribute {attr!r}")
+        if not (isinstance(cls, type) and issubclass(cls, Task)):
+            raise TypeError(f"task {name!r} is {cls!r}, not a subclass of hf_sparse.training.Task")
+        if not cls.name:
+            cls.name = cls.__name__.lower()
+        return cls
+    if name not in _TASKS:
+        _import_task_packages()
+    if name not in _TASKS:
+        known = ", ".join(sorted(_TASKS)) or "none"
+        raise KeyError(
+            f"unknown task {name!r}; registered tasks: {known} (or use 'package.module:ClassName')"
+        )
+    return _TASKS[name]

@@ -1,0 +1,443 @@
+"""attn_implementation="hf_sparse" inside transformers models (tiny random configs, offline).
+
+The reference ("hf_sparse_test_ref") is transformers' own eager path: ``eager_mask`` builds the
+causal / padding / sliding-window mask, and the attention adds the layer's pattern
+(``pattern.dense_mask``) as a second additive mask. It shares no code with the integration.
+"""
+
+import pytest
+import torch
+import transformers
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+import hf_sparse
+from hf_sparse import patterns as P
+from hf_sparse.attention import integration
+from hf_sparse.attention.integration import SparseMask
+
+REF = "hf_sparse_test_ref"
+VOCAB, N = 100, 13
+SMALL = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=64, vocab_size=VOCAB)
+
+
+def reference_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Eager attention plus the layer's pattern as a dense additive mask."""
+    spec = module.config.attention_pattern
+    spec = spec[module.layer_idx] if isinstance(spec, list) else spec
+    H, q_len, kv_len = query.shape[1], query.shape[2], key.shape[2]
+    key = key.repeat_interleave(H // key.shape[1], dim=1)
+    value = value.repeat_interleave(H // value.shape[1], dim=1)
+    scores = query @ key.transpose(-1, -2) * (scaling or query.shape[-1] ** -0.5)  # (B, H, q, kv)
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., :kv_len]
+    allowed = P.from_dict(spec).dense_mask(q_len, kv_len)  # queries at the end of the keys
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1)
+    return (probs @ value).transpose(1, 2).contiguous(), probs
+
+
+@pytest.fixture(autouse=True)
+def _reference_registered(monkeypatch):
+    monkeypatch.setitem(AttentionInterface._global_mapping, REF, reference_attention)
+    monkeypatch.setitem(AttentionMaskInterface._global_mapping, REF, eager_mask)
+
+
+# ----------------------------------------------------------------------------- tiny models
+
+CAUSAL_WINDOW_4 = {"type": "sliding_window", "window": 4, "causal": True}
+FAMILIES = {
+    # family: (config class, model class, extra config, pattern, decoder)
+    "bert": ("BertConfig", "BertModel", {}, {"type": "sliding_window", "window": 4}, False),
+    "roberta": ("RobertaConfig", "RobertaModel", {}, {"type": "block_local", "block": 4}, False),
+    "modernbert": (
+        "ModernBertConfig",
+        "ModernBertModel",
+        {"num_hidden_layers": 3, "local_attention": 4, "global_attn_every_n_layers": 2}
+        | {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2},
+        {"type": "union", "parts": [{"type": "block_local", "block": 4}, {"type": "global", "indices": [0]}]},
+        False,
+    ),
+    "llama": ("LlamaConfig", "LlamaModel", {"num_key_value_heads": 2}, CAUSAL_WINDOW_4, True),
+    # Mistral's own sliding window (5) is intersected with a bidirectional dilated pattern: i - j in {0, 2, 4}
+    "mistral": (
+        "MistralConfig",
+        "MistralModel",
+        {"num_key_value_heads": 2, "sliding_window": 5},
+        {"type": "dilated", "window": 16, "dilation": 2},
+        True,
+    ),
+}
+
+
+def make_config(family, pattern=None, **extra):
+    config_cls, _, fam_extra, fam_pattern, _ = FAMILIES[family]
+    kwargs = {**SMALL, "num_attention_heads": 4, "max_position_embeddings": 64, **fam_extra, **extra}
+    config = getattr(transformers, config_cls)(**kwargs)
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout"):
+        if hasattr(config, name):
+            setattr(config, name, 0.0)
+    config.attention_pattern = fam_pattern if pattern is None else pattern
+    return config
+
+
+def make_model(family, pattern=None, model_cls=None, **extra):
+    torch.manual_seed(0)
+    cls = getattr(transformers, model_cls or FAMILIES[family][1])
+    return cls(make_config(family, pattern, **extra)).eval()
+
+
+def inputs(decoder, batch=2, n=N):
+    ids = torch.randint(3, VOCAB, (batch, n))
+    mask = torch.ones(batch, n, dtype=torch.long)
+    if decoder:
+        mask[1, :4] = 0  # left padding
+    else:
+        mask[1, 9:] = 0  # right padding
+    return ids, mask
+
+
+def run(model, impl, ids, mask, **kwargs):
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, **kwargs)
+
+
+# ----------------------------------------------------------------------------- equality with references
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_matches_dense_reference_with_padding(family):
+    decoder = FAMILIES[family][4]
+    model = make_model(family)
+    ids, mask = inputs(decoder)
+    got = run(model, "hf_sparse", ids, mask).last_hidden_state
+    want = run(model, REF, ids, mask).last_hidden_state
+    valid = mask.bool()  # padded query rows are undefined (zeros here, uniform in eager)
+    torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=0)
+    plain = run(model, "eager", ids, mask).last_hidden_state
+    assert (plain[valid] - got[valid]).abs().max() > 1e-3  # the pattern really restricts attention
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_pattern_covering_everything_equals_eager_and_sdpa(family):
+    decoder = FAMILIES[family][4]
+    everything = "causal" if decoder else {"type": "sliding_window", "window": 2 * N}
+    model = make_model(family, everything)
+    ids, mask = inputs(decoder)
+    got = run(model, "hf_sparse", ids, mask).last_hidden_state
+    valid = mask.bool()
+    for impl in ("eager", "sdpa"):
+        want = run(model, impl, ids, mask).last_hidden_state
+        torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=0)
+
+
+def test_causal_lm_logits_and_gqa():
+    model = make_model("llama", model_cls="LlamaForCausalLM")
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    ids, mask = inputs(True)
+    valid = mask.bool()
+    got, want = run(model, "hf_sparse", ids, mask).logits, run(model, REF, ids, mask).logits
+    torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=0)
+
+
+def test_causal_layer_makes_a_bidirectional_pattern_causal():
+    # a bidirectional window on Llama must not see the future: equals the causal window of 3 keys
+    model = make_model("llama", {"type": "sliding_window", "window": 6})
+    ids, mask = inputs(True)
+    got = run(model, "hf_sparse", ids, mask).last_hidden_state
+    model.config.attention_pattern = {"type": "sliding_window", "window": 4, "causal": True}
+    want = run(model, "hf_sparse", ids, mask).last_hidden_state
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-6, rtol=0)
+
+
+def test_per_layer_patterns():
+    windows = [{"type": "sliding_window", "window": 2}, {"type": "sliding_window", "window": 6}]
+    model = make_model("bert", windows)
+    ids, mask = inputs(False)
+    valid = mask.bool()
+    got = run(model, "hf_sparse", ids, mask).last_hidden_state
+    torch.testing.assert_close(
+        got[valid], run(model, REF, ids, mask).last_hidden_state[valid], atol=1e-5, rtol=0
+    )
+    for single in windows:
+        model.config.attention_pattern = single
+        other = run(model, "hf_sparse", ids, mask).last_hidden_state
+        assert (other[valid] - got[valid]).abs().max() > 1e-3
+
+
+def test_per_layer_list_of_wrong_length_raises():
+    with pytest.raises(
+        ValueError, match="attention_pattern has 3 per-layer specs but config.num_hidden_layers is 2"
+    ):
+        transformers.BertModel(make_config("bert", ["causal"] * 3, attn_implementation="hf_sparse"))
+
+
+def test_cross_attention_attends_every_unpadded_key():
+    config = make_config("bert", "causal", is_decoder=True, add_cross_attention=True)
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(3, VOCAB, (2, 7))
+    enc = torch.randn(2, 11, 32)
+    enc_mask = torch.ones(2, 11, dtype=torch.long)
+    enc_mask[1, 8:] = 0
+    kw = dict(encoder_hidden_states=enc, encoder_attention_mask=enc_mask, use_cache=False)
+    got = run(model, "hf_sparse", ids, None, **kw).last_hidden_state
+    want = run(model, "eager", ids, None, **kw).last_hidden_state
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------- the mask that arrives
+
+
+def test_mask_reaching_the_attention_function_is_not_none(monkeypatch):
+    seen = []
+
+    def spy(module, query, key, value, attention_mask, *args, **kwargs):
+        seen.append(attention_mask)
+        return integration.sparse_attention_forward(
+            module, query, key, value, attention_mask, *args, **kwargs
+        )
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "hf_sparse", spy)
+    for family in ("bert", "llama"):
+        seen.clear()
+        model = make_model(family)
+        ids, mask = inputs(FAMILIES[family][4])
+        run(model, "hf_sparse", ids, mask)
+        run(model, "hf_sparse", ids, None)  # no padding at all: still a mask object
+        assert len(seen) == 4
+        assert all(isinstance(m, SparseMask) for m in seen)
+        assert torch.equal(seen[0].padding, mask.bool())
+        assert seen[2].padding is None
+        assert seen[0].causal is FAMILIES[family][4]
+        assert seen[0].shape == (2, 1, N, N)
+
+
+def test_mistral_window_reaches_the_mask(monkeypatch):
+    seen = []
+    original = integration.sparse_attention_forward
+
+    def spy(module, query, key, value, attention_mask, *args, **kwargs):
+        seen.append(attention_mask)
+        return original(module, query, key, value, attention_mask, *args, **kwargs)
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "hf_sparse", spy)
+    model = make_model("mistral")
+    run(model, "hf_sparse", *inputs(True))
+    assert {m.window for m in seen} == {5} and all(m.causal for m in seen)
+
+
+def test_dropout_only_in_training(monkeypatch):
+    calls = []
+    real = integration.sparse_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[7])  # dropout_p
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(integration, "sparse_attention", spy)
+    model = make_model("bert")
+    model.config.attention_probs_dropout_prob = 0.25
+    for layer in model.encoder.layer:
+        layer.attention.self.dropout.p = 0.25
+    ids, mask = inputs(False)
+    run(model, "hf_sparse", ids, mask)
+    model.train()
+    model(input_ids=ids, attention_mask=mask)
+    assert calls == [0.0, 0.0, 0.25, 0.25]
+
+
+# ----------------------------------------------------------------------------- decoding with a KV cache
+
+
+def full_recompute_greedy(model, ids, mask, steps):
+    """Greedy decoding without a cache through the reference attention (positions as generate makes them)."""
+    model.set_attn_implementation(REF)
+    for _ in range(steps):
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = model(
+                input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False
+            ).logits
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=-1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+    return ids
+
+
+def generate(model, impl, ids, mask, steps=10, **kwargs):
+    model.set_attn_implementation(impl)
+    return model.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=steps, do_sample=False, pad_token_id=0, **kwargs
+    )
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_llama_generate_matches_full_recompute(cache):
+    model = make_model("llama", model_cls="LlamaForCausalLM")
+    ids, mask = inputs(True, n=6)
+    got = generate(model, "hf_sparse", ids, mask, cache_implementation=cache)
+    assert torch.equal(got, full_recompute_greedy(model, ids, mask, 10))
+
+
+def test_llama_generate_with_full_pattern_equals_eager():
+    model = make_model("llama", "causal", model_cls="LlamaForCausalLM")
+    ids, mask = inputs(True, n=6)
+    assert torch.equal(generate(model, "hf_sparse", ids, mask), generate(model, "eager", ids, mask))
+
+
+def test_mistral_sliding_window_cache_matches_full_recompute():
+    # sliding_window=5 < 6 + 10 tokens: the cache drops old keys (kv_offset > 0)
+    model = make_model("mistral", CAUSAL_WINDOW_4 | {"window": 3}, model_cls="MistralForCausalLM")
+    ids, mask = inputs(True, n=6)
+    assert torch.equal(generate(model, "hf_sparse", ids, mask), full_recompute_greedy(model, ids, mask, 10))
+
+
+def test_position_dependent_pattern_with_sliding_window_cache_raises():
+    pattern = {"type": "union", "parts": [CAUSAL_WINDOW_4, {"type": "global", "indices": [0]}]}
+    model = make_model("mistral", pattern, model_cls="MistralForCausalLM")
+    ids, mask = inputs(True, n=6)
+    with pytest.raises(ValueError, match="depends on absolute positions.*sliding-window cache"):
+        generate(model, "hf_sparse", ids, mask)
+
+
+# ----------------------------------------------------------------------------- output_attentions
+
+
+def test_output_attentions_dense_and_limited(monkeypatch):
+    model = make_model("llama")
+    ids, mask = inputs(True)
+    got = run(model, "hf_sparse", ids, mask, output_attentions=True).attentions
+    want = run(model, REF, ids, mask, output_attentions=True).attentions
+    assert len(got) == 2 and got[0].shape == (2, 4, N, N)
+    valid = mask.bool()
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.transpose(1, 2)[valid], w.transpose(1, 2)[valid], atol=1e-6, rtol=0)
+    monkeypatch.setattr(integration, "MAX_DENSE_ATTENTION_WEIGHTS", N * N - 1)
+    with pytest.raises(
+        ValueError, match=r"output_attentions=True .* 13 \* 13 exceeds MAX_DENSE_ATTENTION_WEIGHTS"
+    ):
+        run(model, "hf_sparse", ids, mask, output_attentions=True)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_missing_attention_pattern_raises():
+    config = make_config("bert")
+    del config.attention_pattern
+    with pytest.raises(ValueError, match=r"needs config\.attention_pattern \(BertConfig has none\)"):
+        config._attn_implementation = "hf_sparse"
+        transformers.BertModel(config)
+    config._attn_implementation = "sdpa"
+    model = transformers.BertModel(config)
+    with pytest.raises(ValueError, match="attention_pattern"):
+        model.set_attn_implementation("hf_sparse")
+    model.config._attn_implementation = "hf_sparse"  # set behind the checks: caught at the first call
+    with pytest.raises(ValueError, match="attention_pattern"):
+        model(input_ids=torch.randint(3, VOCAB, (1, 5)))
+
+
+def test_bad_pattern_and_backend_raise():
+    with pytest.raises(
+        ValueError, match="config.attention_pattern = 'no_such_pattern' is not a valid pattern"
+    ):
+        transformers.BertModel(make_config("bert", "no_such_pattern", attn_implementation="hf_sparse"))
+    config = make_config("bert", attn_implementation="hf_sparse")
+    config.attention_backend = "fast"
+    with pytest.raises(ValueError, match="config.attention_backend must be one of .* got 'fast'"):
+        transformers.BertModel(config)
+
+
+def _longformer():
+    return transformers.LongformerConfig(
+        **SMALL, num_attention_heads=2, attention_window=4, max_position_embeddings=64
+    )
+
+
+IGNORING = {
+    "LongformerModel": _longformer,
+    "LongformerForMaskedLM": _longformer,
+    "LEDModel": lambda: transformers.LEDConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        attention_window=4,
+        max_encoder_position_embeddings=64,
+        max_decoder_position_embeddings=64,
+    ),
+    "BigBirdModel": lambda: transformers.BigBirdConfig(**SMALL, num_attention_heads=2, block_size=2),
+    "BigBirdPegasusModel": lambda: transformers.BigBirdPegasusConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        block_size=2,
+    ),
+    "ReformerModel": lambda: transformers.ReformerConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_attention_heads=2,
+        attention_head_size=16,
+        attn_layers=["local", "lsh"],
+        axial_pos_shape=[4, 8],
+        axial_pos_embds_dim=[16, 16],
+        feed_forward_size=32,
+        local_attn_chunk_length=4,
+        lsh_attn_chunk_length=4,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(IGNORING))
+def test_models_that_ignore_attn_implementation_raise(name):
+    config = IGNORING[name]()
+    config.attention_pattern = "causal"  # even with a pattern: the model would never use it
+    config._attn_implementation = "hf_sparse"
+    with pytest.raises(
+        ValueError, match=rf"{name} cannot use attn_implementation='hf_sparse'.*hf_sparse\.conversion"
+    ):
+        getattr(transformers, name)(config)
+
+
+def test_longformer_from_pretrained_and_set_attn_implementation_raise(tmp_path):
+    model = transformers.LongformerModel(_longformer())  # a normal Longformer still works
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(3, VOCAB, (1, 8))).last_hidden_state
+    assert out.shape == (1, 8, 32)
+    with pytest.raises(ValueError, match="LongformerModel cannot use attn_implementation='hf_sparse'"):
+        model.set_attn_implementation("hf_sparse")
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="Longformer models run their own attention code"):
+        transformers.LongformerModel.from_pretrained(tmp_path, attn_implementation="hf_sparse")
+    with pytest.raises(ValueError, match="LongformerForMaskedLM cannot use"):
+        transformers.AutoModelForMaskedLM.from_pretrained(tmp_path, attn_implementation="hf_sparse")
+
+
+def test_four_dimensional_mask_and_packed_sequences_raise():
+    model = make_model("llama")
+    model.set_attn_implementation("hf_sparse")
+    ids = torch.randint(3, VOCAB, (1, 8))
+    with pytest.raises(NotImplementedError, match="never materialises n x n masks"):
+        model(input_ids=ids, attention_mask=torch.zeros(1, 1, 8, 8))
+    packed = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
+    with pytest.raises(NotImplementedError, match="packed sequences"):
+        model(input_ids=ids, position_ids=packed, use_cache=False)
+
+
+def test_register_attention_is_idempotent():
+    wrapped = transformers.PreTrainedModel.get_correct_attn_implementation
+    hf_sparse.register_attention()
+    hf_sparse.register_attention()
+    assert transformers.PreTrainedModel.get_correct_attn_implementation is wrapped
+    assert AttentionInterface._global_mapping["hf_sparse"] is integration.sparse_attention_forward
+    assert AttentionMaskInterface._global_mapping["hf_sparse"] is integration.sparse_attention_mask

@@ -1,0 +1,931 @@
+"""Model cards, push (offline: it must fail cleanly) and the flat remote-code bundle."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import http.server
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard, constants
+
+import hf_sparse
+from hf_sparse import hub
+from hf_sparse import patterns as P
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "hf_sEcReTtOkEn0123456789abcdefXYZ"
+
+
+# -------------------------------------------------------------------------------------------------
+# model cards
+# -------------------------------------------------------------------------------------------------
+
+
+def _card(**kw):
+    args = dict(
+        model_name="motif-tiny",
+        repo_id="someone/motif-tiny",
+        base_model="someone/base-dna",
+        datasets=["someone/motifs"],
+        dataset_name="Synthetic motifs",
+        metrics={"eval_span_f1": 0.8125, "eval_loss": 0.25},
+        pattern=P.SlidingWindow(window=64) | P.Global(indices=[0]),
+        training_config={"learning_rate": 3e-4, "max_length": 512, "optim": {"name": "adamw"}},
+    )
+    args.update(kw)
+    return hub.render_model_card(args.pop("task", "motif"), **args)
+
+
+def test_card_metadata():
+    card = _card()
+    data = card.data
+    assert data.license == "apache-2.0"
+    assert data.pipeline_tag == "token-classification"
+    assert data.datasets == ["someone/motifs"]
+    assert data.base_model == "someone/base-dna"
+    assert data.library_name == "transformers"
+    assert {"hf-sparse", "sparse-attention"} <= set(data.tags)
+    results = {r.metric_type: r for r in data.eval_results}
+    assert set(results) == {"span_f1", "loss"}  # eval_ prefix dropped from the type ...
+    assert results["span_f1"].metric_name == "eval_span_f1"  # ... kept in the name
+    assert results["span_f1"].metric_value == pytest.approx(0.8125)
+    assert results["span_f1"].dataset_type == "someone/motifs"
+    assert results["span_f1"].dataset_name == "Synthetic motifs"
+    assert results["span_f1"].task_type == "token-classification"
+    # the YAML header round-trips through huggingface_hub's own parser
+    again = ModelCard(str(card))
+    assert [r.metric_value for r in again.data.eval_results] == [0.8125, 0.25]
+    assert again.data.to_dict()["model-index"][0]["name"] == "motif-tiny"
+
+
+@pytest.mark.parametrize(
+    "task, pipeline_tag, pipeline_task, auto_class",
+    [
+        ("motif", "token-classification", "dna-motif-detection", "AutoModelForTokenClassification"),
+        ("summarization", "summarization", "long-document-summarization", "AutoModelForSeq2SeqLM"),
+        ("dialogue", "text-ranking", "dialogue-response-selection", "AutoModelForSequenceClassification"),
+        (
+            "dna-motif-detection",
+            "token-classification",
+            "dna-motif-detection",
+            "AutoModelForTokenClassification",
+        ),
+    ],
+)
+def test_card_per_task(task, pipeline_tag, pipeline_task, auto_class):
+    card = _card(task=task)
+    assert card.data.pipeline_tag == pipeline_tag
+    assert f'{auto_class}.from_pretrained("someone/motif-tiny", trust_remote_code=True)' in card.text
+    assert f'pipeline("{pipeline_task}", model="someone/motif-tiny", trust_remote_code=True)' in card.text
+
+
+def test_generic_card_has_no_pipeline_snippet_and_takes_an_explicit_tag():
+    card = hub.render_model_card("sparse_transformer", model_name="st", pipeline_tag="fill-mask")
+    assert card.data.pipeline_tag == "fill-mask"
+    assert 'AutoModel.from_pretrained("st", trust_remote_code=True)' in card.text
+    assert "pipeline(" not in card.text
+    assert "No evaluation results were reported." in card.text
+    assert card.data.eval_results is None
+
+
+def test_card_body_pattern_density_metrics_training():
+    pattern = P.SlidingWindow(window=64) | P.Global(indices=[0])
+    card = _card(pattern=pattern)
+    text = card.text
+    assert repr(pattern) in text
+    assert json.dumps(pattern.to_dict(), indent=2) in text
+    assert f"**{100 * pattern.density(512):.2f}%**" in text  # at training_config["max_length"]
+    assert "512 × 512" in text
+    assert "| eval_span_f1 | 0.8125 |" in text
+    assert "| eval_loss | 0.25 |" in text
+    assert "| learning_rate | 0.0003 |" in text
+    assert "| optim.name | adamw |" in text
+    assert "sliding_window(window=64, causal=false) \\| global(indices=[0])" in text  # escaped cell
+
+
+def test_precomputed_density_and_spec_dict():
+    spec = {"type": "bigbird", "block": 16, "seed": 0}
+    card = _card(pattern=spec, pattern_density=0.125, density_length=2048)
+    assert "**12.50%**" in card.text
+    assert "2048 × 2048" in card.text
+    assert "BigBird(block=16" in card.text
+
+
+def test_content_based_pattern_has_no_fixed_density():
+    card = _card(pattern=P.LSH(bucket_size=16))
+    assert "content-based pattern" in card.text
+    assert "**" not in card.text.split("## Attention pattern")[1].split("## Evaluation")[0]
+
+
+@pytest.mark.parametrize(
+    "pattern, key",
+    [
+        (P.BigBird(block=16, seed=0), "zaheer2020bigbird"),
+        (P.Strided(stride=16), "child2019sparse"),
+        (P.Longformer(window=32), "beltagy2020longformer"),
+        (P.LSH(bucket_size=16), "kitaev2020reformer"),
+    ],
+)
+def test_citations_follow_the_pattern(pattern, key):
+    text = hub.render_model_card("sparse_transformer", model_name="m", pattern=pattern).text
+    assert key in text
+    others = {"zaheer2020bigbird", "child2019sparse", "beltagy2020longformer", "kitaev2020reformer"} - {key}
+    assert not any(o in text for o in others)
+
+
+def test_no_pattern_no_citation_but_summarization_cites_led():
+    assert "## Citation" not in hub.render_model_card("dialogue", model_name="m").text
+    assert "beltagy2020longformer" in hub.render_model_card("summarization", model_name="m").text
+
+
+def test_extra_fields_are_rendered_not_dropped():
+    card = _card(
+        extra={"description": "My words.", "limitations": ["Only chr22."], "seed": 7, "note": "a|b"},
+        language="en",
+        tags=["genomics", "custom-tag"],
+    )
+    assert "My words." in card.text
+    assert "- Only chr22." in card.text
+    assert "| seed | 7 |" in card.text and "| note | a\\|b |" in card.text
+    assert card.data.language == ["en"]
+    assert card.data.tags.count("genomics") == 1 and "custom-tag" in card.data.tags
+
+
+def test_custom_template_extends_base(tmp_path):
+    tpl = tmp_path / "mine.jinja"
+    tpl.write_text(
+        '{% extends "_base.jinja" %}\n{% block description %}Custom {{ model_name }}.{% endblock %}\n'
+    )
+    card = _card(template=tpl)
+    assert "Custom motif-tiny." in card.text
+    assert "## Attention pattern" in card.text
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"task": "translation"}, "task must be one of"),
+        ({"metrics": {"f1": 0.5}, "datasets": (), "dataset_name": None}, "need dataset_name"),
+        ({"metrics": {"f1": "high"}}, r"metrics\['f1'\] must be a number, got 'high'"),
+        ({"metrics": {"f1": float("nan")}}, "must be finite"),
+        ({"pattern_density": 1.5}, "pattern_density must be a fraction"),
+        ({"repo_id": "no-namespace"}, "'no-namespace'"),
+        ({"model_name": ""}, "model_name must be a non-empty str"),
+        ({"pattern": {"type": "nope"}}, "unknown pattern"),
+        ({"density_length": 0}, "density_length must be a positive int, got 0"),
+    ],
+)
+def test_card_errors_name_the_value(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _card(**kwargs)
+
+
+def test_templates_are_package_data_with_one_source_of_truth():
+    shipped = {p.name for p in (REPO / "hf_sparse" / "model_cards").glob("*.jinja")}
+    assert {"motif.jinja", "summarization.jinja", "dialogue.jinja", "sparse_transformer.jinja"} <= shipped
+    assert not list((REPO / "model_cards").glob("*.jinja"))  # the top-level folder only points there
+    assert "hf_sparse/model_cards" in (REPO / "model_cards" / "README.md").read_text()
+    assert hub.TEMPLATE_DIR == Path(hub.__file__).parent / "model_cards"
+
+
+def test_save_model_card_writes_readme(tmp_path):
+    card = _card()
+    path = hub.save_model_card(card, tmp_path / "out")
+    assert path == tmp_path / "out" / "README.md"
+    loaded = ModelCard.load(path)
+    assert loaded.data.to_dict() == card.data.to_dict()
+    assert loaded.text == card.text
+
+
+def test_save_model_card_is_atomic(tmp_path, monkeypatch):
+    (tmp_path / "README.md").write_text("old card")
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(hub.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        hub.save_model_card(_card(), tmp_path)
+    assert (tmp_path / "README.md").read_text() == "old card"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]  # no temp file left behind
+
+
+# -------------------------------------------------------------------------------------------------
+# push
+# -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "sparse_transformer"}\n')
+    (d / "model.safetensors").write_bytes(os.urandom(256))
+    hub.save_model_card(_card(), d)
+    return d
+
+
+def _checksum(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """Pretend offline mode is off, so the push really tries the network (which is not there)."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+def _assert_unavailable(err, folder, repo_id):
+    msg = str(err)
+    assert "Could not reach the Hugging Face Hub" in msg
+    assert f"the local output at {folder} is intact" in msg
+    assert f"push it later with: python -m hf_sparse.hub {folder} {repo_id}" in msg
+    assert "\n" not in msg
+    assert SECRET not in msg and SECRET not in repr(err)
+
+
+def test_push_offline_mode(model_dir, monkeypatch, capsys, caplog):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    called = []
+    monkeypatch.setattr("huggingface_hub.HfApi.create_repo", lambda *a, **k: called.append(a))
+    before = _checksum(model_dir)
+    with caplog.at_level(logging.DEBUG), pytest.raises(hub.HubUnavailableError) as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny", token=SECRET, private=True)
+    _assert_unavailable(info.value, model_dir, "someone/motif-tiny")
+    assert "HF_HUB_OFFLINE=1" in str(info.value)
+    assert str(info.value).endswith("--private")
+    assert called == []  # offline mode is respected before any request
+    assert _checksum(model_dir) == before
+    out = capsys.readouterr()
+    assert SECRET not in out.out + out.err + caplog.text
+
+
+def test_push_maps_huggingface_hub_offline_error(model_dir, monkeypatch):
+    # huggingface_hub itself refuses the request (its offline flag) -> the same one error
+    monkeypatch.setattr(hub, "_offline_reason", lambda: None)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(hub.HubUnavailableError, match="OfflineModeIsEnabled") as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny", token=SECRET)
+    _assert_unavailable(info.value, model_dir, "someone/motif-tiny")
+    assert info.value.__suppress_context__
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("endpoint", ["connection-refused", "http://hf-sparse-no-such-host.invalid"])
+def test_push_without_network(model_dir, online, endpoint, capsys, caplog):
+    if endpoint == "connection-refused":
+        endpoint = f"http://127.0.0.1:{_closed_port()}"
+    before = _checksum(model_dir)
+    with caplog.at_level(logging.DEBUG), pytest.raises(hub.HubUnavailableError) as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny", token=SECRET, endpoint=endpoint)
+    _assert_unavailable(info.value, model_dir, "someone/motif-tiny")
+    assert "ConnectError" in str(info.value)
+    assert _checksum(model_dir) == before
+    out = capsys.readouterr()
+    assert SECRET not in out.out + out.err + caplog.text
+
+
+class _FakeHub:
+    """A local HTTP server answering every request with one status; records auth headers."""
+
+    def __init__(self, status: int):
+        seen = self.auth = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self):
+                seen.append(self.headers.get("authorization"))
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                body = json.dumps({"error": "nope"}).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_HEAD = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_hub(request):
+    server = _FakeHub(request.param)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("fake_hub", [401, 403], indirect=True)
+def test_push_auth_error_hides_the_token(model_dir, online, fake_hub, monkeypatch, capsys, caplog):
+    monkeypatch.setenv("MY_TOKEN", SECRET)
+    before = _checksum(model_dir)
+    with caplog.at_level(logging.DEBUG), pytest.raises(hub.HubAuthError) as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny", token_env="MY_TOKEN", endpoint=fake_hub.url)
+    msg = str(info.value)
+    assert "rejected the credentials" in msg and "HTTP 40" in msg
+    assert "--token-env MY_TOKEN" in msg
+    assert SECRET not in msg and SECRET not in repr(info.value)
+    assert f"Bearer {SECRET}" in fake_hub.auth  # the token from --token-env was used ...
+    out = capsys.readouterr()
+    assert SECRET not in out.out + out.err + caplog.text  # ... and never shown
+    assert _checksum(model_dir) == before
+
+
+@pytest.mark.parametrize("fake_hub", [503], indirect=True)
+def test_push_server_error_is_unavailable(model_dir, online, fake_hub):
+    with pytest.raises(hub.HubUnavailableError, match="HTTP 503") as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny", token=SECRET, endpoint=fake_hub.url)
+    _assert_unavailable(info.value, model_dir, "someone/motif-tiny")
+
+
+def test_push_without_any_token(model_dir, online, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    with pytest.raises(hub.HubAuthError, match="No Hugging Face token found"):
+        hub.push_to_hub(model_dir, "someone/motif-tiny")
+
+
+def test_push_calls_create_repo_and_upload_folder(model_dir, online, monkeypatch):
+    calls = []
+
+    class Info:
+        repo_url = "https://huggingface.co/someone/motif-tiny"
+
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    monkeypatch.setattr(
+        "huggingface_hub.HfApi.create_repo", lambda self, *a, **k: calls.append(("create", a, k))
+    )
+    monkeypatch.setattr(
+        "huggingface_hub.HfApi.create_branch", lambda self, *a, **k: calls.append(("branch", a, k))
+    )
+    monkeypatch.setattr(
+        "huggingface_hub.HfApi.upload_folder", lambda self, **k: calls.append(("upload", (), k)) or Info()
+    )
+    url = hub.push_to_hub(model_dir, "someone/motif-tiny", private=True, revision="v1", commit_message="hi")
+    assert url == "https://huggingface.co/someone/motif-tiny"
+    (c_name, c_args, c_kw), (b_name, _, b_kw), (u_name, _, u_kw) = calls
+    assert (c_name, c_args, c_kw["exist_ok"], c_kw["private"], c_kw["token"]) == (
+        "create",
+        ("someone/motif-tiny",),
+        True,
+        True,
+        SECRET,  # read from HF_TOKEN
+    )
+    assert b_kw["branch"] == "v1"
+    assert u_kw["folder_path"] == str(model_dir) and u_kw["repo_id"] == "someone/motif-tiny"
+    assert u_kw["revision"] == "v1" and u_kw["commit_message"] == "hi"
+    assert "*.pyc" in u_kw["ignore_patterns"]
+
+
+@pytest.mark.parametrize(
+    "repo_id",
+    ["noslash", "a/b/c", "user/--x", "user/x..y", "user/na me", "/name", "user/", "", None, "u/" + "x" * 97],
+)
+def test_repo_id_validation(model_dir, repo_id):
+    with pytest.raises(ValueError, match="repo_id must") as info:
+        hub.push_to_hub(model_dir, repo_id)
+    assert repr(repo_id) in str(info.value)
+
+
+def test_folder_validation(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        hub.push_to_hub(tmp_path / "missing", "user/name")
+    with pytest.raises(ValueError, match=r"has no config\.json") as info:
+        hub.push_to_hub(tmp_path, "user/name")
+    assert str(tmp_path) in str(info.value)
+
+
+def _run(args, env_extra=None, **kw):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(env_extra or {})
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=240, **kw)
+
+
+def test_cli_offline_exit_code_and_one_line(model_dir):
+    res = _run(
+        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), str(model_dir), "someone/m", "--private"],
+        {"HF_HUB_OFFLINE": "1", "HF_TOKEN": SECRET},
+    )
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Could not reach the Hugging Face Hub")
+    assert f"python -m hf_sparse.hub {model_dir} someone/m --private" in lines[0]
+    assert SECRET not in res.stdout + res.stderr
+
+
+def test_cli_arguments_help_and_missing_token_env(model_dir, capsys):
+    args = hub.parse_args([str(model_dir), "a/b", "--private", "--token-env", "X"])
+    assert (args.folder, args.repo_id, args.private, args.token_env) == (str(model_dir), "a/b", True, "X")
+    with pytest.raises(SystemExit) as info:
+        hub.parse_args(["--help"])
+    assert info.value.code == 0
+    usage = capsys.readouterr().out
+    for flag in (
+        "folder",
+        "repo_id",
+        "--private",
+        "--token-env",
+        "--revision",
+        "--commit-message",
+        "--endpoint",
+    ):
+        assert flag in usage
+    assert hub.main([str(model_dir), "a/b", "--token-env", "HF_SPARSE_UNSET_VAR_XYZ"]) == 1
+    assert "HF_SPARSE_UNSET_VAR_XYZ (--token-env) is not set" in capsys.readouterr().err
+    assert hub.main([str(model_dir), "not-a-repo"]) == 1  # ValueError -> one line, exit 1
+    assert capsys.readouterr().err.startswith("error: repo_id must")
+
+
+# -------------------------------------------------------------------------------------------------
+# remote-code export: a fake package
+# -------------------------------------------------------------------------------------------------
+
+FAKEPKG = {
+    "__init__.py": '''
+        """Root of the fake package."""
+        __version__ = "9.9"
+        from .util import tools
+    ''',
+    "core/__init__.py": """
+        from .ops import scale, Scaler
+        from .consts import *
+        from . import plugin  # registers itself: a side effect of importing the package
+        DEFAULT = 3
+
+        def default_factor():
+            return DEFAULT * 2
+    """,
+    "core/ops.py": """
+        def scale(x, f):
+            return x * f
+
+        class Scaler:
+            def __init__(self, f):
+                self.f = f
+
+            def __call__(self, x):
+                return scale(x, self.f)
+    """,
+    "core/consts.py": """
+        __all__ = ["OFFSET"]
+        OFFSET = 10
+        HIDDEN = -1
+    """,
+    "core/registry.py": """
+        REGISTRY = []
+
+        def register(name):
+            REGISTRY.append(name)
+    """,
+    "core/plugin.py": """
+        from .registry import register
+
+        register("plugin")
+    """,
+    "core/deep/__init__.py": "",
+    "core/deep/leaf.py": """
+        from ...util import tools
+        from ..ops import scale
+
+        def leaf_value(x):
+            return scale(tools.add_one(x), 2)
+    """,
+    "util/__init__.py": "",
+    "util/tools.py": """
+        def add_one(x):
+            return x + 1
+
+        def lazy_offset():
+            from fakepkg.core.consts import OFFSET
+
+            return OFFSET
+    """,
+    "util/reg_user.py": """
+        from fakepkg.core.registry import REGISTRY
+
+        def names():
+            return list(REGISTRY)
+    """,
+    "util/optional.py": """
+        def plot():
+            try:
+                import matplotlib_not_installed_anywhere  # noqa: F401
+            except ImportError:
+                return "no plot"
+            return "plot"
+    """,
+    "models/fake/__init__.py": "",
+    "models/fake/configuration_fake.py": """
+        from transformers import PretrainedConfig
+
+        class FakeConfig(PretrainedConfig):
+            model_type = "hf_sparse_fake_bundle_test"
+
+            def __init__(self, hidden=4, **kwargs):
+                self.hidden = hidden
+                super().__init__(**kwargs)
+    """,
+    "models/fake/modeling_fake.py": """
+        from __future__ import annotations
+
+        import math
+
+        import torch
+        from transformers import PreTrainedModel
+
+        import fakepkg.core.ops
+        import fakepkg.util.tools as T
+        from fakepkg.core import DEFAULT, OFFSET, Scaler, default_factor, scale
+        from fakepkg import __version__ as PKG_VERSION
+        from ... import core
+        from ...core.deep.leaf import leaf_value
+        from ...core.registry import REGISTRY
+        from .configuration_fake import FakeConfig
+        from ...core.consts import *
+
+        def compute(x):
+            from ...util import optional
+            from fakepkg.util.tools import lazy_offset
+            from ...util.reg_user import names
+
+            return {
+                "scale": scale(x, 2),
+                "scaler": Scaler(3)(x),
+                "default": DEFAULT,
+                "factor": default_factor(),
+                "offset": OFFSET,
+                "star": OFFSET + 1,
+                "core_attr": core.ops.scale(x, 5),
+                "dotted": fakepkg.core.ops.scale(x, 7),
+                "alias": T.add_one(x),
+                "leaf": leaf_value(x),
+                "lazy": lazy_offset(),
+                "optional": optional.plot(),
+                "version": PKG_VERSION,
+                "pi": round(math.pi, 2),
+                "registry": list(REGISTRY),
+                "reg_user": names(),
+            }
+
+        class FakeModel(PreTrainedModel):
+            config_class = FakeConfig
+            base_model_prefix = "fake"
+
+            def __init__(self, config):
+                super().__init__(config)
+                self.proj = torch.nn.Linear(config.hidden, config.hidden)
+                self.post_init()
+
+            def forward(self, x):
+                return scale(self.proj(x), default_factor()) + leaf_value(OFFSET)
+    """,
+}
+
+EXPECTED_COMPUTE = {
+    "scale": 6,
+    "scaler": 9,
+    "default": 3,
+    "factor": 6,
+    "offset": 10,
+    "star": 11,
+    "core_attr": 15,
+    "dotted": 21,
+    "alias": 4,
+    "leaf": 8,
+    "lazy": 10,
+    "optional": "no plot",
+    "version": "9.9",
+    "pi": 3.14,
+    "registry": ["plugin"],  # fakepkg.core's __init__ ran before fakepkg.core.registry was used
+    "reg_user": ["plugin"],
+}
+
+
+def _write_tree(root: Path, files: dict):
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+@pytest.fixture
+def fakepkg(tmp_path):
+    src = tmp_path / "src"
+    _write_tree(src / "fakepkg", FAKEPKG)
+    return src
+
+
+def _export_fake(src, folder, **kw):
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "config.json").exists():
+        (folder / "config.json").write_text('{"model_type": "hf_sparse_fake_bundle_test"}\n')
+    kw.setdefault(
+        "auto_map", {"AutoConfig": "configuration_fake.FakeConfig", "AutoModel": "modeling_fake.FakeModel"}
+    )
+    return hub.export_remote_code(
+        folder, ["fakepkg.models.fake.modeling_fake"], package="fakepkg", package_dir=src / "fakepkg", **kw
+    )
+
+
+BLOCK_PACKAGE = "import sys; sys.modules[{name!r}] = None; sys.dont_write_bytecode = True\n"
+
+
+def test_fake_package_runs_where_it_cannot_be_imported(fakepkg, tmp_path, monkeypatch):
+    # 1. with the package importable (here, in the test process): save a model and its output
+    model_dir = tmp_path / "bundle_model"
+    monkeypatch.syspath_prepend(str(fakepkg))
+    try:
+        from fakepkg.models.fake.modeling_fake import FakeConfig, FakeModel, compute
+
+        assert compute(3) == EXPECTED_COMPUTE
+        model = FakeModel(FakeConfig(hidden=4)).eval()
+        model.save_pretrained(model_dir)
+        x = torch.randn(2, 4)
+        with torch.no_grad():
+            torch.save({"x": x, "y": model(x)}, tmp_path / "expected.pt")
+    finally:
+        for name in [m for m in sys.modules if m == "fakepkg" or m.startswith("fakepkg.")]:
+            del sys.modules[name]
+
+    # 2. export the flat bundle
+    manifest = _export_fake(fakepkg, model_dir)
+    files = set(manifest["files"])
+    assert files == {
+        "modeling_fake.py",
+        "configuration_fake.py",
+        "fakepkg.py",  # the root package, bound by `import fakepkg.core.ops`
+        "core.py",
+        "core_ops.py",
+        "core_consts.py",
+        "core_registry.py",
+        "core_plugin.py",
+        "core_deep_leaf.py",
+        "util_tools.py",
+        "util_optional.py",
+        "util_reg_user.py",
+    }
+    assert manifest["hf_sparse_version"] == hf_sparse.__version__
+    assert set(manifest["requirements"]) == {"torch", "transformers"}  # matplotlib: inside try
+    config = json.loads((model_dir / "config.json").read_text())
+    # one loader module for every Auto class: one package, one copy of each module (see below)
+    assert config["auto_map"] == {
+        "AutoConfig": "modeling_fake.FakeConfig",
+        "AutoModel": "modeling_fake.FakeModel",
+    }
+    assert manifest["auto_map_requested"]["AutoConfig"] == "configuration_fake.FakeConfig"
+    assert config["model_type"] == "hf_sparse_fake_bundle_test"  # merged, not replaced
+    for name in files:
+        tree = ast.parse((model_dir / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 0:
+                    assert not (node.module or "").startswith("fakepkg"), name
+                assert node.level <= 1, name  # siblings only; `from .fakepkg import` is the flat root
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("fakepkg") for a in node.names), name
+    leaf = (model_dir / "core_deep_leaf.py").read_text()
+    assert "from .util_tools import __name__" in leaf and "from . import util_tools as tools" in leaf
+    assert "from .core_ops import scale" in leaf
+    modeling = (model_dir / "modeling_fake.py").read_text()
+    assert "from .core_ops import Scaler, scale" in modeling  # re-exports resolved to the defining module
+    assert "from .core import default_factor" in modeling  # defined in the package __init__
+    assert "from .core import __name__ as _bundled_core  # runs package fakepkg.core first" in modeling
+    assert "from . import core_plugin as plugin" in (model_dir / "core.py").read_text()
+    assert "DEFAULT = 3" in modeling and "PKG_VERSION = '9.9'" in modeling  # __init__ constants inlined
+
+    # transformers' relative-import scan reaches every bundled file from the model file
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    reached = {Path(f).name for f in get_relative_import_files(model_dir / "modeling_fake.py")}
+    assert reached | {"modeling_fake.py"} == files
+
+    # 3. without the package: plain import of the bundle, and AutoModel with trust_remote_code
+    script = (
+        BLOCK_PACKAGE.format(name="fakepkg")
+        + f"""
+import importlib, json, torch
+sys.path.insert(0, {str(tmp_path)!r})
+# a module that uses fakepkg.core.registry, imported first: the package's __init__ must still run
+print(json.dumps(importlib.import_module("bundle_model.util_reg_user").names()))
+mod = importlib.import_module("bundle_model.modeling_fake")
+print(json.dumps(mod.compute(3)))
+try:
+    import fakepkg
+except ImportError:
+    print("fakepkg unavailable")
+from transformers import AutoModel
+model = AutoModel.from_pretrained({str(model_dir)!r}, trust_remote_code=True).eval()
+saved = torch.load({str(tmp_path / "expected.pt")!r})
+with torch.no_grad():
+    torch.testing.assert_close(model(saved["x"]), saved["y"])
+assert type(model.config) is type(model).config_class, (type(model.config), type(model).config_class)
+copies = [m for m in sys.modules if m.startswith("transformers_modules.") and m.endswith(".core_ops")]
+assert len(copies) == 1, copies  # AutoConfig and AutoModel share one package
+print(type(model).__module__)
+"""
+    )
+    env = {"HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
+    res = _run([sys.executable, "-c", script], env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.strip().splitlines()
+    assert json.loads(out[0]) == ["plugin"]
+    assert json.loads(out[1]) == EXPECTED_COMPUTE
+    assert out[2] == "fakepkg unavailable"
+    assert out[3].startswith("transformers_modules.") and out[3].endswith("modeling_fake")
+
+
+def test_reexport_again_removes_stale_files_and_merges_auto_map(fakepkg, tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"auto_map": {"AutoTokenizer": ["tok.T", null]}, "x": 1}')
+    _export_fake(fakepkg, folder)
+    (folder / "util_optional.py").write_text("# stale")
+    (folder / "weights.bin").write_bytes(b"w")
+    # now the optional module is excluded: its (function-level) import becomes `raise ImportError`
+    manifest = _export_fake(fakepkg, folder, exclude=["fakepkg.util.optional"])
+    assert "util_optional.py" not in manifest["files"]
+    assert not (folder / "util_optional.py").exists()
+    assert (folder / "weights.bin").exists()  # files the bundle did not write are never touched
+    assert (
+        "raise ImportError('fakepkg.util.optional is not part of this remote-code bundle"
+        in (folder / "modeling_fake.py").read_text()
+    )
+    config = json.loads((folder / "config.json").read_text())
+    assert config["x"] == 1 and config["auto_map"]["AutoTokenizer"] == ["tok.T", None]
+    assert config["auto_map"]["AutoModel"] == "modeling_fake.FakeModel"
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+@pytest.mark.parametrize(
+    "files, match",
+    [
+        ({"core/__init__.py": "def __getattr__(name):\n    return 1\n"}, "builds its namespace lazily"),
+        ({"core/deep/leaf.py": "x = 1; from ..ops import scale\n"}, "shares its line"),
+        ({"core/deep/leaf.py": "from ..nothing import x\n"}, "fakepkg.core.nothing, which is not a module"),
+        ({"core/deep/leaf.py": "from ....above import x\n"}, "goes above the top-level package"),
+        (
+            {"core/deep/leaf.py": "from ...core import NOT_THERE\n"},
+            "cannot find 'NOT_THERE' in package fakepkg.core",
+        ),
+        (
+            {"core_ops.py": "X = 1\n", "util/optional.py": "from ..core_ops import X\n"},
+            "fakepkg.core.ops and fakepkg.core_ops would both be bundled as core_ops.py",
+        ),
+    ],
+)
+def test_export_errors_name_file_and_reason(fakepkg, tmp_path, files, match):
+    _write_tree(fakepkg / "fakepkg", files)
+    folder = tmp_path / "out"
+    with pytest.raises(hub.BundleError, match=match):
+        _export_fake(fakepkg, folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]  # nothing written on failure
+
+
+def test_export_excluding_a_module_level_import_fails(fakepkg, tmp_path):
+    with pytest.raises(hub.BundleError, match="excluded but imported when the module loads"):
+        _export_fake(fakepkg, tmp_path / "out", exclude=["fakepkg.core.deep"])
+
+
+@pytest.mark.parametrize(
+    "auto_map, match",
+    [
+        (
+            {"AutoModel": "modeling_other.FakeModel"},
+            "names module 'modeling_other', which is not in the bundle",
+        ),
+        ({"AutoModel": "modeling_fake.NoSuchModel"}, "defines no 'NoSuchModel'"),
+        ({"AutoNothing": "modeling_fake.FakeModel"}, "not a transformers Auto class"),
+        ({"AutoModel": "FakeModel"}, "must be 'module.ClassName'"),
+    ],
+)
+def test_export_checks_auto_map(fakepkg, tmp_path, auto_map, match):
+    with pytest.raises(ValueError, match=match):
+        _export_fake(fakepkg, tmp_path / "out", auto_map=auto_map)
+
+
+def test_export_argument_errors(fakepkg, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        hub.export_remote_code(
+            tmp_path / "empty",
+            ["fakepkg.models.fake.modeling_fake"],
+            {"AutoModel": "modeling_fake.FakeModel"},
+            package="fakepkg",
+            package_dir=fakepkg / "fakepkg",
+        )
+    with pytest.raises(ValueError, match="'other.module'"):
+        hub.export_remote_code(
+            tmp_path, ["other.module"], None, package="fakepkg", package_dir=fakepkg / "fakepkg"
+        )
+    with pytest.raises(ValueError, match="'fakepkg.nope' does not exist"):
+        hub.export_remote_code(
+            tmp_path, ["fakepkg.nope"], None, package="fakepkg", package_dir=fakepkg / "fakepkg"
+        )
+
+
+@pytest.mark.parametrize(
+    "module, flat",
+    [
+        ("hf_sparse.patterns.base", "patterns_base"),
+        ("hf_sparse.attention.blocked", "attention_blocked"),
+        ("hf_sparse.models.sparse_transformer.modeling_sparse_transformer", "modeling_sparse_transformer"),
+        (
+            "hf_sparse.models.sparse_transformer.configuration_sparse_transformer",
+            "configuration_sparse_transformer",
+        ),
+        ("hf_sparse.patterns", "patterns"),
+        ("hf_sparse", "hf_sparse"),
+    ],
+)
+def test_flat_module_names(module, flat):
+    assert hub.flat_module_name(module) == flat
+
+
+# -------------------------------------------------------------------------------------------------
+# remote-code export: the real patterns + attention closure
+# -------------------------------------------------------------------------------------------------
+
+
+def test_real_attention_bundle_matches_the_package(tmp_path):
+    folder = tmp_path / "sparse_bundle"
+    folder.mkdir()
+    manifest = hub.export_remote_code(folder, ["hf_sparse.attention.dispatch"], None)
+    files = set(manifest["files"])
+    assert {
+        "attention_dispatch.py",
+        "attention_blocked.py",
+        "patterns.py",
+        "patterns_base.py",
+        "viz.py",
+    } <= files
+    assert manifest["requirements"] == ["torch"]  # matplotlib stays behind viz's try block
+    assert manifest["files"]["patterns_base.py"] == "hf_sparse.patterns.base"
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 37, 8, generator=g) for _ in range(3))  # 37: not a block multiple
+    mask = torch.ones(2, 37)
+    mask[1, 30:] = 0
+    glob = torch.zeros(2, 37)
+    glob[:, 0] = 1
+    spec = (P.SlidingWindow(window=8) | P.Strided(stride=8, causal=False)).to_dict()
+    cases = {}
+    for backend in ("dense", "blocked"):
+        cases[backend] = hf_sparse.sparse_attention(
+            q, k, v, P.from_dict(spec), attention_mask=mask, global_attention_mask=glob, backend=backend
+        )
+    torch.save({"q": q, "k": k, "v": v, "mask": mask, "glob": glob, "spec": spec}, tmp_path / "inputs.pt")
+
+    script = (
+        BLOCK_PACKAGE.format(name="hf_sparse")
+        + f"""
+import importlib, torch
+sys.path.insert(0, {str(tmp_path)!r})
+dispatch = importlib.import_module("sparse_bundle.attention_dispatch")
+pats = importlib.import_module("sparse_bundle.patterns")
+d = torch.load({str(tmp_path / "inputs.pt")!r})
+out = {{}}
+for backend in ("dense", "blocked"):
+    out[backend] = dispatch.sparse_attention(d["q"], d["k"], d["v"], pats.from_dict(d["spec"]),
+        attention_mask=d["mask"], global_attention_mask=d["glob"], backend=backend)
+torch.save(out, {str(tmp_path / "bundle_out.pt")!r})
+leaked = [m for m, mod in sys.modules.items() if "{REPO / "hf_sparse"}" in str(getattr(mod, "__file__", ""))]
+print("leaked:", leaked)
+"""
+    )
+    res = _run([sys.executable, "-c", script], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "leaked: []" in res.stdout
+    got = torch.load(tmp_path / "bundle_out.pt")
+    for backend, expected in cases.items():
+        torch.testing.assert_close(got[backend], expected, rtol=0, atol=1e-6)

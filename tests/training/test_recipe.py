@@ -1,0 +1,159 @@
+"""Recipes: YAML -> (RecipeArguments, task arguments, TrainingArguments), typed overrides, errors."""
+
+import os
+
+import pytest
+
+from hf_sparse.training import RecipeArguments, RecipeError, load_recipe, parse_overrides
+from hf_sparse.training.recipe import _coerce, _cpu_only_distributed_launch
+from tests.training.helpers import toy_recipe, write_recipe
+from tests.training.toy_task import ToyArguments
+
+
+def test_yaml_types_and_defaults(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(
+        "task: tests.training.toy_task:ToyTask\n"
+        f"output_dir: {tmp_path / 'out'}\n"
+        "learning_rate: 1e-4        # a string in YAML 1.1\n"
+        "num_train_epochs: 2        # int for a float field\n"
+        "lora: true\n"
+        "lora_target_modules: [query, key]\n"
+        "seq_len: 8                 # a task key\n",
+        encoding="utf-8",
+    )
+    recipe_args, task_args, training_args = load_recipe(path)
+    assert isinstance(recipe_args, RecipeArguments) and isinstance(task_args, ToyArguments)
+    assert training_args.learning_rate == 1e-4 and isinstance(training_args.learning_rate, float)
+    assert training_args.num_train_epochs == 2.0
+    assert recipe_args.lora is True and recipe_args.lora_target_modules == ["query", "key"]
+    assert task_args.seq_len == 8
+    # the recipe defaults that differ from TrainingArguments'
+    assert training_args.report_to == ["tensorboard"]
+    assert training_args.eval_strategy == "epoch" and training_args.save_strategy == "epoch"
+    assert training_args.logging_steps == 10 and training_args.disable_tqdm is False
+    assert recipe_args.source == str(path.resolve())
+    assert recipe_args.values["learning_rate"] == 1e-4
+
+
+def test_recipe_overrides_defaults(tmp_path):
+    _, _, training_args = load_recipe(toy_recipe(tmp_path, eval_strategy="no", save_strategy="steps"))
+    assert training_args.eval_strategy == "no" and training_args.save_strategy == "steps"
+    assert training_args.report_to == []  # "none"
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    path = write_recipe(tmp_path / "bad.yaml", toy_recipe(tmp_path, learning_rat=0.1))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    message = str(info.value)
+    assert "'learning_rat'" in message and str(path) in message and "did you mean 'learning_rate'" in message
+
+
+def test_overrides_are_typed_by_the_field(tmp_path):
+    recipe_args, task_args, training_args = load_recipe(
+        toy_recipe(tmp_path),
+        [
+            "num_train_epochs=1",
+            "learning_rate=2e-3",
+            "lora=true",
+            "lora_target_modules=[query,value]",
+            "max_train_samples=100",
+            "report_to=tensorboard",
+            "seq_len=6",
+            "run_name=123",
+        ],
+    )
+    assert training_args.num_train_epochs == 1.0 and training_args.learning_rate == 2e-3
+    assert recipe_args.lora is True and recipe_args.lora_target_modules == ["query", "value"]
+    assert recipe_args.max_train_samples == 100 and task_args.seq_len == 6
+    assert training_args.report_to == ["tensorboard"]
+    assert training_args.run_name == "123"  # a str field keeps the string
+    recipe_args, _, _ = load_recipe(toy_recipe(tmp_path, max_train_samples=5), ["max_train_samples=null"])
+    assert recipe_args.max_train_samples is None
+    recipe_args, _, _ = load_recipe(toy_recipe(tmp_path), ["lora_target_modules=query,dense"])
+    assert recipe_args.lora_target_modules == ["query", "dense"]
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("lora_r=abc", r"lora_r='abc' is not a valid int"),
+        ("lora=maybe", r"lora='maybe' is not a valid bool"),
+        ("no_such_key=1", r"unknown override key 'no_such_key'"),
+        ("lora_dropout=1.5", r"lora_dropout must be in \[0, 1\), got 1.5"),
+        ("eval_strategy=sometimes", r"sometimes"),
+        ("task=tests.training.toy_task:Nope", r"task: task 'tests.training.toy_task:Nope'"),
+    ],
+)
+def test_bad_overrides_name_the_key(tmp_path, override, match):
+    with pytest.raises(RecipeError, match=match) as info:
+        load_recipe(toy_recipe(tmp_path), [override])
+    assert "<recipe dict>" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=3", 7])
+def test_malformed_overrides(bad):
+    with pytest.raises(RecipeError, match="key=value|empty key"):
+        parse_overrides([bad])
+    with pytest.raises(RecipeError, match="list of 'key=value'"):
+        parse_overrides("lora=true")
+
+
+def test_paths(tmp_path, monkeypatch):
+    folder = tmp_path / "pipelines" / "toy"
+    folder.mkdir(parents=True)
+    path = write_recipe(folder / "tiny.yaml", toy_recipe("rel_out", data_dir="../data", record_ranks_to=None))
+    monkeypatch.chdir(tmp_path)
+    _, task_args, training_args = load_recipe(path)
+    assert task_args.data_dir == str(tmp_path / "pipelines" / "data")  # relative to the recipe's folder
+    assert training_args.output_dir == str(tmp_path / "rel_out")  # relative to the working directory
+    recipe = toy_recipe("x")
+    del recipe["output_dir"]
+    _, _, training_args = load_recipe(write_recipe(folder / "named.yaml", recipe))
+    assert training_args.output_dir == str(tmp_path / "outputs" / "named")
+    monkeypatch.setenv("TOY_DATA", str(tmp_path / "abs"))
+    _, task_args, _ = load_recipe(toy_recipe("o"), ["data_dir=$TOY_DATA/x"])
+    assert task_args.data_dir == str(tmp_path / "abs" / "x")
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, "recipe file not found"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("task: [unclosed\n", "not valid YAML"),
+        ("learning_rate: 0.1\n", "missing required key 'task'"),
+        ("task: no-such-task\n", "unknown task 'no-such-task'"),
+    ],
+)
+def test_recipe_file_errors(tmp_path, content, match):
+    path = tmp_path / "r.yaml"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(RecipeError, match=match) as info:
+        load_recipe(path)
+    assert str(path) in str(info.value)
+
+
+def test_coerce_rules():
+    assert _coerce("none", int | None) is None
+    assert _coerce("none", str | None) == "none"  # report_to: none stays a string
+    assert _coerce("null", str | None) is None
+    assert _coerce("0.5", float | None) == 0.5
+    assert _coerce(3, float) == 3.0 and _coerce(4.0, int) == 4
+    with pytest.raises(ValueError):
+        _coerce(4.5, int)
+    with pytest.raises(ValueError):
+        _coerce(True, int)
+    assert _coerce("{a: 1}", dict | str | None) == {"a": 1}
+
+
+def test_cpu_ddp_detection(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not _cpu_only_distributed_launch()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    import torch
+
+    assert _cpu_only_distributed_launch() == (not torch.cuda.is_available())
+    assert os.environ["WORLD_SIZE"] == "2"

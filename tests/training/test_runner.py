@@ -1,0 +1,198 @@
+"""run() end to end on the toy task, in-process: training, evaluation, outputs, LoRA, CLI errors, push."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from hf_sparse.training import RecipeError, latest_checkpoint, run, validate_checkpoint
+from tests.training.helpers import load_finetune_module, toy_recipe, write_recipe
+from tests.training.toy_task import ToyArguments, make_texts
+
+try:
+    from hf_sparse import hub
+except ImportError:  # written concurrently; the runner skips the card without it
+    hub = None
+
+
+def _accuracy(model_dir, n=128):
+    """Validation accuracy of a saved model folder, reloaded with the Auto classes."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    texts, labels = make_texts(n, ToyArguments(), seed=2)  # the validation split's seed
+    with torch.no_grad():
+        logits = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits
+    return float((logits.argmax(-1).numpy() == np.array(labels)).mean())
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """One full run: 3 epochs x 16 steps, TensorBoard on, card on (when hf_sparse.hub exists)."""
+    out = tmp_path_factory.mktemp("toy_run") / "out"
+    recipe = toy_recipe(out, report_to="tensorboard", model_card=True)
+    results = run(write_recipe(out.parent / "toy.yaml", recipe))
+    return out, results
+
+
+def test_trains_and_evaluates_each_epoch(toy_run):
+    out, results = toy_run
+    assert results["eval_accuracy"] >= 0.9 and results["test_accuracy"] >= 0.9  # chance is 0.5
+    assert results["global_step"] == 48 and results["epoch"] == 3.0
+    history = json.loads((out / "log_history.json").read_text())
+    per_epoch = [e for e in history if "eval_accuracy" in e and "train_runtime" not in e]
+    assert [e["epoch"] for e in per_epoch][:3] == [1.0, 2.0, 3.0]  # + the final evaluation
+    assert any("test_accuracy" in e for e in history)
+    train_losses = [e["loss"] for e in history if "loss" in e]
+    assert len(train_losses) >= 9 and train_losses[-1] < train_losses[0] - 0.2
+
+
+def test_all_results(toy_run):
+    out, results = toy_run
+    saved = json.loads((out / "all_results.json").read_text())
+    for key in ("train_loss", "train_runtime", "eval_loss", "eval_accuracy", "test_loss", "test_accuracy"):
+        assert isinstance(saved[key], float), key
+    assert saved["world_size"] == 1 and saved["distributed_type"] == "NO"
+    assert saved["num_parameters"] == saved["num_trainable_parameters"] > 10_000
+    assert saved["wall_time_s"] > 0 and saved["start_step"] == 0 and saved["steps_this_run"] == 48
+    assert saved["resumed_from"] is None
+    assert saved["recipe"]["values"]["learning_rate"] == 3e-3
+    assert saved["recipe"]["source"] == str(out.parent / "toy.yaml")
+    assert saved["eval_accuracy"] == results["eval_accuracy"]
+
+
+def test_outputs_and_reload(toy_run):
+    out, results = toy_run
+    png = (out / "loss.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert list((out / "runs").rglob("events.out.tfevents.*"))  # TensorBoard, the default report_to
+    assert [os.path.basename(p) for p in sorted(out.glob("checkpoint-*"))] == [
+        "checkpoint-16",
+        "checkpoint-32",
+        "checkpoint-48",
+    ]  # save_strategy "epoch"
+    validate_checkpoint(latest_checkpoint(out))
+    assert _accuracy(out) == pytest.approx(results["eval_accuracy"])  # the saved model is the trained one
+    if hub is not None:
+        card = (out / "README.md").read_text()
+        assert "eval_accuracy" in card or "accuracy" in card
+        assert results["model_card"] == str(out / "README.md")
+
+
+def test_existing_checkpoints_need_resume_or_overwrite(toy_run, tmp_path):
+    out, _ = toy_run
+    copy = tmp_path / "out"
+    shutil.copytree(out / "checkpoint-16", copy / "checkpoint-16")
+    with pytest.raises(RecipeError, match="already holds checkpoints.*--resume"):
+        run(toy_recipe(copy))
+
+
+def test_lora_with_activation_checkpointing(tmp_path):
+    out = tmp_path / "lora"
+    recipe = toy_recipe(out, lora=True, lora_r=8, learning_rate=3e-2, num_train_epochs=2, plots=False)
+    results = run(recipe, ["activation_checkpointing=true"])
+    assert results["extras"]["activation_checkpointing"] is True
+    assert results["eval_accuracy"] >= 0.75  # LoRA on q/v of a random tiny BERT still learns
+    trainable = results["extras"]["trainable_parameters"]
+    assert trainable and all("lora_" in n or "modules_to_save" in n for n in trainable), trainable
+    assert any(".query.lora_A" in n for n in trainable) and any(".value.lora_B" in n for n in trainable)
+    assert not any(".key." in n or "embeddings" in n for n in trainable)  # only q/v adapters + the head
+    assert results["num_trainable_parameters"] < results["num_parameters"] / 2
+    # output_dir: a plain (merged) model; output_dir/adapter: the adapter alone
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert not [k for k in f.keys() if "lora" in k]
+    assert _accuracy(out) == pytest.approx(results["eval_accuracy"])  # merged == trained adapter model
+
+
+# --- the script ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finetune():
+    return load_finetune_module()
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda c: (c / "trainer_state.json").write_text("not json"), "trainer_state.json is not valid JSON"),
+        (lambda c: (c / "model.safetensors").unlink(), "no model weights"),
+    ],
+)
+def test_resume_from_a_corrupt_checkpoint_exits_1(toy_run, tmp_path, finetune, capsys, damage, problem):
+    out, _ = toy_run
+    copy = tmp_path / "out"
+    shutil.copytree(out / "checkpoint-32", copy / "checkpoint-32")
+    damage(copy / "checkpoint-32")
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(copy))
+    assert finetune.main([str(recipe), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: checkpoint ") and str(copy / "checkpoint-32") in err and problem in err
+    assert "Traceback" not in err
+
+
+def test_user_errors_exit_1_and_usage_errors_exit_2(tmp_path, finetune, capsys):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(tmp_path / "o", bogus_key=1))
+    assert finetune.main([str(recipe)]) == 1
+    err = capsys.readouterr().err
+    assert "unknown recipe key 'bogus_key'" in err and str(recipe) in err
+    assert finetune.main([str(tmp_path / "missing.yaml")]) == 1
+    assert "recipe file not found" in capsys.readouterr().err
+    recipe = write_recipe(tmp_path / "ok.yaml", toy_recipe(tmp_path / "o"))
+    assert finetune.main([str(recipe), "--override", "lora_r=x"]) == 1
+    assert "lora_r='x'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        finetune.main([str(recipe), "--no-such-flag"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        finetune.main([])
+    assert info.value.code == 2
+
+
+def test_every_flag_has_help(finetune):
+    import argparse
+
+    actions = [a for a in finetune.build_parser()._actions if not isinstance(a, argparse._HelpAction)]
+    assert {a.dest for a in actions} == {"recipe", "resume", "override", "output_dir"}
+    assert all(a.help for a in actions)
+    args = finetune.parse_args(["r.yaml", "--override", "a=1", "b=2", "--override", "c=3", "--resume"])
+    assert args.override == ["a=1", "b=2", "c=3"] and args.resume and args.output_dir is None
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_push_with_the_hub_unreachable(tmp_path, finetune, capsys):
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        toy_recipe(
+            out,
+            push_to_hub=True,
+            hub_model_id="someone/toy",
+            max_steps=2,
+            eval_strategy="no",
+            save_strategy="no",
+            plots=False,
+            num_test=0,
+        ),
+    )
+    assert finetune.main([str(recipe)]) == 3  # HF_HUB_OFFLINE=1 (tests/conftest.py)
+    err = capsys.readouterr().err.strip().splitlines()  # progress bars, then the message
+    errors = [line for line in err if line.startswith("error")]
+    assert errors == [err[-1]], err  # one line, last, no traceback
+    assert "someone/toy" in errors[0] and "intact" in errors[0] and "Traceback" not in "\n".join(err)
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["global_step"] == 2
+
+
+def test_push_needs_a_namespaced_repo_id(tmp_path):
+    with pytest.raises(RecipeError, match="hub_model_id: 'user/name'"):
+        run(toy_recipe(tmp_path, push_to_hub=True))
