@@ -35,10 +35,38 @@ SPARSE_TRANSFORMER_AUTO = {
 }
 
 
+def remote_code_auto_map(config_cls, mapping: dict) -> dict[str, str]:
+    """``auto_map`` of a model family, naming the flat modules :func:`hf_sparse.hub.export_remote_code`
+    writes (``modeling_x.XModel``)."""
+    from ..hub import flat_module_name
+
+    def ref(cls):
+        return f"{flat_module_name(cls.__module__)}.{cls.__name__}"
+
+    return {"AutoConfig": ref(config_cls), **{auto.__name__: ref(cls) for auto, cls in mapping.items()}}
+
+
+def export_code_hook(config_cls, mapping: dict):
+    """The ``export_code_hook`` of a family's models: after ``save_pretrained``, write the
+    self-contained modelling code and ``auto_map`` so that ``trust_remote_code=True`` loads the folder
+    where hf-sparse is not installed."""
+
+    def export(model, folder):
+        from ..hub import export_remote_code
+
+        modules = sorted({config_cls.__module__, *(cls.__module__ for cls in mapping.values())})
+        export_remote_code(folder, modules, remote_code_auto_map(config_cls, mapping))
+
+    return export
+
+
 def register_auto(config_cls, mapping: dict, lora_targets=None):
     """Register a config with AutoConfig and its heads with the Auto model classes (idempotent),
-    and tell peft the default LoRA target modules of the model type."""
+    set their :func:`export_code_hook`, and tell peft the default LoRA target modules of the model type."""
     model_type = config_cls.model_type
+    hook = export_code_hook(config_cls, mapping)
+    for model_cls in mapping.values():
+        model_cls.export_code_hook = staticmethod(hook)
     try:
         AutoConfig.register(model_type, config_cls)
     except ValueError:  # already registered by an earlier import
@@ -60,4 +88,10 @@ def register_models():
     register_auto(SparseTransformerConfig, SPARSE_TRANSFORMER_AUTO, LORA_TARGET_MODULES)
 
 
-__all__ = ["SPARSE_TRANSFORMER_AUTO", "register_auto", "register_models"]
+__all__ = [
+    "SPARSE_TRANSFORMER_AUTO",
+    "export_code_hook",
+    "register_auto",
+    "register_models",
+    "remote_code_auto_map",
+]

@@ -1,0 +1,67 @@
+"""A saved SparseTransformer folder loads with ``trust_remote_code`` where hf_sparse cannot be imported."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+from hf_sparse import patterns as P
+from tests.models.tiny import tiny_config
+
+BLOCK = "import sys; sys.modules['hf_sparse'] = None; sys.dont_write_bytecode = True\n"
+LOAD = """
+import json, torch, transformers
+try:
+    import hf_sparse
+except ImportError:
+    print("hf_sparse unavailable")
+d = torch.load({inputs!r})
+model = getattr(transformers, {auto!r}).from_pretrained({folder!r}, trust_remote_code=True).eval()
+with torch.no_grad():
+    out = model(**d).logits
+torch.save(out, {result!r})
+print(type(model).__module__)
+"""
+
+
+@pytest.mark.parametrize(
+    "auto,pattern",
+    [
+        (AutoModelForMaskedLM, P.Longformer(window=8) | P.Strided(stride=8, causal=False)),
+        (AutoModelForSequenceClassification, P.BigBird(block=8, seed=3)),
+    ],
+)
+def test_saved_folder_loads_without_the_package(auto, pattern, tmp_path):
+    model = auto.from_config(tiny_config(attention_pattern=pattern)).eval()
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"][auto.__name__] == f"modeling_sparse_transformer.{type(model).__name__}"
+    assert (folder / "modeling_sparse_transformer.py").is_file() and (folder / "patterns_base.py").is_file()
+
+    ids = torch.randint(2, 97, (2, 45), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 45, dtype=torch.long)
+    mask[1, 40:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    torch.save(inputs, tmp_path / "inputs.pt")
+    script = BLOCK + LOAD.format(
+        inputs=str(tmp_path / "inputs.pt"),
+        auto=auto.__name__,
+        folder=str(folder),
+        result=str(tmp_path / "out.pt"),
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240
+    )
+    assert res.returncode == 0, res.stderr
+    assert "hf_sparse unavailable" in res.stdout
+    assert "transformers_modules" in res.stdout  # the bundled code, not the package
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=0, atol=1e-6)
