@@ -15,11 +15,13 @@ from .models.sparse_transformer import (
     SparseTransformerForTokenClassification,
     SparseTransformerModel,
 )
+from .pipelines import register_pipelines
 
 __version__ = "0.1.0"
 
 register_attention()
 register_models()
+register_pipelines()
 
 __all__ = [
     "SparsePatternCache",
@@ -35,5 +37,6 @@ __all__ = [
     "patterns",
     "register_attention",
     "register_models",
+    "register_pipelines",
     "sparse_attention",
 ]

@@ -1445,6 +1445,7 @@ def export_remote_code(
     package: str = "hf_sparse",
     package_dir: str | os.PathLike | None = None,
     exclude: Iterable[str] = (),
+    config_updates: Mapping | None = None,
 ) -> dict:
     """Write a flat, self-contained bundle of ``package`` modules into ``folder`` and set
     ``auto_map`` in its config, so ``trust_remote_code=True`` loads the model without the package.
@@ -1482,6 +1483,7 @@ def export_remote_code(
         package: the root package whose modules are flattened.
         package_dir: its folder (default: found with ``importlib.util.find_spec``, not imported).
         exclude: dotted modules (and their submodules) to leave out.
+        config_updates: other top-level keys to set in ``config_file`` (e.g. ``custom_pipelines``).
 
     Returns:
         The manifest written to ``folder/hf_sparse_bundle.json``: files, hf-sparse version,
@@ -1518,7 +1520,7 @@ def export_remote_code(
         if not bundler.exists(name):
             raise ValueError(f"module {name!r} does not exist under {package_dir}")
     config_path = None
-    if auto_map and config_file is not None:
+    if (auto_map or config_updates) and config_file is not None:
         config_path = folder / config_file
         if not config_path.is_file():
             raise FileNotFoundError(
@@ -1601,6 +1603,7 @@ def export_remote_code(
         if not isinstance(config, dict):
             raise ValueError(f"config_file {str(config_path)!r} does not hold a JSON object")
         config["auto_map"] = {**(config.get("auto_map") or {}), **auto_map}
+        config.update(config_updates or {})
         _atomic_write(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return manifest
 

@@ -46,25 +46,36 @@ def remote_code_auto_map(config_cls, mapping: dict) -> dict[str, str]:
     return {"AutoConfig": ref(config_cls), **{auto.__name__: ref(cls) for auto, cls in mapping.items()}}
 
 
-def export_code_hook(config_cls, mapping: dict):
+def export_code_hook(config_cls, mapping: dict, pipelines=()):
     """The ``export_code_hook`` of a family's models: after ``save_pretrained``, write the
-    self-contained modelling code and ``auto_map`` so that ``trust_remote_code=True`` loads the folder
-    where hf-sparse is not installed."""
+    self-contained modelling code (and the modules of its inference ``pipelines``), ``auto_map`` and
+    ``custom_pipelines``, so that ``trust_remote_code=True`` loads the folder, and ``pipeline(model=
+    folder)`` finds its task, where hf-sparse is not installed."""
 
     def export(model, folder):
         from ..hub import export_remote_code
+        from ..pipelines import custom_pipelines_entry, pipeline_class
 
-        modules = sorted({config_cls.__module__, *(cls.__module__ for cls in mapping.values())})
-        export_remote_code(folder, modules, remote_code_auto_map(config_cls, mapping))
+        modules = {config_cls.__module__, *(cls.__module__ for cls in mapping.values())}
+        modules |= {pipeline_class(task).__module__ for task in pipelines}
+        updates = {"custom_pipelines": {task: custom_pipelines_entry(task) for task in pipelines}}
+        export_remote_code(
+            folder,
+            sorted(modules),
+            remote_code_auto_map(config_cls, mapping),
+            config_updates=updates if pipelines else None,
+        )
 
     return export
 
 
-def register_auto(config_cls, mapping: dict, lora_targets=None):
+def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
     """Register a config with AutoConfig and its heads with the Auto model classes (idempotent),
-    set their :func:`export_code_hook`, and tell peft the default LoRA target modules of the model type."""
+    set their :func:`export_code_hook` (saving ``pipelines``, task names of
+    :data:`hf_sparse.pipelines.PIPELINES`, with the model), and tell peft the default LoRA target
+    modules of the model type."""
     model_type = config_cls.model_type
-    hook = export_code_hook(config_cls, mapping)
+    hook = export_code_hook(config_cls, mapping, tuple(pipelines))
     for model_cls in mapping.values():
         model_cls.export_code_hook = staticmethod(hook)
     try:
