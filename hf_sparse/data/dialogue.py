@@ -386,6 +386,81 @@ def _group(encodings: Sequence[Mapping[str, Any]]) -> dict[str, list]:
     return {rename.get(k, k): [e[k] for e in encodings] for k in encodings[0]}
 
 
+# ---------------------------------------------------------------- a tokenizer from the training dialogues
+
+
+def train_dialogue_tokenizer(
+    texts: Iterable[str],
+    *,
+    kind: str = "word",
+    min_frequency: int = 2,
+    vocab_size: int | None = None,
+    lowercase: bool = True,
+) -> Any:
+    """A BERT-style fast tokenizer (``[PAD] [UNK] [CLS] [SEP] [MASK]``) trained on ``texts`` (e.g. every turn of
+    the training dialogues), for models trained from scratch where no pretrained tokenizer is available.
+
+    ``kind="word"``: one token per word (BERT's normalizer and pre-tokenizer: accents stripped, punctuation split
+    off; lowercased if ``lowercase``); words seen fewer than ``min_frequency`` times, or beyond the ``vocab_size``
+    most frequent ones, become ``[UNK]``. A word-level vocabulary keeps a small model's sequences short and every
+    token meaningful. ``kind="wordpiece"``: a WordPiece vocabulary of ``vocab_size`` (default 8000), so rare words
+    are split into pieces instead of becoming ``[UNK]``.
+
+    The dialogue markers (``[USR]``, ``[SYS]``, ``[RSP]``) are not added here: call
+    :meth:`DialogueFormatter.add_special_tokens`.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if kind not in ("word", "wordpiece"):
+        raise ValueError(f"kind must be 'word' or 'wordpiece', got {kind!r}")
+    _check_positive_int("min_frequency", min_frequency)
+    _check_positive_int("vocab_size", vocab_size, allow_none=True)
+    if isinstance(texts, str) or not isinstance(texts, Iterable):
+        raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    checked = (_checked_text(i, t) for i, t in enumerate(texts))
+    if kind == "word":
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=(vocab_size or 10**9) + len(specials),
+            min_frequency=min_frequency,
+            special_tokens=specials,
+        )
+    else:
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size or 8000, min_frequency=min_frequency, special_tokens=specials
+        )
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(checked, trainer)
+    if tok.get_vocab_size() <= len(specials):
+        raise ValueError("texts has no word seen min_frequency times: the vocabulary would be empty")
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        do_lower_case=lowercase,
+    )
+
+
+def _checked_text(i: int, text: Any) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}: {text!r}")
+    return text
+
+
 # ---------------------------------------------------------------- SGD reader and labels
 
 
@@ -897,4 +972,5 @@ __all__ = [
     "build_selection_examples",
     "build_tracking_examples",
     "read_sgd",
+    "train_dialogue_tokenizer",
 ]

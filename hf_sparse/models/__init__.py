@@ -11,6 +11,7 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
+from .longformer_tasks import LongformerDialogueConfig, LongformerForDialogue
 from .sparse_transformer import (
     LORA_TARGET_MODULES,
     SparseTransformerConfig,
@@ -95,11 +96,22 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
         targets.setdefault(model_type, list(lora_targets))
 
 
+#: Auto class -> model class of the dialogue model (one class, all heads).
+DIALOGUE_AUTO = {AutoModel: LongformerForDialogue, AutoModelForSequenceClassification: LongformerForDialogue}
+
+
 def register_models():
     register_auto(SparseTransformerConfig, SPARSE_TRANSFORMER_AUTO, LORA_TARGET_MODULES)
+    register_auto(
+        LongformerDialogueConfig,
+        DIALOGUE_AUTO,
+        ["query", "value"],
+        pipelines=("dialogue-response-selection", "dialogue-state-tracking"),
+    )
 
 
 __all__ = [
+    "DIALOGUE_AUTO",
     "SPARSE_TRANSFORMER_AUTO",
     "export_code_hook",
     "register_auto",

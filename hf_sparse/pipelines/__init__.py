@@ -15,6 +15,8 @@ import re
 
 #: task name -> (module under hf_sparse.pipelines, class name, Auto class names of its models, input type)
 PIPELINES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
+    "dialogue-response-selection": ("dialogue", "DialogueResponseSelectionPipeline", ("AutoModel",), "text"),
+    "dialogue-state-tracking": ("dialogue", "DialogueStateTrackingPipeline", ("AutoModel",), "text"),
     "dna-motif-detection": (
         "motif",
         "DNAMotifDetectionPipeline",

@@ -1,0 +1,257 @@
+"""Dialogue model: response selection and per-turn act / intent tracking over a long dialogue history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .backbone import backbone_config, build_backbone
+from .configuration_dialogue import LongformerDialogueConfig
+from .remote_code import ExportCodeMixin
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class DialogueOutput(ModelOutput):
+    """Outputs of [`LongformerForDialogue`].
+
+    Args:
+        loss: sum of the weighted losses of the heads that got labels.
+        selection_logits: `(batch, n_candidates)` score of each (history, candidate) pair (3-D inputs), or
+            `(batch,)` for 2-D inputs with one candidate each.
+        act_logits: `(batch, n_turns, n_acts)` per-turn act logits (sigmoid: probability of each act).
+        intent_logits: `(batch, n_turns, n_intents)` per-turn active-intent logits (meaningful on user turns).
+    """
+
+    loss: torch.FloatTensor | None = None
+    selection_logits: torch.FloatTensor | None = None
+    act_logits: torch.FloatTensor | None = None
+    intent_logits: torch.FloatTensor | None = None
+    hidden_states: tuple | None = None
+    attentions: tuple | None = None
+
+
+class _Head(nn.Module):
+    """dense -> tanh -> dropout -> projection (RoBERTa's classification head, on any token's state)."""
+
+    def __init__(self, hidden: int, out: int, dropout: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(hidden, out)
+
+    def forward(self, x):
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(x)))))
+
+
+def gather_positions(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``hidden[b, positions[b, t]]`` -> ``(batch, n_positions, hidden)``; positions ``< 0`` (padding) give the
+    state of token 0 (callers ignore them through their labels)."""
+    index = positions.clamp(min=0).to(hidden.device)  # (B, T)
+    index = index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (B, T, H)
+    return torch.gather(hidden, 1, index)
+
+
+class LongformerDialoguePreTrainedModel(ExportCodeMixin, PreTrainedModel):
+    config_class = LongformerDialogueConfig
+    config: LongformerDialogueConfig
+    base_model_prefix = "backbone"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["LongformerLayer", "SparseTransformerLayer"]
+    _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
+
+    def _init_weights(self, module):
+        """BERT/Longformer initialisation with the backbone's ``initializer_range``."""
+        std = self.config.backbone.get("initializer_range", 0.02)
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
+class LongformerForDialogue(LongformerDialoguePreTrainedModel):
+    """A long encoder over a formatted dialogue (see `hf_sparse.data.DialogueFormatter`) with three heads.
+
+    - **Response selection** (`config.selection_head`): inputs ``(batch, n_candidates, seq)``, one sequence per
+      (history, candidate) pair laid out as ``history [RSP] candidate``; the score of a pair is read from the
+      ``[RSP]`` token (``candidate_positions``), which attends to the whole history (global attention). With
+      ``labels`` (index of the true candidate per example) the loss is the cross-entropy over the candidates,
+      so the other candidates (sampled negatives, or the other examples' responses for in-batch negatives)
+      are the negatives.
+    - **Dialogue acts** (`config.act_labels`): multi-label, per turn, from each turn's separator token
+      (``turn_positions``); binary cross-entropy against ``act_labels`` ``(batch, n_turns, n_acts)``, entries
+      ``-100`` ignored.
+    - **Active intent** (`config.intent_labels`): per user turn, from the same separator tokens; cross-entropy
+      against ``intent_labels`` ``(batch, n_turns)``, ``-100`` ignored (system turns, unknown intents).
+
+    Global attention: the caller's ``global_attention_mask`` (the formatter's: separators, the latest turn,
+    ``[RSP]`` and the candidate), or else only the first token (``config.global_first_token``).
+    """
+
+    def __init__(self, config: LongformerDialogueConfig):
+        super().__init__(config)
+        self.backbone = build_backbone(backbone_config(config.backbone))
+        hidden, dropout = config.hidden_size, config.classifier_dropout
+        self.selection_scorer = _Head(hidden, 1, dropout) if config.selection_head else None
+        self.act_classifier = _Head(hidden, config.num_acts, dropout) if config.num_acts else None
+        self.intent_classifier = _Head(hidden, config.num_intents, dropout) if config.num_intents else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.backbone.set_input_embeddings(value)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        """Resize the backbone's embeddings and record the new size in ``config.backbone`` (so a saved model
+        reloads with it)."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        size = int(embeddings.weight.shape[0])
+        self.config.backbone["vocab_size"] = size
+        self.backbone.config.vocab_size = size
+        return embeddings
+
+    def default_global_attention_mask(self, input_ids, attention_mask=None):
+        """Used when no mask is passed: the first token global (``config.global_first_token``), nothing else."""
+        g = torch.zeros_like(input_ids, dtype=torch.long)
+        if self.config.global_first_token:
+            g[..., 0] = 1
+        return g if attention_mask is None else g * attention_mask.long()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        global_attention_mask=None,
+        candidate_positions=None,
+        turn_positions=None,
+        labels=None,
+        act_labels=None,
+        intent_labels=None,
+        inputs_embeds=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ):
+        r"""
+        input_ids (`(batch, seq)` or `(batch, n_candidates, seq)`): formatted dialogues; 3-D for selection.
+        attention_mask, global_attention_mask: same shape as `input_ids` (1 = token / global token).
+        candidate_positions (`(batch,)` or `(batch, n_candidates)`): index of `[RSP]` in each sequence.
+        turn_positions (`(batch, n_turns)`): index of each turn's separator, `-1` for padding turns.
+        labels (`(batch,)`): index of the true candidate (selection, 3-D inputs).
+        act_labels (`(batch, n_turns, n_acts)`): 0/1 per act, `-100` where no loss is taken.
+        intent_labels (`(batch, n_turns)`): intent id per turn, `-100` where no loss is taken.
+        """
+        ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        if ref is None:
+            raise ValueError("forward needs input_ids or inputs_embeds")
+        grouped = ref.dim() == 3  # (B, C, L): one sequence per (history, candidate) pair
+        lead = ref.shape[:-1]
+        if grouped:
+            flat = ref.shape[0] * ref.shape[1]
+            input_ids = None if input_ids is None else input_ids.reshape(flat, -1)  # (B*C, L)
+            inputs_embeds = None if inputs_embeds is None else inputs_embeds.reshape(flat, ref.shape[-1], -1)
+            attention_mask = None if attention_mask is None else attention_mask.reshape(flat, -1)
+            global_attention_mask = (
+                None if global_attention_mask is None else global_attention_mask.reshape(flat, -1)
+            )
+        if labels is not None and not grouped:
+            raise ValueError(
+                "labels (index of the true candidate) needs 3-D inputs (batch, n_candidates, seq)"
+            )
+        if global_attention_mask is None:
+            ids = input_ids if input_ids is not None else inputs_embeds[..., 0]
+            global_attention_mask = self.default_global_attention_mask(ids, attention_mask)
+
+        out = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            global_attention_mask=global_attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden = out.last_hidden_state  # (N, L, H)
+        losses = []
+
+        # --- response selection: score at [RSP] ---
+        selection_logits = None
+        if candidate_positions is not None:
+            if self.selection_scorer is None:
+                raise ValueError("candidate_positions given, but this model has no selection head")
+            positions = candidate_positions.reshape(-1, 1)  # (N, 1)
+            rsp = gather_positions(hidden, positions)[:, 0]  # (N, H)
+            selection_logits = self.selection_scorer(rsp).squeeze(-1).reshape(lead)  # (B, C) or (B,)
+            if labels is not None:
+                losses.append(F.cross_entropy(selection_logits.float(), labels.to(hidden.device).long()))
+
+        # --- per-turn heads: read each turn's separator ---
+        act_logits = intent_logits = None
+        if turn_positions is not None:
+            if grouped:
+                raise ValueError("turn_positions (tracking) needs 2-D inputs (batch, seq)")
+            if self.act_classifier is None and self.intent_classifier is None:
+                raise ValueError("turn_positions given, but this model has no act or intent head")
+            turns = gather_positions(hidden, turn_positions)  # (B, T, H)
+            if self.act_classifier is not None:
+                act_logits = self.act_classifier(turns)  # (B, T, A)
+                if act_labels is not None:
+                    target = act_labels.to(hidden.device)
+                    keep = target != IGNORE_INDEX
+                    if keep.any():
+                        loss = F.binary_cross_entropy_with_logits(
+                            act_logits.float()[keep], target[keep].float()
+                        )
+                    else:  # nothing labelled in this batch: a zero that keeps the head in the graph
+                        loss = act_logits.float().sum() * 0.0
+                    losses.append(self.config.act_loss_weight * loss)
+            if self.intent_classifier is not None:
+                intent_logits = self.intent_classifier(turns)  # (B, T, I)
+                if intent_labels is not None:
+                    target = intent_labels.to(hidden.device).long()
+                    if (target != IGNORE_INDEX).any():
+                        loss = F.cross_entropy(
+                            intent_logits.float().reshape(-1, intent_logits.shape[-1]),
+                            target.reshape(-1),
+                            ignore_index=IGNORE_INDEX,
+                        )
+                    else:
+                        loss = intent_logits.float().sum() * 0.0
+                    losses.append(self.config.intent_loss_weight * loss)
+
+        loss = torch.stack(losses).sum() if losses else None
+        res = DialogueOutput(
+            loss=loss,
+            selection_logits=selection_logits,
+            act_logits=act_logits,
+            intent_logits=intent_logits,
+            hidden_states=getattr(out, "hidden_states", None),
+            attentions=getattr(out, "attentions", None),
+        )
+        use = self.config.return_dict if return_dict is None else return_dict
+        return res if use else res.to_tuple()
+
+
+__all__ = [
+    "DialogueOutput",
+    "LongformerDialoguePreTrainedModel",
+    "LongformerForDialogue",
+    "gather_positions",
+]

@@ -1,0 +1,294 @@
+"""``dialogue-response-selection`` and ``dialogue-state-tracking``: a dialogue history in, ranked candidate
+responses / per-turn acts and the current intent out.
+
+Both take one dialogue as a dict: ``{"turns": [...], "speakers": [...]}`` (``speakers`` optional: turns then
+alternate between the model's user and response speakers, starting with the user, as in SGD), plus
+``"candidates": [...]`` for selection (or ``candidates=`` in the call). A list of such dicts is a batch.
+
+The history is laid out exactly as in training (``hf_sparse.data.DialogueFormatter`` with the arguments stored
+in ``model.config.formatter``): speaker-tagged turns, each starting with its separator token, global attention
+on the separators, the latest turn and the candidate. A history longer than ``formatter["max_length"]`` is
+**left-truncated**: the oldest turns are dropped whole, the newest turns are kept (and if the newest turn
+alone is too long, its oldest tokens are cut); outputs say how much was dropped (``truncated_turns``,
+``truncated_tokens``) and every per-turn output carries the turn's index in the input.
+
+Bad input raises ``TypeError``/``ValueError`` naming the field: no candidates, an empty history, ``speakers``
+and ``turns`` of different lengths, a turn or candidate that is not a str, an unknown speaker or key.
+
+The model is put in eval mode when the pipeline is built, so scores are deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from transformers.pipelines.base import Pipeline
+
+from ..data.dialogue import DialogueFormatter, DialogueTrackingCollator, ResponseSelectionCollator
+from ..models.longformer_tasks.backbone import backbone_config, block_multiple
+
+_KEYS = ("turns", "speakers", "candidates")
+
+
+def formatter_for(model, tokenizer) -> DialogueFormatter:
+    """The :class:`DialogueFormatter` a dialogue model was trained with (from ``model.config.formatter``)."""
+    formatter = DialogueFormatter(tokenizer, **model.config.formatter)
+    formatter._marker_ids()  # ValueError now if the tokenizer lacks the markers (not the model's tokenizer)
+    return formatter
+
+
+def _default_speakers(config, n: int) -> list[str]:
+    pair = (config.user_speaker, config.response_speaker)
+    return [pair[i % 2] for i in range(n)]
+
+
+class _DialoguePipeline(Pipeline):
+    """Shared input checks and layout; subclasses do the forward and the output."""
+
+    _needs_candidates = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.model.config, "model_type", None) != "longformer_dialogue":
+            raise ValueError(
+                f"{type(self).__name__} needs a LongformerForDialogue model, got model_type="
+                f"{getattr(self.model.config, 'model_type', None)!r}"
+            )
+        if self.tokenizer is None:
+            raise ValueError(f"{type(self).__name__} needs the model's tokenizer (tokenizer=...)")
+        self.model.eval()  # dropout off: deterministic scores
+        self.formatter = formatter_for(self.model, self.tokenizer)
+        self.pad_multiple = block_multiple(backbone_config(self.model.config.backbone))
+
+    def __call__(self, inputs, *args, batch_size=None, **kwargs):
+        if batch_size not in (None, 1):
+            raise ValueError(
+                f"batch_size={batch_size!r}: one dialogue is processed at a time (all its candidates in "
+                "batches of candidate_batch_size); pass a list of dialogues without batch_size"
+            )
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _dialogue(
+        self, inputs, candidates=None, speakers=None
+    ) -> tuple[list[str], list[str], list[str] | None]:
+        """Validated ``(speakers, turns, candidates)``; errors name the field."""
+        if not isinstance(inputs, Mapping):
+            raise TypeError(
+                "inputs must be a dict {'turns': [...], 'speakers': [...]"
+                + (", 'candidates': [...]}" if self._needs_candidates else "}")
+                + f" (or a list of them), got {type(inputs).__name__}"
+            )
+        unknown = sorted(set(inputs) - set(_KEYS if self._needs_candidates else _KEYS[:2]))
+        if unknown:
+            raise ValueError(f"inputs has unknown key(s) {unknown}; expected {list(_KEYS)}")
+        if "turns" not in inputs:
+            raise ValueError("inputs has no 'turns': the dialogue history (a list of str) is required")
+        turns = inputs["turns"]
+        if isinstance(turns, str) or not isinstance(turns, Sequence):
+            raise TypeError(f"turns must be a list of str, got {type(turns).__name__}")
+        turns = list(turns)
+        for name, value in (("speakers", speakers), ("candidates", candidates)):
+            if value is not None and inputs.get(name) is not None:
+                raise ValueError(f"{name} given both in inputs and as a call argument")
+        speakers = inputs.get("speakers", speakers)
+        if speakers is None:
+            speakers = _default_speakers(self.model.config, len(turns))
+        if isinstance(speakers, str) or not isinstance(speakers, Sequence):
+            raise TypeError(f"speakers must be a list of str, got {type(speakers).__name__}")
+        self.formatter.check_dialogue(list(speakers), turns)  # names turns / speakers / the index at fault
+        if not self._needs_candidates:
+            return list(speakers), turns, None
+        candidates = inputs.get("candidates", candidates)
+        if candidates is None:
+            raise ValueError("no candidates: pass inputs['candidates'] or candidates=[...] (a list of str)")
+        if isinstance(candidates, str) or not isinstance(candidates, Sequence):
+            raise TypeError(f"candidates must be a list of str, got {type(candidates).__name__}")
+        candidates = list(candidates)
+        if not candidates:
+            raise ValueError("candidates is empty: response selection needs at least one candidate")
+        for i, c in enumerate(candidates):
+            if not isinstance(c, str):
+                raise TypeError(f"candidates[{i}] must be a str, got {type(c).__name__}: {c!r}")
+        return list(speakers), turns, candidates
+
+
+class DialogueResponseSelectionPipeline(_DialoguePipeline):
+    """Rank candidate responses to a dialogue history.
+
+    Input: ``{"turns": [...], "speakers": [...], "candidates": [...]}``. Output::
+
+        {"ranking": [{"index": i, "candidate": str, "score": float, "probability": float}, ...],
+         "truncated_turns": int, "truncated_tokens": int}
+
+    ``ranking`` holds every candidate exactly once, best first (highest ``score``, the model's logit for the
+    pair; ties keep input order); ``index`` is the candidate's position in the input, ``probability`` the
+    softmax of the scores over the given candidates. Every candidate is scored against the same history: when
+    it does not fit next to the longest candidate, the oldest turns are dropped for all (``truncated_turns``);
+    ``truncated_tokens`` is the most tokens any candidate's pairing cut from the newest turn (only when that
+    turn alone is too long).
+
+    Call options: ``candidates``, ``speakers`` (instead of the dict keys), ``candidate_batch_size`` (pairs per
+    forward pass, default 16; does not change the scores beyond float rounding).
+    """
+
+    _needs_candidates = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.model.config.selection_head:
+            raise ValueError("this model has no response-selection head (config.selection_head=False)")
+
+    def _sanitize_parameters(self, candidates=None, speakers=None, candidate_batch_size=None, **kwargs):
+        pre, fwd = {}, {}
+        if candidates is not None:
+            pre["candidates"] = candidates
+        if speakers is not None:
+            pre["speakers"] = speakers
+        if candidate_batch_size is not None:
+            if (
+                isinstance(candidate_batch_size, bool)
+                or not isinstance(candidate_batch_size, int)
+                or candidate_batch_size < 1
+            ):
+                raise ValueError(f"candidate_batch_size must be a positive int, got {candidate_batch_size!r}")  # fmt: skip
+            fwd["candidate_batch_size"] = candidate_batch_size
+        return pre, fwd, {}
+
+    def preprocess(self, inputs, candidates=None, speakers=None):
+        speakers, turns, candidates = self._dialogue(inputs, candidates, speakers)
+        encoded = self.formatter.encode_candidates(speakers, turns, candidates)
+        dropped = max(encoded["truncated_turns"])
+        if dropped != min(encoded["truncated_turns"]):  # same history for every candidate: the shortest one
+            encoded = self.formatter.encode_candidates(speakers[dropped:], turns[dropped:], candidates)
+        encoded["truncated_turns"] = [dropped + k for k in encoded["truncated_turns"]]
+        return {"encoded": encoded, "candidates": candidates}
+
+    def _forward(self, model_inputs, candidate_batch_size=16):
+        encoded = model_inputs["encoded"]
+        collate = ResponseSelectionCollator(self.tokenizer.pad_token_id, self.pad_multiple)
+        n = len(model_inputs["candidates"])
+        scores = []
+        for start in range(0, n, candidate_batch_size):
+            part = {k: v[start : start + candidate_batch_size] for k, v in encoded.items()}
+            batch = collate([part])  # (1, c, L)
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            out = self.model(**batch)
+            scores.append(out.selection_logits[0].float().cpu())
+        return {
+            "scores": torch.cat(scores),
+            "candidates": model_inputs["candidates"],
+            "truncated_turns": max(encoded["truncated_turns"]),
+            "truncated_tokens": max(encoded["truncated_tokens"]),
+        }
+
+    def postprocess(self, model_outputs):
+        scores = model_outputs["scores"]
+        probs = torch.softmax(scores, 0)
+        order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+        ranking = [
+            {
+                "index": i,
+                "candidate": model_outputs["candidates"][i],
+                "score": float(scores[i]),
+                "probability": float(probs[i]),
+            }
+            for i in order
+        ]
+        return {
+            "ranking": ranking,
+            "truncated_turns": int(model_outputs["truncated_turns"]),
+            "truncated_tokens": int(model_outputs["truncated_tokens"]),
+        }
+
+
+class DialogueStateTrackingPipeline(_DialoguePipeline):
+    """Per-turn dialogue acts and the user's current active intent for a dialogue history.
+
+    Input: ``{"turns": [...], "speakers": [...]}``. Output::
+
+        {"turns": [{"turn": i, "speaker": str, "text": str, "acts": [...], "act_scores": {act: p},
+                    "intent": str | None, "intent_score": float | None}, ...],
+         "intent": str | None, "intent_score": float | None,
+         "truncated_turns": int, "truncated_tokens": int}
+
+    ``turns`` lists the kept turns (``turn`` = index in the input; left-truncated turns are absent). ``acts``:
+    the acts with probability ``>= act_threshold`` (default ``config.act_threshold``), in the model's label
+    order; ``intent``: the most probable intent of a user turn (``None`` for other speakers). The top-level
+    ``intent`` is that of the newest user turn (the current intent), ``None`` if the kept history has no user
+    turn. All turns are read in one pass over the history: the newest turn (and so the current intent) sees
+    only the past, an earlier turn also sees the turns after it.
+
+    Call options: ``speakers`` (instead of the dict key), ``act_threshold``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not (self.model.config.act_labels or self.model.config.intent_labels):
+            raise ValueError(
+                "this model has no act or intent head (config.act_labels / intent_labels are empty)"
+            )
+
+    def _sanitize_parameters(self, speakers=None, act_threshold=None, **kwargs):
+        pre, post = {}, {}
+        if speakers is not None:
+            pre["speakers"] = speakers
+        if act_threshold is not None:
+            if (
+                isinstance(act_threshold, bool)
+                or not isinstance(act_threshold, (int, float))
+                or not 0 < act_threshold < 1
+            ):
+                raise ValueError(f"act_threshold must be a number in (0, 1), got {act_threshold!r}")  # fmt: skip
+            post["act_threshold"] = float(act_threshold)
+        return pre, {}, post
+
+    def preprocess(self, inputs, speakers=None):
+        speakers, turns, _ = self._dialogue(inputs, None, speakers)
+        encoded = self.formatter.encode_dialogue(speakers, turns)
+        return {"encoded": encoded, "speakers": speakers, "turns": turns}
+
+    def _forward(self, model_inputs):
+        encoded = model_inputs["encoded"]
+        batch = DialogueTrackingCollator(self.tokenizer.pad_token_id, self.pad_multiple)([encoded])
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        out = self.model(**batch)
+        res = {k: v for k, v in model_inputs.items() if k != "encoded"}
+        res["turn_index"] = encoded["turn_index"]
+        res["truncated_turns"] = encoded["truncated_turns"]
+        res["truncated_tokens"] = encoded["truncated_tokens"]
+        if out.act_logits is not None:
+            res["act_probs"] = torch.sigmoid(out.act_logits[0].float()).cpu()  # (T, A)
+        if out.intent_logits is not None:
+            res["intent_probs"] = torch.softmax(out.intent_logits[0].float(), -1).cpu()  # (T, I)
+        return res
+
+    def postprocess(self, model_outputs, act_threshold=None):
+        cfg = self.model.config
+        threshold = cfg.act_threshold if act_threshold is None else act_threshold
+        rows, current, current_score = [], None, None
+        for k, i in enumerate(model_outputs["turn_index"]):
+            speaker = model_outputs["speakers"][i]
+            row = {"turn": i, "speaker": speaker, "text": model_outputs["turns"][i]}
+            if "act_probs" in model_outputs:
+                p = model_outputs["act_probs"][k]
+                row["acts"] = [a for a, v in zip(cfg.act_labels, p) if float(v) >= threshold]
+                row["act_scores"] = {a: round(float(v), 4) for a, v in zip(cfg.act_labels, p)}
+            if "intent_probs" in model_outputs:
+                row["intent"], row["intent_score"] = None, None
+                if speaker == cfg.user_speaker:
+                    p = model_outputs["intent_probs"][k]
+                    j = int(p.argmax())
+                    row["intent"], row["intent_score"] = cfg.intent_labels[j], round(float(p[j]), 4)
+                    current, current_score = row["intent"], row["intent_score"]
+            rows.append(row)
+        return {
+            "turns": rows,
+            "intent": current,
+            "intent_score": current_score,
+            "truncated_turns": int(model_outputs["truncated_turns"]),
+            "truncated_tokens": int(model_outputs["truncated_tokens"]),
+        }
+
+
+__all__ = ["DialogueResponseSelectionPipeline", "DialogueStateTrackingPipeline", "formatter_for"]

@@ -1,0 +1,664 @@
+"""Dialogue fine-tuning tasks on Schema-Guided Dialogue (or any data in its JSON Lines format).
+
+- ``dialogue-response-selection``: for every response-speaker turn, rank the true response among
+  ``n_negatives`` (default 9) responses of *other* dialogues drawn with a fixed seed
+  (:func:`hf_sparse.data.build_selection_examples`). Training uses ``train_negatives`` sampled negatives per
+  example, drawn the same way with another seed; the loss is the cross-entropy over each example's
+  candidates. Metrics: recall@1/2/5 and MRR over the 1 + ``n_negatives`` candidates (R10@k for 9).
+- ``dialogue-state-tracking``: per-turn dialogue acts (multi-label) and the active intent of every user turn,
+  read from each turn's separator. Training reads whole dialogues (every turn labelled) plus
+  ``train_prefixes`` seeded prefixes of each (so that the newest turn, which sees no later turn, is trained
+  on too). Evaluation is *online* by default (``eval_mode: prefix``): turn ``t`` is predicted from turns
+  ``0..t`` only. Metrics: act micro/macro F1 and intent accuracy on intents seen / unseen in training.
+
+Both build a word-level tokenizer from the training turns unless ``tokenizer_name`` names a pretrained one,
+and a small randomly initialised Longformer (or SparseTransformer) unless ``model_name_or_path`` names a
+checkpoint: a saved ``LongformerForDialogue`` folder, or a Longformer encoder such as
+``allenai/longformer-base-4096`` whose weights become the backbone.
+
+After training, both run a *long-history check* on the test split (``long_history_check``): the last
+response (selection) / the last user turn (tracking) of every test dialogue, predicted from the full history
+and from only the last 2 turns; the results are in ``all_results.json`` under ``extras.long_history``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..data.dialogue import (
+    IGNORE_INDEX,
+    DialogueFormatter,
+    DialogueLabels,
+    DialogueTrackingCollator,
+    ResponseSelectionCollator,
+    build_selection_examples,
+    build_tracking_examples,
+    read_sgd,
+    train_dialogue_tokenizer,
+)
+from ..metrics.dialogue import dialogue_act_f1, intent_accuracy
+from ..metrics.ranking import ranking_metrics
+from ..training import Task, path_field, register_task
+from ..training.tasks import metric_prefix
+
+SPLITS = ("train", "validation", "test")
+_POSITIVE_INT_KEYS = ("max_length", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                      "intermediate_size", "attention_window", "vocab_min_frequency")  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------- arguments
+
+
+@dataclass
+class DialogueArguments:
+    """Recipe keys shared by both dialogue tasks."""
+
+    data_dir: str = path_field(
+        help="Folder with train.jsonl, validation.jsonl and (optional) test.jsonl in the SGD JSON Lines format "
+        "(dialogue_id, speakers, turns, acts, active_intent); relative to the recipe file."
+    )
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "None: a new model from the size keys below. A saved LongformerForDialogue folder: continue "
+            "from it. A Longformer checkpoint (e.g. allenai/longformer-base-4096): its encoder is the backbone."
+        },
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Pretrained tokenizer (e.g. allenai/longformer-base-4096); None: a tokenizer trained on the "
+            "training turns (tokenizer_kind)."
+        },
+    )
+    tokenizer_kind: str = field(
+        default="word",
+        metadata={"help": "Tokenizer built from the data: 'word' (word-level) or 'wordpiece'."},
+    )
+    vocab_min_frequency: int = field(
+        default=2, metadata={"help": "Built tokenizer: words seen fewer times in training become [UNK]."}
+    )
+    vocab_size: int | None = field(
+        default=None, metadata={"help": "Built tokenizer: vocabulary cap (None: no cap for 'word')."}
+    )
+    max_length: int = field(
+        default=512,
+        metadata={"help": "Tokens per sequence; longer histories are left-truncated (newest turns kept)."},
+    )
+    global_on: list[str] = field(
+        default_factory=lambda: ["cls", "separators", "latest_turn", "candidate"],
+        metadata={"help": "Global attention on: cls, separators, latest_turn, candidate."},
+    )
+    backbone_type: str = field(
+        default="longformer", metadata={"help": "New model's encoder: 'longformer' or 'sparse_transformer'."}
+    )
+    hidden_size: int = field(default=128, metadata={"help": "New model: hidden size."})
+    num_hidden_layers: int = field(default=2, metadata={"help": "New model: layers."})
+    num_attention_heads: int = field(default=4, metadata={"help": "New model: attention heads."})
+    intermediate_size: int = field(default=512, metadata={"help": "New model: feed-forward size."})
+    attention_window: int = field(
+        default=64, metadata={"help": "New model: sliding-window size (Longformer window / pattern window)."}
+    )
+    attention_pattern: dict | None = field(
+        default=None,
+        metadata={"help": "sparse_transformer backbone: pattern spec; None: {type: longformer, window}."},
+    )
+    hidden_dropout_prob: float = field(default=0.1, metadata={"help": "New model: dropout."})
+    classifier_dropout: float = field(default=0.1, metadata={"help": "Dropout before the heads."})
+    long_history_check: bool = field(
+        default=True,
+        metadata={"help": "After training: last-turn results on test, full history vs the last 2 turns."},
+    )
+    max_train_dialogues: int | None = field(
+        default=None, metadata={"help": "Use only the first N training dialogues (quick runs, tests)."}
+    )
+    max_eval_dialogues: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation and test dialogues."}
+    )
+
+    def __post_init__(self):
+        if not self.data_dir:
+            raise ValueError(
+                "data_dir is required: the folder with train.jsonl / validation.jsonl / test.jsonl"
+            )
+        if self.tokenizer_kind not in ("word", "wordpiece"):
+            raise ValueError(f"tokenizer_kind must be 'word' or 'wordpiece', got {self.tokenizer_kind!r}")
+        if self.backbone_type not in ("longformer", "sparse_transformer"):
+            raise ValueError(
+                f"backbone_type must be 'longformer' or 'sparse_transformer', got {self.backbone_type!r}"
+            )
+        for name in _POSITIVE_INT_KEYS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.backbone_type == "longformer" and self.attention_window % 2:
+            raise ValueError(f"attention_window must be even for Longformer, got {self.attention_window}")
+        for name in ("max_train_dialogues", "max_eval_dialogues", "vocab_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
+@dataclass
+class SelectionArguments(DialogueArguments):
+    """Recipe keys of ``dialogue-response-selection``."""
+
+    n_negatives: int = field(
+        default=9, metadata={"help": "Evaluation: negatives per example (1 + n candidates; 9 -> R10@k)."}
+    )
+    train_negatives: int = field(
+        default=3, metadata={"help": "Training: sampled negatives (other dialogues' responses) per example."}
+    )
+    train_response_turns: str = field(
+        default="all",
+        metadata={"help": "Training response points: 'all', 'last' or every k-th ('2', '3', ...)."},
+    )
+    selection_seed: int = field(
+        default=0, metadata={"help": "Seed of the evaluation negatives (training uses selection_seed + 1)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("n_negatives", "train_negatives"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        turns = self.train_response_turns
+        if turns not in ("all", "last") and not (turns.isdigit() and int(turns) >= 1):
+            raise ValueError(f"train_response_turns must be 'all', 'last' or a positive int, got {turns!r}")
+
+
+@dataclass
+class TrackingArguments(DialogueArguments):
+    """Recipe keys of ``dialogue-state-tracking``."""
+
+    act_field: str = field(default="acts", metadata={"help": "Per-turn act labels: 'acts' or 'act_slots'."})
+    train_prefixes: int = field(
+        default=2,
+        metadata={"help": "Extra training examples per dialogue: seeded prefixes ending at a random turn."},
+    )
+    eval_mode: str = field(
+        default="prefix",
+        metadata={
+            "help": "'prefix': turn t predicted from turns 0..t (online tracking); 'dialogue': one pass per "
+            "dialogue, every turn also sees the later ones."
+        },
+    )
+    act_threshold: float = field(default=0.5, metadata={"help": "Act probability threshold."})
+    prefix_seed: int = field(default=0, metadata={"help": "Seed of the training prefixes."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.act_field not in ("acts", "act_slots"):
+            raise ValueError(f"act_field must be 'acts' or 'act_slots', got {self.act_field!r}")
+        if self.eval_mode not in ("prefix", "dialogue"):
+            raise ValueError(f"eval_mode must be 'prefix' or 'dialogue', got {self.eval_mode!r}")
+        if self.train_prefixes < 0:
+            raise ValueError(f"train_prefixes must be >= 0, got {self.train_prefixes!r}")
+        if not 0.0 < self.act_threshold < 1.0:
+            raise ValueError(f"act_threshold must be in (0, 1), got {self.act_threshold!r}")
+
+
+# --------------------------------------------------------------------------------------- data
+
+
+class ExampleDataset(torch.utils.data.Dataset):
+    """A list of example dicts; ``lengths`` (tokens per example, the longest candidate's for selection) lets
+    the trainer group examples of similar length (``train_sampling_strategy: group_by_length``)."""
+
+    def __init__(self, examples: list[dict]):
+        self.examples = examples
+        self.lengths = [_length(e) for e in examples]
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.examples[i]
+
+
+def _length(example: dict) -> int:
+    ids = example["input_ids"]
+    return max(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
+
+
+def read_splits(data_dir: str, max_train: int | None = None, max_eval: int | None = None) -> dict[str, list]:
+    """``{"train", "validation"[, "test"]}`` dialogues of an SGD-format folder (``test.jsonl`` optional)."""
+    out = {}
+    for split in SPLITS:
+        path = os.path.join(data_dir, f"{split}.jsonl")
+        if not os.path.isfile(path):
+            if split == "test":
+                continue
+            raise FileNotFoundError(f"data_dir={data_dir!r} has no {split}.jsonl")
+        dialogues = read_sgd(path)
+        limit = max_train if split == "train" else max_eval
+        out[split] = dialogues[:limit] if limit else dialogues
+    return out
+
+
+def _trainer_class(label_names: tuple[str, ...]):
+    """A Trainer that knows the task's label names (the model's forward takes all three kinds, and the
+    Trainer would otherwise wait for all of them) and groups training examples by
+    :attr:`ExampleDataset.lengths` under ``train_sampling_strategy: group_by_length``."""
+    from transformers import Trainer
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    class DialogueTrainer(Trainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.args.label_names is None:
+                self.label_names = list(label_names)
+
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = self.train_dataset if train_dataset is None else train_dataset
+            strategy = getattr(self.args.train_sampling_strategy, "value", self.args.train_sampling_strategy)
+            if strategy == "group_by_length" and isinstance(dataset, ExampleDataset):
+                batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
+                return LengthGroupedSampler(batch, lengths=dataset.lengths)
+            return super()._get_train_sampler(train_dataset)
+
+    return DialogueTrainer
+
+
+# --------------------------------------------------------------------------------------- shared task
+
+
+class _DialogueTask(Task):
+    """Data, tokenizer and model building shared by both dialogue tasks."""
+
+    card_task = "dialogue"
+
+    def __init__(self):
+        self._splits: dict[str, list[dict]] | None = None
+        self._pad_multiple: int | None = 64
+
+    def data(self, args) -> dict[str, list[dict]]:
+        if self._splits is None:
+            self._splits = read_splits(args.data_dir, args.max_train_dialogues, args.max_eval_dialogues)
+        return self._splits
+
+    @staticmethod
+    def _saved_dialogue_model(path: str | None) -> bool:
+        if not path:
+            return False
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path).model_type == "longformer_dialogue"
+
+    def build_tokenizer(self, args):
+        from transformers import AutoTokenizer
+
+        if self._saved_dialogue_model(args.model_name_or_path):
+            return AutoTokenizer.from_pretrained(args.model_name_or_path)
+        if args.tokenizer_name:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
+        else:
+            texts = (t for d in self.data(args)["train"] for t in d["turns"])
+            tokenizer = train_dialogue_tokenizer(
+                texts,
+                kind=args.tokenizer_kind,
+                min_frequency=args.vocab_min_frequency,
+                vocab_size=args.vocab_size,
+            )
+        self.formatter(args, tokenizer).add_special_tokens(tokenizer)
+        return tokenizer
+
+    def formatter(self, args, tokenizer) -> DialogueFormatter:
+        return DialogueFormatter(tokenizer, max_length=args.max_length, global_on=args.global_on)
+
+    def _backbone(self, args, tokenizer) -> dict:
+        pad = tokenizer.pad_token_id
+        common = {
+            "vocab_size": len(tokenizer),
+            "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.num_hidden_layers,
+            "num_attention_heads": args.num_attention_heads,
+            "intermediate_size": args.intermediate_size,
+            "hidden_dropout_prob": args.hidden_dropout_prob,
+            "attention_probs_dropout_prob": args.hidden_dropout_prob,
+            "pad_token_id": pad,
+        }
+        if args.backbone_type == "longformer":
+            return {
+                "model_type": "longformer",
+                **common,
+                "attention_window": args.attention_window,
+                "max_position_embeddings": args.max_length + pad + 1,  # RoBERTa-style positions from pad + 1
+                "type_vocab_size": 1,
+            }
+        return {
+            "model_type": "sparse_transformer",
+            **common,
+            "max_position_embeddings": args.max_length,
+            "attention_pattern": args.attention_pattern
+            or {"type": "longformer", "window": args.attention_window},
+        }
+
+    def _heads(self, args) -> dict:
+        raise NotImplementedError
+
+    def build_model(self, args, tokenizer):
+        from transformers import AutoConfig, LongformerModel
+
+        from ..models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue, block_multiple
+        from ..models.longformer_tasks.backbone import backbone_config
+
+        path = args.model_name_or_path
+        common = {
+            "formatter": self.formatter(args, tokenizer).to_dict(),
+            "classifier_dropout": args.classifier_dropout,
+        }
+        if self._saved_dialogue_model(path):
+            model = LongformerForDialogue.from_pretrained(path)
+        elif path:
+            encoder = AutoConfig.from_pretrained(path)
+            if encoder.model_type != "longformer":
+                raise ValueError(
+                    f"model_name_or_path={path!r} is a {encoder.model_type!r} model; expected a Longformer "
+                    "checkpoint (e.g. allenai/longformer-base-4096) or a saved LongformerForDialogue"
+                )
+            config = LongformerDialogueConfig(backbone=encoder.to_dict(), **common, **self._heads(args))
+            model = LongformerForDialogue(config)
+            model.backbone = LongformerModel.from_pretrained(path, add_pooling_layer=False)
+        else:
+            config = LongformerDialogueConfig(
+                backbone=self._backbone(args, tokenizer), **common, **self._heads(args)
+            )
+            model = LongformerForDialogue(config)
+        if model.get_input_embeddings().weight.shape[0] != len(tokenizer):
+            model.resize_token_embeddings(len(tokenizer))
+        self._pad_multiple = block_multiple(backbone_config(model.config.backbone))
+        return model
+
+    def after_training(self, trainer, args, output_dir):
+        if not args.long_history_check or "test" not in self.data(args):
+            return {}
+        return {"long_history": self.long_history(trainer, args, self.data(args)["test"])}
+
+    def long_history(self, trainer, args, dialogues) -> dict:
+        raise NotImplementedError
+
+    def card_info(self, args, metrics):
+        return {
+            "dataset_name": "Schema-Guided Dialogue (DSTC8) sample",
+            "auto_class": "AutoModel",
+            "tags": ["schema-guided-dialogue"],
+            "extra": self._card_extra(args),
+        }
+
+    def _card_extra(self, args) -> dict:
+        return {}
+
+
+# --------------------------------------------------------------------------------------- selection
+
+
+def ranking_scores(scores, labels) -> dict[str, float]:
+    """``recall@1``, ``recall@2``, ``recall@5`` and ``mrr`` (pessimistic ties) of ``(n, n_candidates)`` scores."""
+    out = ranking_metrics(np.asarray(scores), np.asarray(labels).astype(np.int64).reshape(-1), ks=(1, 2, 5))
+    return {"recall@1": out["r@1"], "recall@2": out["r@2"], "recall@5": out["r@5"], "mrr": out["mrr"]}
+
+
+@register_task("dialogue-response-selection")
+class DialogueSelectionTask(_DialogueTask):
+    """Response selection: rank the true next response among responses of other dialogues."""
+
+    Arguments = SelectionArguments
+    trainer_class = _trainer_class(("labels",))
+
+    def _heads(self, args) -> dict:
+        return {"selection_head": True}
+
+    def examples(self, args, tokenizer, dialogues, split: str, **kwargs) -> list[dict]:
+        """Encoded selection examples: training ones with ``train_negatives`` (seed ``selection_seed + 1``),
+        evaluation ones with ``n_negatives`` (seed ``selection_seed``)."""
+        formatter = self.formatter(args, tokenizer)
+        if split == "train":
+            turns = args.train_response_turns
+            return build_selection_examples(
+                dialogues, n_negatives=args.train_negatives, seed=args.selection_seed + 1, formatter=formatter,
+                response_turns=int(turns) if turns.isdigit() else turns, **kwargs,
+            )  # fmt: skip
+        return build_selection_examples(
+            dialogues, n_negatives=args.n_negatives, seed=args.selection_seed, formatter=formatter, **kwargs
+        )
+
+    def build_datasets(self, args, tokenizer):
+        return {
+            split: ExampleDataset(self.examples(args, tokenizer, dialogues, split))
+            for split, dialogues in self.data(args).items()
+        }
+
+    def data_collator(self, args, tokenizer):
+        return ResponseSelectionCollator(tokenizer.pad_token_id, self._pad_multiple)
+
+    def compute_metrics(self, args):
+        def metrics(pred):
+            scores = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
+            labels = pred.label_ids[0] if isinstance(pred.label_ids, tuple) else pred.label_ids
+            return ranking_scores(scores, labels)
+
+        return metrics
+
+    def long_history(self, trainer, args, dialogues) -> dict:
+        result = {"what": f"R@k of {args.n_negatives + 1} candidates for the last response of each dialogue"}
+        for name, window in (("full_history", None), ("last_2_turns", 2)):
+            examples = self.examples(
+                args,
+                trainer.processing_class,
+                dialogues,
+                "test",
+                response_turns="last",
+                history_window=window,
+            )
+            out = trainer.predict(ExampleDataset(examples), metric_key_prefix="long_history")
+            result[name] = {**ranking_scores(out.predictions, out.label_ids), "n": len(examples)}
+        return result
+
+    def _card_extra(self, args):
+        return {"negatives": f"{args.n_negatives} responses of other dialogues (seed {args.selection_seed})"}
+
+
+# --------------------------------------------------------------------------------------- tracking
+
+
+def tracking_scores(examples, act_logits, intent_logits, config) -> dict[str, float]:
+    """Act micro/macro F1 and intent accuracy (all / seen / unseen) over the *labelled* turns of tracking
+    examples: the last turn of prefix examples, every turn of whole-dialogue examples.
+
+    ``act_logits`` ``(n, T, A)`` and ``intent_logits`` ``(n, T, I)`` are aligned with ``examples`` and their
+    kept turns; gold intents come from the examples' names, so intents outside the label vocabulary (unseen
+    in training) are scored too (always wrong for a closed-set classifier).
+    """
+    true_acts, pred_acts, gold, pred = [], [], [], []
+    threshold = config.act_threshold
+    for i, example in enumerate(examples):
+        kept = example["turn_index"]
+        for k, t in enumerate(kept):
+            if "turn" in example and t != example["turn"]:
+                continue
+            row = example["act_labels"][k]
+            if config.act_labels and row[0] != IGNORE_INDEX:
+                true_acts.append(row)
+                pred_acts.append(
+                    1 / (1 + np.exp(-np.asarray(act_logits[i][k], dtype=np.float64))) >= threshold
+                )
+            if config.intent_labels and example["intents"][k] is not None:
+                gold.append(example["intents"][k])
+                pred.append(config.intent_labels[int(np.argmax(intent_logits[i][k]))])
+    out = {}
+    if true_acts:
+        f1 = dialogue_act_f1(
+            np.asarray(true_acts, dtype=bool), np.asarray(pred_acts, dtype=bool), config.act_labels
+        )
+        out.update(act_micro_f1=f1["micro"], act_macro_f1=f1["macro"])
+    if gold:
+        acc = intent_accuracy(pred, gold, config.seen_intents)
+        out.update(
+            intent_accuracy=acc["all"], intent_accuracy_seen=acc["seen"], intent_accuracy_unseen=acc["unseen"],
+            n_intent_seen=acc["n_seen"], n_intent_unseen=acc["n_unseen"],
+        )  # fmt: skip
+    return out
+
+
+def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold) -> dict[str, float]:
+    """Per-epoch metrics from the Trainer's padded arrays (labelled turns only; unseen intents have no id)."""
+    out = {}
+    if act_labels is not None and act_logits is not None:
+        rows = act_labels.reshape(-1, act_labels.shape[-1])
+        keep = rows[:, 0] != IGNORE_INDEX
+        probs = 1 / (1 + np.exp(-act_logits.reshape(-1, act_logits.shape[-1])[keep].astype(np.float64)))
+        if keep.any():
+            f1 = dialogue_act_f1(rows[keep].astype(bool), probs >= threshold)
+            out.update(act_micro_f1=f1["micro"], act_macro_f1=f1["macro"])
+    if intent_labels is not None and intent_logits is not None:
+        gold = intent_labels.reshape(-1)
+        keep = gold != IGNORE_INDEX
+        if keep.any():
+            pred = intent_logits.reshape(-1, intent_logits.shape[-1])[keep].argmax(-1)
+            out["intent_accuracy_seen"] = float((pred == gold[keep]).mean())
+    return out
+
+
+@register_task("dialogue-state-tracking")
+class DialogueTrackingTask(_DialogueTask):
+    """Per-turn dialogue acts and active intents of user turns, read from each turn's separator."""
+
+    Arguments = TrackingArguments
+    trainer_class = _trainer_class(("act_labels", "intent_labels"))
+
+    def __init__(self):
+        super().__init__()
+        self._vocab: DialogueLabels | None = None
+
+    def labels(self, args) -> DialogueLabels:
+        """Act and intent vocabularies of the training dialogues."""
+        if self._vocab is None:
+            self._vocab = DialogueLabels.from_dialogues(self.data(args)["train"], act_field=args.act_field)
+        return self._vocab
+
+    def _heads(self, args) -> dict:
+        labels = self.labels(args)
+        return {
+            "selection_head": False,
+            "act_labels": list(labels.acts),
+            "intent_labels": list(labels.intents),
+            "seen_intents": sorted(labels.seen_intents),
+            "act_field": args.act_field,
+            "act_threshold": args.act_threshold,
+        }
+
+    def build_model(self, args, tokenizer):
+        model = super().build_model(args, tokenizer)
+        labels = self.labels(args)
+        if (model.config.act_labels, model.config.intent_labels) != (list(labels.acts), list(labels.intents)):
+            raise ValueError(
+                f"model_name_or_path={args.model_name_or_path!r} has act/intent labels that differ from those "
+                "of the training data; start from a Longformer checkpoint or a new model instead"
+            )
+        return model
+
+    def examples(self, args, tokenizer, dialogues, split: str) -> list[dict]:
+        """Training: whole dialogues + ``train_prefixes`` seeded prefixes each; evaluation: ``eval_mode``."""
+        formatter, labels = self.formatter(args, tokenizer), self.labels(args)
+        if split != "train":
+            return build_tracking_examples(dialogues, formatter, labels, mode=args.eval_mode)
+        dialogues = list(dialogues) + prefixes(dialogues, args.train_prefixes, args.prefix_seed)
+        return build_tracking_examples(dialogues, formatter, labels, mode="dialogue")
+
+    def build_datasets(self, args, tokenizer):
+        return {
+            split: ExampleDataset(self.examples(args, tokenizer, dialogues, split))
+            for split, dialogues in self.data(args).items()
+        }
+
+    def data_collator(self, args, tokenizer):
+        return DialogueTrackingCollator(tokenizer.pad_token_id, self._pad_multiple)
+
+    def compute_metrics(self, args):
+        def metrics(pred):
+            act_logits, intent_logits = pred.predictions
+            act_labels, intent_labels = pred.label_ids
+            return _from_labels(act_logits, intent_logits, act_labels, intent_labels, args.act_threshold)
+
+        return metrics
+
+    def evaluate(self, trainer, dataset, split):
+        """Loss and per-epoch metrics, plus act F1 and intent accuracy on seen *and unseen* intents scored from
+        the examples' gold intent names."""
+        prefix = metric_prefix(split)
+        out = trainer.predict(dataset, metric_key_prefix=prefix)
+        metrics = dict(out.metrics)
+        act_logits, intent_logits = out.predictions
+        scores = tracking_scores(dataset.examples, act_logits, intent_logits, _unwrap(trainer.model).config)
+        metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+        return metrics
+
+    def long_history(self, trainer, args, dialogues) -> dict:
+        config = _unwrap(trainer.model).config
+        result = {"what": "acts and intent of the last user turn of each dialogue"}
+        for name, window in (("full_history", None), ("last_2_turns", 2)):
+            cut = [c for c in (last_user_turn(d, config.user_speaker, window) for d in dialogues) if c]
+            formatter = self.formatter(args, trainer.processing_class)
+            examples = build_tracking_examples(cut, formatter, self.labels(args), mode="dialogue")
+            for example, dialogue in zip(examples, cut):
+                example["turn"] = len(dialogue["turns"]) - 1  # score only the last (user) turn
+            out = trainer.predict(ExampleDataset(examples), metric_key_prefix="long_history")
+            result[name] = {**tracking_scores(examples, *out.predictions, config), "n": len(examples)}
+        return result
+
+    def _card_extra(self, args):
+        return {"tracking evaluation": f"eval_mode={args.eval_mode}"}
+
+
+def _unwrap(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "module", model)
+
+
+def last_user_turn(dialogue: dict, user_speaker: str, window: int | None) -> dict | None:
+    """The dialogue cut after its last ``user_speaker`` turn, keeping only the last ``window`` turns (None:
+    all); every per-turn field is cut alike. None if it has no user turn."""
+    users = [t for t, s in enumerate(dialogue["speakers"]) if s == user_speaker]
+    if not users:
+        return None
+    end = users[-1] + 1
+    start = 0 if window is None else max(0, end - window)
+    n = len(dialogue["turns"])
+    return {k: (v[start:end] if isinstance(v, list) and len(v) == n else v) for k, v in dialogue.items()}
+
+
+def prefixes(dialogues, n: int, seed: int) -> list[dict]:
+    """``n`` prefixes of each dialogue of 2+ turns: ``turns[:t+1]`` for seeded random ``t`` before the last turn
+    (``random.Random(f"{seed}/{dialogue_id}")``); every per-turn field is cut alike."""
+    out = []
+    for d, dialogue in enumerate(dialogues):
+        length = len(dialogue["turns"])
+        if length < 2 or n == 0:
+            continue
+        rng = random.Random(f"{seed}/{dialogue.get('dialogue_id', d)}")
+        for _ in range(n):
+            end = rng.randrange(length - 1) + 1
+            out.append(
+                {k: (v[:end] if isinstance(v, list) and len(v) == length else v) for k, v in dialogue.items()}
+            )
+    return out
+
+
+__all__ = [
+    "DialogueArguments",
+    "DialogueSelectionTask",
+    "DialogueTrackingTask",
+    "ExampleDataset",
+    "SelectionArguments",
+    "TrackingArguments",
+    "last_user_turn",
+    "prefixes",
+    "ranking_scores",
+    "read_splits",
+    "tracking_scores",
+]

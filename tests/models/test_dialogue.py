@@ -1,0 +1,242 @@
+"""LongformerForDialogue: config validation, heads and losses, both backbones, save/reload, remote code."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel
+
+from hf_sparse.data.dialogue import (
+    DialogueLabels,
+    DialogueTrackingCollator,
+    ResponseSelectionCollator,
+    build_selection_examples,
+    build_tracking_examples,
+)
+from hf_sparse.models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue
+from tests.models.dialogue_tiny import synthetic_dialogues, tiny_model, tokenizer_and_formatter
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tok_fmt():
+    return tokenizer_and_formatter(max_length=128)
+
+
+def selection_batch(tokenizer, formatter, n=3, negatives=4):
+    examples = build_selection_examples(
+        synthetic_dialogues(n + 6), n_negatives=negatives, formatter=formatter
+    )
+    return ResponseSelectionCollator(tokenizer.pad_token_id, 16)(examples[:n])
+
+
+def tracking_batch(tokenizer, formatter, model, n=3):
+    dialogues = synthetic_dialogues(n)
+    labels = DialogueLabels(
+        tuple(model.config.act_labels),
+        tuple(model.config.intent_labels),
+        frozenset(model.config.intent_labels),
+    )
+    return DialogueTrackingCollator(tokenizer.pad_token_id, 16)(
+        build_tracking_examples(dialogues, formatter, labels)
+    )
+
+
+# ---------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"intent_labels": ["FindRestaurants", "NONE"]}, ValueError, "start with none_intent"),
+        ({"act_labels": ["INFORM", "INFORM"]}, ValueError, "act_labels has duplicates"),
+        ({"act_labels": "INFORM"}, TypeError, "act_labels must be a list"),
+        ({"formatter": {"max_lenght": 64}}, ValueError, "unknown keys"),
+        ({"formatter": {"max_length": 10_000}}, ValueError, "exceeds what the backbone can embed"),
+        ({"formatter": {"global_on": ["everything"]}}, ValueError, "global_on"),
+        ({"selection_head": False}, ValueError, "needs a head"),
+        ({"act_threshold": 1.5}, ValueError, "act_threshold"),
+        ({"user_speaker": "CUSTOMER"}, ValueError, "speaker 'CUSTOMER' has no token"),
+        ({"backbone": {"model_type": "bert"}}, ValueError, "backbone model_type"),
+    ],
+)
+def test_config_rejects_bad_arguments(kwargs, error, match):
+    base = {
+        "backbone": {"model_type": "longformer", "max_position_embeddings": 514},
+        "formatter": {"max_length": 512},
+    }
+    base.update(kwargs)
+    with pytest.raises(error, match=match):
+        LongformerDialogueConfig(**base)
+
+
+def test_config_round_trips_through_json(tmp_path, tok_fmt):
+    tokenizer, formatter = tok_fmt
+    config = tiny_model(tokenizer, formatter).config
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert type(loaded) is LongformerDialogueConfig
+    assert loaded.formatter == config.formatter and loaded.backbone == config.backbone
+    assert loaded.act_labels == config.act_labels and loaded.intent_labels == config.intent_labels
+
+
+# ---------------------------------------------------------------- heads
+
+
+@pytest.mark.parametrize("kind", ["longformer", "sparse_transformer"])
+def test_selection_head_scores_every_pair_and_trains(kind, tok_fmt):
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter, kind, selection_head=True)
+    batch = selection_batch(tokenizer, formatter)
+    out = model(**batch)
+    assert out.selection_logits.shape == (3, 5)
+    assert out.act_logits is None and out.intent_logits is None
+    expected = torch.nn.functional.cross_entropy(out.selection_logits, batch["labels"])
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert model.backbone.get_input_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_selection_score_is_read_at_rsp_and_independent_of_batch(tok_fmt):
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter, selection_head=True).eval()
+    batch = selection_batch(tokenizer, formatter)
+    with torch.no_grad():
+        together = model(**{k: v for k, v in batch.items() if k != "labels"}).selection_logits
+        alone = model(**{k: v[1:2] for k, v in batch.items() if k != "labels"}).selection_logits
+    torch.testing.assert_close(alone[0], together[1], rtol=1e-4, atol=1e-5)
+    # a candidate's score changes when the candidate's tokens change (it is read after [RSP])
+    ids = batch["input_ids"].clone()
+    pos = batch["candidate_positions"][0, 0]
+    ids[0, 0, pos + 1] = tokenizer.convert_tokens_to_ids("paris")
+    with torch.no_grad():
+        changed = model(input_ids=ids, attention_mask=batch["attention_mask"],
+                        global_attention_mask=batch["global_attention_mask"],
+                        candidate_positions=batch["candidate_positions"]).selection_logits  # fmt: skip
+    assert not torch.allclose(changed[0, 0], together[0, 0])
+    torch.testing.assert_close(changed[1:], together[1:], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["longformer", "sparse_transformer"])
+def test_tracking_heads_read_each_turn_and_ignore_unlabelled(kind, tok_fmt):
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter, kind)
+    batch = tracking_batch(tokenizer, formatter, model)
+    out = model(**batch)
+    assert out.act_logits.shape == (3, 6, len(model.config.act_labels))
+    assert out.intent_logits.shape == (3, 6, len(model.config.intent_labels))
+    act = torch.nn.functional.binary_cross_entropy_with_logits(out.act_logits, batch["act_labels"].float())
+    keep = batch["intent_labels"] != -100
+    intent = torch.nn.functional.cross_entropy(out.intent_logits[keep], batch["intent_labels"][keep])
+    assert keep.sum() == 9  # the 3 user turns of 3 dialogues; system turns carry no intent
+    torch.testing.assert_close(out.loss, act + intent)
+    # unlabelled entries do not move the loss
+    batch2 = dict(batch, act_labels=batch["act_labels"].clone())
+    batch2["act_labels"][:, 0] = -100
+    model.eval()
+    with torch.no_grad():
+        ref = model(**batch).loss
+        masked = model(**batch2).loss
+        logits = model(**batch).act_logits
+    rest = batch["act_labels"][:, 1:].float()
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 1:], rest)
+    assert not torch.allclose(ref, masked)
+    intent_eval = torch.nn.functional.cross_entropy(
+        model(**batch).intent_logits[keep], batch["intent_labels"][keep]
+    )
+    torch.testing.assert_close(masked, expected + intent_eval)
+
+
+def test_forward_rejects_mismatched_inputs(tok_fmt):
+    tokenizer, formatter = tok_fmt
+    tracker = tiny_model(tokenizer, formatter)
+    selector = tiny_model(tokenizer, formatter, selection_head=True)
+    sel = selection_batch(tokenizer, formatter)
+    with pytest.raises(ValueError, match="no selection head"):
+        tracker(**sel)
+    with pytest.raises(ValueError, match="labels .* needs 3-D inputs"):
+        selector(input_ids=sel["input_ids"][:, 0], candidate_positions=sel["candidate_positions"][:, 0],
+                 labels=sel["labels"])  # fmt: skip
+    trk = tracking_batch(tokenizer, formatter, tracker)
+    with pytest.raises(ValueError, match="no act or intent head"):
+        selector(input_ids=trk["input_ids"], turn_positions=trk["turn_positions"])
+
+
+def test_resize_records_vocab_size_and_reloads(tmp_path, tok_fmt):
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter)
+    model.resize_token_embeddings(len(tokenizer) + 3)
+    assert model.config.backbone["vocab_size"] == len(tokenizer) + 3
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModel.from_pretrained(tmp_path)
+    assert reloaded.get_input_embeddings().weight.shape[0] == len(tokenizer) + 3
+
+
+def test_save_and_reload_give_the_same_outputs(tmp_path, tok_fmt):
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter).eval()
+    batch = tracking_batch(tokenizer, formatter, model)
+    with torch.no_grad():
+        expected = model(**batch).act_logits
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["auto_map"]["AutoModel"] == "modeling_dialogue.LongformerForDialogue"
+    assert set(config["custom_pipelines"]) == {"dialogue-response-selection", "dialogue-state-tracking"}
+    reloaded = AutoModel.from_pretrained(tmp_path)
+    assert type(reloaded) is LongformerForDialogue
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).act_logits, expected)
+
+
+BLOCK = "import sys; sys.modules['hf_sparse'] = None; sys.dont_write_bytecode = True\n"
+LOAD = """
+import json, torch
+from transformers import AutoModel, pipeline
+try:
+    import hf_sparse
+except ImportError:
+    print("hf_sparse unavailable")
+model = AutoModel.from_pretrained({folder!r}, trust_remote_code=True).eval()
+batch = torch.load({inputs!r})
+with torch.no_grad():
+    torch.save(model(**batch).act_logits, {result!r})
+pipe = pipeline("dialogue-state-tracking", model={folder!r}, trust_remote_code=True)
+out = pipe({{"turns": ["find me a hotel please", "which city ?", "in paris"]}})
+print(json.dumps(out))
+print(type(model).__module__)
+"""
+
+
+def test_saved_folder_loads_and_runs_its_pipeline_without_the_package(tmp_path, tok_fmt):
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter).eval()
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    batch = tracking_batch(tokenizer, formatter, model)
+    with torch.no_grad():
+        expected = model(**batch).act_logits
+    torch.save(dict(batch), tmp_path / "inputs.pt")
+    script = BLOCK + LOAD.format(
+        folder=str(folder), inputs=str(tmp_path / "inputs.pt"), result=str(tmp_path / "out.pt")
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=240)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert "hf_sparse unavailable" in lines and "transformers_modules" in lines[-1]
+    out = json.loads(lines[-2])
+    assert [t["turn"] for t in out["turns"]] == [0, 1, 2] and out["intent"] in model.config.intent_labels
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=0, atol=1e-6)

@@ -1,0 +1,212 @@
+"""dialogue-response-selection and dialogue-state-tracking pipelines: ranking, determinism, truncation, errors."""
+
+import pytest
+import torch
+from transformers import pipeline
+
+import hf_sparse  # noqa: F401  (registers the pipeline tasks)
+from hf_sparse.pipelines.dialogue import DialogueResponseSelectionPipeline, DialogueStateTrackingPipeline
+from tests.models.dialogue_tiny import ACTS, tiny_model, tokenizer_and_formatter
+
+HISTORY = {
+    "speakers": ["USER", "SYSTEM", "USER"],
+    "turns": ["find me a restaurant please", "which city for the restaurant ?", "in paris"],
+}
+CANDIDATES = ["i found a restaurant in paris", "goodbye", "which city for the flight ?", "i found a hotel in rome",
+              "in london", "thanks bye", "i found a flight in oslo"]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A saved tiny model with both kinds of heads (and its tokenizer); max_length 40 tokens."""
+    tokenizer, formatter = tokenizer_and_formatter(max_length=40)
+    torch.manual_seed(0)
+    model = tiny_model(tokenizer, formatter, selection_head=True, act_labels=ACTS,
+                       intent_labels=["NONE", "FindRestaurants", "SearchFlights"])  # fmt: skip
+    folder = tmp_path_factory.mktemp("dialogue_model")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def select(saved):
+    return pipeline("dialogue-response-selection", model=saved, trust_remote_code=True)
+
+
+@pytest.fixture(scope="module")
+def track(saved):
+    return pipeline("dialogue-state-tracking", model=saved, trust_remote_code=True)
+
+
+def test_pipeline_classes_come_from_the_saved_folder(select, track):
+    assert type(select).__name__ == DialogueResponseSelectionPipeline.__name__
+    assert type(track).__name__ == DialogueStateTrackingPipeline.__name__
+
+
+# ---------------------------------------------------------------- response selection
+
+
+def test_ranking_is_sorted_and_complete(select):
+    out = select({**HISTORY, "candidates": CANDIDATES})
+    ranking = out["ranking"]
+    assert sorted(r["index"] for r in ranking) == list(range(len(CANDIDATES)))  # every candidate exactly once
+    assert [r["candidate"] for r in ranking] == [CANDIDATES[r["index"]] for r in ranking]
+    scores = [r["score"] for r in ranking]
+    assert scores == sorted(scores, reverse=True)
+    assert sum(r["probability"] for r in ranking) == pytest.approx(1.0, abs=1e-5)
+    assert out["truncated_turns"] == 0 and out["truncated_tokens"] == 0
+
+
+def test_scores_are_deterministic_in_eval_mode(saved, select):
+    first = select({**HISTORY, "candidates": CANDIDATES})
+    second = select({**HISTORY, "candidates": CANDIDATES})
+    assert first == second
+    # a model handed over in training mode is put in eval mode: dropout does not make scores random
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(saved).train()
+    pipe = DialogueResponseSelectionPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained(saved))
+    assert not pipe.model.training
+    third = pipe({**HISTORY, "candidates": CANDIDATES})
+    assert [r["index"] for r in third["ranking"]] == [r["index"] for r in first["ranking"]]
+    for a, b in zip(third["ranking"], first["ranking"]):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-5)
+
+
+def test_candidate_batches_and_call_arguments_do_not_change_scores(select):
+    whole = select({**HISTORY, "candidates": CANDIDATES})
+    chunked = select(HISTORY, candidates=CANDIDATES, candidate_batch_size=2)
+    assert [r["index"] for r in chunked["ranking"]] == [r["index"] for r in whole["ranking"]]
+    for a, b in zip(chunked["ranking"], whole["ranking"]):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-5)
+    batch = select([{**HISTORY, "candidates": CANDIDATES}, {**HISTORY, "candidates": CANDIDATES[:2]}])
+    assert batch[0] == whole and len(batch[1]["ranking"]) == 2
+
+
+def test_speakers_default_to_alternating_user_first(select):
+    explicit = select({**HISTORY, "candidates": CANDIDATES})
+    implicit = select({"turns": HISTORY["turns"], "candidates": CANDIDATES})
+    assert explicit == implicit
+
+
+def test_long_history_is_left_truncated_to_the_newest_turns(select):
+    long_turns = [
+        f"in paris please {i}" if i % 2 == 0 else "which city for the restaurant ?" for i in range(30)
+    ]
+    long_turns[-1] = "in rome"
+    speakers = ["USER" if i % 2 == 0 else "SYSTEM" for i in range(30)]
+    candidates = ["goodbye", "i found a restaurant in paris , it is open now and has a table for two"]
+    alone = select.formatter.encode_candidates(speakers, long_turns, candidates)["truncated_turns"]
+    assert alone[0] < alone[1]  # paired alone, the short candidate would keep more history than the long one
+    out = select({"turns": long_turns, "speakers": speakers, "candidates": candidates})
+    k = out["truncated_turns"]
+    assert 0 < k < 29  # the oldest turns were dropped, the newest kept
+    kept = select({"turns": long_turns[k:], "speakers": speakers[k:], "candidates": candidates})
+    assert kept["truncated_turns"] == 0
+    assert out["ranking"] == kept["ranking"]  # both candidates were scored against the same newest turns
+
+
+def test_newest_turn_alone_too_long_keeps_its_newest_tokens(select):
+    words = " ".join(["paris"] * 60)
+    out = select({"turns": [words], "speakers": ["USER"], "candidates": ["goodbye"]})
+    assert out["truncated_turns"] == 0 and out["truncated_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    "inputs,kwargs,error,match",
+    [
+        ({**HISTORY}, {}, ValueError, "no candidates"),
+        ({**HISTORY, "candidates": []}, {}, ValueError, "candidates is empty"),
+        ({**HISTORY, "candidates": "goodbye"}, {}, TypeError, "candidates must be a list of str"),
+        ({**HISTORY, "candidates": ["goodbye", 3]}, {}, TypeError, r"candidates\[1\] must be a str"),
+        ({"turns": [], "speakers": [], "candidates": ["goodbye"]}, {}, ValueError, "turns is empty"),
+        ({"speakers": ["USER"], "candidates": ["goodbye"]}, {}, ValueError, "no 'turns'"),
+        ({"turns": ["hi", "hello"], "speakers": ["USER"], "candidates": ["x"]}, {}, ValueError,
+         "speakers and turns must have the same length"),
+        ({"turns": ["hi", None], "speakers": ["USER", "SYSTEM"], "candidates": ["x"]}, {}, TypeError,
+         r"turns\[1\] must be a str"),
+        ({"turns": "hi there", "candidates": ["x"]}, {}, TypeError, "turns must be a list of str"),
+        ({"turns": ["hi"], "speakers": ["BOT"], "candidates": ["x"]}, {}, ValueError, r"speakers\[0\] is 'BOT'"),
+        ({**HISTORY, "candidates": ["x"], "history": []}, {}, ValueError, "unknown key"),
+        ("hi there", {}, TypeError, "inputs must be a dict"),
+        ({**HISTORY, "candidates": ["x"]}, {"candidates": ["y"]}, ValueError, "candidates given both"),
+        ({**HISTORY, "candidates": ["x"]}, {"candidate_batch_size": 0}, ValueError, "candidate_batch_size"),
+    ],
+)  # fmt: skip
+def test_bad_selection_input_names_the_field(select, inputs, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        select(inputs, **kwargs)
+
+
+def test_batch_size_is_rejected_with_a_clear_error(select):
+    with pytest.raises(ValueError, match="batch_size"):
+        select([{**HISTORY, "candidates": CANDIDATES}], batch_size=2)
+
+
+# ---------------------------------------------------------------- state tracking
+
+
+def test_tracking_outputs_every_turn_and_the_current_intent(track):
+    out = track(HISTORY)
+    assert [t["turn"] for t in out["turns"]] == [0, 1, 2]
+    assert [t["speaker"] for t in out["turns"]] == HISTORY["speakers"]
+    for row in out["turns"]:
+        assert set(row["act_scores"]) == set(ACTS)
+        assert row["acts"] == [a for a in ACTS if row["act_scores"][a] >= 0.5]
+        assert (row["intent"] is None) == (row["speaker"] == "SYSTEM")
+    assert (
+        out["intent"] == out["turns"][2]["intent"] and out["intent_score"] == out["turns"][2]["intent_score"]
+    )
+    everything = track(HISTORY, act_threshold=0.01)
+    assert all(row["acts"] == ACTS for row in everything["turns"])
+
+
+def test_tracking_current_intent_is_the_newest_user_turns(track):
+    out = track({"turns": HISTORY["turns"] + ["i found a restaurant in paris"],
+                 "speakers": HISTORY["speakers"] + ["SYSTEM"]})  # fmt: skip
+    assert out["intent"] == out["turns"][2]["intent"] and out["turns"][3]["intent"] is None
+
+
+def test_tracking_long_history_is_left_truncated(track):
+    turns = [f"find me a restaurant please {i}" for i in range(20)]
+    speakers = ["USER" if i % 2 == 0 else "SYSTEM" for i in range(20)]
+    out = track({"turns": turns, "speakers": speakers})
+    k = out["truncated_turns"]
+    assert k > 0 and [t["turn"] for t in out["turns"]] == list(range(k, 20))
+    kept = track({"turns": turns[k:], "speakers": speakers[k:]})
+    assert [t["act_scores"] for t in kept["turns"]] == [t["act_scores"] for t in out["turns"]]
+
+
+@pytest.mark.parametrize(
+    "inputs,error,match",
+    [
+        ({"turns": [], "speakers": []}, ValueError, "turns is empty"),
+        ({"turns": ["hi", "hello"], "speakers": ["USER"]}, ValueError, "same length"),
+        ({"turns": ["hi", 5]}, TypeError, r"turns\[1\] must be a str"),
+        ({"turns": ["hi"], "candidates": ["x"]}, ValueError, "unknown key"),
+    ],
+)
+def test_bad_tracking_input_names_the_field(track, inputs, error, match):
+    with pytest.raises(error, match=match):
+        track(inputs)
+
+
+def test_pipeline_refuses_a_model_without_the_needed_head_or_tokens():
+    from hf_sparse.data.dialogue import train_dialogue_tokenizer
+
+    tokenizer, formatter = tokenizer_and_formatter(max_length=40)
+    model = tiny_model(tokenizer, formatter)  # act + intent heads only
+    with pytest.raises(ValueError, match="no response-selection head"):
+        DialogueResponseSelectionPipeline(model=model, tokenizer=tokenizer)
+    bare = train_dialogue_tokenizer(["find me a hotel"], min_frequency=1)  # no [USR]/[SYS]/[RSP]
+    with pytest.raises(ValueError, match=r"not in the tokenizer's vocabulary"):
+        DialogueStateTrackingPipeline(model=model, tokenizer=bare)

@@ -1,0 +1,195 @@
+"""The dialogue recipe tasks end to end on synthetic SGD-format data (offline, tiny models, seconds)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import pipeline
+
+from hf_sparse.data.dialogue import DialogueLabels
+from hf_sparse.tasks.dialogue import (
+    SelectionArguments,
+    TrackingArguments,
+    last_user_turn,
+    prefixes,
+    tracking_scores,
+)
+from hf_sparse.training import RecipeError, get_task, run
+from tests.models.dialogue_tiny import synthetic_dialogues, write_sgd
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Train: restaurants, flights; validation/test also hotels (an intent unseen in training)."""
+    splits = {
+        "train": synthetic_dialogues(48, seed=1),
+        "validation": synthetic_dialogues(8, seed=2, domains=("restaurant", "flight", "hotel")),
+        "test": synthetic_dialogues(8, seed=3, domains=("restaurant", "flight", "hotel")),
+    }
+    return write_sgd(tmp_path_factory.mktemp("sgd"), splits)
+
+
+def recipe(task, data_dir, output_dir, **values):
+    r = {
+        "task": task,
+        "data_dir": data_dir,
+        "output_dir": str(output_dir),
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "attention_window": 16,
+        "max_length": 64,
+        "vocab_min_frequency": 1,
+        "num_train_epochs": 1,
+        "per_device_train_batch_size": 8,
+        "per_device_eval_batch_size": 8,
+        "learning_rate": 1.0e-3,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "seed": 0,
+    }
+    r.update(values)
+    return r
+
+
+def test_both_tasks_are_registered():
+    assert get_task("dialogue-response-selection").Arguments is SelectionArguments
+    assert get_task("dialogue-state-tracking").Arguments is TrackingArguments
+
+
+@pytest.fixture(scope="module")
+def selection_run(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sel") / "out"
+    return out, run(
+        recipe("dialogue-response-selection", data_dir, out, train_sampling_strategy="group_by_length")
+    )
+
+
+def test_selection_run_reports_recall_of_ten_candidates(selection_run):
+    out, results = selection_run
+    for split in ("eval", "test"):
+        for key in ("recall@1", "recall@2", "recall@5", "mrr"):
+            assert 0.0 <= results[f"{split}_{key}"] <= 1.0, key
+        assert results[f"{split}_recall@1"] <= results[f"{split}_recall@2"] <= results[f"{split}_recall@5"]
+    # 8 test dialogues x 3 system responses after the first turn
+    assert results["test_samples_per_second"] > 0 and results["global_step"] == 18  # 48 x 3 / 8
+    long = results["extras"]["long_history"]
+    assert long["full_history"]["n"] == long["last_2_turns"]["n"] == 8
+    assert set(long["full_history"]) >= {"recall@1", "mrr"}
+    saved = json.loads((out / "all_results.json").read_text())
+    assert saved["extras"]["long_history"] == long
+    card = (out / "README.md").read_text()
+    assert "dialogue-response-selection" in card and "recall@1" in card
+
+
+def test_selection_model_folder_runs_the_pipeline(selection_run):
+    out, _ = selection_run
+    pipe = pipeline("dialogue-response-selection", model=str(out), trust_remote_code=True)
+    history = {"turns": ["find me a flight please", "which city for the flight ?", "in rome"]}
+    ranked = pipe({**history, "candidates": ["goodbye", "i found a flight in rome", "in lima"]})["ranking"]
+    assert sorted(r["index"] for r in ranked) == [0, 1, 2]
+    assert pipe.model.config.formatter["max_length"] == 64
+
+
+@pytest.fixture(scope="module")
+def tracking_run(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trk") / "out"
+    return out, run(
+        recipe("dialogue-state-tracking", data_dir, out, num_train_epochs=2, learning_rate=3.0e-3)
+    )
+
+
+def test_tracking_run_reports_act_f1_and_seen_unseen_intents(tracking_run, data_dir):
+    out, results = tracking_run
+    for split in ("eval", "test"):
+        for key in ("act_micro_f1", "act_macro_f1", "intent_accuracy_seen", "intent_accuracy_unseen"):
+            assert 0.0 <= results[f"{split}_{key}"] <= 1.0, key
+    test = [d for d in map(json.loads, open(f"{data_dir}/test.jsonl"))]
+    hotel_user_turns = sum(2 for d in test if d["services"] == ["hotel"])  # ReserveHotel: 2 user turns each
+    assert hotel_user_turns > 0 and results["test_n_intent_unseen"] == hotel_user_turns
+    assert results["test_intent_accuracy_unseen"] == 0.0  # a closed-set classifier cannot name a new intent
+    assert results["test_n_intent_seen"] == 3 * 8 - hotel_user_turns
+    long = results["extras"]["long_history"]
+    assert long["full_history"]["n"] == long["last_2_turns"]["n"] == 8
+    config = json.loads((out / "config.json").read_text())
+    assert config["intent_labels"] == ["NONE", "FindRestaurants", "SearchFlights"]
+    assert config["seen_intents"] == ["FindRestaurants", "NONE", "SearchFlights"]
+
+
+def test_tracking_model_folder_runs_the_pipeline(tracking_run):
+    out, _ = tracking_run
+    pipe = pipeline("dialogue-state-tracking", model=str(out), trust_remote_code=True)
+    res = pipe({"turns": ["find me a flight please", "which city for the flight ?", "in rome"]})
+    assert len(res["turns"]) == 3 and res["intent"] in ("NONE", "FindRestaurants", "SearchFlights")
+
+
+def test_bad_recipe_values_are_rejected(data_dir, tmp_path):
+    with pytest.raises(RecipeError, match="backbone_type"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="bert"))
+    with pytest.raises(RecipeError, match="train_response_turns"):
+        run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", train_response_turns="some"))
+    with pytest.raises(RecipeError, match="attention_window must be even"):
+        run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", attention_window=15))
+    with pytest.raises(FileNotFoundError, match="no train.jsonl"):
+        run(recipe("dialogue-state-tracking", str(tmp_path), tmp_path / "o"))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def test_prefixes_are_seeded_cuts_of_every_field():
+    dialogues = synthetic_dialogues(5)
+    a, b = prefixes(dialogues, 2, seed=0), prefixes(dialogues, 2, seed=0)
+    assert a == b and len(a) == 10 and a != prefixes(dialogues, 2, seed=1)
+    for cut in a:
+        full = next(d for d in dialogues if d["dialogue_id"] == cut["dialogue_id"])
+        n = len(cut["turns"])
+        assert 1 <= n < len(full["turns"])
+        for key in ("speakers", "turns", "acts", "active_intent"):
+            assert cut[key] == full[key][:n]
+
+
+def test_last_user_turn_window():
+    (d,) = synthetic_dialogues(1)
+    full = last_user_turn(d, "USER", None)
+    assert full["turns"] == d["turns"][:5] and full["speakers"][-1] == "USER"
+    two = last_user_turn(d, "USER", 2)
+    assert two["turns"] == d["turns"][3:5] and two["acts"] == d["acts"][3:5]
+    assert last_user_turn({**d, "speakers": ["SYSTEM"] * 6}, "USER", None) is None
+
+
+def test_tracking_scores_count_unseen_intents_and_only_labelled_turns(tmp_path):
+    from hf_sparse.data.dialogue import build_tracking_examples
+    from tests.models.dialogue_tiny import tiny_model, tokenizer_and_formatter
+
+    tokenizer, formatter = tokenizer_and_formatter()
+    model = tiny_model(tokenizer, formatter, act_labels=["INFORM", "REQUEST"],
+                       intent_labels=["NONE", "FindRestaurants"], selection_head=False)  # fmt: skip
+    labels = DialogueLabels(
+        ("INFORM", "REQUEST"), ("NONE", "FindRestaurants"), frozenset({"NONE", "FindRestaurants"})
+    )
+    dialogues = [{"dialogue_id": "x", "speakers": ["USER", "SYSTEM", "USER"], "turns": ["a", "b", "c"],
+                  "acts": [["INFORM"], ["REQUEST"], ["INFORM"]],
+                  "active_intent": ["FindRestaurants", None, "SearchFlights"]}]  # fmt: skip
+    examples = build_tracking_examples(dialogues, formatter, labels, mode="prefix")
+    assert len(examples) == 3
+    act_logits = np.full((3, 3, 2), -5.0)
+    intent_logits = np.zeros((3, 3, 2))
+    for i in range(3):  # predict the right act everywhere, FindRestaurants for every user turn
+        act_logits[i, i, 0 if i != 1 else 1] = 5.0
+        intent_logits[i, i, 1] = 5.0
+    scores = tracking_scores(examples, act_logits, intent_logits, model.config)
+    assert scores["act_micro_f1"] == 1.0 and scores["act_macro_f1"] == 1.0
+    assert scores["n_intent_seen"] == 1 and scores["n_intent_unseen"] == 1  # SearchFlights is not a label
+    assert scores["intent_accuracy_seen"] == 1.0 and scores["intent_accuracy_unseen"] == 0.0
