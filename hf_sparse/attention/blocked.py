@@ -24,11 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from ..patterns.base import Component, Plan
+from .dense import compute_dtype
 
 _NEG_INF = float("-inf")
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
-BACKWARD_ELEMENTS = 1 << 17  # per head, per chunk (two such buffers live in L2)
+BACKWARD_ELEMENTS = 1 << 19  # per head, per chunk (S and dP of a few query blocks; measured best at 16k)
 FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior blocks
 BAND_BACKWARD_MIN_BLOCKS = 16
 
@@ -254,11 +255,6 @@ def _chunk_mask(p: _Prep, b, h, s, e, clean, device, dtype=torch.float32):
     return (bias[0] == 0).to(dtype), any_key
 
 
-def compute_dtype(dtype):
-    """Backward (and non-flash forward) arithmetic: float64 stays float64, the rest use float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _dropout_mask(p: _Prep, shape, group_i: int, s: int, device) -> torch.Tensor:
     """Keep-mask of one chunk, from a generator seeded by (call seed, group, chunk): forward and
     backward draw the same mask without storing it."""
@@ -367,7 +363,6 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
     key views and leave their key gradients per window slot, folded once per head; edge and
     padded chunks gather their keys and scatter their gradients back."""
     c, L, dev, D = p.c, p.L, q.device, q.shape[-1]
-    nslot = L // c
     cdt = dq.dtype
     kf, vf = k.to(cdt), v.to(cdt)
     buf_k = torch.zeros(p.nqb, L, D, device=dev, dtype=cdt)
@@ -389,6 +384,7 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
                     buf_k[s:e].zero_()
                     buf_v[s:e].zero_()
                     if not bool(any_key.any()):
+                        dq[r, s:e].zero_()  # dq is allocated empty: keyless rows get zeros here
                         continue
                 K = _chunk_keys(p, kf, r, r + 1, b, h, s, e, clean)[0]
                 V = _chunk_keys(p, vf, r, r + 1, b, h, s, e, clean)[0]
@@ -419,16 +415,31 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
                     rows = _key_rows(p, b, h, s, e, dev).clamp(0, p.nk - 1).flatten()
                     dk[r].index_add_(0, rows, dK.reshape(-1, D))
                     dv[r].index_add_(0, rows, dV.reshape(-1, dV.shape[-1]))
-            for o in range(nslot):  # window slot o of block qb: key rows qb*c + win0 + o*c (+c)
-                at = p.win0 + o * c
-                q_lo = max(0, -(at // c) if at < 0 else 0)
-                q_hi = min(p.nqb, (dk.shape[1] - at) // c)
-                if q_hi <= q_lo:
-                    continue
-                rows = slice(q_lo * c + at, q_hi * c + at)
-                dk[r, rows].view(q_hi - q_lo, c, -1).add_(buf_k[q_lo:q_hi, o * c : (o + 1) * c])
-                dv[r, rows].view(q_hi - q_lo, c, -1).add_(buf_v[q_lo:q_hi, o * c : (o + 1) * c])
+            lo = p.comp.layout.band[0]
+            _fold_slots(dk[r], buf_k, c, lo)
+            _fold_slots(dv[r], buf_v, c, lo)
     dk.mul_(p.scale)
+
+
+def _fold_slots(dst: torch.Tensor, buf: torch.Tensor, c: int, lo: int) -> None:
+    """dst (rows, D) += the per-window key gradients buf (nqb, L, D), where slot o (rows o*c..o*c+c)
+    of query block qb belongs to key block qb + lo + o. Key blocks that every slot reaches are summed
+    in one pass over a strided view; the few at the edges slot by slot."""
+    nqb, L, D = buf.shape
+    nslot, nkb = L // c, dst.shape[0] // c  # whole key blocks only, as the windows are whole blocks
+    m0, m1 = max(0, lo + nslot - 1), min(nkb, nqb + lo)
+    if m1 > m0:
+        # W[m, j] = buf[m - lo - (nslot - 1) + j, slot nslot - 1 - j]: all slots of key block m0 + m
+        first = (m0 - lo - nslot + 1) * L * D + (nslot - 1) * c * D
+        W = buf.as_strided((m1 - m0, nslot, c, D), (L * D, (L - c) * D, D, 1), buf.storage_offset() + first)
+        dst[m0 * c : m1 * c].view(m1 - m0, c, D).add_(W.sum(1))  # (M, c, D)
+    else:
+        m0 = m1 = nkb  # no interior: every key block goes through the loop below
+    for o in range(nslot):
+        a, b = max(0, lo + o), min(nkb, nqb + lo + o)  # key blocks of slot o
+        for x, y in ((a, min(b, m0)), (max(a, m1), b)):
+            if y > x:
+                dst[x * c : y * c].view(y - x, c, D).add_(buf[x - lo - o : y - lo - o, o * c : (o + 1) * c])
 
 
 def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):

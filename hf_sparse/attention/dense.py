@@ -6,6 +6,11 @@ from __future__ import annotations
 import torch
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Arithmetic dtype of the kernels: float64 stays float64, the rest use float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def allowed_mask(
     pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None
 ) -> torch.Tensor:
@@ -22,23 +27,26 @@ def allowed_mask(
 def dense_attention(
     query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, generator=None
 ):
-    """softmax(q k^T * scale) v over ``allowed`` keys; rows with no allowed key give zeros."""
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale  # (B, H, q, kv)
+    """softmax(q k^T * scale) v over ``allowed`` keys; rows with no allowed key give zeros. Computed
+    in float32 (float64 stays float64)."""
+    cdt = compute_dtype(query.dtype)
+    scores = torch.matmul(query.to(cdt), key.to(cdt).transpose(-1, -2)) * scale  # (B, H, q, kv)
     scores = scores.masked_fill(~allowed, float("-inf"))
     any_key = allowed.any(-1, keepdim=True)
     probs = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
     if dropout_p > 0.0:
         keep = torch.rand(probs.shape, generator=generator, device=probs.device) >= dropout_p
         probs = probs * keep / (1.0 - dropout_p)
-    return torch.matmul(probs, value.float()).to(query.dtype)
+    return torch.matmul(probs, value.to(cdt)).to(query.dtype)
 
 
 def dense_weights(query, key, allowed: torch.Tensor, scale: float) -> torch.Tensor:
     """The attention probabilities (B, H, q, kv) of the reference, for ``output_attentions``."""
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    cdt = compute_dtype(query.dtype)
+    scores = torch.matmul(query.to(cdt), key.to(cdt).transpose(-1, -2)) * scale
     scores = scores.masked_fill(~allowed, float("-inf"))
     any_key = allowed.any(-1, keepdim=True)
     return torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
 
 
-__all__ = ["allowed_mask", "dense_attention", "dense_weights"]
+__all__ = ["allowed_mask", "compute_dtype", "dense_attention", "dense_weights"]

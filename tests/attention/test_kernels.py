@@ -176,3 +176,29 @@ def test_auto_uses_blocked_on_cpu_and_never_dense(monkeypatch):
     q, k, v = _inputs(64)
     out = sparse_attention(q, k, v, P.Causal())
     assert called == [] and out.shape == q.shape
+
+
+def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
+    """Long padding: whole chunks of the band backward have no key. Their dq comes from an
+    uninitialised buffer and must be written as zeros (here torch.empty returns NaN-filled memory)."""
+    import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 16 * 16 * 48)  # a few query blocks per chunk
+    real_empty = torch.empty
+
+    def nan_empty(*size, **kw):
+        t = real_empty(*size, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(600, H=2, D=4))
+    am = torch.ones(2, 600)
+    am[1, 200:] = 0  # queries past 200 + 8 see no key of the second sequence
+    pattern = P.SlidingWindow(window=16)
+    grads = {}
+    for backend in ("dense", "blocked"):
+        out = sparse_attention(q, k, v, pattern, attention_mask=am, backend=backend)
+        grads[backend] = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    for a, b in zip(grads["blocked"], grads["dense"]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    assert torch.count_nonzero(grads["blocked"][0][1, :, 220:]) == 0
