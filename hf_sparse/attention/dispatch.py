@@ -186,8 +186,7 @@ def sparse_attention(
     chosen = pick_backend(backend, bound, plan, query, needs_grad, dropout_p)
     if chosen == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
-        out, _ = flex_attention_forward(query, key, value, bound, key_valid, scale, block)
-        return out
+        return flex_attention_forward(query, key, value, bound, key_valid, scale, block)
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if dropout_p > 0 else 0
     return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)

@@ -79,7 +79,8 @@ def build_block_mask(
 
 
 def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, block: int):
-    """Exact attention of a bound pattern with FlexAttention. Returns (out, lse)."""
+    """Exact attention of a bound pattern with FlexAttention: (B, H, q_len, Dv). The log-sum-exp is not
+    requested: compiled FlexAttention on CPU cannot return it."""
     from torch.nn.attention.flex_attention import flex_attention
 
     B, H, q_len, _ = query.shape
@@ -103,8 +104,7 @@ def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, 
     else:
         fn = flex_attention
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-    out, lse = fn(query, key, value, block_mask=block_mask, scale=scale, return_lse=True)
-    return out, lse
+    return fn(query, key, value, block_mask=block_mask, scale=scale)
 
 
 __all__ = [

@@ -202,3 +202,16 @@ def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
     for a, b in zip(grads["blocked"], grads["dense"]):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
     assert torch.count_nonzero(grads["blocked"][0][1, :, 220:]) == 0
+
+
+@pytest.mark.slow
+def test_compiled_flex_forward_on_cpu_matches_dense():
+    """The compiled path users get by default (the CPU tests above run FlexAttention eagerly)."""
+    q, k, v = _inputs(300, grad=False)
+    am = torch.ones(2, 300)
+    am[1, 200:] = 0
+    pattern = P.SlidingWindow(window=32) | P.Strided(stride=50, causal=False)
+    ref = sparse_attention(q, k, v, pattern, attention_mask=am, backend="dense")
+    with torch.no_grad():
+        out = sparse_attention(q, k, v, pattern, attention_mask=am, backend="flex")
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
