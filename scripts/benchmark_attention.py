@@ -402,7 +402,7 @@ def write_markdown(results, path):
                 lines.append(f"- {kernel}, {mode}: layer {layer:.3f} s, projections {proj:.3f} s")
     lines += [
         "",
-        "## Scaling: t(2n) / t(n)",
+        "## Scaling: t(next n) / t(n)",
         "",
         "| kernel | mode | "
         + " | ".join(f"{a // 1024}k->{b // 1024}k" for a, b in zip(SIZES, SIZES[1:]))
