@@ -99,6 +99,12 @@ def _status(key):
     return float("nan")
 
 
+def _write(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benchmarks", help="folder for models.json and models.md")
@@ -110,7 +116,7 @@ def main():
         name, n, budget = json.loads(args.worker)
         print(json.dumps(worker(name, n, budget)))
         return
-    records = []
+    records, started = [], time.perf_counter()
     for n in args.sizes:
         for name in MODELS:
             cmd = [
@@ -136,10 +142,14 @@ def main():
                 print(f"{name:<52} n={n:>6} {rec['error']}", flush=True)
             records.append(rec)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "models.json"), "w") as f:
-        json.dump({"shape": SHAPE, "window": WINDOW, "records": records}, f, indent=1)
+    wall = time.perf_counter() - started
+    command = "python scripts/benchmark_models.py " + " ".join(sys.argv[1:])
+    _write(os.path.join(args.out, "models.json"), json.dumps({"shape": SHAPE, "window": WINDOW, "command": command,
+                                                              "wall_s": wall, "records": records}, indent=1))  # fmt: skip
     lines = [
         "# Masked-LM training throughput (forward + backward)",
+        "",
+        f"`{command.strip()}` ({wall / 60:.0f} min); {os.cpu_count()} CPU cores.",
         "",
         f"B=1, hidden {SHAPE['hidden_size']}, {SHAPE['num_attention_heads']} heads, FFN {SHAPE['intermediate_size']}, "
         f"{SHAPE['num_hidden_layers']} layers, vocabulary {SHAPE['vocab_size']}, window {WINDOW}, first token global, float32, CPU. "
@@ -165,8 +175,7 @@ def main():
                 )
             else:
                 lines.append(f"| {r['model']} | {n:,} | — | — | — | {r['error']} |")
-    with open(os.path.join(args.out, "models.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    _write(os.path.join(args.out, "models.md"), "\n".join(lines) + "\n")
     print(f"wrote {args.out}/models.json and models.md")
 
 
