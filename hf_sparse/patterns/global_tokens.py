@@ -20,6 +20,12 @@ def _ragged(rows_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(valid, order, torch.zeros_like(order))[:, None, :], valid
 
 
+def _thin_block(count: int, block: int) -> int:
+    """Block size for ``count`` global rows or columns: the next power of two >= count, at least 16
+    and at most ``block``."""
+    return min(block, max(16, 1 << max(count - 1, 0).bit_length()))
+
+
 @register_pattern("global")
 class Global(Pattern):
     """Global tokens: query i attends key j iff i or j is a global position.
@@ -113,8 +119,10 @@ class Global(Pattern):
         qrows, qvalid = _ragged(self._rows(q_len, off))
         krows, kvalid = _ragged(self._rows(kv_len, 0))
         is_g = self.is_global
+        # The G global rows (columns) are one thin block: with the pattern's block a single global
+        # token would pad out to block x n tiles of wasted work.
         rows = Component(
-            full_layout(qrows.shape[-1], kv_len, block),
+            full_layout(qrows.shape[-1], kv_len, _thin_block(qrows.shape[-1], block)),
             lambda b, h, i, j: is_g(b, i) & (j >= 0),
             q_index=qrows,
             q_valid=qvalid,
@@ -122,7 +130,7 @@ class Global(Pattern):
             name="global_rows",
         )
         cols = Component(
-            full_layout(q_len, krows.shape[-1], block, full=False),
+            full_layout(q_len, krows.shape[-1], _thin_block(krows.shape[-1], block), full=False),
             lambda b, h, i, j: ~is_g(b, i) & is_g(b, j),
             k_index=krows,
             k_valid=kvalid,
