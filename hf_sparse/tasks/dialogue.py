@@ -65,8 +65,10 @@ class DialogueArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "None: a new model from the size keys below. A saved LongformerForDialogue folder: continue "
-            "from it. A Longformer checkpoint (e.g. allenai/longformer-base-4096): its encoder is the backbone."
+            "help": "None: a new model from the size keys below. A saved LongformerForDialogue folder (e.g. the "
+            "tracking model, to start selection from its encoder): its tokenizer and encoder, this task's heads "
+            "(kept where they fit, else new), other heads dropped. A Longformer checkpoint (e.g. "
+            "allenai/longformer-base-4096): its encoder is the backbone."
         },
     )
     tokenizer_name: str | None = field(
@@ -352,9 +354,12 @@ class _DialogueTask(Task):
         common = {
             "formatter": self.formatter(args, tokenizer).to_dict(),
             "classifier_dropout": args.classifier_dropout,
+            "pad_token_id": tokenizer.pad_token_id,
         }
-        if self._saved_dialogue_model(path):
-            model = LongformerForDialogue.from_pretrained(path)
+        if self._saved_dialogue_model(path):  # its encoder; this task's heads (kept if they fit, else new)
+            model = LongformerForDialogue.from_pretrained(
+                path, **common, **self._heads(args), ignore_mismatched_sizes=True
+            )
         elif path:
             encoder = AutoConfig.from_pretrained(path)
             if encoder.model_type != "longformer":
@@ -412,7 +417,7 @@ class DialogueSelectionTask(_DialogueTask):
     trainer_class = _trainer_class(("labels",))
 
     def _heads(self, args) -> dict:
-        return {"selection_head": True}
+        return {"selection_head": True, "act_labels": [], "intent_labels": [], "seen_intents": []}
 
     def examples(self, args, tokenizer, dialogues, split: str, **kwargs) -> list[dict]:
         """Encoded selection examples: training ones with ``train_negatives`` (seed ``selection_seed + 1``),
@@ -552,16 +557,6 @@ class DialogueTrackingTask(_DialogueTask):
             "act_field": args.act_field,
             "act_threshold": args.act_threshold,
         }
-
-    def build_model(self, args, tokenizer):
-        model = super().build_model(args, tokenizer)
-        labels = self.labels(args)
-        if (model.config.act_labels, model.config.intent_labels) != (list(labels.acts), list(labels.intents)):
-            raise ValueError(
-                f"model_name_or_path={args.model_name_or_path!r} has act/intent labels that differ from those "
-                "of the training data; start from a Longformer checkpoint or a new model instead"
-            )
-        return model
 
     def examples(self, args, tokenizer, dialogues, split: str) -> list[dict]:
         """Training: whole dialogues + ``train_prefixes`` seeded prefixes each; evaluation: ``eval_mode``."""

@@ -135,7 +135,8 @@ def test_tracking_heads_read_each_turn_and_ignore_unlabelled(kind, tok_fmt):
     out = model(**batch)
     assert out.act_logits.shape == (3, 6, len(model.config.act_labels))
     assert out.intent_logits.shape == (3, 6, len(model.config.intent_labels))
-    act = torch.nn.functional.binary_cross_entropy_with_logits(out.act_logits, batch["act_labels"].float())
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    act = bce(out.act_logits, batch["act_labels"].float(), reduction="sum") / 18  # summed over acts, 18 turns
     keep = batch["intent_labels"] != -100
     intent = torch.nn.functional.cross_entropy(out.intent_logits[keep], batch["intent_labels"][keep])
     assert keep.sum() == 9  # the 3 user turns of 3 dialogues; system turns carry no intent
@@ -149,7 +150,7 @@ def test_tracking_heads_read_each_turn_and_ignore_unlabelled(kind, tok_fmt):
         masked = model(**batch2).loss
         logits = model(**batch).act_logits
     rest = batch["act_labels"][:, 1:].float()
-    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 1:], rest)
+    expected = bce(logits[:, 1:], rest, reduction="sum") / 15  # turn 0 of each dialogue unlabelled
     assert not torch.allclose(ref, masked)
     intent_eval = torch.nn.functional.cross_entropy(
         model(**batch).intent_logits[keep], batch["intent_labels"][keep]

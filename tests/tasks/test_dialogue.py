@@ -193,3 +193,42 @@ def test_tracking_scores_count_unseen_intents_and_only_labelled_turns(tmp_path):
     assert scores["act_micro_f1"] == 1.0 and scores["act_macro_f1"] == 1.0
     assert scores["n_intent_seen"] == 1 and scores["n_intent_unseen"] == 1  # SearchFlights is not a label
     assert scores["intent_accuracy_seen"] == 1.0 and scores["intent_accuracy_unseen"] == 0.0
+
+
+def test_selection_can_start_from_the_tracking_model(tracking_run, data_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    folder, _ = tracking_run
+    results = run(recipe("dialogue-response-selection", data_dir, tmp_path / "sel", model_name_or_path=str(folder),
+                         max_steps=1, long_history_check=False, model_card=False))  # fmt: skip
+    assert results["global_step"] == 1
+    config = json.loads((tmp_path / "sel" / "config.json").read_text())
+    assert config["selection_head"] and config["act_labels"] == [] and config["intent_labels"] == []
+    before = load_file(str(folder / "model.safetensors"))
+    after = load_file(str(tmp_path / "sel" / "model.safetensors"))
+    assert not any(
+        k.startswith(("act_classifier", "intent_classifier")) for k in after
+    )  # other heads dropped
+    assert any(k.startswith("selection_scorer") for k in after)
+    key = "backbone.embeddings.word_embeddings.weight"
+    assert after[key].shape == before[key].shape  # the tracking model's tokenizer and encoder
+    assert (after[key] - before[key]).abs().max() < 0.01  # one small step away from the tracking encoder
+
+
+@pytest.mark.parametrize("name", ["tiny-tracking", "tiny-selection", "base-tracking", "base-selection"])
+def test_shipped_recipes_parse(name):
+    from pathlib import Path
+
+    from hf_sparse.training.recipe import load_recipe
+
+    path = Path(__file__).resolve().parents[2] / "pipelines" / "dialogue" / f"{name}.yaml"
+    overrides = (
+        ["bf16=false"] if name.startswith("base") else []
+    )  # bf16 is refused on a machine without a GPU
+    recipe_args, task_args, training_args = load_recipe(path, overrides)
+    assert recipe_args.task.startswith("dialogue-")
+    assert task_args.data_dir.endswith("shared/data/dialogue/schema_guided_dialogue")
+    if name.endswith("selection"):
+        assert task_args.n_negatives == 9 and task_args.selection_seed == 0
+    else:
+        assert task_args.eval_mode == "prefix"

@@ -96,7 +96,7 @@ class LongformerDialogueConfig(PretrainedConfig):
         act_threshold (`float`, *optional*, defaults to 0.5):
             A turn has an act when its sigmoid probability is at least this.
         act_loss_weight (`float`, *optional*, defaults to 1.0):
-            Weight of the act loss (binary cross-entropy over labelled turns and acts).
+            Weight of the act loss (binary cross-entropy summed over acts, averaged over labelled turns).
         intent_loss_weight (`float`, *optional*, defaults to 1.0):
             Weight of the intent loss (cross-entropy over labelled user turns).
         classifier_dropout (`float`, *optional*, defaults to 0.1):

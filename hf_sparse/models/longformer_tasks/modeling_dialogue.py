@@ -93,8 +93,9 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
       so the other candidates (sampled negatives, or the other examples' responses for in-batch negatives)
       are the negatives.
     - **Dialogue acts** (`config.act_labels`): multi-label, per turn, from each turn's separator token
-      (``turn_positions``); binary cross-entropy against ``act_labels`` ``(batch, n_turns, n_acts)``, entries
-      ``-100`` ignored.
+      (``turn_positions``); binary cross-entropy against ``act_labels`` ``(batch, n_turns, n_acts)`` summed
+      over the acts and averaged over the labelled turns (entries ``-100`` ignored), so that a turn's acts
+      weigh as much as its intent.
     - **Active intent** (`config.intent_labels`): per user turn, from the same separator tokens; cross-entropy
       against ``intent_labels`` ``(batch, n_turns)``, ``-100`` ignored (system turns, unknown intents).
 
@@ -215,9 +216,13 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
                 if act_labels is not None:
                     target = act_labels.to(hidden.device)
                     keep = target != IGNORE_INDEX
-                    if keep.any():
-                        loss = F.binary_cross_entropy_with_logits(
-                            act_logits.float()[keep], target[keep].float()
+                    turns_labelled = keep.any(-1)  # (B, T)
+                    if keep.any():  # summed over acts, averaged over labelled turns
+                        loss = (
+                            F.binary_cross_entropy_with_logits(
+                                act_logits.float()[keep], target[keep].float(), reduction="sum"
+                            )
+                            / turns_labelled.sum()
                         )
                     else:  # nothing labelled in this batch: a zero that keeps the head in the graph
                         loss = act_logits.float().sum() * 0.0
