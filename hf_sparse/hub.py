@@ -130,6 +130,18 @@ CARD_TASKS: dict[str, CardTask] = {
         ),
         tags=("dialogue", "response-selection"),
     ),
+    "dialogue_tracking": CardTask(
+        template="dialogue_tracking.jinja",
+        title="Dialogue state tracking",
+        pipeline_tag="token-classification",
+        pipeline_task="dialogue-state-tracking",
+        auto_class="AutoModel",
+        description=(
+            "A sparse-attention encoder that reads a whole dialogue and predicts the dialogue acts of every "
+            "turn and the active intent of every user turn."
+        ),
+        tags=("dialogue", "dialogue-state-tracking"),
+    ),
     "sparse_transformer": CardTask(
         template="sparse_transformer.jinja",
         title="Sparse-attention transformer",
@@ -148,6 +160,7 @@ _TASK_ALIASES = {
     "dna-motif-detection": "motif",
     "long-document-summarization": "summarization",
     "dialogue-response-selection": "dialogue",
+    "dialogue-state-tracking": "dialogue_tracking",
     "sparse-transformer": "sparse_transformer",
     "generic": "sparse_transformer",
 }

@@ -534,6 +534,7 @@ def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold
 class DialogueTrackingTask(_DialogueTask):
     """Per-turn dialogue acts and active intents of user turns, read from each turn's separator."""
 
+    card_task = "dialogue_tracking"
     Arguments = TrackingArguments
     trainer_class = _trainer_class(("act_labels", "intent_labels"))
 

@@ -90,7 +90,7 @@ def test_selection_run_reports_recall_of_ten_candidates(selection_run):
     saved = json.loads((out / "all_results.json").read_text())
     assert saved["extras"]["long_history"] == long
     card = (out / "README.md").read_text()
-    assert "dialogue-response-selection" in card and "recall@1" in card
+    assert 'pipeline("dialogue-response-selection"' in card and "recall@1" in card
 
 
 def test_selection_model_folder_runs_the_pipeline(selection_run):
@@ -122,6 +122,8 @@ def test_tracking_run_reports_act_f1_and_seen_unseen_intents(tracking_run, data_
     assert results["test_n_intent_seen"] == 3 * 8 - hotel_user_turns
     long = results["extras"]["long_history"]
     assert long["full_history"]["n"] == long["last_2_turns"]["n"] == 8
+    card = (out / "README.md").read_text()
+    assert 'pipeline("dialogue-state-tracking"' in card and "act_macro_f1" in card
     config = json.loads((out / "config.json").read_text())
     assert config["intent_labels"] == ["NONE", "FindRestaurants", "SearchFlights"]
     assert config["seen_intents"] == ["FindRestaurants", "NONE", "SearchFlights"]
