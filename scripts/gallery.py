@@ -1,4 +1,4 @@
-"""The main job (for now): a gallery of every pattern family and a quick benchmark.
+"""Pattern gallery (``make gallery``): a heatmap of every pattern family and a quick benchmark.
 
 Writes outputs/gallery/*.png (one heatmap per pattern + a grid), outputs/gallery/patterns.md
 (rule, density at 4k and 16k tokens, kept tiles), and outputs/bench/attention.{md,json,png}.

@@ -201,3 +201,27 @@ def test_reverse_complement_errors():
     for bad in (None, 3, b"ACGT"):
         with pytest.raises(TypeError, match=type(bad).__name__):
             reverse_complement(bad)
+
+
+@pytest.mark.parametrize("kmer", [1, 3])
+def test_registered_with_autotokenizer(tmp_path, kmer):
+    """``import hf_sparse`` registers DNATokenizer: a tokenizer-only folder and a motif model folder load
+    through AutoTokenizer, and the saved files carry its module and ``auto_map`` for remote code."""
+    from transformers import AutoTokenizer
+
+    import hf_sparse  # noqa: F401
+    from tests.models.motif_tiny import motif_model
+
+    DNATokenizer(kmer=kmer, model_max_length=130).save_pretrained(tmp_path / "tok")
+    config = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "DNATokenizer" and config["kmer"] == kmer
+    assert config["auto_map"]["AutoTokenizer"] == ["tokenization_dna.DNATokenizer", None]
+    assert (tmp_path / "tok" / "tokenization_dna.py").is_file()
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert type(loaded) is DNATokenizer and loaded.kmer == kmer and loaded.model_max_length == 130
+    assert loaded("acgtac")["input_ids"] == DNATokenizer(kmer=kmer)("ACGTAC")["input_ids"]
+
+    folder = tmp_path / "model"
+    motif_model().save_pretrained(folder)
+    DNATokenizer(kmer=kmer).save_pretrained(folder)
+    assert type(AutoTokenizer.from_pretrained(folder)) is DNATokenizer

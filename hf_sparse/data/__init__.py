@@ -10,11 +10,13 @@ from .dialogue import (
     read_sgd,
 )
 from .fasta import iter_fasta, read_fasta
+from .motif_collator import MotifCollator
 from .motifs import (
     Motif,
     SyntheticMotifGenerator,
     bio_label_names,
     builtin_motifs,
+    dinucleotide_shuffle,
     generate_motif_dataset,
     label_sequence,
     read_jaspar,
@@ -33,9 +35,11 @@ __all__ = [
     "build_tracking_examples",
     "read_sgd",
     "Motif",
+    "MotifCollator",
     "SyntheticMotifGenerator",
     "bio_label_names",
     "builtin_motifs",
+    "dinucleotide_shuffle",
     "generate_motif_dataset",
     "iter_fasta",
     "label_sequence",

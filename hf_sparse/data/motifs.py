@@ -509,6 +509,54 @@ def label_sequence(
     return spans_to_tags(len(sequence), kept)
 
 
+def dinucleotide_shuffle(sequence: str, rng: np.random.Generator) -> str:
+    """A random permutation of ``sequence`` with exactly the same dinucleotide counts (and first and last base).
+
+    Altschul & Erickson (1985): a random Eulerian path through the graph whose edges are the sequence's
+    dinucleotides, drawn by choosing a random last exit edge per base (forming a tree towards the final base),
+    shuffling the other exits, and walking from the first base. Works on any characters (case kept);
+    sequences shorter than 3 are returned unchanged. Deterministic for a seeded ``rng``.
+    """
+    if not isinstance(sequence, str):
+        raise TypeError(f"sequence must be a str, got {type(sequence).__name__}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    n = len(sequence)
+    if n < 3:
+        return sequence
+    edges: dict[str, list[str]] = {}
+    for a, b in zip(sequence, sequence[1:]):
+        edges.setdefault(a, []).append(b)
+    last = sequence[-1]
+    # random arborescence of "last exits" towards `last` (Wilson-style loop-erased random walks)
+    in_tree = {last}
+    last_exit: dict[str, str] = {}
+    for start in sorted(edges):
+        v, path = start, {}
+        while v not in in_tree:
+            path[v] = edges[v][int(rng.integers(len(edges[v])))]
+            v = path[v]
+        v = start
+        while v not in in_tree:
+            in_tree.add(v)
+            last_exit[v] = path[v]
+            v = path[v]
+    order: dict[str, list[str]] = {}
+    for v, outs in edges.items():
+        outs = list(outs)
+        if v in last_exit:
+            outs.remove(last_exit[v])
+        outs = [outs[i] for i in rng.permutation(len(outs))]
+        if v in last_exit:
+            outs.append(last_exit[v])
+        order[v] = outs[::-1]  # pop() from the end takes them in order
+    out, v = [sequence[0]], sequence[0]
+    for _ in range(n - 1):
+        v = order[v].pop()
+        out.append(v)
+    return "".join(out)
+
+
 # ---------------------------------------------------------------- synthetic data
 
 
@@ -675,6 +723,7 @@ __all__ = [
     "SyntheticMotifGenerator",
     "bio_label_names",
     "builtin_motifs",
+    "dinucleotide_shuffle",
     "encode_sequence",
     "generate_motif_dataset",
     "label_sequence",

@@ -9,9 +9,15 @@ from transformers import (
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
+    AutoTokenizer,
 )
 
-from .longformer_tasks import LongformerDialogueConfig, LongformerForDialogue
+from .longformer_tasks import (
+    LongformerDialogueConfig,
+    LongformerForDialogue,
+    LongformerForMotifDetection,
+    LongformerMotifConfig,
+)
 from .sparse_transformer import (
     LORA_TARGET_MODULES,
     SparseTransformerConfig,
@@ -100,6 +106,21 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
 DIALOGUE_AUTO = {AutoModel: LongformerForDialogue, AutoModelForSequenceClassification: LongformerForDialogue}
 
 
+#: Auto class -> model class of the DNA motif model (one class, all heads).
+MOTIF_AUTO = {
+    AutoModel: LongformerForMotifDetection,
+    AutoModelForTokenClassification: LongformerForMotifDetection,
+}
+
+
+def register_tokenizer(config_cls, tokenizer_cls):
+    """Register a slow tokenizer with AutoTokenizer for a config (and by class name, for folders that
+    hold only the tokenizer), and make its ``save_pretrained`` write its module and ``auto_map`` so
+    ``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` works without hf-sparse."""
+    tokenizer_cls.register_for_auto_class("AutoTokenizer")
+    AutoTokenizer.register(config_cls, slow_tokenizer_class=tokenizer_cls, exist_ok=True)
+
+
 def register_models():
     register_auto(SparseTransformerConfig, SPARSE_TRANSFORMER_AUTO, LORA_TARGET_MODULES)
     register_auto(
@@ -108,13 +129,19 @@ def register_models():
         ["query", "value"],
         pipelines=("dialogue-response-selection", "dialogue-state-tracking"),
     )
+    register_auto(LongformerMotifConfig, MOTIF_AUTO, ["query", "value"], pipelines=("dna-motif-detection",))
+    from ..tokenization_dna import DNATokenizer
+
+    register_tokenizer(LongformerMotifConfig, DNATokenizer)
 
 
 __all__ = [
     "DIALOGUE_AUTO",
+    "MOTIF_AUTO",
     "SPARSE_TRANSFORMER_AUTO",
     "export_code_hook",
     "register_auto",
     "register_models",
+    "register_tokenizer",
     "remote_code_auto_map",
 ]

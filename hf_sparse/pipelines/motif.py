@@ -3,7 +3,8 @@
 Sequences longer than the model's maximum are cut into overlapping windows (``window`` bases,
 ``stride`` apart, the last one aligned to the end); every base takes the prediction of the window in
 which it lies farthest from an edge, and spans are decoded once over the whole sequence, so a motif
-crossing a window boundary is found whole. Nothing is truncated.
+crossing a window boundary is found whole (windows must overlap for that: with ``stride == window`` a
+base at a window edge is predicted without context on one side). Nothing is truncated.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def decode_bio(tags: list[str]) -> list[tuple[str, int, int]]:
 
 
 def strand_of(seq: str, counts) -> str | None:
-    """'+' or '-': the strand on which the motif's log-odds score of ``seq`` is higher."""
+    """'+' or '-': the strand on which the motif's log-odds score of ``seq`` is higher (None when the
+    span and the motif differ in length)."""
     m = np.asarray(counts, dtype=float)
     if m.ndim != 2 or m.shape[0] != 4 or m.shape[1] != len(seq):
         return None
@@ -43,13 +45,26 @@ def strand_of(seq: str, counts) -> str | None:
     return "+" if score(seq) >= score(reverse_complement(seq)) else "-"
 
 
+def _check_int(name: str, value, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+    return int(value)
+
+
 class DNAMotifDetectionPipeline(ChunkPipeline):
     """DNA sequence in; ``{"spans": [{motif, start, end, strand, score}], "sequence_scores": {...},
-    "windows": n}`` out. ``start``/``end`` are 0-based base positions (end exclusive) in the input
-    with whitespace removed.
+    "windows": n}`` out (plus ``"label"`` for a classification head). ``start``/``end`` are 0-based
+    base positions (end exclusive) in the input with whitespace removed; ``score`` is the mean
+    probability of the span's tags; ``strand`` is the strand on which the motif's PWM (kept in the
+    config) scores the span higher.
 
     Call options: ``window`` (bases per window; default the model's maximum), ``stride`` (default
-    three quarters of the window), ``min_score`` (drop spans whose mean tag probability is lower).
+    three quarters of the window), ``min_score`` (drop spans whose score is lower, in [0, 1]).
+
+    Input rules are the tokenizer's: ``A C G T N`` in either case, IUPAC ambiguity codes read as N,
+    whitespace ignored; an empty sequence is a ``ValueError``, any other character a ``ValueError``
+    naming it and its position, anything but a str a ``TypeError``. A list of str gives a list of
+    results.
     """
 
     def _sanitize_parameters(self, window=None, stride=None, min_score=None, **kwargs):
@@ -59,15 +74,26 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         if stride is not None:
             pre["stride"] = stride
         if min_score is not None:
-            post["min_score"] = min_score
+            if (
+                isinstance(min_score, bool)
+                or not isinstance(min_score, (int, float))
+                or not 0 <= min_score <= 1
+            ):
+                raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
+            post["min_score"] = float(min_score)
         return pre, {}, post
 
+    @property
+    def kmer(self) -> int:
+        return max(1, int(getattr(self.model.config, "kmer", 1)))
+
     def max_bases(self) -> int:
+        """The most bases one window can hold: the model's position range less [CLS] and [SEP]."""
         bb = self.model.config.backbone
         limit = bb["max_position_embeddings"]
         if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
             limit -= bb.get("pad_token_id", 1) + 1
-        return (limit - 2) * max(1, getattr(self.model.config, "kmer", 1))  # [CLS] and [SEP]
+        return (limit - 2) * self.kmer
 
     def preprocess(self, sequence, window=None, stride=None):
         if not isinstance(sequence, str):
@@ -75,14 +101,11 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         seq = normalize_sequence(sequence)  # raises ValueError naming a bad character and its position
         if not seq:
             raise ValueError("sequence is empty (no A/C/G/T/N bases)")
-        window = window or self.max_bases()
-        if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= self.max_bases():
-            raise ValueError(
-                f"window must be an int in [1, {self.max_bases()}] (the model's maximum), got {window!r}"
-            )
-        stride = stride or max(1, (3 * window) // 4)
-        if isinstance(stride, bool) or not isinstance(stride, int) or not 0 < stride <= window:
-            raise ValueError(f"stride must be an int in [1, window={window}], got {stride!r}")
+        limit = self.max_bases()
+        window = _check_int("window", limit if window is None else window, 1, limit)
+        if window >= self.kmer:
+            window -= window % self.kmer  # whole k-mers per window
+        stride = _check_int("stride", max(1, (3 * window) // 4) if stride is None else stride, 1, window)
         starts = list(range(0, max(len(seq) - window, 0) + 1, stride))
         if starts[-1] + window < len(seq):
             starts.append(len(seq) - window)
@@ -93,30 +116,54 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
 
     def _forward(self, inputs):
         meta = {k: inputs.pop(k) for k in ("start", "sequence", "is_last")}
-        out = self.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
-        res = {**meta}
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        out = self.model(input_ids=ids, attention_mask=mask)
+        res = {**meta, "input_ids": ids, "attention_mask": mask}
         if out.logits is not None:
-            res["tag_probs"] = torch.softmax(out.logits[0, 1:-1].float(), -1)  # drop [CLS]/[SEP]
+            res["tag_probs"] = torch.softmax(out.logits.float(), -1)  # (B, N, tags)
         if out.sequence_logits is not None:
-            res["sequence_logits"] = out.sequence_logits[0].float()
+            res["sequence_logits"] = out.sequence_logits.float()  # (B, outputs)
         return res
+
+    def _base_probs(self, output) -> tuple[int, np.ndarray]:
+        """(first base, per-base tag probabilities) of one window; a k-mer token's probabilities go to
+        each of its bases, with B- moved to I- after its first base."""
+        cfg = self.model.config
+        ids = output["input_ids"][0]
+        n = int(output["attention_mask"][0].sum())
+        probs = output["tag_probs"][0, 1 : n - 1].numpy()  # drop [CLS] and [SEP]
+        tokens = self.tokenizer.convert_ids_to_tokens(ids[1 : n - 1].tolist())
+        lengths = np.array([len(t) for t in tokens])
+        if (lengths == 1).all():
+            return output["start"], probs
+        b_to_i = {i: cfg.label2id["I-" + t[2:]] for i, t in cfg.id2label.items() if t.startswith("B-")}
+        rows = []
+        for p, k in zip(probs, lengths):
+            rows.append(p)
+            if k > 1:
+                q = p.copy()
+                for b, i in b_to_i.items():
+                    q[i] += q[b]
+                    q[b] = 0.0
+                rows.extend([q] * (k - 1))
+        return output["start"], np.stack(rows)
 
     def postprocess(self, outputs, min_score=0.0):
         cfg = self.model.config
         seq = outputs[0]["sequence"]
         result = {"spans": [], "sequence_scores": {}, "windows": len(outputs)}
         if "tag_probs" in outputs[0]:
-            n, n_tags = len(seq), outputs[0]["tag_probs"].shape[-1]
-            probs = torch.zeros(n, n_tags)
-            margin = torch.full((n,), -1.0)
+            n = len(seq)
+            probs = np.zeros((n, outputs[0]["tag_probs"].shape[-1]))
+            margin = np.full(n, -1.0)
             for o in outputs:  # each base keeps the window where it is farthest from an edge
-                p, s = o["tag_probs"], o["start"]
-                pos = torch.arange(s, s + p.shape[0])
-                m = torch.minimum(pos - s, s + p.shape[0] - 1 - pos).float()
+                s, p = self._base_probs(o)
+                pos = np.arange(s, s + p.shape[0])
+                m = np.minimum(pos - s, s + p.shape[0] - 1 - pos).astype(float)
                 take = m > margin[pos]
                 probs[pos[take]] = p[take]
                 margin[pos[take]] = m[take]
-            best, ids = probs.max(-1)
+            best, ids = probs.max(-1), probs.argmax(-1)
             tags = [cfg.id2label[int(i)] for i in ids]
             for motif, a, b in decode_bio(tags):
                 score = float(best[a:b].mean())
@@ -133,9 +180,9 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
                     }
                 )
         if "sequence_logits" in outputs[0]:
-            logits = torch.stack([o["sequence_logits"] for o in outputs])
+            logits = torch.cat([o["sequence_logits"] for o in outputs])  # (windows, outputs)
             if cfg.sequence_task == "motif_presence":
-                scores = torch.sigmoid(logits).max(0).values
+                scores = torch.sigmoid(logits).max(0).values  # present if present in any window
                 result["sequence_scores"] = {m: round(float(v), 4) for m, v in zip(cfg.motif_names, scores)}
             else:
                 scores = torch.softmax(logits, -1).mean(0)

@@ -403,3 +403,29 @@ def test_generator_gzip_fasta_background(tmp_path):
             assert ex["sequence"] in upper  # an exact window of the FASTA, N runs avoided
     with pytest.raises(ValueError, match="no record"):
         SyntheticMotifGenerator(length=5000, background_fasta=path)
+
+
+def test_dinucleotide_shuffle_keeps_dinucleotides_and_ends():
+    from collections import Counter
+
+    from hf_sparse.data.motifs import dinucleotide_shuffle
+
+    rng = np.random.default_rng(0)
+
+    def pairs(s):
+        return Counter(zip(s, s[1:]))
+
+    seen = set()
+    for _ in range(200):
+        seq = "".join(rng.choice(list("ACGTn"), size=int(rng.integers(3, 80))))
+        out = dinucleotide_shuffle(seq, rng)
+        assert pairs(out) == pairs(seq) and (out[0], out[-1]) == (seq[0], seq[-1]) and len(out) == len(seq)
+        seen.add(out != seq)
+    assert True in seen  # it does shuffle
+    seq = "ACGTTGCAACGGATCCGATTACAGGCT" * 4
+    assert dinucleotide_shuffle(seq, np.random.default_rng(5)) == dinucleotide_shuffle(
+        seq, np.random.default_rng(5)
+    )
+    assert dinucleotide_shuffle("AC", rng) == "AC"
+    with pytest.raises(TypeError, match="rng"):
+        dinucleotide_shuffle("ACGT", 0)

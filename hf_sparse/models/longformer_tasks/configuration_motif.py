@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+import math
+
 from transformers import PretrainedConfig
 
 from .backbone import backbone_config
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
+POOLING = ("cls", "mean")
+
+
+def _check_motifs(motifs, motif_names: list[str]) -> dict[str, list[list[float]]] | None:
+    """``{name: 4 x L counts}`` for motifs of ``motif_names``; ``ValueError`` naming what is wrong."""
+    if motifs is None:
+        return None
+    if not isinstance(motifs, dict):
+        raise TypeError(f"motifs must be a dict of motif name -> 4 x L counts, got {type(motifs).__name__}")
+    out = {}
+    for name, counts in motifs.items():
+        if name not in motif_names:
+            raise ValueError(f"motifs has {name!r}, which is not one of motif_names={motif_names}")
+        rows = [list(map(float, row)) for row in counts] if isinstance(counts, (list, tuple)) else None
+        if rows is None or len(rows) != 4 or len({len(r) for r in rows}) != 1 or not rows[0]:
+            raise ValueError(f"motifs[{name!r}] must be 4 rows (A, C, G, T) of equal, non-zero length")
+        if any(not math.isfinite(v) or v < 0 for r in rows for v in r):
+            raise ValueError(f"motifs[{name!r}] must hold finite counts >= 0")
+        out[name] = rows
+    return out
 
 
 class LongformerMotifConfig(PretrainedConfig):
@@ -25,21 +47,29 @@ class LongformerMotifConfig(PretrainedConfig):
             Count matrices (4 x length, rows A C G T) of the motifs, kept so that the inference
             pipeline can call the strand of a detected span by scoring both strands.
         sequence_task (`str`, *optional*, defaults to `"motif_presence"`):
-            Sequence-level head on the first token: `"motif_presence"` (multi-label, one output per
-            motif), `"classification"` (one class of `sequence_label_names`) or `None`.
+            Sequence-level head: `"motif_presence"` (multi-label, one output per motif),
+            `"classification"` (one class of `sequence_label_names`) or `None` (no sequence head).
         sequence_label_names (`list[str]`, *optional*):
             Classes of the `"classification"` sequence head (e.g. `["non_promoter", "promoter"]`).
+        pooling (`str`, *optional*, defaults to `"cls"`):
+            What the sequence head reads: `"cls"` (the first token, which is global) or `"mean"`
+            (the mean over the non-padding tokens).
         global_every (`int`, *optional*, defaults to 100):
             Positions `0, k, 2k, ...` get global attention when the caller passes no
             `global_attention_mask` (0 or `None`: only the first token, if `global_first_token`).
         global_first_token (`bool`, *optional*, defaults to `True`):
             The first token (`[CLS]`) is global when the mask is built automatically.
+        conv_kernel_size (`int`, *optional*, defaults to 0):
+            Width of residual 1-D convolutions (each followed by GELU) over the token embeddings
+            before the encoder, which give the first attention layer k-mer features (odd; 0: none).
+        conv_layers (`int`, *optional*, defaults to 1):
+            How many such convolutions are stacked (with `conv_kernel_size > 0`).
         sequence_loss_weight (`float`, *optional*, defaults to 1.0):
             Weight of the sequence-level loss added to the per-position loss.
         classifier_dropout (`float`, *optional*, defaults to 0.1):
             Dropout before both heads.
         kmer (`int`, *optional*, defaults to 1):
-            Tokens per k-mer of the matching `DNATokenizer` (1 = one token per nucleotide).
+            Bases per token of the matching `DNATokenizer` (1 = one token per nucleotide).
 
     Example:
 
@@ -52,6 +82,8 @@ class LongformerMotifConfig(PretrainedConfig):
     ...     motif_names=["CTCF", "SP1"],
     ... )
     >>> model = LongformerForMotifDetection(config)
+    >>> config.id2label[1]
+    'B-CTCF'
     ```
     """
 
@@ -64,8 +96,11 @@ class LongformerMotifConfig(PretrainedConfig):
         motifs=None,
         sequence_task: str | None = "motif_presence",
         sequence_label_names=None,
+        pooling: str = "cls",
         global_every: int | None = 100,
         global_first_token: bool = True,
+        conv_kernel_size: int = 0,
+        conv_layers: int = 1,
         sequence_loss_weight: float = 1.0,
         classifier_dropout: float = 0.1,
         kmer: int = 1,
@@ -74,31 +109,75 @@ class LongformerMotifConfig(PretrainedConfig):
         self.backbone = backbone_config(
             backbone if backbone is not None else {"model_type": "longformer"}
         ).to_dict()
+        if isinstance(motif_names, str) or not all(isinstance(m, str) and m for m in motif_names):
+            raise ValueError(f"motif_names must be a list of non-empty str, got {motif_names!r}")
         self.motif_names = list(motif_names)
         if len(set(self.motif_names)) != len(self.motif_names):
             raise ValueError(f"motif_names must be unique, got {self.motif_names}")
-        self.motifs = motifs
+        if any("-" in m or any(c.isspace() for c in m) for m in self.motif_names):
+            raise ValueError(
+                f"motif_names must not contain '-' or whitespace (BIO tags), got {self.motif_names}"
+            )
+        self.motifs = _check_motifs(motifs, self.motif_names)
         if sequence_task not in SEQUENCE_TASKS:
             raise ValueError(f"sequence_task must be one of {SEQUENCE_TASKS}, got {sequence_task!r}")
-        if sequence_task == "classification" and not sequence_label_names:
-            raise ValueError("sequence_task='classification' needs sequence_label_names")
+        if sequence_task == "classification" and (not sequence_label_names or len(sequence_label_names) < 2):
+            raise ValueError(
+                f"sequence_task='classification' needs >= 2 sequence_label_names, got {sequence_label_names!r}"
+            )
         if sequence_task == "motif_presence" and not self.motif_names:
             raise ValueError("sequence_task='motif_presence' needs motif_names")
+        if sequence_task is None and not self.motif_names:
+            raise ValueError("the model needs a head: give motif_names or a sequence_task")
         self.sequence_task = sequence_task
         self.sequence_label_names = list(sequence_label_names) if sequence_label_names else None
+        if pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
+        self.pooling = pooling
         if global_every is not None and (
             isinstance(global_every, bool) or not isinstance(global_every, int) or global_every < 0
         ):
             raise ValueError(f"global_every must be a non-negative int or None, got {global_every!r}")
         self.global_every = global_every
+        if not isinstance(global_first_token, bool):
+            raise ValueError(f"global_first_token must be a bool, got {global_first_token!r}")
         self.global_first_token = global_first_token
-        self.sequence_loss_weight = sequence_loss_weight
-        self.classifier_dropout = classifier_dropout
+        if (
+            isinstance(conv_kernel_size, bool)
+            or not isinstance(conv_kernel_size, int)
+            or conv_kernel_size < 0
+            or (conv_kernel_size and conv_kernel_size % 2 == 0)
+        ):
+            raise ValueError(f"conv_kernel_size must be 0 or an odd positive int, got {conv_kernel_size!r}")
+        self.conv_kernel_size = conv_kernel_size
+        if isinstance(conv_layers, bool) or not isinstance(conv_layers, int) or conv_layers < 1:
+            raise ValueError(f"conv_layers must be a positive int, got {conv_layers!r}")
+        self.conv_layers = conv_layers
+        if (
+            isinstance(sequence_loss_weight, bool)
+            or not isinstance(sequence_loss_weight, (int, float))
+            or not (0 <= sequence_loss_weight < math.inf)
+        ):
+            raise ValueError(f"sequence_loss_weight must be a number >= 0, got {sequence_loss_weight!r}")
+        self.sequence_loss_weight = float(sequence_loss_weight)
+        if (
+            isinstance(classifier_dropout, bool)
+            or not isinstance(classifier_dropout, (int, float))
+            or not (0 <= classifier_dropout < 1)
+        ):
+            raise ValueError(f"classifier_dropout must be a number in [0, 1), got {classifier_dropout!r}")
+        self.classifier_dropout = float(classifier_dropout)
+        if isinstance(kmer, bool) or not isinstance(kmer, int) or kmer < 1:
+            raise ValueError(f"kmer must be a positive int, got {kmer!r}")
         self.kmer = kmer
         if self.motif_names:
             tags = ["O"] + [f"{p}-{m}" for m in self.motif_names for p in ("B", "I")]
             kwargs["id2label"] = dict(enumerate(tags))
             kwargs["label2id"] = {t: i for i, t in enumerate(tags)}
+        else:
+            kwargs.pop("id2label", None)
+            kwargs.pop("label2id", None)
+            kwargs.setdefault("num_labels", 1)
         super().__init__(**kwargs)
 
     @property

@@ -7,16 +7,26 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss
+from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .backbone import backbone_config, build_backbone, every_k_global
 from .configuration_motif import LongformerMotifConfig
+from .remote_code import ExportCodeMixin
 
 
 @dataclass
 class MotifDetectionOutput(ModelOutput):
-    """``logits``: (batch, seq, tags) per-position BIO scores; ``sequence_logits``: (batch, outputs)."""
+    """Outputs of [`LongformerForMotifDetection`].
+
+    Args:
+        loss: per-position cross-entropy (positions labelled -100 skipped) plus
+            ``sequence_loss_weight`` times the sequence loss, for the heads that got labels.
+        logits: `(batch, seq, tags)` per-position BIO scores (`config.id2label`); None without motifs.
+        sequence_logits: `(batch, outputs)` motif-presence logits (sigmoid) or class logits (softmax).
+        hidden_states, attentions: the encoder's, when asked for.
+    """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
@@ -25,39 +35,62 @@ class MotifDetectionOutput(ModelOutput):
     attentions: tuple | None = None
 
 
-class LongformerMotifPreTrainedModel(PreTrainedModel):
+class LongformerMotifPreTrainedModel(ExportCodeMixin, PreTrainedModel):
     config_class = LongformerMotifConfig
     config: LongformerMotifConfig
     base_model_prefix = "backbone"
+    main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["LongformerLayer", "SparseTransformerLayer"]
-    _supports_sdpa = False
-    export_code_hook = None  # set by hf_sparse: writes the self-contained modelling code on save
+    _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
+    _supports_flash_attn = False
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        out = super().save_pretrained(save_directory, *args, **kwargs)
-        if type(self).export_code_hook is not None and kwargs.get("is_main_process", True):
-            type(self).export_code_hook(self, save_directory)
-        return out
+    def _init_weights(self, module):
+        """BERT/Longformer initialisation with the backbone's ``initializer_range``."""
+        std = self.config.backbone.get("initializer_range", 0.02)
+        if isinstance(module, (nn.Linear, nn.Conv1d)):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
 
 
 class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
     """Motif tagging (BIO per motif, per position) and motif presence / sequence class.
 
     Global attention: the caller's ``global_attention_mask``, or else the first token and every
-    ``config.global_every``-th position.
+    ``config.global_every``-th position (real tokens only). With ``config.conv_kernel_size``,
+    ``config.conv_layers`` residual convolutions run over the token embeddings (padding zeroed) before
+    the encoder.
     """
 
     def __init__(self, config: LongformerMotifConfig):
         super().__init__(config)
         self.backbone = build_backbone(backbone_config(config.backbone))
         hidden = config.hidden_size
+        k = config.conv_kernel_size
+        self.embedding_conv = (
+            nn.ModuleList(nn.Conv1d(hidden, hidden, k, padding=k // 2) for _ in range(config.conv_layers))
+            if k
+            else None
+        )
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.token_classifier = nn.Linear(hidden, config.num_labels) if config.motif_names else None
         self.sequence_head = None
         if config.sequence_task is not None:
-            self.sequence_head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Dropout(config.classifier_dropout),
-                                               nn.Linear(hidden, config.num_sequence_outputs))  # fmt: skip
+            self.sequence_head = nn.Sequential(
+                nn.Linear(hidden, hidden),
+                nn.Tanh(),
+                nn.Dropout(config.classifier_dropout),
+                nn.Linear(hidden, config.num_sequence_outputs),
+            )
         self.post_init()
 
     def get_input_embeddings(self):
@@ -67,27 +100,71 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         self.backbone.set_input_embeddings(value)
 
     def default_global_attention_mask(self, input_ids, attention_mask=None):
+        """The mask used when the caller passes none (1 = global)."""
         return every_k_global(
             input_ids, attention_mask, self.config.global_every, self.config.global_first_token
         )
 
-    def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, labels=None, sequence_labels=None,
-                inputs_embeds=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
-        """``labels`` (batch, seq): tag ids, -100 where no loss is taken; ``sequence_labels``: (batch,
-        motifs) multi-hot floats for motif presence, or (batch,) class ids."""
+    def _conv_embeddings(self, input_ids, inputs_embeds, attention_mask):
+        if inputs_embeds is None:
+            inputs_embeds = self.get_input_embeddings()(input_ids)  # (B, N, H)
+        x = inputs_embeds
+        keep = None if attention_mask is None else attention_mask.unsqueeze(-1).to(x.dtype)  # (B, N, 1)
+        for conv in self.embedding_conv:
+            if keep is not None:
+                x = x * keep  # padding does not leak into real bases
+            x = x + F.gelu(conv(x.transpose(1, 2)).transpose(1, 2))  # (B, N, H)
+        return x
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        global_attention_mask=None,
+        labels=None,
+        sequence_labels=None,
+        inputs_embeds=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ):
+        r"""
+        labels (`(batch, seq)`): BIO tag ids (`config.label2id`); -100 where no loss is taken (special
+            tokens, padding).
+        sequence_labels: `(batch, motifs)` multi-hot for `"motif_presence"`, `(batch,)` class ids for
+            `"classification"`.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids or inputs_embeds")
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         if global_attention_mask is None:
-            global_attention_mask = every_k_global(
-                ref, attention_mask, self.config.global_every, self.config.global_first_token
-            )
+            global_attention_mask = self.default_global_attention_mask(ref, attention_mask)
+        if self.embedding_conv is not None:
+            inputs_embeds, input_ids = self._conv_embeddings(input_ids, inputs_embeds, attention_mask), None
         out = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask,
-            inputs_embeds=inputs_embeds, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            global_attention_mask=global_attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
             return_dict=True,
-        )  # fmt: skip
-        hidden = self.dropout(out.last_hidden_state)
-        logits = self.token_classifier(hidden) if self.token_classifier is not None else None
-        seq_logits = self.sequence_head(hidden[:, 0]) if self.sequence_head is not None else None
+        )
+        hidden = out.last_hidden_state  # (B, N, H)
+        logits = self.token_classifier(self.dropout(hidden)) if self.token_classifier is not None else None
+        seq_logits = None
+        if self.sequence_head is not None:
+            if self.config.pooling == "mean":
+                m = (
+                    torch.ones_like(ref, dtype=hidden.dtype)
+                    if attention_mask is None
+                    else attention_mask.to(hidden.dtype)
+                )  # (B, N)
+                pooled = (hidden * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp(min=1)  # (B, H)
+            else:
+                pooled = hidden[:, 0]  # (B, H)
+            seq_logits = self.sequence_head(self.dropout(pooled))
         loss = None
         if labels is not None and logits is not None:
             loss = CrossEntropyLoss()(
@@ -101,8 +178,13 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
                 seq_loss = CrossEntropyLoss()(seq_logits, sequence_labels.long().view(-1))
             seq_loss = self.config.sequence_loss_weight * seq_loss
             loss = seq_loss if loss is None else loss + seq_loss
-        res = MotifDetectionOutput(loss=loss, logits=logits, sequence_logits=seq_logits,
-                                   hidden_states=getattr(out, "hidden_states", None), attentions=getattr(out, "attentions", None))  # fmt: skip
+        res = MotifDetectionOutput(
+            loss=loss,
+            logits=logits,
+            sequence_logits=seq_logits,
+            hidden_states=getattr(out, "hidden_states", None),
+            attentions=getattr(out, "attentions", None),
+        )
         use = self.config.return_dict if return_dict is None else return_dict
         return res if use else res.to_tuple()
 

@@ -1,0 +1,751 @@
+"""DNA motif detection fine-tuning (``task: motif-detection``): per-base motif tags and a sequence head.
+
+Three data sources (recipe key ``data``):
+
+- ``synthetic`` (no files needed): :class:`~hf_sparse.data.SyntheticMotifGenerator` plants instances
+  sampled from the built-in JASPAR motifs (``motifs``: a subset of their names) into i.i.d. background
+  (or windows of ``background_fasta``). Splits are disjoint ranges of example indices of one seeded
+  generator. Per-base BIO tags + multi-hot motif presence.
+- ``classification``: ``data_dir`` with ``train/validation/test.jsonl`` rows ``{"sequence", "label"}``
+  (int class id; ``label_name`` optional), e.g. Genomic Benchmarks human non-TATA promoters. A
+  sequence-level classifier only (no per-base head).
+- ``scan``: FASTA sequences (``fasta``, e.g. CTCF ChIP-seq peaks) labelled per base by scanning the
+  motifs ``motif_ids`` of ``motif_file`` (JASPAR or TRANSFAC) with a relative ``scan_threshold``; with
+  ``negatives: shuffle`` every sequence also gets a dinucleotide-shuffled copy (labelled by the same
+  scan), and the sequence head classifies peak vs shuffled. Split by a seeded permutation of the
+  records (a record and its shuffled copy stay in the same split).
+
+Metrics (each evaluation; ``eval_``/``test_`` prefixes added by the runner):
+
+- per-base heads: ``span_f1``, ``span_precision``, ``span_recall`` (exact ``(motif, start, end)``
+  matches, :func:`hf_sparse.metrics.span_f1`), ``span_overlap_f1``, ``per_base_f1`` and
+  ``span_f1_<motif>`` per motif;
+- sequence heads: ``accuracy`` and ``auroc`` (classification: class accuracy and the AUROC of the
+  positive class, macro one-vs-rest for more classes; motif presence: accuracy over every (sequence,
+  motif) cell at probability 0.5 and the macro AUROC over motifs), and ``f1`` (binary/macro F1, or
+  micro F1 of the presence matrix).
+
+Artifacts besides the runner's (``loss.png``, README.md, ...): ``motif_f1.png`` (span F1 per motif on
+the test split, else validation) and ``attention.png`` (attention weights of the first and last
+layer on one test sequence).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..data.fasta import read_fasta
+from ..data.motif_collator import IGNORE_INDEX, MotifCollator
+from ..data.motifs import (
+    SyntheticMotifGenerator,
+    builtin_motifs,
+    dinucleotide_shuffle,
+    label_sequence,
+    read_motifs,
+    spans_to_tags,
+)
+from ..metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
+from ..metrics.spans import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
+from ..tokenization_dna import normalize_sequence, reverse_complement
+from ..training import Task, path_field, register_task
+
+logger = logging.getLogger(__name__)
+
+DATA_SOURCES = ("synthetic", "classification", "scan")
+BACKBONES = ("sparse_transformer", "longformer")
+SPLITS = ("train", "validation", "test")
+
+
+# --------------------------------------------------------------------------------------- arguments
+
+
+@dataclass
+class MotifArguments:
+    """Recipe keys of the ``motif-detection`` task."""
+
+    data: str = field(
+        default="synthetic",
+        metadata={"help": f"Data source: one of {DATA_SOURCES} (see the module docstring)."},
+    )
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Readable name of the data for the model card (default: from data)."}
+    )
+    # --- model ---
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A saved LongformerForMotifDetection (folder or Hub id) to fine-tune further; its "
+            "heads must match the data. None: a new randomly initialised model from the keys below."
+        },
+    )
+    backbone: str = field(
+        default="sparse_transformer",
+        metadata={"help": f"Encoder of a new model: one of {BACKBONES}."},
+    )
+    hidden_size: int = field(default=64, metadata={"help": "Encoder width."})
+    num_hidden_layers: int = field(default=2, metadata={"help": "Encoder layers."})
+    num_attention_heads: int = field(default=4, metadata={"help": "Attention heads per layer."})
+    intermediate_size: int = field(default=256, metadata={"help": "Feed-forward width."})
+    attention_window: int = field(
+        default=64,
+        metadata={"help": "Sliding-window width in tokens (Longformer: attention_window; sparse: window)."},
+    )
+    position_embedding_type: str = field(
+        default="rotary",
+        metadata={"help": "SparseTransformer positions: 'rotary' or 'absolute' (Longformer: absolute)."},
+    )
+    max_length: int = field(
+        default=1024,
+        metadata={"help": "Longest input in tokens, [CLS] and [SEP] included (the position range)."},
+    )
+    global_every: int | None = field(
+        default=100,
+        metadata={"help": "Tokens 0, k, 2k, ... get global attention (None or 0: only [CLS])."},
+    )
+    conv_kernel_size: int = field(
+        default=0, metadata={"help": "Residual convolution over the token embeddings (odd width; 0: none)."}
+    )
+    conv_layers: int = field(
+        default=1, metadata={"help": "Stacked embedding convolutions (with conv_kernel_size)."}
+    )
+    pooling: str = field(default="cls", metadata={"help": "Sequence head input: 'cls' or 'mean'."})
+    kmer: int = field(
+        default=1,
+        metadata={"help": "Bases per token (1: single nucleotides; >1 only without per-base tags)."},
+    )
+    hidden_dropout: float = field(default=0.1, metadata={"help": "Dropout in the encoder."})
+    classifier_dropout: float = field(default=0.1, metadata={"help": "Dropout before the heads."})
+    sequence_loss_weight: float = field(
+        default=1.0, metadata={"help": "Weight of the sequence loss next to the per-base loss."}
+    )
+    # --- synthetic data ---
+    motifs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Built-in motifs to plant (synthetic data); None: all six (CTCF SP1 GATA1 REST TP53 CREB1)."
+        },
+    )
+    sequence_length: int = field(default=512, metadata={"help": "Bases per synthetic sequence."})
+    num_train: int = field(default=2000, metadata={"help": "Synthetic training sequences."})
+    num_validation: int = field(default=200, metadata={"help": "Synthetic validation sequences."})
+    num_test: int = field(default=200, metadata={"help": "Synthetic test sequences (0: no test split)."})
+    min_instances: int = field(default=1, metadata={"help": "Fewest motif instances in a positive sequence."})
+    max_instances: int = field(default=3, metadata={"help": "Most motif instances in a sequence."})
+    negative_fraction: float = field(default=0.2, metadata={"help": "Fraction of sequences without motifs."})
+    background_fasta: str | None = path_field(
+        help="FASTA (plain or gzip) whose windows serve as synthetic background (None: i.i.d. bases)."
+    )
+    gc_content: float | None = field(
+        default=None, metadata={"help": "GC fraction of i.i.d. background (None: 0.41)."}
+    )
+    dataset_seed: int = field(
+        default=0, metadata={"help": "Seed of the synthetic data, shuffles and splits."}
+    )
+    # --- classification data ---
+    data_dir: str | None = path_field(
+        help="Folder with train/validation/test.jsonl rows {'sequence', 'label'[, 'label_name']}."
+    )
+    # --- scan data ---
+    fasta: str | None = path_field(help="FASTA (plain or gzip) of the sequences to label by scanning.")
+    motif_file: str | None = path_field(help="JASPAR or TRANSFAC motif file to scan with.")
+    motif_ids: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Matrix ids to scan with, e.g. [MA0139.2]; an id without version takes the newest."
+        },
+    )
+    scan_threshold: float = field(
+        default=0.85, metadata={"help": "Relative PWM score threshold in [0, 1] for a site (scan data)."}
+    )
+    negatives: str = field(
+        default="shuffle",
+        metadata={
+            "help": "'shuffle': add a dinucleotide-shuffled copy of each sequence as a negative; 'none'."
+        },
+    )
+    validation_fraction: float = field(default=0.1, metadata={"help": "Scan data: fraction for validation."})
+    test_fraction: float = field(default=0.2, metadata={"help": "Scan data: fraction for test."})
+    # --- augmentation, artifacts ---
+    reverse_complement_augment: bool = field(
+        default=False,
+        metadata={"help": "Add the reverse complement of every training sequence (labels mirrored)."},
+    )
+    attention_plot: bool = field(
+        default=True, metadata={"help": "Write attention.png (weights of one test sequence)."}
+    )
+
+    def __post_init__(self):
+        def check(ok, key, expected):
+            if not ok:
+                raise ValueError(f"{key} must be {expected}, got {getattr(self, key)!r}")
+
+        check(self.data in DATA_SOURCES, "data", f"one of {DATA_SOURCES}")
+        check(self.backbone in BACKBONES, "backbone", f"one of {BACKBONES}")
+        check(self.position_embedding_type in ("rotary", "absolute"), "position_embedding_type",
+              "'rotary' or 'absolute'")  # fmt: skip
+        check(self.pooling in ("cls", "mean"), "pooling", "'cls' or 'mean'")
+        check(self.negatives in ("shuffle", "none"), "negatives", "'shuffle' or 'none'")
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                    "attention_window", "max_length", "kmer", "sequence_length", "conv_layers"):  # fmt: skip
+            value = getattr(self, key)
+            check(isinstance(value, int) and not isinstance(value, bool) and value > 0, key, "a positive int")
+        for key in ("num_train", "num_validation", "num_test"):
+            check(getattr(self, key) >= 0, key, "an int >= 0")
+        for key in ("validation_fraction", "test_fraction", "scan_threshold", "negative_fraction"):
+            check(0 <= getattr(self, key) <= 1, key, "a number in [0, 1]")
+        check(self.validation_fraction + self.test_fraction < 1, "test_fraction",
+              "such that validation_fraction + test_fraction < 1")  # fmt: skip
+        if self.data == "classification":
+            check(self.data_dir is not None, "data_dir", "set for data: classification")
+        if self.data == "scan":
+            check(self.fasta is not None, "fasta", "set for data: scan")
+            check(self.motif_file is not None, "motif_file", "set for data: scan")
+            check(bool(self.motif_ids), "motif_ids", "a non-empty list for data: scan")
+        if self.kmer > 1 and self.data != "classification":
+            raise ValueError(
+                f"kmer={self.kmer} gives one token per {self.kmer} bases, but data={self.data!r} has per-base "
+                "motif tags; use kmer: 1 (k-mers only for data: classification)"
+            )
+
+
+# --------------------------------------------------------------------------------------- data
+
+
+class ExampleDataset(torch.utils.data.Dataset):
+    """A list of tokenized examples (dicts) as a torch Dataset."""
+
+    def __init__(self, examples: list[dict]):
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.examples[i]
+
+
+def mirror_spans(spans: list[dict], length: int) -> list[dict]:
+    """Spans of a sequence of ``length`` bases in its reverse complement (strands swapped)."""
+    flip = {"+": "-", "-": "+"}
+    return [
+        {**s, "start": length - s["end"], "end": length - s["start"], "strand": flip.get(s.get("strand"))}
+        for s in spans
+    ]
+
+
+def _resolve_motif_ids(motifs, wanted: list[str], source: str):
+    """Motifs of a file selected by matrix id; an id without version picks the newest version."""
+    out = []
+    for mid in wanted:
+        hits = [m for m in motifs if m.matrix_id == mid or m.matrix_id.split(".")[0] == mid]
+        if not hits:
+            close = sorted({m.matrix_id for m in motifs if m.matrix_id.startswith(mid[:4])})[:5]
+            raise ValueError(f"motif_ids: {mid!r} is not in {source} (ids look like {close})")
+        best = max(hits, key=lambda m: (m.matrix_id == mid, m.matrix_id))
+        out.append(best)
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"motif_ids {wanted} give repeated motif names {names}")
+    return out
+
+
+# --------------------------------------------------------------------------------------- metrics
+
+
+def _as_tuple(x) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def tag_metrics(logits: np.ndarray, labels: np.ndarray, id2label: dict, motif_names: list[str]) -> dict:
+    """Span and per-base scores of per-token ``logits`` (N, L, T) against tag ids ``labels`` (N, L; -100
+    skipped: special tokens and padding)."""
+    pred = logits.argmax(-1)
+    true_spans, pred_spans, true_tags, pred_tags = [], [], [], []
+    for p, t in zip(pred, labels):
+        keep = t != IGNORE_INDEX
+        tt = [id2label[int(i)] for i in t[keep]]
+        pt = [id2label[int(i)] for i in p[keep]]
+        true_tags.append(tt)
+        pred_tags.append(pt)
+        true_spans.append(spans_from_bio(tt))
+        pred_spans.append(spans_from_bio(pt))
+    exact = span_f1(true_spans, pred_spans)
+    out = {
+        "span_f1": exact["f1"],
+        "span_precision": exact["precision"],
+        "span_recall": exact["recall"],
+        "span_overlap_f1": span_overlap_f1(true_spans, pred_spans)["f1"],
+        "per_base_f1": per_base_f1(true_tags, pred_tags)["f1"],
+    }
+    for name in motif_names:
+        out[f"span_f1_{name}"] = exact["per_type"].get(name, {}).get("f1", 0.0)
+    return out
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def sequence_metrics(logits: np.ndarray, labels: np.ndarray, sequence_task: str) -> dict:
+    """``accuracy``, ``auroc`` and ``f1`` of the sequence head (see the module docstring)."""
+    import warnings
+
+    if sequence_task == "classification":
+        y = labels.astype(int).reshape(-1)
+        probs = _softmax(logits.astype(np.float64))
+        pred = probs.argmax(-1)
+        n_classes = probs.shape[-1]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if n_classes == 2:
+                area = auroc(y == 1, probs[:, 1])
+                f1 = precision_recall_f1(y, pred, average="binary", pos_label=1)["f1"]
+            else:
+                area = float(np.nanmean([auroc(y == c, probs[:, c]) for c in range(n_classes)]))
+                f1 = precision_recall_f1(y, pred, average="macro", labels=list(range(n_classes)))["f1"]
+        return {"accuracy": accuracy(y, pred), "auroc": area, "f1": f1}
+    y = labels.astype(int)
+    probs = 1 / (1 + np.exp(-logits.astype(np.float64)))
+    pred = (probs >= 0.5).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        areas = [auroc(y[:, k], probs[:, k]) for k in range(y.shape[1])]
+    areas = [a for a in areas if not math.isnan(a)]
+    return {
+        "accuracy": float((pred == y).mean()),
+        "auroc": float(np.mean(areas)) if areas else float("nan"),
+        "f1": multilabel_f1(y, pred, average="micro"),
+    }
+
+
+# --------------------------------------------------------------------------------------- attention
+
+
+def attention_matrices(model, input_ids: torch.Tensor, layers=(0, -1)) -> torch.Tensor:
+    """Dense attention weights ``(len(layers), heads, n, n)`` of one sequence ``input_ids`` (1, n).
+
+    SparseTransformer backbones return dense weights; Longformer's band + global format is scattered
+    into an n x n matrix (window columns at offsets ``-w/2 .. w/2``, global columns and rows).
+    """
+    model.eval()
+    n = input_ids.shape[1]
+    with torch.no_grad():
+        glob = model.default_global_attention_mask(input_ids)
+        inputs = {"input_ids": input_ids}
+        if model.embedding_conv is not None:
+            inputs = {"inputs_embeds": model._conv_embeddings(input_ids, None, None)}
+        out = model.backbone(
+            **inputs,
+            attention_mask=torch.ones_like(input_ids),
+            global_attention_mask=glob,
+            output_attentions=True,
+            return_dict=True,
+        )
+    picked = []
+    for layer in layers:
+        a = out.attentions[layer][0].float()  # (H, n', ?)
+        if model.config.backbone["model_type"] != "longformer":
+            picked.append(a[:, :n, :n])
+            continue
+        heads = a.shape[0]
+        g_idx = torch.nonzero(glob[0]).flatten()  # global token positions
+        x = len(g_idx)
+        w = a.shape[-1] - x - 1  # attention_window
+        dense = torch.zeros(heads, n, n)
+        rows = torch.arange(n)
+        for c in range(w + 1):
+            cols = rows + c - w // 2
+            ok = (cols >= 0) & (cols < n)
+            dense[:, rows[ok], cols[ok]] += a[:, :n, x + c][:, ok]
+        for k, g in enumerate(g_idx.tolist()):
+            dense[:, :, g] += a[:, :n, k]  # every token -> global token g
+        ga = out.global_attentions[layer][0].float()  # (H, n', x): global token k -> every token
+        for k, g in enumerate(g_idx.tolist()):
+            dense[:, g, :] = ga[:, :n, k]
+        picked.append(dense)
+    return torch.stack(picked)  # (layers, H, n, n)
+
+
+# --------------------------------------------------------------------------------------- the task
+
+
+def _trainer_class(label_names: tuple[str, ...]):
+    """A Trainer that knows which label keys the batches carry (only those of the model's heads)."""
+    from transformers import Trainer
+
+    class MotifTrainer(Trainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.args.label_names is None:
+                self.label_names = list(label_names)
+
+    MotifTrainer.label_names_default = label_names
+    return MotifTrainer
+
+
+@register_task("motif-detection")
+class MotifTask(Task):
+    """DNA motif detection / sequence classification with :class:`LongformerForMotifDetection`."""
+
+    card_task = "motif"
+    Arguments = MotifArguments
+    lora_task_type = None  # the model's own heads (token_classifier, sequence_head) are trained in full
+
+    def __init__(self):
+        self.config = None
+        self._final: dict[str, dict] = {}
+        self._data: dict[str, list[dict]] | None = None
+        self._motifs = None
+
+    # --- motifs and raw data -------------------------------------------------------------------
+
+    def motifs(self, args):
+        """The motifs tagged per base (None for classification data)."""
+        if self._motifs is None and args.data == "synthetic":
+            self._motifs = builtin_motifs(args.motifs)
+        elif self._motifs is None and args.data == "scan":
+            source = os.fspath(args.motif_file)
+            self._motifs = _resolve_motif_ids(read_motifs(args.motif_file), list(args.motif_ids), source)
+        return self._motifs
+
+    def sequence_task(self, args) -> str:
+        if args.data == "classification" or (args.data == "scan" and args.negatives == "shuffle"):
+            return "classification"
+        return "motif_presence"
+
+    def sequence_label_names(self, args) -> list[str] | None:
+        if args.data == "scan" and args.negatives == "shuffle":
+            return ["shuffled", "peak"]
+        if args.data != "classification":
+            return None
+        names: dict[int, str] = {}
+        for split in SPLITS:
+            for row in self.raw(args).get(split, []):
+                names.setdefault(row["label"], row.get("label_name") or str(row["label"]))
+        if sorted(names) != list(range(len(names))) or len(names) < 2:
+            raise ValueError(
+                f"{args.data_dir}: labels must be the ints 0 .. n-1 with n >= 2, got {sorted(names)}"
+            )
+        return [names[i] for i in range(len(names))]
+
+    def raw(self, args) -> dict[str, list[dict]]:
+        """``{split: [{"sequence", "tags"?, "spans"?, "motif_labels"?, "label"?}]}`` before tokenization."""
+        if self._data is None:
+            self._data = {"synthetic": self._synthetic, "classification": self._jsonl, "scan": self._scan}[
+                args.data
+            ](args)
+        return self._data
+
+    def _synthetic(self, args):
+        gen = SyntheticMotifGenerator(
+            self.motifs(args),
+            length=args.sequence_length,
+            min_instances=args.min_instances,
+            max_instances=args.max_instances,
+            negative_fraction=args.negative_fraction,
+            gc_content=args.gc_content,
+            background_fasta=args.background_fasta,
+            seed=args.dataset_seed,
+        )
+        out, start = {}, 0
+        for split, n in zip(SPLITS, (args.num_train, args.num_validation, args.num_test)):
+            if n:
+                out[split] = gen.generate(n, start)
+            start += n
+        return out
+
+    def _jsonl(self, args):
+        out = {}
+        for split in SPLITS:
+            path = os.path.join(args.data_dir, f"{split}.jsonl")
+            if not os.path.isfile(path):
+                if split == "test":
+                    continue
+                raise FileNotFoundError(f"data_dir {args.data_dir!r} has no {split}.jsonl")
+            rows = []
+            with open(path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, start=1):
+                    if not line.strip():
+                        continue
+                    row = json.loads(line)
+                    if (
+                        not isinstance(row.get("sequence"), str)
+                        or isinstance(row.get("label"), bool)
+                        or not (isinstance(row.get("label"), int))
+                    ):
+                        raise ValueError(f"{path}:{lineno}: rows need a str 'sequence' and an int 'label'")
+                    rows.append(row)
+            out[split] = rows
+        return out
+
+    def _scan(self, args):
+        motifs = self.motifs(args)
+        records = read_fasta(args.fasta)
+        if not records:
+            raise ValueError(f"fasta {args.fasta!r} has no records")
+        rng = np.random.default_rng(args.dataset_seed)
+        order = rng.permutation(len(records))
+        n_test = int(round(args.test_fraction * len(records)))
+        n_val = int(round(args.validation_fraction * len(records)))
+        parts = {"test": order[:n_test], "validation": order[n_test : n_test + n_val],
+                 "train": order[n_test + n_val :]}  # fmt: skip
+        out = {}
+        for split in SPLITS:
+            rows = []
+            for i in sorted(parts[split].tolist()):
+                name, seq = records[i]
+                variants = [(seq.upper(), 1)]
+                if args.negatives == "shuffle":
+                    shuffle_rng = np.random.default_rng([args.dataset_seed, int(i)])
+                    variants.append((dinucleotide_shuffle(seq.upper(), shuffle_rng), 0))
+                for s, is_peak in variants:
+                    tags = label_sequence(s, motifs, args.scan_threshold)
+                    rows.append({"sequence": s, "tags": tags, "name": name, "label": is_peak,
+                                 "motif_labels": [int(f"B-{m.name}" in tags) for m in motifs]})  # fmt: skip
+            if rows:
+                out[split] = rows
+        return out
+
+    # --- Task hooks ----------------------------------------------------------------------------
+
+    def build_tokenizer(self, args):
+        from ..tokenization_dna import DNATokenizer
+
+        if args.model_name_or_path:
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(args.model_name_or_path)
+        return DNATokenizer(kmer=args.kmer, model_max_length=args.max_length)
+
+    def _backbone(self, args, tokenizer) -> dict:
+        common = {
+            "vocab_size": len(tokenizer),
+            "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.num_hidden_layers,
+            "num_attention_heads": args.num_attention_heads,
+            "intermediate_size": args.intermediate_size,
+            "hidden_dropout_prob": args.hidden_dropout,
+            "attention_probs_dropout_prob": args.hidden_dropout,
+            "pad_token_id": tokenizer.pad_token_id,
+            "type_vocab_size": 1,
+        }
+        if args.backbone == "longformer":
+            if args.attention_window % 2:
+                raise ValueError(
+                    f"attention_window must be even for the Longformer backbone, got {args.attention_window}"
+                )
+            # Longformer positions start at pad_token_id + 1 (RoBERTa style)
+            return {"model_type": "longformer", **common, "attention_window": args.attention_window,
+                    "max_position_embeddings": args.max_length + tokenizer.pad_token_id + 1}  # fmt: skip
+        return {"model_type": "sparse_transformer", **common, "max_position_embeddings": args.max_length,
+                "position_embedding_type": args.position_embedding_type,
+                "attention_pattern": {"type": "sliding_window", "window": args.attention_window}}  # fmt: skip
+
+    def build_model(self, args, tokenizer):
+        from ..models.longformer_tasks import LongformerForMotifDetection, LongformerMotifConfig
+
+        motifs = self.motifs(args)
+        names = [m.name for m in motifs] if motifs else []
+        seq_task = self.sequence_task(args)
+        seq_labels = self.sequence_label_names(args)
+        if args.model_name_or_path:
+            model = LongformerForMotifDetection.from_pretrained(args.model_name_or_path)
+            cfg = model.config
+            if (cfg.motif_names, cfg.sequence_task, cfg.sequence_label_names) != (
+                names,
+                seq_task,
+                seq_labels,
+            ):
+                raise ValueError(
+                    f"model_name_or_path={args.model_name_or_path!r} has heads for motifs {cfg.motif_names}, "
+                    f"sequence_task {cfg.sequence_task!r} ({cfg.sequence_label_names}); the data needs {names}, "
+                    f"{seq_task!r} ({seq_labels})"
+                )
+        else:
+            config = LongformerMotifConfig(
+                backbone=self._backbone(args, tokenizer),
+                motif_names=names,
+                motifs={m.name: m.counts.tolist() for m in motifs} if motifs else None,
+                sequence_task=seq_task,
+                sequence_label_names=seq_labels,
+                pooling=args.pooling,
+                global_every=args.global_every or None,
+                conv_kernel_size=args.conv_kernel_size,
+                conv_layers=args.conv_layers,
+                sequence_loss_weight=args.sequence_loss_weight,
+                classifier_dropout=args.classifier_dropout,
+                kmer=args.kmer,
+            )
+            model = LongformerForMotifDetection(config)
+        self.config = model.config
+        label_keys = (("labels",) if names else ()) + ("sequence_labels",)
+        self.trainer_class = _trainer_class(label_keys)
+        return model
+
+    def _examples(self, args, tokenizer, rows: list[dict], augment: bool) -> list[dict]:
+        cfg = self.config
+        max_bases = (args.max_length - 2) * args.kmer
+        out = []
+        for row in rows:
+            variants = [row]
+            if augment:
+                seq = normalize_sequence(row["sequence"])
+                mirrored = {**row, "sequence": reverse_complement(seq)}
+                if "tags" in row:
+                    spans = [{"motif": m, "start": a, "end": b} for m, a, b in spans_from_bio(row["tags"])]
+                    mirrored["tags"] = spans_to_tags(len(seq), mirror_spans(spans, len(seq)))
+                variants.append(mirrored)
+            for r in variants:
+                seq = r["sequence"]
+                if len(normalize_sequence(seq)) > max_bases:
+                    raise ValueError(
+                        f"a sequence of {len(seq)} bases is longer than max_length={args.max_length} tokens "
+                        f"allow ({max_bases} bases); raise max_length (nothing is truncated silently)"
+                    )
+                ex = {"input_ids": tokenizer(seq)["input_ids"]}
+                if cfg.motif_names:
+                    ids = [cfg.label2id[t] for t in r["tags"]]
+                    if len(ids) + 2 != len(ex["input_ids"]):
+                        raise ValueError(
+                            f"{len(ids)} tags for a sequence of {len(ex['input_ids']) - 2} tokens"
+                        )
+                    ex["labels"] = [IGNORE_INDEX, *ids, IGNORE_INDEX]
+                if cfg.sequence_task == "classification":
+                    ex["sequence_labels"] = int(r["label"])
+                else:
+                    ex["sequence_labels"] = [float(v) for v in r["motif_labels"]]
+                out.append(ex)
+        return out
+
+    def build_datasets(self, args, tokenizer):
+        raw = self.raw(args)
+        return {
+            split: ExampleDataset(
+                self._examples(
+                    args, tokenizer, rows, augment=split == "train" and args.reverse_complement_augment
+                )
+            )
+            for split, rows in raw.items()
+        }
+
+    def data_collator(self, args, tokenizer):
+        from ..models.longformer_tasks import block_multiple
+        from ..models.longformer_tasks.backbone import backbone_config
+
+        return MotifCollator(
+            pad_token_id=tokenizer.pad_token_id,
+            pad_to_multiple_of=block_multiple(backbone_config(self.config.backbone)),
+            global_every=self.config.global_every,
+            global_first_token=self.config.global_first_token,
+        )
+
+    def compute_metrics(self, args):
+        cfg = self.config
+
+        def metrics(pred):
+            preds, labels = list(_as_tuple(pred.predictions)), list(_as_tuple(pred.label_ids))
+            out = {}
+            if cfg.motif_names:
+                out.update(tag_metrics(preds.pop(0), labels.pop(0), cfg.id2label, cfg.motif_names))
+            if cfg.sequence_task is not None:
+                out.update(sequence_metrics(preds.pop(0), labels.pop(0), cfg.sequence_task))
+            return out
+
+        return metrics
+
+    def lora_modules_to_save(self, model):
+        return ["token_classifier", "sequence_head", "embedding_conv"]
+
+    def evaluate(self, trainer, dataset, split):
+        metrics = super().evaluate(trainer, dataset, split)
+        self._final[split] = metrics
+        return metrics
+
+    # --- artifacts ---------------------------------------------------------------------------
+
+    def after_training(self, trainer, args, output_dir):
+        if not trainer.is_world_process_zero():
+            return {}
+        extras = {}
+        split = "test" if "test" in self._final else "validation"
+        metrics = self._final.get(split, {})
+        prefix = "test_" if split == "test" else "eval_"
+        try:
+            from ..viz import plot_bars, show_heatmaps
+        except ImportError as e:  # pragma: no cover - matplotlib missing
+            logger.warning("motif plots skipped: %s", e)
+            return extras
+        import matplotlib.pyplot as plt
+
+        if self.config.motif_names and metrics:
+            per_motif = {m: float(metrics.get(f"{prefix}span_f1_{m}", 0.0)) for m in self.config.motif_names}
+            path = os.path.join(output_dir, "motif_f1.png")
+            plot_bars(per_motif, ylabel="span F1", title=f"span F1 per motif ({split})", path=path)
+            extras["motif_f1_png"] = path
+            extras["span_f1_per_motif"] = per_motif
+        if args.attention_plot:
+            rows = self.raw(args).get("test") or self.raw(args).get("validation")
+            if rows:
+                model = trainer.model
+                model = model.get_base_model() if hasattr(model, "get_base_model") else model
+                tokenizer = trainer.processing_class
+                seq = rows[0]["sequence"][: min(256, (args.max_length - 2) * args.kmer)]
+                ids = torch.tensor([tokenizer(seq)["input_ids"]], device=model.device)
+                weights = attention_matrices(model, ids)  # (2, H, n, n)
+                heads = min(4, weights.shape[1])
+                path = os.path.join(output_dir, "attention.png")
+                show_heatmaps(
+                    weights[:, :heads].cpu(),
+                    titles=[[f"layer {lay} head {h}" for h in range(heads)] for lay in ("first", "last")],
+                    path=path,
+                )
+                extras["attention_png"] = path
+        plt.close("all")
+        return extras
+
+    def card_info(self, args, metrics):
+        cfg = self.config
+        names = {
+            "synthetic": "synthetic motifs (built-in JASPAR PWMs planted in "
+            + ("FASTA background)" if args.background_fasta else "i.i.d. background)"),
+            "classification": f"sequences of {os.path.basename(os.path.normpath(args.data_dir or ''))}",
+            "scan": f"{os.path.basename(args.fasta or '')} labelled by scanning {', '.join(args.motif_ids or [])}",
+        }
+        bb = cfg.backbone
+        pattern = (
+            {"type": "longformer", "window": int(np.max(bb["attention_window"]))}
+            if bb["model_type"] == "longformer"
+            else bb.get("attention_pattern")
+        )
+        if isinstance(pattern, list):
+            pattern = pattern[0] if all(p == pattern[0] for p in pattern) else None
+        extra = {"backbone": bb["model_type"], "motifs": ", ".join(cfg.motif_names) or "none",
+                 "sequence head": cfg.sequence_task or "none", "tokens": "single nucleotides"
+                 if cfg.kmer == 1 else f"non-overlapping {cfg.kmer}-mers"}  # fmt: skip
+        if cfg.sequence_label_names:
+            extra["classes"] = ", ".join(cfg.sequence_label_names)
+        return {
+            "dataset_name": args.dataset_name or names[args.data],
+            "pattern": pattern,
+            "density_length": args.max_length,
+            "extra": extra,
+        }
+
+
+__all__ = [
+    "DATA_SOURCES",
+    "MotifArguments",
+    "MotifTask",
+    "attention_matrices",
+    "mirror_spans",
+    "sequence_metrics",
+    "tag_metrics",
+]

@@ -1,0 +1,228 @@
+"""LongformerForMotifDetection: both backbones, every head, global attention defaults, save/load,
+Auto classes, and the trust_remote_code load of a saved folder where hf_sparse cannot be imported."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, AutoTokenizer
+
+import hf_sparse  # noqa: F401  (registers the Auto classes)
+from hf_sparse.models.longformer_tasks import LongformerForMotifDetection, LongformerMotifConfig
+from hf_sparse.tokenization_dna import DNATokenizer
+from tests.models.motif_tiny import MOTIFS, backbone, motif_config, motif_model
+
+BACKBONES = ["sparse_transformer", "longformer"]
+HEADS = {
+    "tags+presence": dict(sequence_task="motif_presence"),
+    "tags+class": dict(sequence_task="classification", sequence_label_names=["neg", "pos"]),
+    "tags only": dict(sequence_task=None),
+    "class only": dict(motif_names=[], sequence_task="classification", sequence_label_names=["a", "b", "c"]),
+}
+
+
+def _batch(n=2, length=70, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 9, (n, length), generator=g)
+    ids[:, 0], ids[:, -1] = 2, 3  # [CLS] ... [SEP]
+    mask = torch.ones_like(ids)
+    ids[1, 50:], mask[1, 50:] = 0, 0  # second sequence padded
+    return ids, mask
+
+
+@pytest.mark.parametrize("kind", BACKBONES)
+@pytest.mark.parametrize("head", list(HEADS))
+def test_every_head_on_both_backbones_trains(kind, head):
+    model = motif_model(kind, **HEADS[head]).train()
+    cfg = model.config
+    ids, mask = _batch()
+    labels = torch.randint(0, 1 + 2 * len(cfg.motif_names), ids.shape) if cfg.motif_names else None
+    if labels is not None:
+        labels[mask == 0] = -100
+    seq_labels = None
+    if cfg.sequence_task == "motif_presence":
+        seq_labels = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    elif cfg.sequence_task == "classification":
+        seq_labels = torch.tensor([0, len(cfg.sequence_label_names) - 1])
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, sequence_labels=seq_labels)
+    if cfg.motif_names:
+        assert out.logits.shape == (2, 70, 1 + 2 * len(cfg.motif_names))
+    else:
+        assert out.logits is None and model.token_classifier is None
+    if cfg.sequence_task:
+        assert out.sequence_logits.shape == (2, cfg.num_sequence_outputs)
+    else:
+        assert out.sequence_logits is None and model.sequence_head is None
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads[:3])  # embeddings reached
+
+
+def test_losses_are_the_documented_sum():
+    model = motif_model(sequence_loss_weight=0.5)
+    ids, mask = _batch()
+    labels = torch.randint(0, 5, ids.shape)
+    labels[mask == 0] = -100
+    seq = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, sequence_labels=seq)
+    tag = torch.nn.functional.cross_entropy(out.logits.reshape(-1, 5), labels.reshape(-1), ignore_index=-100)
+    pres = torch.nn.functional.binary_cross_entropy_with_logits(out.sequence_logits, seq)
+    torch.testing.assert_close(out.loss, tag + 0.5 * pres)
+    assert model(input_ids=ids, attention_mask=mask).loss is None
+
+
+@pytest.mark.parametrize("kind", BACKBONES)
+def test_default_global_attention_is_first_token_and_every_kth(kind):
+    model = motif_model(kind, global_every=25)
+    ids, mask = _batch()
+    g = model.default_global_attention_mask(ids, mask)
+    assert g[0].nonzero().flatten().tolist() == [0, 25, 50]
+    assert g[1].nonzero().flatten().tolist() == [0, 25]  # position 50 is padding in the second sequence
+    with torch.no_grad():
+        auto = model(input_ids=ids, attention_mask=mask).logits
+        explicit = model(input_ids=ids, attention_mask=mask, global_attention_mask=g).logits
+        only_first = model(input_ids=ids, attention_mask=mask, global_attention_mask=(g * 0).index_fill(1, torch.tensor([0]), 1)).logits  # fmt: skip
+    torch.testing.assert_close(auto, explicit)
+    assert not torch.allclose(auto, only_first)  # the every-k globals change the output
+    assert LongformerMotifConfig(backbone=backbone(), motif_names=MOTIFS).global_every == 100  # the default
+
+
+def test_global_every_none_keeps_only_the_first_token():
+    model = motif_model(global_every=None)
+    ids, mask = _batch()
+    assert model.default_global_attention_mask(ids, mask).sum(1).tolist() == [1, 1]
+    model.config.global_first_token = False
+    assert model.default_global_attention_mask(ids, mask).sum().item() == 0
+
+
+@pytest.mark.parametrize("kind", BACKBONES)
+def test_padding_does_not_change_real_tokens(kind):
+    """With the embedding convolution too: a sequence alone equals it padded in a batch."""
+    model = motif_model(kind, conv_kernel_size=5, pooling="mean")
+    ids, mask = _batch()
+    with torch.no_grad():
+        batched = model(input_ids=ids, attention_mask=mask)
+        alone = model(input_ids=ids[1:, :50], attention_mask=mask[1:, :50])
+    torch.testing.assert_close(batched.logits[1, :50], alone.logits[0], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(batched.sequence_logits[1], alone.sequence_logits[0], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(motif_names=["A", "A"]), "unique"),
+        (dict(motif_names=["B-X"]), "must not contain"),
+        (dict(sequence_task="regression"), "sequence_task"),
+        (dict(sequence_task="classification"), "sequence_label_names"),
+        (dict(motif_names=[], sequence_task="motif_presence"), "needs motif_names"),
+        (dict(motif_names=[], sequence_task=None), "needs a head"),
+        (dict(global_every=-1), "global_every"),
+        (dict(global_every=2.5), "global_every"),
+        (dict(conv_kernel_size=4), "conv_kernel_size"),
+        (dict(pooling="max"), "pooling"),
+        (dict(kmer=0), "kmer"),
+        (dict(classifier_dropout=1.5), "classifier_dropout"),
+        (dict(sequence_loss_weight=-1), "sequence_loss_weight"),
+        (dict(motifs={"NOPE": [[1], [0], [0], [0]]}), "not one of motif_names"),
+        (dict(motifs={"CTCF": [[1, 2], [0], [0], [0]]}), "equal"),
+        (dict(backbone={"model_type": "bert"}), "backbone model_type"),
+    ],
+)
+def test_config_errors_name_the_argument(kwargs, match):
+    args = {"backbone": backbone(), "motif_names": MOTIFS, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        LongformerMotifConfig(**args)
+
+
+def test_config_labels_and_dict_round_trip():
+    cfg = motif_config(motifs={"CTCF": [[1, 0], [0, 1], [0, 0], [0, 0]]})
+    assert cfg.id2label == {0: "O", 1: "B-CTCF", 2: "I-CTCF", 3: "B-SP1", 4: "I-SP1"}
+    again = LongformerMotifConfig.from_dict(cfg.to_dict())
+    assert again.id2label == cfg.id2label and again.motifs == cfg.motifs and again.backbone == cfg.backbone
+    assert AutoConfig.for_model("longformer_motif", backbone=backbone(), motif_names=["X"]).model_type == (
+        "longformer_motif"
+    )
+
+
+@pytest.mark.parametrize("kind", BACKBONES)
+def test_save_and_load_through_the_auto_classes(kind, tmp_path):
+    model = motif_model(kind, conv_kernel_size=3)
+    ids, mask = _batch()
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask)
+    model.save_pretrained(tmp_path)
+    DNATokenizer().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "longformer_motif"
+    assert (
+        config["auto_map"]["AutoModelForTokenClassification"] == "modeling_motif.LongformerForMotifDetection"
+    )
+    assert config["auto_map"]["AutoConfig"].endswith(".LongformerMotifConfig")
+    assert (
+        config["custom_pipelines"]["dna-motif-detection"]["impl"]
+        == "pipelines_motif.DNAMotifDetectionPipeline"
+    )
+    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "modeling_motif.py").is_file()
+    for auto in (AutoModel, AutoModelForTokenClassification):
+        loaded = auto.from_pretrained(tmp_path).eval()
+        assert type(loaded) is LongformerForMotifDetection
+        with torch.no_grad():
+            out = loaded(input_ids=ids, attention_mask=mask)
+        # same weights; reloaded tensors may be unaligned, which changes the CPU kernels' rounding
+        torch.testing.assert_close(out.logits, expected.logits, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(out.sequence_logits, expected.sequence_logits, atol=1e-4, rtol=1e-4)
+    assert isinstance(AutoTokenizer.from_pretrained(tmp_path), DNATokenizer)
+
+
+REMOTE = """
+import sys
+sys.modules['hf_sparse'] = None
+sys.dont_write_bytecode = True
+import json, torch, transformers
+from transformers import AutoModel, AutoTokenizer, pipeline
+try:
+    import hf_sparse
+except ImportError:
+    print("hf_sparse unavailable")
+folder = {folder!r}
+model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+ids = tok({seq!r}, return_tensors="pt")
+with torch.no_grad():
+    out = model(**ids)
+torch.save(out.logits, {result!r})
+pipe = pipeline(model=folder, trust_remote_code=True)
+res = pipe({seq!r} * 6, window=100, stride=60)
+print(json.dumps({{"model": type(model).__module__, "tokenizer": type(tok).__module__, "task": pipe.task,
+                  "pipeline": type(pipe).__module__, "windows": res["windows"]}}))
+"""
+
+
+def test_saved_folder_loads_without_the_package(tmp_path):
+    """Model, tokenizer and pipeline from the folder alone (``trust_remote_code``), hf_sparse blocked."""
+    model = motif_model("sparse_transformer", conv_kernel_size=3)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    DNATokenizer().save_pretrained(folder)
+    tok_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tok_config["auto_map"]["AutoTokenizer"][0] == "tokenization_dna.DNATokenizer"
+    assert (folder / "tokenization_dna.py").is_file()
+    seq = "ACGTTGCAAGGCTTAACGGATCCA"
+    with torch.no_grad():
+        expected = model(**DNATokenizer()(seq, return_tensors="pt")).logits
+    script = REMOTE.format(folder=str(folder), seq=seq, result=str(tmp_path / "out.pt"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "hf_sparse unavailable" in res.stdout
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert all("transformers_modules" in info[k] for k in ("model", "tokenizer", "pipeline")), info
+    assert info["task"] == "dna-motif-detection" and info["windows"] == 2  # 144 bases: windows at 0 and 44
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,167 @@
+"""dna-motif-detection pipeline: windowing and merging of long sequences, span output, k-mer models,
+sequence scores, batching and errors.
+
+A *rule model* (a tiny real model whose forward is replaced by a rule on the input tokens) makes the
+expected spans exact: every G base is tagged as motif CTCF (B- on the first G of a run, I- after),
+so the spans are the G runs of the input, wherever the windows cut them.
+"""
+
+import pytest
+import torch
+from transformers import pipeline
+
+import hf_sparse  # noqa: F401  (registers the pipeline)
+from hf_sparse.pipelines.motif import DNAMotifDetectionPipeline, decode_bio, strand_of
+from hf_sparse.tokenization_dna import DNATokenizer
+from tests.models.motif_tiny import motif_model
+
+G = 7  # token id of G in DNATokenizer(kmer=1)
+
+
+def g_runs(seq: str) -> list[tuple[int, int]]:
+    runs, i = [], 0
+    while i < len(seq):
+        if seq[i] == "G":
+            j = i
+            while j < len(seq) and seq[j] == "G":
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+def rule_model(max_tokens=66, kmer=1, tokenizer=None, **kw):
+    """Tags G bases (or k-mer tokens containing G) as CTCF; counts the windows it sees."""
+    model = motif_model(max_tokens=max_tokens, motif_names=["CTCF", "SP1"], kmer=kmer, **kw)
+    model.calls = []
+
+    def forward(input_ids=None, attention_mask=None, **_):
+        model.calls.append(input_ids.shape)
+        if kmer == 1:
+            is_g = input_ids == G
+        else:
+            toks = [tokenizer.convert_ids_to_tokens(row.tolist()) for row in input_ids]
+            is_g = torch.tensor([[t.startswith("G") and "[" not in t for t in row] for row in toks])
+        prev = torch.cat([torch.zeros_like(is_g[:, :1]), is_g[:, :-1]], 1)
+        logits = torch.full((*input_ids.shape, 5), -5.0)
+        logits[..., 0] = 5.0
+        logits[is_g & ~prev] = torch.tensor([-5.0, 5.0, -5.0, -5.0, -5.0])  # B-CTCF
+        logits[is_g & prev] = torch.tensor([-5.0, -5.0, 5.0, -5.0, -5.0])  # I-CTCF
+        seq_logits = torch.tensor([[2.0, -2.0]]).expand(input_ids.shape[0], 2)
+        return type("Out", (), {"logits": logits, "sequence_logits": seq_logits})()
+
+    model.forward = forward
+    return model
+
+
+def make_pipe(model, tokenizer=None):
+    return pipeline("dna-motif-detection", model=model, tokenizer=tokenizer or DNATokenizer())
+
+
+def random_seq(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return "".join("ACT"[i] for i in torch.randint(0, 3, (n,), generator=g).tolist())
+
+
+def test_long_sequence_is_windowed_and_runs_across_window_edges_are_found_whole():
+    model = rule_model(max_tokens=66)  # 64 bases per window
+    pipe = make_pipe(model)
+    assert isinstance(pipe, DNAMotifDetectionPipeline) and pipe.max_bases() == 64
+    seq = list(random_seq(300))
+    for start, length in [(10, 5), (45, 8), (60, 9), (95, 4), (150, 12), (290, 10)]:  # 60..69 crosses 64
+        seq[start : start + length] = "G" * length
+    seq = "".join(seq)
+    out = pipe(seq)
+    assert out["windows"] == len(model.calls) > 1
+    assert all(shape[1] <= 66 for shape in model.calls)  # nothing longer than the model allows
+    assert [(s["start"], s["end"]) for s in out["spans"]] == g_runs(seq)
+    assert {s["motif"] for s in out["spans"]} == {"CTCF"}
+    assert all(s["score"] > 0.99 for s in out["spans"])
+    # lower-case, ambiguity codes and whitespace follow the tokenizer's rules; positions skip whitespace
+    messy = seq[:100].lower() + "\n" + seq[100:]
+    assert pipe(messy)["spans"] == out["spans"]
+
+
+@pytest.mark.parametrize("window,stride", [(64, 16), (40, 38), (33, 7), (64, 62)])
+def test_every_window_and_stride_gives_the_same_spans(window, stride):
+    """Overlapping windows (stride < window): every base is predicted with context on both sides."""
+    seq = "".join(("G" * (i % 7 + 1)) + random_seq(13, seed=i) for i in range(20))
+    out = make_pipe(rule_model())(seq, window=window, stride=stride)
+    assert [(s["start"], s["end"]) for s in out["spans"]] == g_runs(seq)
+
+
+def test_short_sequence_is_one_window_and_batched_calls_agree():
+    model = rule_model()
+    pipe = make_pipe(model)
+    seqs = ["ACGGGTA", random_seq(200, 1) + "GGG", "TTTT"]
+    single = [pipe(s) for s in seqs]
+    assert single[0]["windows"] == 1 and single[0]["spans"][0]["start"] == 2
+    assert pipe(seqs) == single
+    assert pipe(seqs, batch_size=3) == single
+
+
+def test_sequence_scores_and_strand():
+    model = rule_model()
+    pipe = make_pipe(model)
+    out = pipe("ACGT" * 40)
+    assert set(out["sequence_scores"]) == {"CTCF", "SP1"}
+    assert out["sequence_scores"]["CTCF"] == pytest.approx(torch.sigmoid(torch.tensor(2.0)).item(), abs=1e-4)
+    # strand: a site equal to the motif's consensus is '+', its reverse complement '-'
+    counts = [[10, 0, 0, 0], [0, 10, 0, 0], [0, 0, 10, 10], [0, 0, 0, 0]]  # consensus ACGG
+    assert strand_of("ACGG", counts) == "+" and strand_of("CCGT", counts) == "-"
+    assert strand_of("ACG", counts) is None
+
+
+def test_classification_head_gives_a_label():
+    model = motif_model(max_tokens=66, motif_names=[], sequence_task="classification",
+                        sequence_label_names=["non_promoter", "promoter"])  # fmt: skip
+    out = make_pipe(model)("ACGT" * 50)
+    assert out["spans"] == [] and out["label"] in ("non_promoter", "promoter")
+    assert sum(out["sequence_scores"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert out["windows"] == 4  # 200 bases, windows of 64 every 48
+
+
+def test_kmer_model_spans_are_in_bases():
+    tok3 = DNATokenizer(kmer=3)
+    model = rule_model(max_tokens=34, kmer=3, tokenizer=tok3, backbone_overrides={"vocab_size": len(tok3)})
+    pipe = make_pipe(model, tok3)
+    assert pipe.max_bases() == 96
+    seq = "ACT" * 10 + "GAA" + "GCT" + "ACT" * 40 + "GTT"  # k-mer tokens starting with G
+    out = pipe(seq)
+    assert [(s["start"], s["end"]) for s in out["spans"]] == [(30, 36), (156, 159)]
+    assert out["windows"] == 2
+
+
+def test_decode_bio():
+    assert decode_bio(["O", "B-A", "I-A", "I-B", "O", "I-A"]) == [("A", 1, 3), ("B", 3, 4), ("A", 5, 6)]
+    assert decode_bio([]) == []
+
+
+@pytest.mark.parametrize(
+    "inputs,kwargs,error,match",
+    [
+        ("", {}, ValueError, "empty"),
+        ("  \n", {}, ValueError, "empty"),
+        ("ACGTXACGT", {}, ValueError, "'X' at position 4"),
+        ("ACGU", {}, ValueError, "'U' at position 3"),
+        (12345, {}, TypeError, "must be a str"),
+        (b"ACGT", {}, TypeError, "must be a str"),
+        ("ACGT", {"window": 65}, ValueError, r"window must be an int in \[1, 64\]"),
+        ("ACGT", {"window": 0}, ValueError, "window"),
+        ("ACGT", {"stride": 0}, ValueError, "stride"),
+        ("ACGT", {"window": 10, "stride": 11}, ValueError, "stride"),
+        ("ACGT", {"min_score": 2}, ValueError, "min_score"),
+    ],
+)
+def test_bad_input_is_a_clear_error(inputs, kwargs, error, match):
+    pipe = make_pipe(rule_model())
+    with pytest.raises(error, match=match):
+        pipe(inputs, **kwargs)
+
+
+def test_min_score_drops_weak_spans():
+    model = rule_model()
+    pipe = make_pipe(model)
+    assert pipe("AAGGGAA")["spans"] and not pipe("AAGGGAA", min_score=1.0)["spans"]
