@@ -92,6 +92,13 @@ class DialogueArguments:
         default=512,
         metadata={"help": "Tokens per sequence; longer histories are left-truncated (newest turns kept)."},
     )
+    turn_separator: str | None = field(
+        default=None,
+        metadata={
+            "help": "Extra token before every turn's speaker token (e.g. '[TURN]'); the per-turn heads then read "
+            "both (the turn separator global with global_on: separators, the speaker token local)."
+        },
+    )
     global_on: list[str] = field(
         default_factory=lambda: ["cls", "separators", "latest_turn", "candidate"],
         metadata={"help": "Global attention on: cls, separators, latest_turn, candidate."},
@@ -296,8 +303,8 @@ class _DialogueTask(Task):
         from transformers import AutoTokenizer
 
         if self._saved_dialogue_model(args.model_name_or_path):
-            return AutoTokenizer.from_pretrained(args.model_name_or_path)
-        if args.tokenizer_name:
+            tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+        elif args.tokenizer_name:
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
         else:
             texts = (t for d in self.data(args)["train"] for t in d["turns"])
@@ -311,7 +318,12 @@ class _DialogueTask(Task):
         return tokenizer
 
     def formatter(self, args, tokenizer) -> DialogueFormatter:
-        return DialogueFormatter(tokenizer, max_length=args.max_length, global_on=args.global_on)
+        return DialogueFormatter(
+            tokenizer,
+            max_length=args.max_length,
+            turn_separator=args.turn_separator,
+            global_on=args.global_on,
+        )
 
     def _backbone(self, args, tokenizer) -> dict:
         pad = tokenizer.pad_token_id

@@ -241,3 +241,25 @@ def test_saved_folder_loads_and_runs_its_pipeline_without_the_package(tmp_path, 
     out = json.loads(lines[-2])
     assert [t["turn"] for t in out["turns"]] == [0, 1, 2] and out["intent"] in model.config.intent_labels
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=0, atol=1e-6)
+
+
+def test_with_a_turn_separator_the_heads_read_separator_and_speaker_token():
+    tokenizer, formatter = tokenizer_and_formatter(
+        max_length=128, turn_separator="[TURN]", global_on=["separators"]
+    )
+    model = tiny_model(tokenizer, formatter).eval()
+    assert model.config.turn_tokens == 2 and model.act_classifier.dense.in_features == 64
+    batch = tracking_batch(tokenizer, formatter, model)
+    ids = batch["input_ids"]
+    first = batch["turn_positions"][0, 0]
+    assert tokenizer.convert_ids_to_tokens([int(ids[0, first]), int(ids[0, first + 1])]) == [
+        "[TURN]",
+        "[USR]",
+    ]
+    assert batch["global_attention_mask"][0, first] == 1 and batch["global_attention_mask"][0, first + 1] == 0
+    with torch.no_grad():
+        out = model(**batch)
+        hidden = model.backbone(input_ids=ids, attention_mask=batch["attention_mask"],
+                                global_attention_mask=batch["global_attention_mask"]).last_hidden_state  # fmt: skip
+        both = torch.cat([hidden[0, first], hidden[0, first + 1]])
+        torch.testing.assert_close(out.act_logits[0, 0], model.act_classifier(both))

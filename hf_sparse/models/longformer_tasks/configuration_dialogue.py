@@ -92,7 +92,9 @@ class LongformerDialogueConfig(PretrainedConfig):
             `DialogueFormatter` arguments: `max_length` (tokens, prefix/suffix included; histories longer
             than this are left-truncated, keeping the newest turns), `speaker_tokens`, `turn_separator`,
             `candidate_separator`, `global_on` (subset of `"cls"`, `"separators"`, `"latest_turn"`,
-            `"candidate"`).
+            `"candidate"`). With a `turn_separator` (e.g. `"[TURN]"`), each turn starts with it and then its
+            speaker token, and the per-turn heads read both: the turn separator (global with
+            `"separators"`: it sees the whole dialogue) and the speaker token (it attends within its window).
         act_threshold (`float`, *optional*, defaults to 0.5):
             A turn has an act when its sigmoid probability is at least this.
         act_loss_weight (`float`, *optional*, defaults to 1.0):
@@ -208,6 +210,12 @@ class LongformerDialogueConfig(PretrainedConfig):
         if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
             limit -= (bb.get("pad_token_id") or 0) + 1
         return limit
+
+    @property
+    def turn_tokens(self) -> int:
+        """Tokens a turn's representation is read from: its separator, and with a ``turn_separator`` also the
+        speaker token after it."""
+        return 1 if self.formatter.get("turn_separator") is None else 2
 
     @property
     def num_acts(self) -> int:

@@ -40,9 +40,9 @@ class DialogueOutput(ModelOutput):
 class _Head(nn.Module):
     """dense -> tanh -> dropout -> projection (RoBERTa's classification head, on any token's state)."""
 
-    def __init__(self, hidden: int, out: int, dropout: float):
+    def __init__(self, hidden: int, out: int, dropout: float, in_features: int | None = None):
         super().__init__()
-        self.dense = nn.Linear(hidden, hidden)
+        self.dense = nn.Linear(in_features or hidden, hidden)
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(hidden, out)
 
@@ -93,7 +93,9 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
       so the other candidates (sampled negatives, or the other examples' responses for in-batch negatives)
       are the negatives.
     - **Dialogue acts** (`config.act_labels`): multi-label, per turn, from each turn's separator token
-      (``turn_positions``); binary cross-entropy against ``act_labels`` ``(batch, n_turns, n_acts)`` summed
+      (``turn_positions``; with a ``turn_separator`` in ``config.formatter``, the concatenation of the turn
+      separator, global under ``global_on=["separators"]``, and the speaker token after it, which attends
+      locally); binary cross-entropy against ``act_labels`` ``(batch, n_turns, n_acts)`` summed
       over the acts and averaged over the labelled turns (entries ``-100`` ignored), so that a turn's acts
       weigh as much as its intent.
     - **Active intent** (`config.intent_labels`): per user turn, from the same separator tokens; cross-entropy
@@ -108,8 +110,11 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
         self.backbone = build_backbone(backbone_config(config.backbone))
         hidden, dropout = config.hidden_size, config.classifier_dropout
         self.selection_scorer = _Head(hidden, 1, dropout) if config.selection_head else None
-        self.act_classifier = _Head(hidden, config.num_acts, dropout) if config.num_acts else None
-        self.intent_classifier = _Head(hidden, config.num_intents, dropout) if config.num_intents else None
+        width = hidden * config.turn_tokens  # a turn is read at its separator (and speaker token)
+        self.act_classifier = _Head(hidden, config.num_acts, dropout, width) if config.num_acts else None
+        self.intent_classifier = (
+            _Head(hidden, config.num_intents, dropout, width) if config.num_intents else None
+        )
         self.post_init()
 
     def get_input_embeddings(self):
@@ -211,6 +216,11 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
             if self.act_classifier is None and self.intent_classifier is None:
                 raise ValueError("turn_positions given, but this model has no act or intent head")
             turns = gather_positions(hidden, turn_positions)  # (B, T, H)
+            if (
+                self.config.turn_tokens == 2
+            ):  # [TURN] [USR]: the turn separator and the speaker token after it
+                speaker = gather_positions(hidden, turn_positions.clamp(min=0) + 1)  # (B, T, H)
+                turns = torch.cat([turns, speaker], dim=-1)  # (B, T, 2H)
             if self.act_classifier is not None:
                 act_logits = self.act_classifier(turns)  # (B, T, A)
                 if act_labels is not None:
