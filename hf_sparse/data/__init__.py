@@ -25,8 +25,24 @@ from .motifs import (
     scan,
     spans_to_tags,
 )
+from .summarization import (
+    ExtractiveCollator,
+    encode_abstractive,
+    encode_extractive,
+    read_summarization_jsonl,
+    sentence_features,
+    synthetic_copy_documents,
+    train_summarization_tokenizer,
+)
 
 __all__ = [
+    "ExtractiveCollator",
+    "encode_abstractive",
+    "encode_extractive",
+    "read_summarization_jsonl",
+    "sentence_features",
+    "synthetic_copy_documents",
+    "train_summarization_tokenizer",
     "DialogueFormatter",
     "DialogueLabels",
     "DialogueTrackingCollator",

@@ -7,14 +7,19 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
 )
 
 from .longformer_tasks import (
+    LEDForSummarization,
+    LEDSummarizationConfig,
     LongformerDialogueConfig,
+    LongformerExtractiveSummarizationConfig,
     LongformerForDialogue,
+    LongformerForExtractiveSummarization,
     LongformerForMotifDetection,
     LongformerMotifConfig,
 )
@@ -105,6 +110,9 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
 #: Auto class -> model class of the dialogue model (one class, all heads).
 DIALOGUE_AUTO = {AutoModel: LongformerForDialogue, AutoModelForSequenceClassification: LongformerForDialogue}
 
+#: Auto class -> model class of the summarizers (abstractive LED, extractive Longformer).
+SUMMARIZATION_AUTO = {AutoModelForSeq2SeqLM: LEDForSummarization}
+EXTRACTIVE_SUMMARIZATION_AUTO = {AutoModel: LongformerForExtractiveSummarization}
 
 #: Auto class -> model class of the DNA motif model (one class, all heads).
 MOTIF_AUTO = {
@@ -129,6 +137,18 @@ def register_models():
         ["query", "value"],
         pipelines=("dialogue-response-selection", "dialogue-state-tracking"),
     )
+    register_auto(
+        LEDSummarizationConfig,
+        SUMMARIZATION_AUTO,
+        ["q_proj", "v_proj", "query", "value"],
+        pipelines=("long-document-summarization",),
+    )
+    register_auto(
+        LongformerExtractiveSummarizationConfig,
+        EXTRACTIVE_SUMMARIZATION_AUTO,
+        ["query", "value"],
+        pipelines=("long-document-summarization",),
+    )
     register_auto(LongformerMotifConfig, MOTIF_AUTO, ["query", "value"], pipelines=("dna-motif-detection",))
     from ..tokenization_dna import DNATokenizer
 
@@ -137,8 +157,10 @@ def register_models():
 
 __all__ = [
     "DIALOGUE_AUTO",
+    "EXTRACTIVE_SUMMARIZATION_AUTO",
     "MOTIF_AUTO",
     "SPARSE_TRANSFORMER_AUTO",
+    "SUMMARIZATION_AUTO",
     "export_code_hook",
     "register_auto",
     "register_models",

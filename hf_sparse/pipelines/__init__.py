@@ -23,6 +23,12 @@ PIPELINES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
         ("AutoModelForTokenClassification",),
         "text",
     ),
+    "long-document-summarization": (
+        "summarization",
+        "LongDocumentSummarizationPipeline",
+        ("AutoModelForSeq2SeqLM", "AutoModel"),
+        "text",
+    ),
 }
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")

@@ -7,7 +7,7 @@ Importing this package imports every task module below, and each registers itsel
 from importlib import import_module
 
 #: one module per task family
-TASK_MODULES = ("dialogue", "motif")
+TASK_MODULES = ("dialogue", "motif", "summarization")
 
 for _module in TASK_MODULES:
     import_module(f"{__name__}.{_module}")

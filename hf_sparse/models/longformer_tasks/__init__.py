@@ -3,12 +3,24 @@
 from .backbone import backbone_config, block_multiple, build_backbone, every_k_global
 from .configuration_dialogue import LongformerDialogueConfig
 from .configuration_motif import LongformerMotifConfig
+from .configuration_summarization import LEDSummarizationConfig, LongformerExtractiveSummarizationConfig
 from .modeling_dialogue import DialogueOutput, LongformerForDialogue
 from .modeling_motif import LongformerForMotifDetection, MotifDetectionOutput
+from .modeling_summarization import (
+    ExtractiveSummarizationOutput,
+    LEDForSummarization,
+    LongformerForExtractiveSummarization,
+    build_global_attention_mask,
+)
 
 __all__ = [
     "DialogueOutput",
+    "ExtractiveSummarizationOutput",
+    "LEDForSummarization",
+    "LEDSummarizationConfig",
     "LongformerDialogueConfig",
+    "LongformerExtractiveSummarizationConfig",
+    "LongformerForExtractiveSummarization",
     "LongformerForDialogue",
     "LongformerForMotifDetection",
     "LongformerMotifConfig",
@@ -16,5 +28,6 @@ __all__ = [
     "backbone_config",
     "block_multiple",
     "build_backbone",
+    "build_global_attention_mask",
     "every_k_global",
 ]

@@ -1,0 +1,290 @@
+"""``long-document-summarization``: a long document (and an optional query) in, a summary out.
+
+transformers v5 removed its ``summarization`` pipeline task; this one takes documents of any length and
+works with three kinds of model:
+
+- **abstractive** (``LEDForSummarization``, model_type ``led_summarization``, or a plain LED): the text is
+  encoded as in training (``hf_sparse.data.summarization.encode_abstractive``: sentence markers and a query
+  prefix when the model's config uses them) and ``generate`` writes the summary. Global attention is built
+  by the model itself (for a plain LED the pipeline passes ``global_attention_mask`` on the first token).
+  Generation options: ``num_beams``, ``min_length``, ``max_length``, ``no_repeat_ngram_size``,
+  ``length_penalty`` (anything else through ``generate_kwargs``); defaults come from the model's
+  ``generation_config``.
+  **Long input**: a document longer than ``max_input_length`` tokens (default: the model's encoder
+  limit, ``max_encoder_position_embeddings``) is *truncated*: its first tokens (after the query) are kept,
+  a ``UserWarning`` says how many tokens were dropped, and the output has ``truncated: True`` and
+  ``input_tokens`` (the length before truncation).
+- **extractive** (``LongformerForExtractiveSummarization``): every sentence is scored; the summary is the
+  best sentences in document order within ``max_sentences`` and/or ``max_words`` (default 3 sentences).
+  **Long input** is encoded in *chunks* of whole sentences (``encode_extractive``), so every sentence is
+  scored and nothing is truncated; ``chunks`` in the output says how many.
+
+Inputs: a string, ``{"text": ..., "query": ...}``, or a list of those; ``query=`` in the call applies to
+every input. Outputs: ``{"summary_text": str, ...}`` (one dict per input).
+
+Errors (raised before any model call): a non-string text or query (``TypeError``), an empty text, a text
+without sentences, a query for a model without query support, a budget ``<= 0``, an option of the other
+model kind, or an unknown option (``ValueError`` naming it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from transformers.pipelines.base import Pipeline
+
+from ..data.summarization import ExtractiveCollator, encode_abstractive, encode_extractive, sentence_features
+from ..metrics.sentences import split_sentences
+from ..metrics.summarization import select_in_order
+from ..models.longformer_tasks.backbone import backbone_config, block_multiple
+
+ABSTRACTIVE_TYPES = ("led_summarization", "led")
+EXTRACTIVE_TYPES = ("longformer_extractive_summarization",)
+GENERATION_OPTIONS = ("num_beams", "min_length", "max_length", "no_repeat_ngram_size", "length_penalty")
+BUDGET_OPTIONS = ("max_sentences", "max_words")
+DEFAULT_MAX_SENTENCES = 3
+
+
+def _positive_int(name: str, value, allow_zero: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < (0 if allow_zero else 1):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
+    return int(value)
+
+
+class LongDocumentSummarizationPipeline(Pipeline):
+    """Summarize long documents (see the module docstring for inputs, options, outputs and long input).
+
+    Example:
+
+    ```python
+    >>> import hf_sparse
+    >>> from transformers import pipeline
+    >>> pipe = pipeline("long-document-summarization", model="outputs/tiny-extractive")
+    >>> pipe(open("paper.txt").read(), max_sentences=3)["summary_text"]
+    ```
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        model_type = getattr(self.model.config, "model_type", None)
+        if model_type not in ABSTRACTIVE_TYPES + EXTRACTIVE_TYPES:
+            raise ValueError(
+                "long-document-summarization needs an LEDForSummarization, an LED or a "
+                f"LongformerForExtractiveSummarization model, got model_type={model_type!r}"
+            )
+        if self.tokenizer is None:
+            raise ValueError("long-document-summarization needs the model's tokenizer (tokenizer=...)")
+        self.model.eval()
+
+    @property
+    def kind(self) -> str:
+        """``"extractive"`` or ``"abstractive"``, from the model's ``model_type``."""
+        model_type = getattr(self.model.config, "model_type", None)
+        return "extractive" if model_type in EXTRACTIVE_TYPES else "abstractive"
+
+    # --------------------------------------------------------------------------------- parameters
+
+    @property
+    def supports_query(self) -> bool:
+        return getattr(self.model.config, "query_separator_token_id", None) is not None
+
+    def max_input_tokens(self) -> int:
+        """The longest input (tokens) the model reads in one pass: one chunk for extractive models."""
+        cfg = self.model.config
+        if self.kind == "extractive":
+            return cfg.chunk_length
+        return cfg.max_encoder_position_embeddings
+
+    def _sanitize_parameters(self, query=None, max_input_length=None, generate_kwargs=None, **kwargs):
+        pre, fwd, post = {}, {}, {}
+        if query is not None:
+            pre["query"] = query
+        generation = {k: kwargs.pop(k) for k in GENERATION_OPTIONS if k in kwargs}
+        budget = {k: kwargs.pop(k) for k in BUDGET_OPTIONS if k in kwargs}
+        if kwargs:
+            raise ValueError(
+                f"unknown option(s) {sorted(kwargs)} for long-document-summarization; options: query, "
+                f"max_input_length, {', '.join(GENERATION_OPTIONS + BUDGET_OPTIONS)}, generate_kwargs"
+            )
+        if self.kind == "extractive":
+            bad = sorted(k for k, v in generation.items() if v is not None)
+            if bad or generate_kwargs or max_input_length is not None:
+                raise ValueError(
+                    f"{bad or ['generate_kwargs/max_input_length']} apply to abstractive models; this extractive "
+                    "model takes max_sentences / max_words (it encodes long documents in chunks)"
+                )
+            for name, value in budget.items():
+                if value is not None:
+                    post[name] = _positive_int(name, value)
+            return pre, fwd, post
+        bad = sorted(k for k, v in budget.items() if v is not None)
+        if bad:
+            raise ValueError(
+                f"{bad} apply to extractive models; this abstractive model takes "
+                f"{', '.join(GENERATION_OPTIONS)} (the summary length is min_length / max_length tokens)"
+            )
+        if max_input_length is not None:
+            limit = self.max_input_tokens()
+            value = _positive_int("max_input_length", max_input_length)
+            if value > limit:
+                raise ValueError(
+                    f"max_input_length must be <= {limit} (the model's encoder limit), got {value}"
+                )
+            pre["max_input_length"] = value
+        for name in ("num_beams", "max_length"):
+            if generation.get(name) is not None:
+                fwd[name] = _positive_int(name, generation[name])
+        for name in ("min_length", "no_repeat_ngram_size"):
+            if generation.get(name) is not None:
+                fwd[name] = _positive_int(name, generation[name], allow_zero=True)
+        if generation.get("length_penalty") is not None:
+            lp = generation["length_penalty"]
+            if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not np.isfinite(lp):
+                raise TypeError(f"length_penalty must be a finite number, got {lp!r}")
+            fwd["length_penalty"] = float(lp)
+        if fwd.get("min_length") is not None and fwd.get("max_length") is not None:
+            if fwd["min_length"] > fwd["max_length"]:
+                raise ValueError(
+                    f"min_length ({fwd['min_length']}) must be <= max_length ({fwd['max_length']})"
+                )
+        if generate_kwargs is not None:
+            if not isinstance(generate_kwargs, Mapping):
+                raise TypeError(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
+            fwd.update(generate_kwargs)
+        return pre, fwd, post
+
+    # --------------------------------------------------------------------------------- stages
+
+    def _text_and_query(self, inputs, query):
+        if isinstance(inputs, Mapping):
+            unknown = sorted(set(inputs) - {"text", "query"})
+            if unknown or "text" not in inputs:
+                raise ValueError(
+                    f"an input dict takes 'text' (required) and 'query', got keys {sorted(inputs)}"
+                )
+            if inputs.get("query") is not None and query is not None:
+                raise ValueError("query given both in the input dict and as query=; give it once")
+            query = inputs.get("query", query)
+            inputs = inputs["text"]
+        if not isinstance(inputs, str):
+            raise TypeError(f"text must be a str (or a dict with 'text'), got {type(inputs).__name__}")
+        if not inputs.strip():
+            raise ValueError("text is empty")
+        if query is not None:
+            if not isinstance(query, str):
+                raise TypeError(f"query must be a str, got {type(query).__name__}")
+            if not query.strip():
+                raise ValueError("query is empty")
+            if not self.supports_query:
+                raise ValueError(
+                    "this model has no query support (its config has no query_separator_token_id); "
+                    "call it without query="
+                )
+        return inputs, query
+
+    def preprocess(self, inputs, query=None, max_input_length=None):
+        text, query = self._text_and_query(inputs, query)
+        cfg = self.model.config
+        if self.kind == "extractive":
+            sentences = split_sentences(text)
+            if not sentences:
+                raise ValueError("text has no sentences")
+            chunks = encode_extractive(
+                self.tokenizer, sentences, query, max_length=cfg.chunk_length,
+                sentence_token_id=cfg.sentence_token_id, query_separator_token_id=cfg.query_separator_token_id,
+                max_sentence_tokens=cfg.max_sentence_tokens,
+            )  # fmt: skip
+            feats = (
+                sentence_features(sentences, query, cfg.sentence_features) if cfg.sentence_features else None
+            )
+            return {"sentences": sentences, "chunks": chunks, "features": feats}
+        limit = max_input_length or self.max_input_tokens()
+        uses = getattr(cfg, "global_attention", ["first"])
+        encoded = encode_abstractive(
+            self.tokenizer, text, query, max_length=limit,
+            sentence_token_id=cfg.sentence_token_id if "sentences" in uses else None,
+            query_separator_token_id=getattr(cfg, "query_separator_token_id", None),
+        )  # fmt: skip
+        if encoded["truncated"]:
+            warnings.warn(
+                f"long-document-summarization: the input has {encoded['num_tokens']} tokens, more than "
+                f"max_input_length={limit}; it was truncated to its first {limit} tokens (the last "
+                f"{encoded['num_tokens'] - limit} were not read). Use an extractive model to score every "
+                "sentence, or a model with a longer encoder.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return {"input_ids": torch.tensor([encoded["input_ids"]]), "num_tokens": encoded["num_tokens"],
+                "truncated": encoded["truncated"]}  # fmt: skip
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        if self.kind == "extractive":
+            return self._score(model_inputs)
+        ids = model_inputs["input_ids"].to(self.device)
+        mask = torch.ones_like(ids)
+        cfg = self.model.config
+        if getattr(cfg, "encoder_attention_pattern", None) is None:  # LED's own attention: pad to its window
+            window = cfg.attention_window
+            multiple = int(max(window) if isinstance(window, (list, tuple)) else window)
+            extra = -ids.shape[1] % multiple
+            ids = torch.nn.functional.pad(
+                ids, (0, extra), value=self.tokenizer.pad_token_id
+            )  # (1, n + extra)
+            mask = torch.nn.functional.pad(mask, (0, extra), value=0)
+        kwargs = {"input_ids": ids, "attention_mask": mask}
+        if self.model.config.model_type == "led":  # a plain LED does not build its global mask
+            g = torch.zeros_like(ids)
+            g[:, 0] = 1
+            kwargs["global_attention_mask"] = g
+        out = self.model.generate(**kwargs, **generate_kwargs)
+        return {"generated": out[0].cpu(), "num_tokens": model_inputs["num_tokens"],
+                "truncated": model_inputs["truncated"]}  # fmt: skip
+
+    def _score(self, model_inputs):
+        cfg = self.model.config
+        collate = ExtractiveCollator(
+            self.tokenizer.pad_token_id, block_multiple(backbone_config(cfg.backbone))
+        )
+        feats = model_inputs["features"]
+        scores = np.zeros(len(model_inputs["sentences"]), dtype=np.float64)
+        for chunk in model_inputs["chunks"]:  # one chunk per forward: memory stays bounded
+            item = {"input_ids": chunk.input_ids, "labels": [0.0] * len(chunk.sentence_indices)}
+            if feats is not None:
+                item["sentence_features"] = feats[chunk.sentence_indices]
+            batch = collate([item])
+            batch.pop("labels")
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            logits = self.model(**batch).logits[0, : len(chunk.sentence_indices)]
+            scores[chunk.sentence_indices] = logits.float().cpu().numpy()
+        return {
+            "scores": scores,
+            "sentences": model_inputs["sentences"],
+            "chunks": len(model_inputs["chunks"]),
+        }
+
+    def postprocess(self, model_outputs, max_sentences=None, max_words=None):
+        if self.kind == "abstractive":
+            text = self.tokenizer.decode(model_outputs["generated"], skip_special_tokens=True).strip()
+            return {"summary_text": text, "input_tokens": model_outputs["num_tokens"],
+                    "truncated": model_outputs["truncated"]}  # fmt: skip
+        if max_sentences is None and max_words is None:
+            max_sentences = DEFAULT_MAX_SENTENCES
+        sentences, scores = model_outputs["sentences"], model_outputs["scores"]
+        picked = select_in_order(scores, sentences, max_sentences, max_words, return_indices=True)
+        chosen = [sentences[i] for i in picked]
+        return {
+            "summary_text": " ".join(" ".join(s.split()) for s in chosen),
+            "sentences": chosen,
+            "sentence_indices": picked,
+            "scores": [round(float(scores[i]), 4) for i in picked],
+            "num_sentences": len(sentences),
+            "chunks": model_outputs["chunks"],
+        }
+
+
+__all__ = ["LongDocumentSummarizationPipeline"]

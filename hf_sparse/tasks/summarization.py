@@ -1,0 +1,648 @@
+"""Long-document summarization fine-tuning tasks on ScisummNet, QMSum, SQuALITY (or any data in their format).
+
+Data: ``data_dir`` holds ``train.jsonl``, ``validation.jsonl`` and (optionally) ``test.jsonl`` with
+``document`` and ``summary`` per row (``hf_sparse.data.summarization.read_summarization_jsonl``); rows with
+``references`` (SQuALITY's four) are scored against all of them (ROUGE takes the best reference per
+example); ``query_mode`` turns QMSum's queries into query-focused examples.
+
+- ``extractive-summarization``: ``LongformerForExtractiveSummarization``. Each document is split into
+  sentences (``hf_sparse.metrics.split_sentences``), labelled with the greedy ROUGE oracle
+  (``hf_sparse.metrics.oracle_labels``, ``oracle_sentences`` sentences by ``oracle_metric``) and encoded in
+  chunks of whole sentences (one training example per chunk, every sentence scored). Evaluation picks the
+  ``eval_max_sentences`` (and/or ``eval_max_words``) best sentences of each document, in document order,
+  and reports ROUGE-1/2/L/Lsum against the references.
+- ``abstractive-summarization``: ``LEDForSummarization`` (a new tiny LED, a saved one, or any LED checkpoint
+  such as ``allenai/led-base-16384``) trained with ``Seq2SeqTrainer``; evaluation generates
+  (``predict_with_generate: true``; the model builds its global attention mask inside ``generate``) and
+  reports ROUGE. Documents longer than ``max_source_length`` tokens are truncated; how many were is logged
+  and recorded (``<split>_truncated_documents``).
+
+Without ``tokenizer_name`` both train a word-level tokenizer on the training documents (and summaries),
+with the ``<sent>`` / ``<query_sep>`` markers; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..data.summarization import (
+    QUERY_MODES,
+    SENTENCE_FEATURES,
+    ExtractiveCollator,
+    add_summarization_tokens,
+    encode_abstractive,
+    encode_extractive,
+    read_summarization_jsonl,
+    sentence_features,
+    train_summarization_tokenizer,
+)
+from ..metrics.rouge import rouge
+from ..metrics.sentences import split_sentences
+from ..metrics.summarization import ORACLE_METRICS, oracle_labels, select_in_order
+from ..training import Task, path_field, register_task
+from ..training.tasks import metric_prefix
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+def _positive(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------- arguments
+
+
+@dataclass
+class SummarizationArguments:
+    """Recipe keys shared by both summarization tasks."""
+
+    data_dir: str = path_field(
+        help="Folder with train.jsonl, validation.jsonl and (optional) test.jsonl: 'document', 'summary' (and "
+        "'references', 'summary_query', 'specific_queries'); relative to the recipe file."
+    )
+    query_mode: str = field(
+        default="none",
+        metadata={"help": "'none', 'summary_query' (row's summary_query as query) or 'specific' (QMSum's "
+                  "query-focused pairs, one example each)."},
+    )  # fmt: skip
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "None: a new model from the size keys. A saved model of this task, or (abstractive) "
+                  "any LED checkpoint such as allenai/led-base-16384."},
+    )  # fmt: skip
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={"help": "Pretrained tokenizer; None: a word-level tokenizer trained on the training data."},
+    )
+    vocab_min_frequency: int = field(default=2, metadata={"help": "Built tokenizer: minimum word count."})
+    vocab_size: int | None = field(default=None, metadata={"help": "Built tokenizer: vocabulary cap."})
+    hidden_size: int = field(default=64, metadata={"help": "New model: hidden size (d_model)."})
+    num_hidden_layers: int = field(default=2, metadata={"help": "New model: encoder layers."})
+    num_attention_heads: int = field(default=4, metadata={"help": "New model: attention heads."})
+    intermediate_size: int = field(default=128, metadata={"help": "New model: feed-forward size."})
+    attention_window: int = field(default=64, metadata={"help": "New model: sliding-window size (even)."})
+    dropout: float = field(default=0.1, metadata={"help": "New model: dropout."})
+    max_train_documents: int | None = field(
+        default=None, metadata={"help": "Use only the first N training documents (quick runs)."}
+    )
+    max_eval_documents: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation and test documents."}
+    )
+
+    def __post_init__(self):
+        if not self.data_dir:
+            raise ValueError(
+                "data_dir is required: the folder with train.jsonl / validation.jsonl / test.jsonl"
+            )
+        if self.query_mode not in QUERY_MODES:
+            raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {self.query_mode!r}")
+        for name in ("vocab_min_frequency", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "attention_window"):  # fmt: skip
+            _positive(name, getattr(self, name))
+        for name in ("vocab_size", "max_train_documents", "max_eval_documents"):
+            _positive(name, getattr(self, name), allow_none=True)
+        if self.attention_window % 2:
+            raise ValueError(f"attention_window must be even, got {self.attention_window}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+
+@dataclass
+class ExtractiveArguments(SummarizationArguments):
+    """Recipe keys of ``extractive-summarization``."""
+
+    max_length: int = field(
+        default=4096, metadata={"help": "Tokens per encoded chunk (the backbone's limit)."}
+    )
+    max_sentence_tokens: int = field(
+        default=24,
+        metadata={"help": "Tokens kept per sentence in the encoding (the summary keeps it whole)."},
+    )
+    backbone_type: str = field(
+        default="longformer", metadata={"help": "New model's encoder: 'longformer' or 'sparse_transformer'."}
+    )
+    attention_pattern: dict | None = field(
+        default=None,
+        metadata={"help": "sparse_transformer backbone: pattern spec; None: {type: longformer, window}."},
+    )
+    sentence_features: list[str] = field(
+        default_factory=lambda: list(SENTENCE_FEATURES),
+        metadata={
+            "help": f"Per-sentence features given to the scoring head (from {list(SENTENCE_FEATURES)})."
+        },
+    )
+    head_hidden_size: int = field(default=64, metadata={"help": "Width of the scoring MLP."})
+    loss: str = field(default="bce", metadata={"help": "'bce' (per sentence) or 'listwise' (per chunk)."})
+    positive_weight: float = field(
+        default=1.0, metadata={"help": "'bce': weight of the oracle sentences' terms."}
+    )
+    oracle_sentences: int = field(
+        default=3, metadata={"help": "Sentences the greedy oracle labels per document."}
+    )
+    oracle_metric: str = field(
+        default="rouge2", metadata={"help": f"Oracle objective: one of {sorted(ORACLE_METRICS)}."}
+    )
+    eval_max_sentences: int | None = field(
+        default=3, metadata={"help": "Evaluation summaries: sentence budget."}
+    )
+    eval_max_words: int | None = field(default=None, metadata={"help": "Evaluation summaries: word budget."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("max_length", "max_sentence_tokens", "head_hidden_size", "oracle_sentences"):
+            _positive(name, getattr(self, name))
+        for name in ("eval_max_sentences", "eval_max_words"):
+            _positive(name, getattr(self, name), allow_none=True)
+        if self.eval_max_sentences is None and self.eval_max_words is None:
+            raise ValueError("give eval_max_sentences or eval_max_words (the evaluation summary budget)")
+        if self.backbone_type not in ("longformer", "sparse_transformer"):
+            raise ValueError(
+                f"backbone_type must be 'longformer' or 'sparse_transformer', got {self.backbone_type!r}"
+            )
+        if self.loss not in ("bce", "listwise"):
+            raise ValueError(f"loss must be 'bce' or 'listwise', got {self.loss!r}")
+        if self.oracle_metric not in ORACLE_METRICS:
+            raise ValueError(
+                f"oracle_metric must be one of {sorted(ORACLE_METRICS)}, got {self.oracle_metric!r}"
+            )
+        bad = [f for f in self.sentence_features if f not in SENTENCE_FEATURES]
+        if bad:
+            raise ValueError(f"unknown sentence_features {bad}; known: {list(SENTENCE_FEATURES)}")
+
+
+@dataclass
+class AbstractiveArguments(SummarizationArguments):
+    """Recipe keys of ``abstractive-summarization``."""
+
+    max_source_length: int = field(
+        default=1024, metadata={"help": "Input tokens (documents beyond are truncated, and counted)."}
+    )
+    max_target_length: int = field(default=128, metadata={"help": "Summary tokens (labels and generation)."})
+    min_target_length: int = field(default=0, metadata={"help": "Generation: minimum summary tokens."})
+    num_beams: int = field(default=1, metadata={"help": "Generation: beams (saved in generation_config)."})
+    no_repeat_ngram_size: int = field(
+        default=0, metadata={"help": "Generation: no repeated n-grams of this size."}
+    )
+    length_penalty: float = field(default=1.0, metadata={"help": "Generation: beam length penalty."})
+    decoder_layers: int = field(default=2, metadata={"help": "New model: decoder layers."})
+    max_decoder_positions: int = field(default=256, metadata={"help": "New model: decoder position limit."})
+    global_attention: list[str] = field(
+        default_factory=lambda: ["first"],
+        metadata={"help": "Global tokens the model builds: 'first', 'sentences', 'query'."},
+    )
+    encoder_attention_pattern: dict | None = field(
+        default=None,
+        metadata={"help": "hf-sparse pattern spec for the encoder (None: LED's own attention)."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("max_source_length", "max_target_length", "num_beams", "decoder_layers",
+                     "max_decoder_positions"):  # fmt: skip
+            _positive(name, getattr(self, name))
+        if self.min_target_length < 0 or self.no_repeat_ngram_size < 0:
+            raise ValueError("min_target_length and no_repeat_ngram_size must be >= 0")
+        if self.min_target_length > self.max_target_length:
+            raise ValueError(
+                f"min_target_length ({self.min_target_length}) > max_target_length ({self.max_target_length})"
+            )
+        bad = [g for g in self.global_attention if g not in ("first", "sentences", "query")]
+        if bad:
+            raise ValueError(f"global_attention entries must be 'first', 'sentences' or 'query', got {bad}")
+        if self.query_mode != "none" and "query" not in self.global_attention:
+            raise ValueError(f"query_mode={self.query_mode!r} needs 'query' in global_attention")
+
+
+# --------------------------------------------------------------------------------------- shared
+
+
+class ExampleDataset(torch.utils.data.Dataset):
+    """A list of example dicts (already tokenized)."""
+
+    def __init__(self, examples: list[dict]):
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.examples[i]
+
+
+def _first_documents(examples: list[dict], limit: int | None) -> list[dict]:
+    """The examples of the first ``limit`` documents (a QMSum meeting has one example per query)."""
+    if not limit:
+        return examples
+    seen: list[str] = []
+    out = []
+    for ex in examples:
+        if not seen or ex["document"] is not seen[-1]:
+            if len(seen) == limit:
+                break
+            seen.append(ex["document"])
+        out.append(ex)
+    return out
+
+
+class _SummarizationTask(Task):
+    card_task = "summarization"
+    model_type = ""
+
+    def __init__(self):
+        self._rows: dict[str, list[dict]] | None = None
+        self.references: dict[str, list[list[str]]] = {}
+        self.metric_split = "validation"
+        self.truncated: dict[str, int] = {}
+
+    def data(self, args) -> dict[str, list[dict]]:
+        """The examples of each split (read once)."""
+        if self._rows is None:
+            rows = {}
+            for split in SPLITS:
+                path = os.path.join(args.data_dir, f"{split}.jsonl")
+                if not os.path.isfile(path):
+                    if split == "test":
+                        continue
+                    raise FileNotFoundError(f"data_dir={args.data_dir!r} has no {split}.jsonl")
+                examples = read_summarization_jsonl(path, args.query_mode)
+                limit = args.max_train_documents if split == "train" else args.max_eval_documents
+                rows[split] = _first_documents(examples, limit)
+            self._rows = rows
+        return self._rows
+
+    def _saved(self, path: str | None) -> bool:
+        if not path:
+            return False
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path).model_type == self.model_type
+
+    def _uses(self, args) -> tuple[bool, bool]:
+        """(sentence markers, query separator) this task's model needs."""
+        raise NotImplementedError
+
+    def build_tokenizer(self, args):
+        from transformers import AutoTokenizer
+
+        if self._saved(args.model_name_or_path):
+            return AutoTokenizer.from_pretrained(args.model_name_or_path)
+        if args.tokenizer_name:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
+        else:
+            train = self.data(args)["train"]
+            texts = [e["document"] for e in train] + [e["summary"] for e in train]
+            texts += [e["query"] for e in train if e["query"]]
+            tokenizer = train_summarization_tokenizer(
+                texts, min_frequency=args.vocab_min_frequency, vocab_size=args.vocab_size
+            )
+        sentences, query = self._uses(args)
+        add_summarization_tokens(tokenizer, sentences, query)
+        return tokenizer
+
+    def evaluate(self, trainer, dataset, split):
+        self.metric_split = split
+        try:
+            out = trainer.predict(dataset, metric_key_prefix=metric_prefix(split))
+        finally:
+            self.metric_split = "validation"
+        metrics = dict(out.metrics)
+        if split in self.truncated:
+            metrics[f"{metric_prefix(split)}_truncated_documents"] = self.truncated[split]
+        return metrics
+
+    def card_info(self, args, metrics):
+        name = os.path.basename(os.path.normpath(args.data_dir)) or "summarization data"
+        return {"dataset_name": f"{name} ({args.data_dir})", "dataset_split": "validation and test"}
+
+
+# --------------------------------------------------------------------------------------- extractive
+
+
+@register_task("extractive-summarization")
+class ExtractiveSummarizationTask(_SummarizationTask):
+    """Sentence scoring with ``LongformerForExtractiveSummarization`` on greedy ROUGE-oracle labels."""
+
+    Arguments = ExtractiveArguments
+    lora_task_type = None
+    model_type = "longformer_extractive_summarization"
+
+    def __init__(self):
+        super().__init__()
+        self.documents: dict[str, list[list[str]]] = {}  # split -> sentences of each document
+        self.chunks: dict[str, list[tuple[int, list[int]]]] = {}  # split -> (document, sentence indices)
+        self._pad_multiple: int | None = None
+
+    def _uses(self, args):
+        return True, args.query_mode != "none"
+
+    def _backbone(self, args, tokenizer) -> dict:
+        pad = tokenizer.pad_token_id
+        common = {
+            "vocab_size": len(tokenizer), "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.num_hidden_layers, "num_attention_heads": args.num_attention_heads,
+            "intermediate_size": args.intermediate_size, "hidden_dropout_prob": args.dropout,
+            "attention_probs_dropout_prob": args.dropout, "pad_token_id": pad,
+        }  # fmt: skip
+        if args.backbone_type == "longformer":
+            return {"model_type": "longformer", **common, "attention_window": args.attention_window,
+                    "max_position_embeddings": args.max_length + pad + 1, "type_vocab_size": 1}  # fmt: skip
+        pattern = args.attention_pattern or {"type": "longformer", "window": args.attention_window}
+        return {"model_type": "sparse_transformer", **common, "max_position_embeddings": args.max_length,
+                "attention_pattern": pattern, "global_projections": True}  # fmt: skip
+
+    def build_model(self, args, tokenizer):
+        from transformers import AutoConfig, AutoModel
+
+        from ..models.longformer_tasks import (
+            LongformerExtractiveSummarizationConfig,
+            LongformerForExtractiveSummarization,
+            block_multiple,
+        )
+        from ..models.longformer_tasks.backbone import BACKBONES, backbone_config
+
+        path = args.model_name_or_path
+        ids = add_summarization_tokens(tokenizer, True, args.query_mode != "none")
+        common = {
+            "sentence_token_id": ids["sentence_token_id"],
+            "query_separator_token_id": ids["query_separator_token_id"],
+            "sentence_features": list(args.sentence_features),
+            "head_hidden_size": args.head_hidden_size,
+            "classifier_dropout": args.dropout,
+            "loss": args.loss,
+            "positive_weight": args.positive_weight,
+            "max_sentence_tokens": args.max_sentence_tokens,
+        }
+        if self._saved(path):
+            model = LongformerForExtractiveSummarization.from_pretrained(path, **common)
+        elif path:
+            encoder = AutoConfig.from_pretrained(path)
+            if encoder.model_type not in BACKBONES:
+                raise ValueError(
+                    f"model_name_or_path={path!r} is a {encoder.model_type!r} model; expected a Longformer or "
+                    "SparseTransformer encoder, or a saved LongformerForExtractiveSummarization"
+                )
+            config = LongformerExtractiveSummarizationConfig(backbone=encoder.to_dict(), **common)
+            model = LongformerForExtractiveSummarization(config)
+            encoder_model = AutoModel.from_pretrained(path)
+            model.backbone.load_state_dict(encoder_model.state_dict(), strict=False)
+        else:
+            config = LongformerExtractiveSummarizationConfig(
+                backbone=self._backbone(args, tokenizer), max_chunk_length=args.max_length, **common
+            )
+            model = LongformerForExtractiveSummarization(config)
+        if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+            model.resize_token_embeddings(len(tokenizer))
+        self._pad_multiple = block_multiple(backbone_config(model.config.backbone))
+        self._chunk_length = model.config.chunk_length
+        self._config = model.config
+        return model
+
+    def build_datasets(self, args, tokenizer):
+        cfg = self._config
+        out = {}
+        for split, examples in self.data(args).items():
+            items, docs, chunks, refs = [], [], [], []
+            positives = 0
+            for d, ex in enumerate(examples):
+                sentences = split_sentences(ex["document"])
+                if not sentences:
+                    raise ValueError(f"{split} document {ex['id']!r} has no sentences")
+                labels = oracle_labels(sentences, ex["references"], args.oracle_sentences, args.oracle_metric)
+                positives += int(labels.sum())
+                feats = sentence_features(sentences, ex["query"], cfg.sentence_features)
+                for chunk in encode_extractive(
+                    tokenizer, sentences, ex["query"], max_length=self._chunk_length,
+                    sentence_token_id=cfg.sentence_token_id, query_separator_token_id=cfg.query_separator_token_id,
+                    max_sentence_tokens=cfg.max_sentence_tokens,
+                ):  # fmt: skip
+                    idx = chunk.sentence_indices
+                    item = {"input_ids": chunk.input_ids, "labels": labels[idx].astype(np.float32).tolist()}
+                    if cfg.sentence_features:
+                        item["sentence_features"] = feats[idx].tolist()
+                    items.append(item)
+                    chunks.append((d, idx))
+                docs.append(sentences)
+                refs.append(ex["references"])
+            logger.info(
+                "%s: %d documents, %d chunks, %d oracle sentences", split, len(docs), len(items), positives
+            )
+            self.documents[split], self.chunks[split], self.references[split] = docs, chunks, refs
+            out[split] = ExampleDataset(items)
+        return out
+
+    def data_collator(self, args, tokenizer):
+        return ExtractiveCollator(tokenizer.pad_token_id, self._pad_multiple)
+
+    def document_scores(self, split: str, logits) -> list[np.ndarray]:
+        """Per-document sentence scores from per-chunk logits (in the split's chunk order)."""
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        docs = self.documents[split]
+        scores = [np.zeros(len(s)) for s in docs]
+        for row, (d, idx) in zip(np.asarray(logits), self.chunks[split]):
+            scores[d][idx] = row[: len(idx)]
+        return scores
+
+    def summaries(self, split: str, logits, args) -> list[str]:
+        out = []
+        for sentences, scores in zip(self.documents[split], self.document_scores(split, logits)):
+            picked = select_in_order(scores, sentences, args.eval_max_sentences, args.eval_max_words)
+            out.append(" ".join(" ".join(s.split()) for s in picked))
+        return out
+
+    def compute_metrics(self, args):
+        def metrics(pred):
+            split = self.metric_split
+            n_chunks = len(
+                np.asarray(pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions)
+            )
+            if n_chunks != len(self.chunks[split]):
+                raise ValueError(
+                    f"{split}: {n_chunks} of {len(self.chunks[split])} chunks were evaluated; summaries need every "
+                    "chunk of a document: limit documents with max_eval_documents, not max_eval_samples"
+                )
+            predictions = self.summaries(split, pred.predictions, args)
+            return rouge(predictions, self.references[split])
+
+        return metrics
+
+    def card_info(self, args, metrics):
+        info = super().card_info(args, metrics)
+        budget = (
+            f"{args.eval_max_sentences} sentences"
+            if args.eval_max_sentences
+            else f"{args.eval_max_words} words"
+        )
+        info.update(
+            auto_class="AutoModel",
+            tags=["extractive-summarization"],
+            extra={
+                "description": (
+                    "An extractive summarizer: a long encoder reads the whole document with a marker token "
+                    "before every sentence (global attention on the markers), scores each sentence, and the "
+                    "summary is the best sentences in document order within a budget. Trained on greedy "
+                    f"ROUGE-oracle labels ({args.oracle_sentences} sentences by {args.oracle_metric})."
+                ),
+                "evaluation budget": budget,
+                "sentence features": ", ".join(args.sentence_features) or "none",
+            },
+        )
+        return info
+
+
+# --------------------------------------------------------------------------------------- abstractive
+
+
+def _seq2seq_classes():
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    return Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+
+@register_task("abstractive-summarization")
+class AbstractiveSummarizationTask(_SummarizationTask):
+    """Abstractive summarization with ``LEDForSummarization`` (generation-based ROUGE evaluation)."""
+
+    Arguments = AbstractiveArguments
+    trainer_class, training_arguments_class = _seq2seq_classes()
+    lora_task_type = "SEQ_2_SEQ_LM"
+    model_type = "led_summarization"
+
+    def _uses(self, args):
+        return "sentences" in args.global_attention, "query" in args.global_attention
+
+    def build_model(self, args, tokenizer):
+        from transformers import AutoConfig
+
+        from ..models.longformer_tasks import LEDForSummarization, LEDSummarizationConfig
+
+        path = args.model_name_or_path
+        ids = add_summarization_tokens(tokenizer, *self._uses(args))
+        if self._saved(path):
+            model = LEDForSummarization.from_pretrained(path)
+        elif path:
+            kind = AutoConfig.from_pretrained(path).model_type
+            if kind != "led":
+                raise ValueError(
+                    f"model_name_or_path={path!r} is a {kind!r} model; expected an LED checkpoint"
+                )
+            model = LEDForSummarization.from_led(
+                path, tokenizer=tokenizer, global_attention=args.global_attention,
+                encoder_attention_pattern=args.encoder_attention_pattern,
+            )  # fmt: skip
+        else:
+            config = LEDSummarizationConfig(
+                vocab_size=len(tokenizer), d_model=args.hidden_size, encoder_layers=args.num_hidden_layers,
+                decoder_layers=args.decoder_layers, encoder_attention_heads=args.num_attention_heads,
+                decoder_attention_heads=args.num_attention_heads, encoder_ffn_dim=args.intermediate_size,
+                decoder_ffn_dim=args.intermediate_size, attention_window=args.attention_window,
+                max_encoder_position_embeddings=args.max_source_length,
+                max_decoder_position_embeddings=args.max_decoder_positions, dropout=args.dropout,
+                pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+                global_attention=args.global_attention, **ids,
+                encoder_attention_pattern=args.encoder_attention_pattern,
+            )  # fmt: skip
+            model = LEDForSummarization(config)
+        if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+            model.resize_token_embeddings(len(tokenizer))
+        gen = model.generation_config
+        gen.max_length = args.max_target_length
+        gen.min_length = args.min_target_length
+        gen.num_beams = args.num_beams
+        gen.no_repeat_ngram_size = args.no_repeat_ngram_size
+        gen.length_penalty = args.length_penalty
+        gen.pad_token_id, gen.eos_token_id = model.config.pad_token_id, model.config.eos_token_id
+        gen.decoder_start_token_id = model.config.decoder_start_token_id
+        gen.bos_token_id = model.config.bos_token_id
+        self._config = model.config
+        return model
+
+    def build_datasets(self, args, tokenizer):
+        cfg = self._config
+        limit = min(args.max_source_length, cfg.max_encoder_position_embeddings)
+        out = {}
+        for split, examples in self.data(args).items():
+            items, truncated = [], 0
+            for ex in examples:
+                enc = encode_abstractive(
+                    tokenizer, ex["document"], ex["query"], max_length=limit,
+                    sentence_token_id=cfg.sentence_token_id if "sentences" in cfg.global_attention else None,
+                    query_separator_token_id=cfg.query_separator_token_id,
+                )  # fmt: skip
+                truncated += enc["truncated"]
+                labels = tokenizer(ex["summary"], max_length=args.max_target_length, truncation=True)[
+                    "input_ids"
+                ]
+                items.append({"input_ids": enc["input_ids"], "attention_mask": [1] * len(enc["input_ids"]),
+                              "labels": labels})  # fmt: skip
+            if truncated:
+                logger.warning(
+                    "%s: %d of %d documents are longer than max_source_length=%d tokens and were truncated",
+                    split, truncated, len(examples), limit,
+                )  # fmt: skip
+            self.truncated[split] = truncated
+            self.references[split] = [ex["references"] for ex in examples]
+            out[split] = ExampleDataset(items)
+        return out
+
+    def data_collator(self, args, tokenizer):
+        from transformers import DataCollatorForSeq2Seq
+
+        multiple = (
+            None if self._config.encoder_attention_pattern is not None else max(self._config.attention_window)
+        )
+        return DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, pad_to_multiple_of=multiple)
+
+    def compute_metrics(self, args):
+        def metrics(pred):
+            preds = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
+            preds = np.asarray(preds)
+            if preds.ndim != 2:
+                raise ValueError(
+                    "abstractive-summarization evaluates generated summaries: set predict_with_generate: true"
+                )
+            preds = np.where(preds < 0, self._tokenizer.pad_token_id, preds)
+            texts = [t.strip() for t in self._tokenizer.batch_decode(preds, skip_special_tokens=True)]
+            refs = self.references[self.metric_split][: len(texts)]
+            result = rouge([t if t else "" for t in texts], refs)
+            result["gen_len"] = float(
+                np.mean([np.count_nonzero(p != self._tokenizer.pad_token_id) for p in preds])
+            )
+            return result
+
+        return metrics
+
+    def build_tokenizer(self, args):
+        self._tokenizer = super().build_tokenizer(args)
+        return self._tokenizer
+
+    def card_info(self, args, metrics):
+        info = super().card_info(args, metrics)
+        if args.model_name_or_path and not os.path.isdir(args.model_name_or_path):
+            info["base_model"] = args.model_name_or_path
+        info["extra"] = {
+            "global attention": ", ".join(args.global_attention),
+            "encoder attention": "LED (Longformer)"
+            if args.encoder_attention_pattern is None
+            else "hf-sparse kernels",
+            "max_source_length": args.max_source_length,
+        }
+        if args.encoder_attention_pattern is not None:
+            info["pattern"] = args.encoder_attention_pattern
+        return info
+
+
+__all__ = ["AbstractiveSummarizationTask", "ExtractiveSummarizationTask"]

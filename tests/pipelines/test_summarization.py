@@ -1,0 +1,165 @@
+"""The long-document-summarization pipeline: extractive budgets and chunking, abstractive generation options,
+truncation warnings, plain LED, and clear errors for bad input."""
+
+import pytest
+import torch
+from transformers import LEDConfig, LEDForConditionalGeneration, pipeline
+
+import hf_sparse  # noqa: F401  (registers the task)
+from hf_sparse.data.summarization import synthetic_copy_documents
+from hf_sparse.pipelines.summarization import LongDocumentSummarizationPipeline
+from tests.models.summarization_tiny import tiny_extractive, tiny_led, tiny_tokenizer
+
+SENT, QSEP = 5, 6
+DOC = " ".join(synthetic_copy_documents(1, num_sentences=(8, 8), seed=7)[0]["document"].split())
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def extractive(tok):
+    torch.manual_seed(0)
+    return pipeline("long-document-summarization", model=tiny_extractive(tok), tokenizer=tok)
+
+
+@pytest.fixture(scope="module")
+def abstractive(tok):
+    torch.manual_seed(0)
+    model = tiny_led(tok, global_attention=["first", "sentences", "query"], sentence_token_id=SENT,
+                     query_separator_token_id=QSEP)  # fmt: skip
+    return pipeline("long-document-summarization", model=model, tokenizer=tok)
+
+
+def test_task_is_registered(extractive):
+    assert isinstance(extractive, LongDocumentSummarizationPipeline) and extractive.kind == "extractive"
+
+
+def test_extractive_budgets(extractive):
+    out = extractive(DOC)
+    assert out["num_sentences"] == 8 and out["chunks"] == 1
+    assert len(out["sentences"]) == 3 and out["sentence_indices"] == sorted(out["sentence_indices"])
+    assert out["summary_text"] == " ".join(out["sentences"])
+    two = extractive(DOC, max_sentences=2)
+    assert len(two["sentences"]) == 2
+    words = extractive(DOC, max_words=12)
+    assert sum(len(s.split()) for s in words["sentences"]) <= 12 and words["sentences"]
+    assert extractive({"text": DOC})["summary_text"] == out["summary_text"]
+    batch = extractive([DOC, DOC], max_sentences=1)
+    assert isinstance(batch, list) and len(batch) == 2
+
+
+def test_extractive_long_input_is_chunked_not_truncated(tok):
+    model = tiny_extractive(tok, max_chunk_length=40)
+    pipe = pipeline("long-document-summarization", model=model, tokenizer=tok)
+    long_doc = " ".join(d["document"] for d in synthetic_copy_documents(6, seed=2))
+    out = pipe(long_doc, max_sentences=4)
+    assert out["chunks"] > 3  # 40 tokens per chunk
+    assert out["num_sentences"] == len(hf_sparse.metrics.split_sentences(long_doc))
+    # every sentence got a score: the scores of the picked sentences are real (not the padding score)
+    assert all(s > -1e3 for s in out["scores"]) and len(out["sentences"]) == 4
+
+
+def test_abstractive_generation_options(abstractive):
+    out = abstractive(
+        DOC, num_beams=2, max_length=6, min_length=2, no_repeat_ngram_size=2, length_penalty=1.5
+    )
+    assert isinstance(out["summary_text"], str) and out["truncated"] is False
+    ids = abstractive.tokenizer(out["summary_text"], add_special_tokens=False)["input_ids"]
+    assert len(ids) <= 6
+    q = abstractive(DOC, query="w1 w2", max_length=4)
+    assert q["input_tokens"] > out["input_tokens"]  # query prefix and separator
+    assert abstractive({"text": DOC, "query": "w3"}, max_length=4)["summary_text"] is not None
+
+
+def test_abstractive_mask_reaches_the_encoder(abstractive):
+    seen = []
+    attn = abstractive.model.led.encoder.layers[0].self_attn.longformer_self_attn
+    handle = attn.register_forward_pre_hook(
+        lambda m, a, kw: seen.append(kw["is_index_global_attn"][0]), with_kwargs=True
+    )
+    try:
+        abstractive(DOC, query="w1 w2", max_length=4)
+    finally:
+        handle.remove()
+    ids = abstractive.preprocess(DOC, query="w1 w2")["input_ids"][0]
+    g = seen[0][: len(ids)]
+    assert g[:4].all()  # <s>, query w1 w2, <query_sep>
+    assert g[ids == SENT].all() and int(g.sum()) == 4 + int((ids == SENT).sum())
+
+
+def test_abstractive_long_input_warns_and_says_so(abstractive):
+    with pytest.warns(UserWarning, match=r"truncated to its first 20 tokens"):
+        out = abstractive(DOC, max_input_length=20, max_length=4)
+    assert out["truncated"] is True and out["input_tokens"] > 20
+    with pytest.raises(ValueError, match="encoder limit"):
+        abstractive(DOC, max_input_length=10**6)
+
+
+def test_plain_led_gets_a_global_first_token(tok):
+    kw = dict(vocab_size=len(tok), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+              decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, attention_window=8,
+              max_encoder_position_embeddings=256, max_decoder_position_embeddings=32)  # fmt: skip
+    led = LEDForConditionalGeneration(LEDConfig(**kw)).eval()
+    seen = []
+    led.led.encoder.layers[0].self_attn.longformer_self_attn.register_forward_pre_hook(
+        lambda m, a, kw: seen.append(kw["is_index_global_attn"][0].nonzero().flatten().tolist()),
+        with_kwargs=True,
+    )
+    pipe = pipeline("long-document-summarization", model=led, tokenizer=tok)
+    assert isinstance(pipe(DOC, max_length=4)["summary_text"], str)
+    assert seen == [[0]]
+    with pytest.raises(ValueError, match="no query support"):
+        pipe(DOC, query="w1")
+
+
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda p: p(""), ValueError, "text is empty"),
+        (lambda p: p("   \n"), ValueError, "text is empty"),
+        (lambda p: p(42), TypeError, "text must be a str"),
+        (lambda p: p(["ok. Fine.", None]), TypeError, "text must be a str"),
+        (lambda p: p({"document": DOC}), ValueError, "'text' \\(required\\)"),
+        (lambda p: p(DOC, query="w1"), ValueError, "no query support"),
+        (lambda p: p(DOC, max_sentences=0), ValueError, "max_sentences must be positive"),
+        (lambda p: p(DOC, max_words=-3), ValueError, "max_words must be positive"),
+        (lambda p: p(DOC, max_sentences=2.5), TypeError, "max_sentences must be an int"),
+        (lambda p: p(DOC, num_beams=4), ValueError, "apply to abstractive models"),
+        (lambda p: p(DOC, temperature=0.5), ValueError, "unknown option"),
+    ],
+)
+def test_extractive_bad_input(extractive, call, error, match):
+    with pytest.raises(error, match=match):
+        call(extractive)
+
+
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda p: p(""), ValueError, "text is empty"),
+        (lambda p: p(b"bytes"), TypeError, "text must be a str"),
+        (lambda p: p(DOC, query=3), TypeError, "query must be a str"),
+        (lambda p: p(DOC, query=" "), ValueError, "query is empty"),
+        (lambda p: p({"text": DOC, "query": "a"}, query="b"), ValueError, "give it once"),
+        (lambda p: p(DOC, max_sentences=3), ValueError, "apply to extractive models"),
+        (lambda p: p(DOC, num_beams=0), ValueError, "num_beams must be positive"),
+        (lambda p: p(DOC, min_length=5, max_length=2), ValueError, "min_length"),
+        (lambda p: p(DOC, length_penalty="long"), TypeError, "length_penalty"),
+        (lambda p: p(DOC, max_input_length=0), ValueError, "max_input_length must be positive"),
+    ],
+)
+def test_abstractive_bad_input(abstractive, call, error, match):
+    with pytest.raises(error, match=match):
+        call(abstractive)
+
+
+def test_rejects_other_models(tok):
+    from hf_sparse import SparseTransformerConfig, SparseTransformerModel
+
+    model = SparseTransformerModel(SparseTransformerConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
+                                                           num_attention_heads=2, intermediate_size=64))  # fmt: skip
+    with pytest.raises(ValueError, match="model_type='sparse_transformer'"):
+        LongDocumentSummarizationPipeline(model=model, tokenizer=tok)

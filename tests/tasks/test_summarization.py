@@ -1,0 +1,164 @@
+"""The summarization recipe tasks end to end: extractive on real ScisummNet papers, abstractive on synthetic data
+(and, slow, the copy-the-first-sentence sanity task through the pipeline), QMSum queries, SQuALITY references."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from transformers import EvalPrediction, pipeline
+
+import hf_sparse  # noqa: F401
+from hf_sparse.data.summarization import synthetic_copy_documents, write_jsonl
+from hf_sparse.metrics import rouge
+from hf_sparse.tasks.summarization import AbstractiveArguments, ExtractiveArguments
+from hf_sparse.training import get_task, load_recipe, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RECIPES = os.path.join(ROOT, "pipelines", "summarization")
+SMALL = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+         "report_to": "none", "save_strategy": "no", "disable_tqdm": True, "plots": False}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def copy_data(folder, n_train, seed=0):
+    os.makedirs(folder, exist_ok=True)
+    for split, n, s in (("train", n_train, seed), ("validation", 16, seed + 1), ("test", 16, seed + 2)):
+        write_jsonl(synthetic_copy_documents(n, seed=s), os.path.join(folder, f"{split}.jsonl"))
+    return str(folder)
+
+
+def test_tasks_registered_and_recipes_parse():
+    assert get_task("extractive-summarization").Arguments is ExtractiveArguments
+    assert get_task("abstractive-summarization").Arguments is AbstractiveArguments
+    for name, overrides in (("tiny-extractive", []), ("tiny-abstractive", []), ("led-base", ["bf16=false"])):
+        _, task_args, training_args = load_recipe(os.path.join(RECIPES, f"{name}.yaml"), overrides)
+        assert os.path.basename(task_args.data_dir) == "scisummnet"
+    assert task_args.model_name_or_path == "allenai/led-base-16384"
+    assert training_args.predict_with_generate
+
+
+@pytest.mark.parametrize(
+    "values,match",
+    [
+        ({"loss": "hinge"}, "loss must be"),
+        ({"eval_max_sentences": None}, "budget"),
+        ({"sentence_features": ["nope"]}, "unknown sentence_features"),
+        ({"attention_window": 7}, "even"),
+        ({"query_mode": "everything"}, "query_mode"),
+    ],
+)
+def test_extractive_arguments_rejected(values, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        ExtractiveArguments(data_dir=str(tmp_path), **values)
+
+
+def test_abstractive_query_mode_needs_query_globals(tmp_path):
+    with pytest.raises(ValueError, match="needs 'query' in global_attention"):
+        AbstractiveArguments(data_dir=str(tmp_path), query_mode="specific")
+
+
+def test_extractive_on_scisummnet_papers(shared_data, tmp_path):
+    out = tmp_path / "ext"
+    overrides = [f"data_dir={shared_data}/summarization/scisummnet", f"output_dir={out}", "max_train_documents=3",
+                 "max_eval_documents=2", "num_train_epochs=1", "max_length=512", "attention_window=16"]  # fmt: skip
+    overrides += [f"{k}={v}" for k, v in SMALL.items()]
+    results = run(os.path.join(RECIPES, "tiny-extractive.yaml"), overrides)
+    for split in ("eval", "test"):
+        assert 0.0 < results[f"{split}_rouge1"] < 1.0 and 0.0 <= results[f"{split}_rouge2"] < 1.0
+    assert (out / "README.md").is_file() and "Long-document summarization" in (out / "README.md").read_text()
+    pipe = pipeline("long-document-summarization", model=str(out), trust_remote_code=True)
+    doc = json.loads(open(f"{shared_data}/summarization/scisummnet/test.jsonl").readline())["document"]
+    summary = pipe(doc, max_sentences=2)
+    assert len(summary["sentences"]) == 2 and summary["chunks"] > 1  # 512-token chunks: a paper needs several
+
+
+def test_abstractive_run_reports_generation_rouge_and_truncation(tmp_path):
+    data = copy_data(tmp_path / "data", 32)
+    results = run(
+        os.path.join(RECIPES, "tiny-abstractive.yaml"),
+        [f"data_dir={data}", f"output_dir={tmp_path / 'out'}", "num_train_epochs=1", "max_source_length=32",
+         "max_target_length=16", "generation_max_length=16", "max_decoder_positions=32", "attention_window=8",
+         "vocab_min_frequency=1", "eval_strategy=no", *[f"{k}={v}" for k, v in SMALL.items()]],
+    )  # fmt: skip
+    assert {"test_rouge1", "test_rouge2", "test_rougeL", "test_rougeLsum", "test_gen_len"} <= set(results)
+    assert 0 < results["test_truncated_documents"] <= 16  # 32-token inputs cut the longer documents
+    gen = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert gen["max_length"] == 16 and gen["num_beams"] == 2 and gen["no_repeat_ngram_size"] == 3
+
+
+def test_qmsum_specific_queries_are_query_prefixed(shared_data, tmp_path):
+    recipe = {"task": "abstractive-summarization", "data_dir": f"{shared_data}/summarization/qmsum",
+              "output_dir": str(tmp_path), "query_mode": "specific", "global_attention": ["first", "query"],
+              "max_train_documents": 2, "max_eval_documents": 1, "max_source_length": 256, **SMALL}  # fmt: skip
+    _, args, _ = load_recipe(recipe)
+    task = get_task("abstractive-summarization")()
+    tokenizer = task.build_tokenizer(args)
+    model = task.build_model(args, tokenizer)
+    datasets = task.build_datasets(args, tokenizer)
+    qsep = model.config.query_separator_token_id
+    assert model.supports_query and qsep == tokenizer.convert_tokens_to_ids("<query_sep>")
+    first = datasets["train"][0]["input_ids"]
+    assert first.count(qsep) == 1 and len(first) == 256
+    assert len(datasets["train"]) == len(task.data(args)["train"]) > 2  # one example per query of 2 meetings
+    assert all(e["query"] for e in task.data(args)["train"]) and task.truncated["train"] == len(
+        datasets["train"]
+    )
+    g = model.default_global_attention_mask(torch.tensor([first]))
+    assert int(g.sum()) == first.index(qsep) + 1  # <s>, the query and its separator
+
+
+def test_squality_scores_against_all_references(shared_data, tmp_path):
+    recipe = {"task": "abstractive-summarization", "data_dir": f"{shared_data}/summarization/squality",
+              "output_dir": str(tmp_path), "max_train_documents": 2, "max_eval_documents": 2,
+              "vocab_min_frequency": 1, "max_source_length": 64, **SMALL}  # fmt: skip
+    _, args, _ = load_recipe(recipe)
+    task = get_task("abstractive-summarization")()
+    tokenizer = task.build_tokenizer(args)
+    task.build_model(args, tokenizer)
+    task.build_datasets(args, tokenizer)
+    refs = task.references["validation"]
+    assert [len(r) for r in refs] == [4, 4]
+    predictions = [refs[0][0], refs[1][0]]  # the first reference of each story, as generated ids
+    ids = tokenizer(predictions, padding=True)["input_ids"]
+    got = task.compute_metrics(args)(EvalPrediction(predictions=np.array(ids), label_ids=np.array(ids)))
+    decoded = [t.strip() for t in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+    assert got["rouge1"] == pytest.approx(rouge(decoded, refs)["rouge1"])
+    assert got["rouge1"] != pytest.approx(rouge(decoded, [[r[3]] for r in refs])["rouge1"])
+
+
+@pytest.mark.slow
+def test_copy_first_sentence_through_the_pipeline(tmp_path):
+    """The tiny abstractive recipe learns to copy the first sentence; the pipeline's generate gets the global
+    tokens (first token and sentence markers) the model builds, and ROUGE-L reaches 0.9."""
+    data = copy_data(tmp_path / "data", 480)
+    out = tmp_path / "out"
+    run(
+        os.path.join(RECIPES, "tiny-abstractive.yaml"),
+        [f"data_dir={data}", f"output_dir={out}", "vocab_min_frequency=1", "max_source_length=256",
+         "max_target_length=24", "generation_max_length=24", "max_decoder_positions=32", "attention_window=8",
+         "num_train_epochs=8", "per_device_train_batch_size=16", "learning_rate=3e-3", "warmup_steps=10",
+         "dropout=0.0", "no_repeat_ngram_size=0", "eval_strategy=no", "save_strategy=no", "report_to=none",
+         "plots=false", "disable_tqdm=true"],
+    )  # fmt: skip
+    pipe = pipeline("long-document-summarization", model=str(out), trust_remote_code=True)
+    rows = synthetic_copy_documents(32, seed=2)
+    seen = []
+    attn = pipe.model.led.encoder.layers[0].self_attn.longformer_self_attn
+    attn.register_forward_pre_hook(
+        lambda m, a, kw: seen.append(kw["is_index_global_attn"][0]), with_kwargs=True
+    )
+    predictions = [o["summary_text"] for o in pipe([r["document"] for r in rows])]
+    assert rouge(predictions, [r["summary"] for r in rows])["rougeL"] >= 0.9
+    sentence_id = pipe.model.config.sentence_token_id
+    for row, g in zip(rows, seen):
+        ids = pipe.preprocess(row["document"])["input_ids"][0]
+        assert g[0] and int(g.sum()) == 1 + int((ids == sentence_id).sum())  # first token + every marker
