@@ -139,13 +139,13 @@ def test_squality_scores_against_all_references(shared_data, tmp_path):
 def test_copy_first_sentence_through_the_pipeline(tmp_path):
     """The tiny abstractive recipe learns to copy the first sentence; the pipeline's generate gets the global
     tokens (first token and sentence markers) the model builds, and ROUGE-L reaches 0.9."""
-    data = copy_data(tmp_path / "data", 480)
+    data = copy_data(tmp_path / "data", 800)
     out = tmp_path / "out"
     run(
         os.path.join(RECIPES, "tiny-abstractive.yaml"),
         [f"data_dir={data}", f"output_dir={out}", "vocab_min_frequency=1", "max_source_length=256",
          "max_target_length=24", "generation_max_length=24", "max_decoder_positions=32", "attention_window=8",
-         "num_train_epochs=8", "per_device_train_batch_size=16", "learning_rate=3e-3", "warmup_steps=10",
+         "num_train_epochs=10", "per_device_train_batch_size=16", "learning_rate=3e-3", "warmup_steps=10",
          "dropout=0.0", "no_repeat_ngram_size=0", "eval_strategy=no", "save_strategy=no", "report_to=none",
          "plots=false", "disable_tqdm=true"],
     )  # fmt: skip
