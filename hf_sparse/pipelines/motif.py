@@ -31,6 +31,65 @@ def decode_bio(tags: list[str]) -> list[tuple[str, int, int]]:
     return spans
 
 
+def fixed_length_spans(
+    log_probs: np.ndarray, id2label: dict, lengths: dict[str, int]
+) -> list[tuple[str, int, int]]:
+    """The non-overlapping spans, each exactly as long as its motif, that maximise the total
+    log-probability of the tags they imply (``B-X`` on a span's first base, ``I-X`` on the others,
+    ``O`` everywhere else): a semi-Markov Viterbi pass, O(n x motifs).
+
+    ``log_probs``: ``(n, tags)`` per-base log-probabilities, columns as in ``id2label``; ``lengths``:
+    motif name -> length in bases (every motif with ``B-``/``I-`` tags must be there).
+    """
+    n = log_probs.shape[0]
+    col = {tag: int(i) for i, tag in id2label.items()}
+    if "O" not in col:
+        raise ValueError(f"id2label has no 'O' tag: {sorted(col)}")
+    names = sorted({t[2:] for t in col if t[:2] in ("B-", "I-")})
+    missing = [m for m in names if m not in lengths]
+    if missing:
+        raise ValueError(f"fixed-length decoding needs the length of every motif; missing {missing}")
+    segs = []  # (name, length, B column log-probs, prefix sums of I column log-probs)
+    for name in names:
+        length = int(lengths[name])
+        if 1 <= length <= n:
+            inside = np.concatenate([[0.0], np.cumsum(log_probs[:, col[f"I-{name}"]])])  # (n + 1,)
+            segs.append((name, length, log_probs[:, col[f"B-{name}"]], inside))
+    outside = log_probs[:, col["O"]]
+    best = np.full(n + 1, -np.inf)
+    best[0] = 0.0
+    back: list[tuple[str, int] | None] = [None] * (n + 1)
+    for i in range(1, n + 1):  # best[i]: the best labelling of bases 0 .. i-1
+        value, choice = best[i - 1] + outside[i - 1], None
+        for name, length, b, inside in segs:
+            s = i - length
+            if s >= 0:
+                v = best[s] + b[s] + inside[i] - inside[s + 1]
+                if v > value:
+                    value, choice = v, (name, s)
+        best[i], back[i] = value, choice
+    spans, i = [], n
+    while i > 0:
+        if back[i] is None:
+            i -= 1
+        else:
+            name, s = back[i]
+            spans.append((name, s, i))
+            i = s
+    return spans[::-1]
+
+
+def decode_spans(probs: np.ndarray, config, span_decoding: str | None = None) -> list[tuple[str, int, int]]:
+    """Spans ``(motif, start, end)`` from per-base tag probabilities ``(n, tags)`` with the config's
+    ``span_decoding`` (or the one given): ``"bio"`` (argmax tags) or ``"fixed_length"``."""
+    how = span_decoding or getattr(config, "span_decoding", "bio")
+    if how == "fixed_length":
+        return fixed_length_spans(np.log(np.clip(probs, 1e-12, None)), config.id2label, config.motif_lengths)
+    if how != "bio":
+        raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {how!r}")
+    return decode_bio([config.id2label[int(i)] for i in probs.argmax(-1)])
+
+
 def strand_of(seq: str, counts) -> str | None:
     """'+' or '-': the strand on which the motif's log-odds score of ``seq`` is higher (None when the
     span and the motif differ in length)."""
@@ -59,7 +118,9 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
     config) scores the span higher.
 
     Call options: ``window`` (bases per window; default the model's maximum), ``stride`` (default
-    three quarters of the window), ``min_score`` (drop spans whose score is lower, in [0, 1]).
+    three quarters of the window), ``min_score`` (drop spans whose score is lower, in [0, 1]),
+    ``span_decoding`` (``"bio"`` or ``"fixed_length"``; default the config's, see
+    :func:`decode_spans`).
 
     Input rules are the tokenizer's: ``A C G T N`` in either case, IUPAC ambiguity codes read as N,
     whitespace ignored; an empty sequence is a ``ValueError``, any other character a ``ValueError``
@@ -67,8 +128,12 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
     results.
     """
 
-    def _sanitize_parameters(self, window=None, stride=None, min_score=None, **kwargs):
+    def _sanitize_parameters(self, window=None, stride=None, min_score=None, span_decoding=None, **kwargs):
         pre, post = {}, {}
+        if span_decoding is not None:
+            if span_decoding not in ("bio", "fixed_length"):
+                raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {span_decoding!r}")
+            post["span_decoding"] = span_decoding
         if window is not None:
             pre["window"] = window
         if stride is not None:
@@ -148,7 +213,7 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
                 rows.extend([q] * (k - 1))
         return output["start"], np.stack(rows)
 
-    def postprocess(self, outputs, min_score=0.0):
+    def postprocess(self, outputs, min_score=0.0, span_decoding=None):
         cfg = self.model.config
         seq = outputs[0]["sequence"]
         result = {"spans": [], "sequence_scores": {}, "windows": len(outputs)}
@@ -163,10 +228,9 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
                 take = m > margin[pos]
                 probs[pos[take]] = p[take]
                 margin[pos[take]] = m[take]
-            best, ids = probs.max(-1), probs.argmax(-1)
-            tags = [cfg.id2label[int(i)] for i in ids]
-            for motif, a, b in decode_bio(tags):
-                score = float(best[a:b].mean())
+            for motif, a, b in decode_spans(probs, cfg, span_decoding):
+                tags = [cfg.label2id["B-" + motif]] + [cfg.label2id["I-" + motif]] * (b - a - 1)
+                score = float(probs[np.arange(a, b), tags].mean())  # mean probability of the span's tags
                 if score < min_score:
                     continue
                 counts = (cfg.motifs or {}).get(motif)
@@ -193,4 +257,4 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         return result
 
 
-__all__ = ["DNAMotifDetectionPipeline", "decode_bio", "strand_of"]
+__all__ = ["DNAMotifDetectionPipeline", "decode_bio", "decode_spans", "fixed_length_spans", "strand_of"]

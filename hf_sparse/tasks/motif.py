@@ -53,6 +53,7 @@ from ..data.motifs import (
 )
 from ..metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
 from ..metrics.spans import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
+from ..pipelines.motif import decode_spans
 from ..tokenization_dna import normalize_sequence, reverse_complement
 from ..training import Task, path_field, register_task
 
@@ -97,6 +98,10 @@ class MotifArguments:
         default=64,
         metadata={"help": "Sliding-window width in tokens (Longformer: attention_window; sparse: window)."},
     )
+    attention_backend: str = field(
+        default="auto",
+        metadata={"help": "SparseTransformer kernel: 'auto', 'blocked', 'flex' or 'dense' (all exact)."},
+    )
     position_embedding_type: str = field(
         default="rotary",
         metadata={"help": "SparseTransformer positions: 'rotary' or 'absolute' (Longformer: absolute)."},
@@ -114,6 +119,12 @@ class MotifArguments:
     )
     conv_layers: int = field(
         default=1, metadata={"help": "Stacked embedding convolutions (with conv_kernel_size)."}
+    )
+    span_decoding: str = field(
+        default="fixed_length",
+        metadata={
+            "help": "Spans from tag probabilities: 'fixed_length' (motif-length Viterbi) or 'bio' (argmax)."
+        },
     )
     pooling: str = field(default="cls", metadata={"help": "Sequence head input: 'cls' or 'mean'."})
     kmer: int = field(
@@ -191,6 +202,9 @@ class MotifArguments:
         check(self.position_embedding_type in ("rotary", "absolute"), "position_embedding_type",
               "'rotary' or 'absolute'")  # fmt: skip
         check(self.pooling in ("cls", "mean"), "pooling", "'cls' or 'mean'")
+        check(self.attention_backend in ("auto", "blocked", "flex", "dense"), "attention_backend",
+              "one of 'auto', 'blocked', 'flex', 'dense'")  # fmt: skip
+        check(self.span_decoding in ("fixed_length", "bio"), "span_decoding", "'fixed_length' or 'bio'")
         check(self.negatives in ("shuffle", "none"), "negatives", "'shuffle' or 'none'")
         for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                     "attention_window", "max_length", "kmer", "sequence_length", "conv_layers"):  # fmt: skip
@@ -263,19 +277,23 @@ def _as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def tag_metrics(logits: np.ndarray, labels: np.ndarray, id2label: dict, motif_names: list[str]) -> dict:
+def tag_metrics(logits: np.ndarray, labels: np.ndarray, config) -> dict:
     """Span and per-base scores of per-token ``logits`` (N, L, T) against tag ids ``labels`` (N, L; -100
-    skipped: special tokens and padding)."""
-    pred = logits.argmax(-1)
-    true_spans, pred_spans, true_tags, pred_tags = [], [], [], []
-    for p, t in zip(pred, labels):
+    skipped: special tokens and padding). Predicted spans come from :func:`decode_spans` with the
+    config's ``span_decoding`` (what the pipeline returns); with ``"fixed_length"`` the argmax-tag
+    spans are scored too (``span_f1_bio``). ``per_base_f1`` compares argmax tags."""
+    id2label = config.id2label
+    true_spans, pred_spans, bio_spans, true_tags, pred_tags = [], [], [], [], []
+    for x, t in zip(logits, labels):
         keep = t != IGNORE_INDEX
+        probs = _softmax(x[keep].astype(np.float64))  # (bases, tags)
         tt = [id2label[int(i)] for i in t[keep]]
-        pt = [id2label[int(i)] for i in p[keep]]
+        pt = [id2label[int(i)] for i in probs.argmax(-1)]
         true_tags.append(tt)
         pred_tags.append(pt)
         true_spans.append(spans_from_bio(tt))
-        pred_spans.append(spans_from_bio(pt))
+        bio_spans.append(spans_from_bio(pt))
+        pred_spans.append(decode_spans(probs, config))
     exact = span_f1(true_spans, pred_spans)
     out = {
         "span_f1": exact["f1"],
@@ -284,7 +302,9 @@ def tag_metrics(logits: np.ndarray, labels: np.ndarray, id2label: dict, motif_na
         "span_overlap_f1": span_overlap_f1(true_spans, pred_spans)["f1"],
         "per_base_f1": per_base_f1(true_tags, pred_tags)["f1"],
     }
-    for name in motif_names:
+    if getattr(config, "span_decoding", "bio") != "bio":
+        out["span_f1_bio"] = span_f1(true_spans, bio_spans)["f1"]
+    for name in config.motif_names:
         out[f"span_f1_{name}"] = exact["per_type"].get(name, {}).get("f1", 0.0)
     return out
 
@@ -547,6 +567,7 @@ class MotifTask(Task):
                     "max_position_embeddings": args.max_length + tokenizer.pad_token_id + 1}  # fmt: skip
         return {"model_type": "sparse_transformer", **common, "max_position_embeddings": args.max_length,
                 "position_embedding_type": args.position_embedding_type,
+                "attention_backend": args.attention_backend,
                 "attention_pattern": {"type": "sliding_window", "window": args.attention_window}}  # fmt: skip
 
     def build_model(self, args, tokenizer):
@@ -574,6 +595,7 @@ class MotifTask(Task):
                 backbone=self._backbone(args, tokenizer),
                 motif_names=names,
                 motifs={m.name: m.counts.tolist() for m in motifs} if motifs else None,
+                span_decoding=args.span_decoding if motifs else "bio",
                 sequence_task=seq_task,
                 sequence_label_names=seq_labels,
                 pooling=args.pooling,
@@ -654,7 +676,7 @@ class MotifTask(Task):
             preds, labels = list(_as_tuple(pred.predictions)), list(_as_tuple(pred.label_ids))
             out = {}
             if cfg.motif_names:
-                out.update(tag_metrics(preds.pop(0), labels.pop(0), cfg.id2label, cfg.motif_names))
+                out.update(tag_metrics(preds.pop(0), labels.pop(0), cfg))
             if cfg.sequence_task is not None:
                 out.update(sequence_metrics(preds.pop(0), labels.pop(0), cfg.sequence_task))
             return out

@@ -6,12 +6,13 @@ expected spans exact: every G base is tagged as motif CTCF (B- on the first G of
 so the spans are the G runs of the input, wherever the windows cut them.
 """
 
+import numpy as np
 import pytest
 import torch
 from transformers import pipeline
 
 import hf_sparse  # noqa: F401  (registers the pipeline)
-from hf_sparse.pipelines.motif import DNAMotifDetectionPipeline, decode_bio, strand_of
+from hf_sparse.pipelines.motif import DNAMotifDetectionPipeline, decode_bio, fixed_length_spans, strand_of
 from hf_sparse.tokenization_dna import DNATokenizer
 from tests.models.motif_tiny import motif_model
 
@@ -132,6 +133,58 @@ def test_kmer_model_spans_are_in_bases():
     out = pipe(seq)
     assert [(s["start"], s["end"]) for s in out["spans"]] == [(30, 36), (156, 159)]
     assert out["windows"] == 2
+
+
+def test_fixed_length_decoding_takes_the_best_motif_length_spans():
+    id2label = {0: "O", 1: "B-X", 2: "I-X", 3: "B-Y", 4: "I-Y"}
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # agrees with brute force over all labellings of 9 bases
+        logp = np.log(rng.dirichlet(np.ones(5), size=9))
+        got = fixed_length_spans(logp, id2label, {"X": 3, "Y": 2})
+        assert got == brute_force(logp, id2label, {"X": 3, "Y": 2})
+    # argmax would give a 4-base X (B I I I); motif X is 3 long, so the best 3-base span is taken
+    probs = np.full((8, 5), 0.01)
+    probs[:, 0] = 0.9
+    probs[2] = [0.05, 0.9, 0.02, 0.02, 0.01]
+    probs[3:6, 2], probs[3:6, 0] = 0.9, 0.05
+    probs[5, 2], probs[5, 0] = 0.5, 0.45
+    assert decode_bio([id2label[i] for i in probs.argmax(-1)]) == [("X", 2, 6)]
+    assert fixed_length_spans(np.log(probs), id2label, {"X": 3, "Y": 2}) == [("X", 2, 5)]
+    assert fixed_length_spans(np.log(probs), id2label, {"X": 30, "Y": 20}) == []  # longer than the sequence
+    with pytest.raises(ValueError, match="missing"):
+        fixed_length_spans(np.log(probs), id2label, {"X": 3})
+
+
+def brute_force(logp, id2label, lengths):
+    """Best labelling by enumerating every set of non-overlapping fixed-length spans."""
+    col = {t: i for i, t in id2label.items()}
+    n, best = len(logp), (-np.inf, [])
+
+    def rec(i, score, spans):
+        nonlocal best
+        if i == n:
+            best = max(best, (score, list(spans)), key=lambda x: x[0])
+            return
+        rec(i + 1, score + logp[i, col["O"]], spans)
+        for name, length in lengths.items():
+            if i + length <= n:
+                s = logp[i, col[f"B-{name}"]] + sum(
+                    logp[j, col[f"I-{name}"]] for j in range(i + 1, i + length)
+                )
+                rec(i + length, score + s, [*spans, (name, i, i + length)])
+
+    rec(0, 0.0, [])
+    return best[1]
+
+
+def test_pipeline_fixed_length_decoding_from_the_config():
+    model = rule_model(motifs={"CTCF": [[1, 1, 1]] * 4, "SP1": [[1, 1]] * 4}, span_decoding="fixed_length")
+    pipe = make_pipe(model)
+    out = pipe("AAGGGGGGGAA")  # a 7-G run: argmax gives one 7-base span, CTCF is 3 bases long
+    assert [(s["start"], s["end"]) for s in out["spans"]] == [(2, 5), (5, 8)]
+    assert [(s["start"], s["end"]) for s in pipe("AAGGGGGGGAA", span_decoding="bio")["spans"]] == [(2, 9)]
+    with pytest.raises(ValueError, match="span_decoding"):
+        pipe("ACGT", span_decoding="greedy")
 
 
 def test_decode_bio():

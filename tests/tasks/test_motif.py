@@ -212,15 +212,24 @@ def test_reverse_complement_augmentation_mirrors_tags():
 
 
 def test_metrics():
-    id2label = {0: "O", 1: "B-A", 2: "I-A"}
-    labels = np.array([[-100, 0, 1, 2, 2, 0, -100, -100], [-100, 1, 2, 0, 1, 2, 0, -100]])
-    perfect = np.eye(3)[np.where(labels < 0, 0, labels)]
-    m = tag_metrics(perfect, labels, id2label, ["A"])
-    assert m["span_f1"] == m["per_base_f1"] == m["span_f1_A"] == 1.0
+    from hf_sparse.models.longformer_tasks import LongformerMotifConfig
+    from tests.models.motif_tiny import backbone
+
+    bio = LongformerMotifConfig(backbone=backbone(), motif_names=["A"])
+    fixed = LongformerMotifConfig(backbone=backbone(), motif_names=["A"], motifs={"A": [[1, 1]] * 4},
+                                  span_decoding="fixed_length")  # fmt: skip
+    labels = np.array([[-100, 0, 1, 2, 0, 0, -100, -100], [-100, 1, 2, 0, 1, 2, 0, -100]])
+    perfect = 5 * np.eye(3)[np.where(labels < 0, 0, labels)]  # logits
+    for config in (bio, fixed):
+        m = tag_metrics(perfect, labels, config)
+        assert m["span_f1"] == m["per_base_f1"] == m["span_f1_A"] == 1.0
     shifted = perfect.copy()
-    shifted[0, 4] = np.eye(3)[0]  # the first span ends one base early
-    m = tag_metrics(shifted, labels, id2label, ["A"])
+    shifted[0, 3] = [0.0, 0.0, 0.1]  # the first span's I is barely the argmax
+    shifted[0, 4] = [0.0, 0.0, 0.1]  # and so is an I after it: by argmax the span is one base too long
+    m = tag_metrics(shifted, labels, bio)
     assert m["span_f1"] == pytest.approx(2 / 3) and m["span_overlap_f1"] == 1.0
+    m = tag_metrics(shifted, labels, fixed)  # spans of length 2 only: the argmax error is repaired
+    assert m["span_f1"] == 1.0 and m["span_f1_bio"] == pytest.approx(2 / 3)
     s = sequence_metrics(
         np.array([[2.0, -1.0], [-1.0, 3.0], [0.5, 0.0]]), np.array([0, 1, 1]), "classification"
     )

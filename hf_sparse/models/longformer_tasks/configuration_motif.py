@@ -9,6 +9,7 @@ from transformers import PretrainedConfig
 from .backbone import backbone_config
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
+SPAN_DECODINGS = ("bio", "fixed_length")
 POOLING = ("cls", "mean")
 
 
@@ -45,7 +46,13 @@ class LongformerMotifConfig(PretrainedConfig):
             Empty: no per-position head.
         motifs (`dict[str, list[list[float]]]`, *optional*):
             Count matrices (4 x length, rows A C G T) of the motifs, kept so that the inference
-            pipeline can call the strand of a detected span by scoring both strands.
+            pipeline can call the strand of a detected span by scoring both strands (and knows the
+            motif lengths for `span_decoding="fixed_length"`).
+        span_decoding (`str`, *optional*, defaults to `"bio"`):
+            How per-base tag probabilities become spans (pipeline and evaluation): `"bio"` reads the
+            argmax tags (`B-X I-X ...`); `"fixed_length"` picks the non-overlapping spans of exactly
+            each motif's length (from `motifs`, which must then cover every motif) that maximise the
+            summed log-probability of the tags (a semi-Markov Viterbi pass).
         sequence_task (`str`, *optional*, defaults to `"motif_presence"`):
             Sequence-level head: `"motif_presence"` (multi-label, one output per motif),
             `"classification"` (one class of `sequence_label_names`) or `None` (no sequence head).
@@ -94,6 +101,7 @@ class LongformerMotifConfig(PretrainedConfig):
         backbone=None,
         motif_names=(),
         motifs=None,
+        span_decoding: str = "bio",
         sequence_task: str | None = "motif_presence",
         sequence_label_names=None,
         pooling: str = "cls",
@@ -119,6 +127,14 @@ class LongformerMotifConfig(PretrainedConfig):
                 f"motif_names must not contain '-' or whitespace (BIO tags), got {self.motif_names}"
             )
         self.motifs = _check_motifs(motifs, self.motif_names)
+        if span_decoding not in SPAN_DECODINGS:
+            raise ValueError(f"span_decoding must be one of {SPAN_DECODINGS}, got {span_decoding!r}")
+        if span_decoding == "fixed_length" and set(self.motifs or {}) != set(self.motif_names):
+            raise ValueError(
+                f"span_decoding='fixed_length' needs the counts of every motif in motifs (their lengths); "
+                f"motif_names={self.motif_names}, motifs has {sorted(self.motifs or {})}"
+            )
+        self.span_decoding = span_decoding
         if sequence_task not in SEQUENCE_TASKS:
             raise ValueError(f"sequence_task must be one of {SEQUENCE_TASKS}, got {sequence_task!r}")
         if sequence_task == "classification" and (not sequence_label_names or len(sequence_label_names) < 2):
@@ -185,10 +201,15 @@ class LongformerMotifConfig(PretrainedConfig):
         return self.backbone["hidden_size"]
 
     @property
+    def motif_lengths(self) -> dict[str, int]:
+        """Length in bases of every motif whose counts are in ``motifs``."""
+        return {name: len(rows[0]) for name, rows in (self.motifs or {}).items()}
+
+    @property
     def num_sequence_outputs(self) -> int:
         if self.sequence_task == "motif_presence":
             return len(self.motif_names)
         return len(self.sequence_label_names or [])
 
 
-__all__ = ["LongformerMotifConfig"]
+__all__ = ["LongformerMotifConfig", "SPAN_DECODINGS"]
