@@ -213,7 +213,8 @@ class DialogueStateTrackingPipeline(_DialoguePipeline):
          "truncated_turns": int, "truncated_tokens": int}
 
     ``turns`` lists the kept turns (``turn`` = index in the input; left-truncated turns are absent). ``acts``:
-    the acts with probability ``>= act_threshold`` (default ``config.act_threshold``), in the model's label
+    the acts with probability ``>= act_threshold`` (default: the model's per-act ``config.act_thresholds`` if it
+    has them, else ``config.act_threshold``), in the model's label
     order; ``intent``: the most probable intent of a user turn (``None`` for other speakers). The top-level
     ``intent`` is that of the newest user turn (the current intent), ``None`` if the kept history has no user
     turn. All turns are read in one pass over the history: the newest turn (and so the current intent) sees
@@ -265,14 +266,14 @@ class DialogueStateTrackingPipeline(_DialoguePipeline):
 
     def postprocess(self, model_outputs, act_threshold=None):
         cfg = self.model.config
-        threshold = cfg.act_threshold if act_threshold is None else act_threshold
+        thresholds = cfg.thresholds() if act_threshold is None else [act_threshold] * len(cfg.act_labels)
         rows, current, current_score = [], None, None
         for k, i in enumerate(model_outputs["turn_index"]):
             speaker = model_outputs["speakers"][i]
             row = {"turn": i, "speaker": speaker, "text": model_outputs["turns"][i]}
             if "act_probs" in model_outputs:
                 p = model_outputs["act_probs"][k]
-                row["acts"] = [a for a, v in zip(cfg.act_labels, p) if float(v) >= threshold]
+                row["acts"] = [a for a, v, t in zip(cfg.act_labels, p, thresholds) if float(v) >= t]
                 row["act_scores"] = {a: round(float(v), 4) for a, v in zip(cfg.act_labels, p)}
             if "intent_probs" in model_outputs:
                 row["intent"], row["intent_score"] = None, None

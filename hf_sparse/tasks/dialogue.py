@@ -198,6 +198,13 @@ class TrackingArguments(DialogueArguments):
         },
     )
     act_threshold: float = field(default=0.5, metadata={"help": "Act probability threshold."})
+    tune_act_thresholds: bool = field(
+        default=True,
+        metadata={
+            "help": "After training, pick one threshold per act on the validation split (saved in the model "
+            "config, used for the test metrics)."
+        },
+    )
     prefix_seed: int = field(default=0, metadata={"help": "Seed of the training prefixes."})
 
     def __post_init__(self):
@@ -484,35 +491,39 @@ class DialogueSelectionTask(_DialogueTask):
 # --------------------------------------------------------------------------------------- tracking
 
 
-def tracking_scores(examples, act_logits, intent_logits, config) -> dict[str, float]:
-    """Act micro/macro F1 and intent accuracy (all / seen / unseen) over the *labelled* turns of tracking
-    examples: the last turn of prefix examples, every turn of whole-dialogue examples.
+def labelled_turns(examples, act_logits, intent_logits, config):
+    """The *labelled* turns of tracking examples (the last turn of prefix examples, every turn of whole-dialogue
+    examples): ``(true_acts (n, A) bool, act_probs (n, A), gold_intents, predicted_intents)``.
 
-    ``act_logits`` ``(n, T, A)`` and ``intent_logits`` ``(n, T, I)`` are aligned with ``examples`` and their
-    kept turns; gold intents come from the examples' names, so intents outside the label vocabulary (unseen
-    in training) are scored too (always wrong for a closed-set classifier).
+    ``act_logits`` ``(N, T, A)`` and ``intent_logits`` ``(N, T, I)`` are aligned with ``examples`` and their
+    kept turns; gold intents are the examples' names, so intents outside the label vocabulary (unseen in
+    training) are kept (a closed-set classifier always gets them wrong).
     """
-    true_acts, pred_acts, gold, pred = [], [], [], []
-    threshold = config.act_threshold
+    true_acts, act_probs, gold, pred = [], [], [], []
     for i, example in enumerate(examples):
-        kept = example["turn_index"]
-        for k, t in enumerate(kept):
+        for k, t in enumerate(example["turn_index"]):
             if "turn" in example and t != example["turn"]:
                 continue
             row = example["act_labels"][k]
             if config.act_labels and row[0] != IGNORE_INDEX:
                 true_acts.append(row)
-                pred_acts.append(
-                    1 / (1 + np.exp(-np.asarray(act_logits[i][k], dtype=np.float64))) >= threshold
-                )
+                act_probs.append(1 / (1 + np.exp(-np.asarray(act_logits[i][k], dtype=np.float64))))
             if config.intent_labels and example["intents"][k] is not None:
                 gold.append(example["intents"][k])
                 pred.append(config.intent_labels[int(np.argmax(intent_logits[i][k]))])
+    n_acts = len(config.act_labels)
+    true = np.asarray(true_acts, dtype=bool).reshape(-1, n_acts)
+    return true, np.asarray(act_probs, dtype=np.float64).reshape(-1, n_acts), gold, pred
+
+
+def tracking_scores(examples, act_logits, intent_logits, config, thresholds=None) -> dict[str, float]:
+    """Act micro/macro F1 (at ``thresholds``, default ``config.thresholds()``) and intent accuracy (all / seen /
+    unseen) over the labelled turns of tracking examples (see :func:`labelled_turns`)."""
+    true, probs, gold, pred = labelled_turns(examples, act_logits, intent_logits, config)
     out = {}
-    if true_acts:
-        f1 = dialogue_act_f1(
-            np.asarray(true_acts, dtype=bool), np.asarray(pred_acts, dtype=bool), config.act_labels
-        )
+    if len(true):
+        limits = np.asarray(config.thresholds() if thresholds is None else thresholds)
+        f1 = dialogue_act_f1(true, probs >= limits, config.act_labels)
         out.update(act_micro_f1=f1["micro"], act_macro_f1=f1["macro"])
     if gold:
         acc = intent_accuracy(pred, gold, config.seen_intents)
@@ -520,6 +531,24 @@ def tracking_scores(examples, act_logits, intent_logits, config) -> dict[str, fl
             intent_accuracy=acc["all"], intent_accuracy_seen=acc["seen"], intent_accuracy_unseen=acc["unseen"],
             n_intent_seen=acc["n_seen"], n_intent_unseen=acc["n_unseen"],
         )  # fmt: skip
+    return out
+
+
+def tune_thresholds(true: np.ndarray, probs: np.ndarray, default: float = 0.5) -> list[float]:
+    """Per act, the threshold in 0.05, 0.10, ..., 0.95 with the best F1 on ``(true, probs)`` (ties: the one
+    closest to ``default``); ``default`` for an act without positives."""
+    grid = np.round(np.arange(0.05, 0.951, 0.05), 2)
+    out = []
+    for j in range(true.shape[1]):
+        t = true[:, j]
+        if not t.any():
+            out.append(default)
+            continue
+        pred = probs[:, j][None, :] >= grid[:, None]  # (G, n)
+        tp = (pred & t).sum(1)
+        f1 = 2 * tp / np.maximum(pred.sum(1) + t.sum(), 1)
+        best = np.flatnonzero(f1 == f1.max())
+        out.append(float(grid[best[np.argmin(np.abs(grid[best] - default))]]))
     return out
 
 
@@ -580,6 +609,7 @@ class DialogueTrackingTask(_DialogueTask):
         return build_tracking_examples(dialogues, formatter, labels, mode="dialogue")
 
     def build_datasets(self, args, tokenizer):
+        self._args = args
         return {
             split: ExampleDataset(self.examples(args, tokenizer, dialogues, split))
             for split, dialogues in self.data(args).items()
@@ -598,12 +628,30 @@ class DialogueTrackingTask(_DialogueTask):
 
     def evaluate(self, trainer, dataset, split):
         """Loss and per-epoch metrics, plus act F1 and intent accuracy on seen *and unseen* intents scored from
-        the examples' gold intent names."""
+        the examples' gold intent names.
+
+        With ``tune_act_thresholds``, the validation evaluation (which the runner runs before the test one)
+        also picks one threshold per act on the validation predictions (:func:`tune_thresholds`) and stores
+        them in ``config.act_thresholds``: the test metrics and the saved model use them. ``act_*_f1`` are at
+        the model's thresholds when the split is scored, ``act_*_f1_at_default`` at ``act_threshold`` for all.
+        """
         prefix = metric_prefix(split)
         out = trainer.predict(dataset, metric_key_prefix=prefix)
         metrics = dict(out.metrics)
         act_logits, intent_logits = out.predictions
-        scores = tracking_scores(dataset.examples, act_logits, intent_logits, _unwrap(trainer.model).config)
+        config = _unwrap(trainer.model).config
+        scores = tracking_scores(dataset.examples, act_logits, intent_logits, config)
+        default = [config.act_threshold] * len(config.act_labels)
+        at_default = tracking_scores(dataset.examples, act_logits, intent_logits, config, default)
+        scores.update(
+            {f"{k}_at_default": at_default[k] for k in ("act_micro_f1", "act_macro_f1") if k in at_default}
+        )
+        args = self._args
+        if split == "validation" and args.tune_act_thresholds and config.act_labels:
+            true, probs, _, _ = labelled_turns(dataset.examples, act_logits, intent_logits, config)
+            config.act_thresholds = tune_thresholds(true, probs, config.act_threshold)
+            tuned = tracking_scores(dataset.examples, act_logits, intent_logits, config)
+            scores.update(act_micro_f1_tuned=tuned["act_micro_f1"], act_macro_f1_tuned=tuned["act_macro_f1"])
         metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
         return metrics
 
@@ -668,5 +716,7 @@ __all__ = [
     "prefixes",
     "ranking_scores",
     "read_splits",
+    "labelled_turns",
     "tracking_scores",
+    "tune_thresholds",
 ]

@@ -66,6 +66,8 @@ def tracking_batch(tokenizer, formatter, model, n=3):
         ({"formatter": {"global_on": ["everything"]}}, ValueError, "global_on"),
         ({"selection_head": False}, ValueError, "needs a head"),
         ({"act_threshold": 1.5}, ValueError, "act_threshold"),
+        ({"act_labels": ["INFORM"], "act_thresholds": [0.5, 0.5]}, ValueError, "act_thresholds has 2 values"),
+        ({"act_labels": ["INFORM"], "act_thresholds": [1.0]}, ValueError, r"act_thresholds\[0\]"),
         ({"user_speaker": "CUSTOMER"}, ValueError, "speaker 'CUSTOMER' has no token"),
         ({"backbone": {"model_type": "bert"}}, ValueError, "backbone model_type"),
     ],

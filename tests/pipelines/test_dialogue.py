@@ -170,6 +170,16 @@ def test_tracking_outputs_every_turn_and_the_current_intent(track):
     assert all(row["acts"] == ACTS for row in everything["turns"])
 
 
+def test_tracking_uses_the_models_per_act_thresholds(saved):
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(saved)
+    model.config.act_thresholds = [0.01] + [0.99] * (len(ACTS) - 1)
+    pipe = DialogueStateTrackingPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained(saved))
+    assert all(row["acts"] == ACTS[:1] for row in pipe(HISTORY)["turns"])
+    assert all(row["acts"] == ACTS for row in pipe(HISTORY, act_threshold=0.01)["turns"])  # a call overrides
+
+
 def test_tracking_current_intent_is_the_newest_user_turns(track):
     out = track({"turns": HISTORY["turns"] + ["i found a restaurant in paris"],
                  "speakers": HISTORY["speakers"] + ["SYSTEM"]})  # fmt: skip

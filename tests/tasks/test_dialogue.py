@@ -14,6 +14,7 @@ from hf_sparse.tasks.dialogue import (
     last_user_turn,
     prefixes,
     tracking_scores,
+    tune_thresholds,
 )
 from hf_sparse.training import RecipeError, get_task, run
 from tests.models.dialogue_tiny import synthetic_dialogues, write_sgd
@@ -122,11 +123,14 @@ def test_tracking_run_reports_act_f1_and_seen_unseen_intents(tracking_run, data_
     assert results["test_n_intent_seen"] == 3 * 8 - hotel_user_turns
     long = results["extras"]["long_history"]
     assert long["full_history"]["n"] == long["last_2_turns"]["n"] == 8
+    for key in ("eval_act_macro_f1_tuned", "eval_act_macro_f1_at_default", "test_act_macro_f1_at_default"):
+        assert 0.0 <= results[key] <= 1.0, key
     card = (out / "README.md").read_text()
     assert 'pipeline("dialogue-state-tracking"' in card and "act_macro_f1" in card
     config = json.loads((out / "config.json").read_text())
     assert config["intent_labels"] == ["NONE", "FindRestaurants", "SearchFlights"]
     assert config["seen_intents"] == ["FindRestaurants", "NONE", "SearchFlights"]
+    assert len(config["act_thresholds"]) == len(config["act_labels"])  # tuned on validation, saved
 
 
 def test_tracking_model_folder_runs_the_pipeline(tracking_run):
@@ -234,3 +238,12 @@ def test_shipped_recipes_parse(name):
         assert task_args.n_negatives == 9 and task_args.selection_seed == 0
     else:
         assert task_args.eval_mode == "prefix"
+
+
+def test_tune_thresholds_picks_the_best_f1_per_act():
+    true = np.array([[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=bool)
+    probs = np.array([[0.3, 0.1, 0.2], [0.35, 0.2, 0.1], [0.1, 0.9, 0.3], [0.2, 0.6, 0.1]])
+    thresholds = tune_thresholds(true, probs)
+    assert thresholds[0] == 0.3  # 0.25 and 0.30 both separate act 0 (F1 1): the one closer to 0.5
+    assert thresholds[1] == 0.65  # above the negative's 0.6, below the positive's 0.9 (closest to 0.5)
+    assert thresholds[2] == 0.5  # no positive: the default

@@ -97,6 +97,8 @@ class LongformerDialogueConfig(PretrainedConfig):
             `"separators"`: it sees the whole dialogue) and the speaker token (it attends within its window).
         act_threshold (`float`, *optional*, defaults to 0.5):
             A turn has an act when its sigmoid probability is at least this.
+        act_thresholds (`list[float]`, *optional*):
+            One threshold per act (e.g. tuned on validation data), used instead of `act_threshold`.
         act_loss_weight (`float`, *optional*, defaults to 1.0):
             Weight of the act loss (binary cross-entropy summed over acts, averaged over labelled turns).
         intent_loss_weight (`float`, *optional*, defaults to 1.0):
@@ -137,6 +139,7 @@ class LongformerDialogueConfig(PretrainedConfig):
         response_speaker: str = "SYSTEM",
         formatter=None,
         act_threshold: float = 0.5,
+        act_thresholds=None,
         act_loss_weight: float = 1.0,
         intent_loss_weight: float = 1.0,
         classifier_dropout: float = 0.1,
@@ -178,6 +181,18 @@ class LongformerDialogueConfig(PretrainedConfig):
         if not 0.0 < float(act_threshold) < 1.0:
             raise ValueError(f"act_threshold must be in (0, 1), got {act_threshold!r}")
         self.act_threshold = float(act_threshold)
+        if act_thresholds is not None:
+            if isinstance(act_thresholds, str) or not isinstance(act_thresholds, (list, tuple)):
+                raise TypeError(f"act_thresholds must be a list of floats, got {act_thresholds!r}")
+            if len(act_thresholds) != len(self.act_labels):
+                raise ValueError(
+                    f"act_thresholds has {len(act_thresholds)} values for {len(self.act_labels)} act_labels"
+                )
+            for i, t in enumerate(act_thresholds):
+                if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t < 1.0:
+                    raise ValueError(f"act_thresholds[{i}] must be in (0, 1), got {t!r}")
+            act_thresholds = [float(t) for t in act_thresholds]
+        self.act_thresholds = act_thresholds
         for name, value in (("act_loss_weight", act_loss_weight), ("intent_loss_weight", intent_loss_weight)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
@@ -210,6 +225,12 @@ class LongformerDialogueConfig(PretrainedConfig):
         if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
             limit -= (bb.get("pad_token_id") or 0) + 1
         return limit
+
+    def thresholds(self) -> list[float]:
+        """The probability threshold of each act: ``act_thresholds``, else ``act_threshold`` for all."""
+        return (
+            list(self.act_thresholds) if self.act_thresholds else [self.act_threshold] * len(self.act_labels)
+        )
 
     @property
     def turn_tokens(self) -> int:
