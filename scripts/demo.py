@@ -23,6 +23,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_SPAN_F1 = 0.90
+MAX_ROWS = 25  # detected spans printed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -102,11 +103,13 @@ def main(argv=None) -> int:
     planted = {(s["motif"], s["start"], s["end"]) for s in example["spans"]}
     detected = {(s["motif"], s["start"], s["end"]) for s in found["spans"]}
     print(f"{'motif':8} {'start':>6} {'end':>6} {'strand':>6} {'score':>6}  planted?")
-    for s in found["spans"]:
+    for s in found["spans"][:MAX_ROWS]:
         mark = "yes" if (s["motif"], s["start"], s["end"]) in planted else "no"
         print(
             f"{s['motif']:8} {s['start']:6d} {s['end']:6d} {s['strand'] or '?':>6} {s['score']:6.3f}  {mark}"
         )
+    if len(found["spans"]) > MAX_ROWS:
+        print(f"... and {len(found['spans']) - MAX_ROWS} more")
     missed = sorted(planted - detected, key=lambda t: t[1])
     print(f"planted {len(planted)}, detected {len(detected)}, exact matches {len(planted & detected)}"
           + (f"; missed {missed}" if missed else ""))  # fmt: skip

@@ -226,3 +226,22 @@ def test_saved_folder_loads_without_the_package(tmp_path):
     assert all("transformers_modules" in info[k] for k in ("model", "tokenizer", "pipeline")), info
     assert info["task"] == "dna-motif-detection" and info["windows"] == 2  # 144 bases: windows at 0 and 44
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_rotary_frequencies_are_recomputed_when_loading(tmp_path):
+    """``inv_freq`` is a non-persistent buffer: from_pretrained must rebuild it (it once came back as
+    uninitialised memory, which silently broke every reloaded rotary model)."""
+    from hf_sparse import SparseTransformerConfig, SparseTransformerForMaskedLM
+    from hf_sparse.models.sparse_transformer.modeling_sparse_transformer import RotaryEmbedding
+
+    lm = SparseTransformerForMaskedLM(
+        SparseTransformerConfig(vocab_size=20, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=64, position_embedding_type="rotary",
+                                attention_pattern={"type": "sliding_window", "window": 8})
+    )  # fmt: skip
+    for model, auto in ((motif_model("sparse_transformer"), AutoModel), (lm, None)):
+        folder = tmp_path / type(model).__name__
+        model.save_pretrained(folder)
+        loaded = (auto or type(model)).from_pretrained(folder)
+        rotaries = [m for m in loaded.modules() if isinstance(m, RotaryEmbedding)]
+        assert rotaries and all(torch.equal(m.inv_freq, m.compute_inv_freq()) for m in rotaries)

@@ -61,8 +61,12 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, theta: float):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)
+
+    def compute_inv_freq(self) -> torch.Tensor:
+        """(D/2,) RoPE frequencies ``theta ** (-2i / D)``."""
+        return 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
 
     def forward(self, position_ids, dtype):
         freqs = position_ids[..., None].float() * self.inv_freq  # (B, n, D/2)
@@ -386,6 +390,10 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, SparseTransformerLMHead):
             module.bias.zero_()
+        if isinstance(module, RotaryEmbedding):
+            # non-persistent, so never in a checkpoint: from_pretrained leaves it uninitialised otherwise
+            with torch.no_grad():
+                module.inv_freq.copy_(module.compute_inv_freq())
 
     #: set by ``hf_sparse`` on import: writes a self-contained copy of the modelling code and
     #: ``auto_map`` next to the weights (unset in that copy itself, which needs no hf-sparse)
