@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hf-sparse-installed
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: setup demo test test-slow test-gpu bench lint clean
+.PHONY: setup demo gallery test test-slow test-gpu bench lint clean
 
 setup: $(STAMP)
 
@@ -12,8 +12,11 @@ $(STAMP): pyproject.toml scripts/setup_env.sh
 	VENV=$(VENV) bash scripts/setup_env.sh
 	@touch $@
 
-demo: $(STAMP)  ## the main job
+demo: $(STAMP)  ## the main job: fine-tune pipelines/motif/tiny.yaml on CPU, evaluate, reload, use
 	$(PY) scripts/demo.py
+
+gallery: $(STAMP)  ## pattern gallery + a quick attention benchmark -> outputs/gallery, outputs/bench
+	$(PY) scripts/gallery.py
 
 test: $(STAMP)  ## fast tests, offline, CPU
 	$(PY) -m pytest -q -n auto
