@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shlex
 import subprocess
 import sys
@@ -44,7 +45,10 @@ DESCRIPTION = {
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train the motif recipes and tabulate their metrics.")
     parser.add_argument(
-        "--recipes", nargs="+", default=["promoters", "ctcf", "tiny"], help="Recipe names in pipelines/motif/."
+        "--recipes",
+        nargs="+",
+        default=["promoters", "ctcf", "tiny"],
+        help="Recipe names in pipelines/motif/.",
     )
     parser.add_argument(
         "--outputs", default=os.path.join(REPO, "outputs"), help="Parent folder of the runs' output_dir."
@@ -75,12 +79,21 @@ def run_recipe(name: str, args) -> dict:
     if args.override:
         cmd += ["--override", *args.override]
     record = {"recipe": recipe, "command": shlex.join(["python", *cmd[1:]]), "output_dir": output_dir}
+    run_file = os.path.join(output_dir, "benchmark_run.json")  # how the run was made, for --skip-training
     if not args.skip_training:
         record["load_before"] = _load()
         started = time.perf_counter()
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run(cmd, cwd=REPO, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         record["process_wall_time_s"] = round(time.perf_counter() - started, 1)
+        record["cpu_time_s"] = round(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime, 1)
         record["load_after"] = _load()
+        with open(run_file, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+    elif os.path.isfile(run_file):
+        with open(run_file, encoding="utf-8") as f:
+            record.update(json.load(f))
     with open(os.path.join(output_dir, "all_results.json"), encoding="utf-8") as f:
         results = json.load(f)
     record["wall_time_s"] = round(results["wall_time_s"], 1)
@@ -104,7 +117,8 @@ def write_markdown(records: dict, machine: dict, path: str) -> None:
         f"{machine['torch']} with {machine['torch_threads']} threads, transformers {machine['transformers']}.",
         "Wall times include building the data and model, training, both evaluations and saving. The",
         "development machine is shared: other jobs ran at the same time (load average recorded per run),",
-        "so the times are upper bounds for an idle machine.",
+        "so the wall times are upper bounds for an idle machine; the CPU time of each run (one thread) is",
+        "closer to what an idle machine needs.",
         "",
     ]
     for name, rec in records.items():
@@ -113,10 +127,14 @@ def write_markdown(records: dict, machine: dict, path: str) -> None:
         for key, value in rec["metrics"].items():
             lines.append(f"| {key} | {value:.4f} |")
         lines.append(f"| wall time | {rec['wall_time_s'] / 60:.1f} min ({rec['wall_time_s']:.0f} s) |")
+        if rec.get("cpu_time_s"):
+            lines.append(f"| CPU time of the run (user + system) | {rec['cpu_time_s'] / 60:.1f} min |")
         lines.append(f"| training steps | {rec['global_step']} |")
         lines.append(f"| parameters | {rec['num_parameters']:,} |")
         if rec.get("load_before"):
-            lines.append(f"| load average (1/5/15 min) before / after | {rec['load_before']} / {rec['load_after']} |")
+            lines.append(
+                f"| load average (1/5/15 min) before / after | {rec['load_before']} / {rec['load_after']} |"
+            )
         lines.append("")
         if rec.get("per_motif_span_f1"):
             per = ", ".join(f"{m} {v:.3f}" for m, v in rec["per_motif_span_f1"].items())

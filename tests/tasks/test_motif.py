@@ -277,3 +277,18 @@ def test_too_long_sequences_are_an_error_not_truncated():
     task.build_model(args, tok)
     with pytest.raises(ValueError, match="longer than max_length=64"):
         task.build_datasets(args, tok)
+
+
+def test_lora_trains_adapters_and_the_new_modules_and_saves_a_merged_model(tmp_path):
+    out = tmp_path / "lora"
+    results = run(RECIPES / "tiny.yaml", [*FAST, f"output_dir={out}", "lora=true", "save_strategy=no",
+                                          "plots=false", "model_card=false", "attention_plot=false"])  # fmt: skip
+    assert results["num_trainable_parameters"] < results["num_parameters"]
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert adapter["target_modules"] and set(adapter["modules_to_save"]) == {
+        "token_classifier", "sequence_head", "embedding_conv.0", "embedding_conv.1"
+    }  # fmt: skip
+    from transformers import AutoModel
+
+    merged = AutoModel.from_pretrained(out)  # a plain model: adapters merged into the weights
+    assert not any("lora" in name for name, _ in merged.named_parameters())
