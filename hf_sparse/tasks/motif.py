@@ -757,6 +757,14 @@ class MotifTask(Task):
                  if cfg.kmer == 1 else f"non-overlapping {cfg.kmer}-mers"}  # fmt: skip
         if cfg.sequence_label_names:
             extra["classes"] = ", ".join(cfg.sequence_label_names)
+        extra["global attention"] = "first token" + (
+            f" and every {cfg.global_every}th token" if cfg.global_every else ""
+        )
+        if cfg.motif_names:
+            extra["span decoding"] = {"fixed_length": "fixed motif lengths (semi-Markov Viterbi)",
+                                      "bio": "argmax BIO tags"}[cfg.span_decoding]  # fmt: skip
+        if cfg.conv_kernel_size:
+            extra["embedding convolutions"] = f"{cfg.conv_layers} x width {cfg.conv_kernel_size}"
         return {
             "dataset_name": args.dataset_name or names[args.data],
             "pattern": pattern,
