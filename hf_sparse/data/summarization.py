@@ -37,7 +37,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -388,13 +388,27 @@ def _padded_length(length: int, multiple: int | None) -> int:
 class ExtractiveCollator:
     """Pads ``input_ids`` (with ``pad_token_id``; ``attention_mask`` 0 there) to the longest row, rounded
     up to ``pad_to_multiple_of``; per-sentence ``labels`` (-100) and ``sentence_features`` (0) to the most
-    sentences in the batch."""
+    sentences in the batch.
+
+    An item is one chunk (``input_ids`` a list of ids, ``labels`` / ``sentence_features`` per sentence) or
+    one whole document (``input_ids`` a list of chunks, ``labels`` / ``sentence_features`` one list per
+    chunk): a document's chunks become consecutive rows and ``document_index`` (one entry per row) says which
+    item each row came from, so the listwise loss ranks a document's sentences across its chunks.
+    """
 
     pad_token_id: int
     pad_to_multiple_of: int | None = None
-    extra_keys: tuple[str, ...] = field(default=())
 
     def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        if features and features[0]["input_ids"] and isinstance(features[0]["input_ids"][0], (list, tuple)):
+            rows, owner = [], []
+            for d, f in enumerate(features):
+                for c in range(len(f["input_ids"])):
+                    rows.append({k: v[c] for k, v in f.items()})
+                    owner.append(d)
+            batch = self(rows)
+            batch["document_index"] = torch.tensor(owner, dtype=torch.long)
+            return batch
         length = _padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
         ids = torch.full((len(features), length), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(features), length), dtype=torch.long)

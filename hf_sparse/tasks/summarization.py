@@ -8,7 +8,10 @@ example); ``query_mode`` turns QMSum's queries into query-focused examples.
 - ``extractive-summarization``: ``LongformerForExtractiveSummarization``. Each document is split into
   sentences (``hf_sparse.metrics.split_sentences``), labelled with the greedy ROUGE oracle
   (``hf_sparse.metrics.oracle_labels``, ``oracle_sentences`` sentences by ``oracle_metric``) and encoded in
-  chunks of whole sentences (one training example per chunk, every sentence scored). Evaluation picks the
+  chunks of whole sentences (every sentence scored). A training example is one document: its chunks share a
+  batch, so the listwise loss ranks all of a document's sentences together (``max_train_samples`` counts
+  documents); evaluation examples are chunks (``eval_loss`` ranks within a chunk), scored per document.
+  Evaluation picks the
   ``eval_max_sentences`` (and/or ``eval_max_words``) best sentences of each document, in document order,
   and reports ROUGE-1/2/L/Lsum against the references.
 - ``abstractive-summarization``: ``LEDForSummarization`` (a new tiny LED, a saved one, or any LED checkpoint
@@ -145,7 +148,9 @@ class ExtractiveArguments(SummarizationArguments):
         },
     )
     head_hidden_size: int = field(default=64, metadata={"help": "Width of the scoring MLP."})
-    loss: str = field(default="bce", metadata={"help": "'bce' (per sentence) or 'listwise' (per chunk)."})
+    loss: str = field(
+        default="listwise", metadata={"help": "'listwise' (softmax over each document's sentences) or 'bce'."}
+    )
     positive_weight: float = field(
         default=1.0, metadata={"help": "'bce': weight of the oracle sentences' terms."}
     )
@@ -423,21 +428,28 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                 labels = oracle_labels(sentences, ex["references"], args.oracle_sentences, args.oracle_metric)
                 positives += int(labels.sum())
                 feats = sentence_features(sentences, ex["query"], cfg.sentence_features)
+                item = {"input_ids": [], "labels": []}
+                if cfg.sentence_features:
+                    item["sentence_features"] = []
                 for chunk in encode_extractive(
                     tokenizer, sentences, ex["query"], max_length=self._chunk_length,
                     sentence_token_id=cfg.sentence_token_id, query_separator_token_id=cfg.query_separator_token_id,
                     max_sentence_tokens=cfg.max_sentence_tokens,
                 ):  # fmt: skip
                     idx = chunk.sentence_indices
-                    item = {"input_ids": chunk.input_ids, "labels": labels[idx].astype(np.float32).tolist()}
+                    item["input_ids"].append(chunk.input_ids)
+                    item["labels"].append(labels[idx].astype(np.float32).tolist())
                     if cfg.sentence_features:
-                        item["sentence_features"] = feats[idx].tolist()
-                    items.append(item)
+                        item["sentence_features"].append(feats[idx].tolist())
                     chunks.append((d, idx))
+                if split == "train":  # one example per document: its chunks are ranked together
+                    items.append(item)
+                else:  # one example per chunk (evaluation gathers predictions per example)
+                    items += [{k: v[c] for k, v in item.items()} for c in range(len(item["input_ids"]))]
                 docs.append(sentences)
                 refs.append(ex["references"])
             logger.info(
-                "%s: %d documents, %d chunks, %d oracle sentences", split, len(docs), len(items), positives
+                "%s: %d documents, %d chunks, %d oracle sentences", split, len(docs), len(chunks), positives
             )
             self.documents[split], self.chunks[split], self.references[split] = docs, chunks, refs
             out[split] = ExampleDataset(items)
@@ -470,8 +482,8 @@ class ExtractiveSummarizationTask(_SummarizationTask):
             )
             if n_chunks != len(self.chunks[split]):
                 raise ValueError(
-                    f"{split}: {n_chunks} of {len(self.chunks[split])} chunks were evaluated; summaries need every "
-                    "chunk of a document: limit documents with max_eval_documents, not max_eval_samples"
+                    f"{split}: {n_chunks} of {len(self.chunks[split])} chunks were evaluated; every chunk of a "
+                    "document is needed for its summary"
                 )
             predictions = self.summaries(split, pred.predictions, args)
             return rouge(predictions, self.references[split])

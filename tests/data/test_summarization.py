@@ -169,6 +169,17 @@ def test_extractive_collator():
     assert batch["input_ids"][0, 4:].eq(1).all() and batch["input_ids"].dtype == torch.long
 
 
+def test_extractive_collator_documents():
+    """Document items: their chunks become consecutive rows, document_index says whose they are."""
+    collate = ExtractiveCollator(pad_token_id=1)
+    doc_a = {"input_ids": [[0, 5, 9, 2], [0, 5, 9, 5, 9, 2]], "labels": [[1.0], [0.0, 0.0]]}
+    doc_b = {"input_ids": [[0, 5, 2]], "labels": [[0.0]]}
+    batch = collate([doc_a, doc_b])
+    assert batch["document_index"].tolist() == [0, 0, 1]
+    assert batch["input_ids"].shape == (3, 6) and batch["labels"].tolist()[1] == [0.0, 0.0]
+    assert "document_index" not in collate([{"input_ids": [0, 5, 2], "labels": [1.0]}])
+
+
 # ------------------------------------------------------------------------------------------ synthetic
 
 

@@ -366,6 +366,24 @@ def test_listwise_loss_prefers_oracle_sentences(tok):
         assert model(input_ids=ids).logits.argmax(-1).item() == 3
 
 
+def test_listwise_loss_groups_rows_by_document(tok):
+    """With document_index the softmax runs over all chunks of a document (a chunk without an oracle sentence
+    still contributes its sentences as negatives); without it every row is ranked alone."""
+    model = tiny_extractive(tok, loss="listwise", sentence_features=[])
+    logits = torch.tensor([[2.0, 0.0], [1.0, -1e4], [0.5, 3.0]])
+    valid = torch.tensor([[True, True], [True, False], [True, True]])
+    labels = torch.tensor([[1.0, 0.0], [0.0, -100.0], [0.0, 1.0]])
+    grouped = model._loss(logits, labels, valid, torch.tensor([0, 0, 1]))
+    doc0 = -(2.0 - torch.logsumexp(torch.tensor([2.0, 0.0, 1.0]), 0))
+    doc1 = -(3.0 - torch.logsumexp(torch.tensor([0.5, 3.0]), 0))
+    torch.testing.assert_close(grouped, (doc0 + doc1) / 2)
+    alone = model._loss(logits, labels, valid)  # row 1 has no oracle sentence: skipped
+    row0 = -(2.0 - torch.logsumexp(torch.tensor([2.0, 0.0]), 0))
+    torch.testing.assert_close(alone, (row0 + doc1) / 2)
+    with pytest.raises(ValueError, match="document_index"):
+        model._loss(logits, labels, valid, torch.tensor([0, 1]))
+
+
 def test_extractive_auto_and_save(tok, tmp_path):
     model = tiny_extractive(tok)
     model.save_pretrained(tmp_path)

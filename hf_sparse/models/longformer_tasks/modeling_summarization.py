@@ -395,6 +395,7 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
         global_attention_mask=None,
         sentence_features=None,
         labels=None,
+        document_index=None,
         output_attentions=None,
         output_hidden_states=None,
         return_dict=None,
@@ -407,6 +408,9 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
         sentence_features (`(batch, n_sentences, n_features)`): the config's `sentence_features`, per
             sentence in marker order (padding rows ignored); required when the config names features.
         labels (`(batch, n_sentences)`): 1 = oracle sentence, 0 = not, -100 = padding.
+        document_index (`(batch,)`, *optional*): rows (chunks) with the same value belong to one document;
+            the listwise loss then takes one softmax over all of that document's sentences, so scores of
+            different chunks are comparable. Default: every row is its own group.
         """
         if input_ids is None:
             raise ValueError(
@@ -445,13 +449,13 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
 
         loss = None
         if labels is not None:
-            loss = self._loss(logits, labels[:, : logits.shape[1]].to(logits.device), valid)
+            loss = self._loss(logits, labels[:, : logits.shape[1]].to(logits.device), valid, document_index)
         res = ExtractiveSummarizationOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
                                             attentions=out.attentions)  # fmt: skip
         use = cfg.return_dict if return_dict is None else return_dict
         return res if use else res.to_tuple()
 
-    def _loss(self, logits, labels, valid):
+    def _loss(self, logits, labels, valid, document_index=None):
         if labels.shape[1] < logits.shape[1]:
             raise ValueError(
                 f"labels has {labels.shape[1]} sentences but input_ids has {logits.shape[1]} markers"
@@ -464,14 +468,27 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
                 logits.float(), target, reduction="none", pos_weight=weight
             )
             return (per * mask).sum() / mask.sum().clamp(min=1)
-        # listwise: softmax over a row's sentences vs. the uniform distribution over its oracle sentences
-        log_probs = torch.log_softmax(logits.float().masked_fill(~mask, float("-inf")), dim=-1)
-        positives = target.sum(-1)  # (B,)
-        rows = positives > 0
-        if not bool(rows.any()):
+        # listwise: one softmax over each group's sentences vs. the uniform distribution over its oracle
+        # sentences; groups without an oracle sentence are skipped
+        B = logits.shape[0]
+        if document_index is None:
+            groups = torch.arange(B, device=logits.device)
+        else:
+            groups = torch.as_tensor(document_index, device=logits.device).reshape(-1)
+            if groups.numel() != B:
+                raise ValueError(f"document_index must have one entry per row ({B}), got {groups.numel()}")
+        scores = logits.float().masked_fill(~mask, float("-inf"))  # (B, S)
+        losses = []
+        for g in torch.unique(groups):
+            rows = groups == g
+            z, t = scores[rows].reshape(-1), target[rows].reshape(-1)  # the group's sentences
+            if t.sum() <= 0:
+                continue
+            log_probs = z - torch.logsumexp(z, dim=0)
+            losses.append(-(t * log_probs.masked_fill(t == 0, 0.0)).sum() / t.sum())
+        if not losses:
             return logits.sum() * 0.0
-        per_row = -(target * log_probs.masked_fill(~mask, 0.0)).sum(-1) / positives.clamp(min=1)
-        return per_row[rows].mean()
+        return torch.stack(losses).mean()
 
 
 __all__ = [
