@@ -81,6 +81,7 @@ def run_recipe(name: str, args) -> dict:
     record = {"recipe": recipe, "command": shlex.join(["python", *cmd[1:]]), "output_dir": output_dir}
     run_file = os.path.join(output_dir, "benchmark_run.json")  # how the run was made, for --skip-training
     if not args.skip_training:
+        record["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
         record["load_before"] = _load()
         started = time.perf_counter()
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -111,8 +112,9 @@ def write_markdown(records: dict, machine: dict, path: str) -> None:
     lines = [
         "# Motif recipes: held-out metrics and wall time",
         "",
-        "Produced by `python scripts/benchmark_motif.py` (each recipe trained from scratch on CPU by",
-        "`scripts/finetune.py`; numbers read from its `all_results.json`). Machine: "
+        f"Produced by `{machine['invocation']}` (each recipe trained from scratch on CPU by",
+        "`scripts/finetune.py` with the command under its heading, in the environment "
+        f"`OMP_NUM_THREADS={machine['omp_num_threads']}`, niced; numbers read from its `all_results.json`). Machine: "
         f"{machine['cpu_count']} CPU cores ({machine['processor'] or machine['machine']}), torch "
         f"{machine['torch']} with {machine['torch_threads']} threads, transformers {machine['transformers']}.",
         "Wall times include building the data and model, training, both evaluations and saving. The",
@@ -130,6 +132,8 @@ def write_markdown(records: dict, machine: dict, path: str) -> None:
         if rec.get("cpu_time_s"):
             lines.append(f"| CPU time of the run (user + system) | {rec['cpu_time_s'] / 60:.1f} min |")
         lines.append(f"| training steps | {rec['global_step']} |")
+        if "omp_num_threads" in rec:
+            lines.append(f"| OMP_NUM_THREADS of the run | {rec['omp_num_threads']} |")
         lines.append(f"| parameters | {rec['num_parameters']:,} |")
         if rec.get("load_before"):
             lines.append(
@@ -167,6 +171,7 @@ def main(argv=None) -> int:
         "torch_threads": torch.get_num_threads(),
         "transformers": transformers.__version__,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "invocation": shlex.join(["python", os.path.relpath(sys.argv[0], REPO), *(argv or sys.argv[1:])]),
     }
     records = {name: run_recipe(name, args) for name in args.recipes}
     os.makedirs(args.out, exist_ok=True)
