@@ -113,6 +113,20 @@ class DialogueArguments:
     attention_window: int = field(
         default=64, metadata={"help": "New model: sliding-window size (Longformer window / pattern window)."}
     )
+    attention_windows: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "Longformer backbone: one window per layer (e.g. [8, 64]: a narrow first layer reads each "
+            "turn's own words, the next one its context), instead of attention_window for all."
+        },
+    )
+    sinusoidal_positions: bool = field(
+        default=False,
+        metadata={
+            "help": "New Longformer model: initialise the (trainable) position table with sinusoids, so that "
+            "relative offsets are easy to read from the start (no pretrained positions to start from)."
+        },
+    )
     attention_pattern: dict | None = field(
         default=None,
         metadata={"help": "sparse_transformer backbone: pattern spec; None: {type: longformer, window}."},
@@ -147,6 +161,17 @@ class DialogueArguments:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.backbone_type == "longformer" and self.attention_window % 2:
             raise ValueError(f"attention_window must be even for Longformer, got {self.attention_window}")
+        if self.attention_windows is not None:
+            if self.backbone_type != "longformer":
+                raise ValueError("attention_windows (one window per layer) needs backbone_type: longformer")
+            if len(self.attention_windows) != self.num_hidden_layers or any(
+                isinstance(w, bool) or not isinstance(w, int) or w < 2 or w % 2
+                for w in self.attention_windows
+            ):
+                raise ValueError(
+                    f"attention_windows must hold one even window >= 2 per layer ({self.num_hidden_layers}), "
+                    f"got {self.attention_windows!r}"
+                )
         for name in ("max_train_dialogues", "max_eval_dialogues", "vocab_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -257,6 +282,17 @@ def read_splits(data_dir: str, max_train: int | None = None, max_eval: int | Non
     return out
 
 
+def sinusoidal_init(table: torch.Tensor, scale: float = 0.5) -> None:
+    """Fill a ``(positions, dim)`` position table in place with Vaswani et al.'s sinusoids times ``scale``:
+    ``sin(p / 10000^(2i/dim))`` in even columns, ``cos`` in odd ones."""
+    n, dim = table.shape
+    position = torch.arange(n, dtype=torch.float32)[:, None]  # (n, 1)
+    freq = 10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)  # (dim/2,)
+    with torch.no_grad():
+        table[:, 0::2] = scale * torch.sin(position / freq)
+        table[:, 1::2] = scale * torch.cos(position / freq[: dim // 2])
+
+
 def _trainer_class(label_names: tuple[str, ...]):
     """A Trainer that knows the task's label names (the model's forward takes all three kinds, and the
     Trainer would otherwise wait for all of them) and groups training examples by
@@ -348,7 +384,7 @@ class _DialogueTask(Task):
             return {
                 "model_type": "longformer",
                 **common,
-                "attention_window": args.attention_window,
+                "attention_window": args.attention_windows or args.attention_window,
                 "max_position_embeddings": args.max_length + pad + 1,  # RoBERTa-style positions from pad + 1
                 "type_vocab_size": 1,
             }
@@ -394,6 +430,8 @@ class _DialogueTask(Task):
                 backbone=self._backbone(args, tokenizer), **common, **self._heads(args)
             )
             model = LongformerForDialogue(config)
+            if args.sinusoidal_positions:
+                sinusoidal_init(model.backbone.embeddings.position_embeddings.weight)
         if model.get_input_embeddings().weight.shape[0] != len(tokenizer):
             model.resize_token_embeddings(len(tokenizer))
         self._pad_multiple = block_multiple(backbone_config(model.config.backbone))
@@ -716,6 +754,7 @@ __all__ = [
     "prefixes",
     "ranking_scores",
     "read_splits",
+    "sinusoidal_init",
     "labelled_turns",
     "tracking_scores",
     "tune_thresholds",

@@ -106,9 +106,9 @@ def test_selection_model_folder_runs_the_pipeline(selection_run):
 @pytest.fixture(scope="module")
 def tracking_run(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("trk") / "out"
-    return out, run(
-        recipe("dialogue-state-tracking", data_dir, out, num_train_epochs=2, learning_rate=3.0e-3)
-    )
+    r = recipe("dialogue-state-tracking", data_dir, out, num_train_epochs=2, learning_rate=3.0e-3,
+               num_hidden_layers=2, attention_windows=[4, 16], sinusoidal_positions=True)  # fmt: skip
+    return out, run(r)
 
 
 def test_tracking_run_reports_act_f1_and_seen_unseen_intents(tracking_run, data_dir):
@@ -131,6 +131,7 @@ def test_tracking_run_reports_act_f1_and_seen_unseen_intents(tracking_run, data_
     assert config["intent_labels"] == ["NONE", "FindRestaurants", "SearchFlights"]
     assert config["seen_intents"] == ["FindRestaurants", "NONE", "SearchFlights"]
     assert len(config["act_thresholds"]) == len(config["act_labels"])  # tuned on validation, saved
+    assert config["backbone"]["attention_window"] == [4, 16]
 
 
 def test_tracking_model_folder_runs_the_pipeline(tracking_run):
@@ -147,6 +148,8 @@ def test_bad_recipe_values_are_rejected(data_dir, tmp_path):
         run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", train_response_turns="some"))
     with pytest.raises(RecipeError, match="attention_window must be even"):
         run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", attention_window=15))
+    with pytest.raises(RecipeError, match="attention_windows must hold one even window"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", attention_windows=[8, 64]))  # 1 layer
     with pytest.raises(FileNotFoundError, match="no train.jsonl"):
         run(recipe("dialogue-state-tracking", str(tmp_path), tmp_path / "o"))
 
@@ -247,3 +250,12 @@ def test_tune_thresholds_picks_the_best_f1_per_act():
     assert thresholds[0] == 0.3  # 0.25 and 0.30 both separate act 0 (F1 1): the one closer to 0.5
     assert thresholds[1] == 0.65  # above the negative's 0.6, below the positive's 0.9 (closest to 0.5)
     assert thresholds[2] == 0.5  # no positive: the default
+
+
+def test_sinusoidal_init_fills_the_table():
+    from hf_sparse.tasks.dialogue import sinusoidal_init
+
+    table = torch.zeros(10, 4)
+    sinusoidal_init(table, scale=1.0)
+    expected = torch.tensor([np.sin(3), np.cos(3), np.sin(3 / 100), np.cos(3 / 100)], dtype=torch.float32)
+    torch.testing.assert_close(table[3], expected)
