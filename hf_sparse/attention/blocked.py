@@ -211,10 +211,18 @@ def _chunk_keys(
     if p.mode == "band" and clean:
         offset = X.storage_offset() + r0 * X.stride(0) + (p.win0 + s * c) * D
         return X.as_strided((r1 - r0, e - s, p.L, D), (X.stride(0), c * D, D, 1), offset)
-    if p.mode == "dense":
-        return X[r0:r1, None].expand(-1, e - s, -1, -1)
+    if p.mode == "dense":  # every query block sees all keys: one (L, D) per head (see _flat_rows)
+        return X[r0:r1, None]
     rows = _key_rows(p, b, h, s, e, X.device).clamp(0, X.shape[1] - 1)
     return X[r0:r1][:, rows]
+
+
+def _flat_rows(p: _Prep, x: torch.Tensor) -> torch.Tensor:
+    """Dense mode: (..., g, c, X) -> (..., 1, g * c, X), so a chunk is one matmul against its single
+    key block instead of g small ones against an expanded (copied) one. Other modes: unchanged."""
+    if p.mode != "dense":
+        return x
+    return x.reshape(*x.shape[:-3], 1, x.shape[-3] * x.shape[-2], x.shape[-1])
 
 
 def _schedule(p: _Prep, b: int, h: int, clean_blocks: int, dirty_blocks: int, device):
@@ -294,7 +302,10 @@ class _BlockSparse(torch.autograd.Function):
                     bias, any_key = _chunk_bias(p, b, h, s, e, q.dtype if use_flash else cdt, dev)
                     if not bool(any_key.any()):
                         continue
-                Q = qb[r0:r1, s:e]
+                Q, bias = (
+                    _flat_rows(p, qb[r0:r1, s:e]),
+                    _flat_rows(p, bias),
+                )  # (Gh, g', c', D), (1, g', c', L)
                 K, V = (
                     _chunk_keys(p, k, r0, r1, b, h, s, e, clean),
                     _chunk_keys(p, v, r0, r1, b, h, s, e, clean),
@@ -306,12 +317,13 @@ class _BlockSparse(torch.autograd.Function):
                 else:
                     S = torch.matmul(Q.to(cdt), K.to(cdt).transpose(-1, -2)).mul_(p.scale).add_(bias)
                     l = torch.logsumexp(S, dim=-1)
-                    P = torch.exp(S - torch.where(any_key, l, torch.zeros_like(l))[..., None])
+                    has_key = any_key.reshape(l.shape[-2:])
+                    P = torch.exp(S - torch.where(has_key, l, torch.zeros_like(l))[..., None])
                     if p.dropout_p > 0.0:
                         P = P * _dropout_mask(p, P.shape, gi, s, dev) / (1.0 - p.dropout_p)
                     o = torch.matmul(P, V.to(cdt)).to(q.dtype)
-                out[r0:r1, s:e] = o
-                lse[r0:r1, s:e] = torch.where(any_key, l.to(lse.dtype), _NEG_INF)
+                out[r0:r1, s:e] = o.view(heads, e - s, c, -1)
+                lse[r0:r1, s:e] = torch.where(any_key, l.view(heads, e - s, c).to(lse.dtype), _NEG_INF)
         out = out.view(BH, p.nqb * c, -1)
         lse = lse.view(BH, p.nqb * c)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -451,11 +463,13 @@ def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
             mask01, any_key = _chunk_mask(p, b, h, s, e, clean, dev, qs.dtype)
             if not bool(any_key.any()):
                 continue
-            Q = qs[r0:r1, s:e]
+            g = e - s
+            Q, dO = _flat_rows(p, qs[r0:r1, s:e]), _flat_rows(p, d_out[r0:r1, s:e].to(qs.dtype))
+            mask01 = _flat_rows(p, mask01.expand(g, p.c, p.L))
+            lse_c, delta_c = (_flat_rows(p, t[r0:r1, s:e, :, None]) for t in (lse4, delta))
             K = _chunk_keys(p, k, r0, r1, b, h, s, e, clean).to(qs.dtype)
             V = _chunk_keys(p, v, r0, r1, b, h, s, e, clean).to(qs.dtype)
-            dO = d_out[r0:r1, s:e].to(qs.dtype)
-            P = _probabilities(torch.matmul(Q, K.transpose(-1, -2)), lse4[r0:r1, s:e, :, None], mask01)
+            P = _probabilities(torch.matmul(Q, K.transpose(-1, -2)), lse_c, mask01)
             dP = torch.matmul(dO, V.transpose(-1, -2))
             if p.dropout_p > 0.0:
                 keep = _dropout_mask(p, P.shape, gi, s, dev) / (1.0 - p.dropout_p)
@@ -463,14 +477,14 @@ def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
                 dP = dP * keep
             else:
                 dV = torch.matmul(P.transpose(-1, -2), dO)
-            dS = P.mul_(dP.sub_(delta[r0:r1, s:e, :, None]))
-            dq[r0:r1, s:e] = torch.matmul(dS, K)
+            dS = P.mul_(dP.sub_(delta_c))
+            dq[r0:r1, s:e] = torch.matmul(dS, K).view(r1 - r0, g, p.c, -1)
             _accumulate(p, dk, torch.matmul(dS.transpose(-1, -2), Q), r0, r1, b, h, s, e)
             _accumulate(p, dv, dV, r0, r1, b, h, s, e)
 
 
 def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s, e):
-    """Add a chunk's key gradients (Gh, g, L, D) back to the key rows they came from."""
+    """Add a chunk's key gradients (Gh, g, L, D) (g = 1 in dense mode) back to the key rows they came from."""
     if p.mode == "dense":
         dX[r0:r1, : p.L] += chunk.sum(1)
     else:
