@@ -7,12 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .backbone import backbone_config, build_backbone
 from .configuration_dialogue import LongformerDialogueConfig
-from .remote_code import ExportCodeMixin
+from .remote_code import LongformerTaskPreTrainedModel
 
 IGNORE_INDEX = -100
 
@@ -58,29 +57,9 @@ def gather_positions(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Ten
     return torch.gather(hidden, 1, index)
 
 
-class LongformerDialoguePreTrainedModel(ExportCodeMixin, PreTrainedModel):
+class LongformerDialoguePreTrainedModel(LongformerTaskPreTrainedModel):
     config_class = LongformerDialogueConfig
     config: LongformerDialogueConfig
-    base_model_prefix = "backbone"
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["LongformerLayer", "SparseTransformerLayer"]
-    _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
-
-    def _init_weights(self, module):
-        """BERT/Longformer initialisation with the backbone's ``initializer_range``."""
-        std = self.config.backbone.get("initializer_range", 0.02)
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
 
 
 class LongformerForDialogue(LongformerDialoguePreTrainedModel):

@@ -8,12 +8,11 @@ import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss
 from torch.nn import functional as F
-from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .backbone import backbone_config, build_backbone, every_k_global
 from .configuration_motif import LongformerMotifConfig
-from .remote_code import ExportCodeMixin
+from .remote_code import LongformerTaskPreTrainedModel
 
 
 @dataclass
@@ -35,31 +34,9 @@ class MotifDetectionOutput(ModelOutput):
     attentions: tuple | None = None
 
 
-class LongformerMotifPreTrainedModel(ExportCodeMixin, PreTrainedModel):
+class LongformerMotifPreTrainedModel(LongformerTaskPreTrainedModel):
     config_class = LongformerMotifConfig
     config: LongformerMotifConfig
-    base_model_prefix = "backbone"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["LongformerLayer", "SparseTransformerLayer"]
-    _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
-    _supports_flash_attn = False
-
-    def _init_weights(self, module):
-        """BERT/Longformer initialisation with the backbone's ``initializer_range``."""
-        std = self.config.backbone.get("initializer_range", 0.02)
-        if isinstance(module, (nn.Linear, nn.Conv1d)):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
 
 
 class LongformerForMotifDetection(LongformerMotifPreTrainedModel):

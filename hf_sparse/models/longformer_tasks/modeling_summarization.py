@@ -17,14 +17,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import LEDForConditionalGeneration, PreTrainedModel
+from transformers import LEDForConditionalGeneration
 from transformers.models.led.modeling_led import LEDEncoder
 from transformers.utils import ModelOutput
 
 from ...attention.dispatch import sparse_attention
 from .backbone import backbone_config, build_backbone
 from .configuration_summarization import LEDSummarizationConfig, LongformerExtractiveSummarizationConfig
-from .remote_code import ExportCodeMixin
+from .remote_code import ExportCodeMixin, LongformerTaskPreTrainedModel
 
 IGNORE_INDEX = -100
 PADDING_SCORE = -1.0e4  # logits of padding sentences
@@ -302,29 +302,9 @@ class ExtractiveSummarizationOutput(ModelOutput):
     attentions: tuple | None = None
 
 
-class LongformerExtractivePreTrainedModel(ExportCodeMixin, PreTrainedModel):
+class LongformerExtractivePreTrainedModel(LongformerTaskPreTrainedModel):
     config_class = LongformerExtractiveSummarizationConfig
     config: LongformerExtractiveSummarizationConfig
-    base_model_prefix = "backbone"
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["LongformerLayer", "SparseTransformerLayer"]
-    _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
-
-    def _init_weights(self, module):
-        """BERT/Longformer initialisation with the backbone's ``initializer_range``."""
-        std = self.config.backbone.get("initializer_range", 0.02)
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
 
 
 class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):

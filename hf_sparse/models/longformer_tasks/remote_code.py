@@ -1,6 +1,12 @@
-"""What every task model in this package shares: ``save_pretrained`` that also writes the remote code."""
+"""What every task model in this package shares: the pre-trained base class (BERT/Longformer weight
+initialisation, gradient checkpointing, no-split modules) and ``save_pretrained`` that also writes the
+remote code."""
 
 from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
 
 
 class ExportCodeMixin:
@@ -21,4 +27,32 @@ class ExportCodeMixin:
         return out
 
 
-__all__ = ["ExportCodeMixin"]
+class LongformerTaskPreTrainedModel(ExportCodeMixin, PreTrainedModel):
+    """Base of the task models whose encoder is ``config.backbone`` (a Longformer or SparseTransformer);
+    subclasses set ``config_class``."""
+
+    base_model_prefix = "backbone"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["LongformerLayer", "SparseTransformerLayer"]
+    _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
+    _supports_flash_attn = False
+
+    def _init_weights(self, module):
+        """BERT/Longformer initialisation with the backbone's ``initializer_range``."""
+        std = self.config.backbone.get("initializer_range", 0.02)
+        if isinstance(module, (nn.Linear, nn.Conv1d)):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
+__all__ = ["ExportCodeMixin", "LongformerTaskPreTrainedModel"]
