@@ -208,7 +208,8 @@ def main(argv=None) -> int:
     import torch
 
     result = {
-        "command": "nice -n 10 python scripts/benchmark_summarization.py "
+        "command": "".join(f"{k}={os.environ[k]} " for k in ("OMP_NUM_THREADS",) if k in os.environ)
+        + "python scripts/benchmark_summarization.py "
         + " ".join(map(shlex.quote, argv or sys.argv[1:])),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), load average {load:.1f} at the start (shared machine)",
