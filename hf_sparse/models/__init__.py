@@ -75,6 +75,7 @@ def export_code_hook(config_cls, mapping: dict, pipelines=()):
             folder,
             sorted(modules),
             remote_code_auto_map(config_cls, mapping),
+            exclude=("hf_sparse.hub",),  # only save-time helpers import it, and never in the remote world
             config_updates=updates if pipelines else None,
         )
 
