@@ -1,7 +1,8 @@
-"""Attention kernels behind one dispatcher: dense reference, blocked (pure torch), flex."""
+"""Attention kernels behind one dispatcher: dense reference, fused SDPA with the mask (short inputs),
+blocked (pure torch), flex."""
 
 from .blocked import blocked_attention, merge_partials
-from .dense import allowed_mask, dense_attention, dense_weights
+from .dense import allowed_mask, dense_attention, dense_weights, sdpa_attention
 from .dispatch import BACKENDS, choose_block, resolve_pattern, sparse_attention, with_runtime_globals
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "dense_weights",
     "merge_partials",
     "resolve_pattern",
+    "sdpa_attention",
     "sparse_attention",
     "with_runtime_globals",
 ]

@@ -4,6 +4,7 @@ every test; O(n^2) memory, so only for small inputs."""
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -40,6 +41,16 @@ def dense_attention(
     return torch.matmul(probs, value.to(cdt)).to(query.dtype)
 
 
+def sdpa_attention(query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0):
+    """The same masked softmax through torch's fused ``scaled_dot_product_attention`` (flash kernel on
+    CPU, forward and backward), in the input dtype. Rows with no allowed key attend everything inside
+    the kernel (no NaN) and are zeroed after it, so they give zeros and no gradient."""
+    any_key = allowed.any(-1, keepdim=True)  # (B, H, q, 1)
+    mask = allowed | ~any_key
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    return out if bool(any_key.all()) else out * any_key.to(out.dtype)
+
+
 def dense_weights(query, key, allowed: torch.Tensor, scale: float) -> torch.Tensor:
     """The attention probabilities (B, H, q, kv) of the reference, for ``output_attentions``."""
     cdt = compute_dtype(query.dtype)
@@ -49,4 +60,4 @@ def dense_weights(query, key, allowed: torch.Tensor, scale: float) -> torch.Tens
     return torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
 
 
-__all__ = ["allowed_mask", "compute_dtype", "dense_attention", "dense_weights"]
+__all__ = ["allowed_mask", "compute_dtype", "dense_attention", "dense_weights", "sdpa_attention"]

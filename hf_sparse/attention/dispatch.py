@@ -8,10 +8,15 @@ import torch
 
 from .. import patterns as P
 from .blocked import blocked_attention
-from .dense import allowed_mask, dense_attention
+from .dense import allowed_mask, dense_attention, sdpa_attention
 from .flex import can_compile_on, compile_enabled, flex_attention_forward, flex_available
 
-BACKENDS = ("auto", "dense", "blocked", "flex")
+BACKENDS = ("auto", "dense", "sdpa", "blocked", "flex")
+# auto runs short inputs (at most this many query-key pairs per call, all heads and batch rows) on
+# torch's fused SDPA with the pattern's materialised mask: the mask costs less than the blocked
+# kernel's per-block bookkeeping there (a 253-token, batch-32 training step is ~8x faster); longer
+# inputs, where an n x n mask would dominate memory, go to the block-sparse kernels.
+SDPA_MAX_PAIRS = 1 << 24
 
 
 def _check_tensor(name, t):
@@ -114,10 +119,13 @@ def sparse_attention(
             patterns).
         scale: score scale, default ``1 / sqrt(head_dim)``.
         dropout_p: dropout on the attention probabilities (exact in forward and backward).
-        backend: ``"auto"`` (blocked on CPU, FlexAttention on GPU where the pattern runs in position
-            order), ``"dense"`` (reference, O(n^2) memory), ``"blocked"`` or ``"flex"``.
+        backend: ``"auto"`` (``"sdpa"`` for inputs of at most ``SDPA_MAX_PAIRS`` query-key pairs; else
+            blocked on CPU, FlexAttention on GPU where the pattern runs in position order), ``"dense"``
+            (reference, float32 arithmetic, O(n^2) memory), ``"sdpa"`` (torch's fused attention with the
+            pattern's materialised mask, O(n^2) memory), ``"blocked"`` or ``"flex"``.
         block_size: kernel block size (must divide or be a multiple of the pattern's own blocks).
-        seed: dropout seed for the blocked kernel (drawn from torch's generator if None).
+        seed: dropout seed (blocked: drawn from torch's generator if None; sdpa: torch's generator is
+            used as it is if None, else forked and seeded).
 
     Returns: ``(batch, heads, q_len, head_dim)``. A query with no allowed key gets zeros.
     """
@@ -174,6 +182,15 @@ def sparse_attention(
     block = choose_block(bound, kv_len, block_size)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
 
+    if backend == "auto" and B * H * q_len * kv_len <= SDPA_MAX_PAIRS:
+        backend = "sdpa"
+    if backend == "sdpa":
+        allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
+        if dropout_p == 0.0 or seed is None:
+            return sdpa_attention(query, key, value, allowed, scale, dropout_p)
+        with torch.random.fork_rng(devices=[query.device] if query.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            return sdpa_attention(query, key, value, allowed, scale, dropout_p)
     if backend == "dense":
         allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
         gen = None

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..attention.dispatch import BACKENDS
 from ..data.fasta import read_fasta
 from ..data.motif_collator import IGNORE_INDEX, MotifCollator
 from ..data.motifs import (
@@ -132,6 +133,9 @@ class MotifArguments:
         metadata={"help": "Bases per token (1: single nucleotides; >1 only without per-base tags)."},
     )
     hidden_dropout: float = field(default=0.1, metadata={"help": "Dropout in the encoder."})
+    attention_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout on the attention probabilities (default: hidden_dropout)."}
+    )
     classifier_dropout: float = field(default=0.1, metadata={"help": "Dropout before the heads."})
     sequence_loss_weight: float = field(
         default=1.0, metadata={"help": "Weight of the sequence loss next to the per-base loss."}
@@ -202,8 +206,10 @@ class MotifArguments:
         check(self.position_embedding_type in ("rotary", "absolute"), "position_embedding_type",
               "'rotary' or 'absolute'")  # fmt: skip
         check(self.pooling in ("cls", "mean"), "pooling", "'cls' or 'mean'")
-        check(self.attention_backend in ("auto", "blocked", "flex", "dense"), "attention_backend",
-              "one of 'auto', 'blocked', 'flex', 'dense'")  # fmt: skip
+        check(self.attention_backend in BACKENDS, "attention_backend", f"one of {BACKENDS}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            check(value is None or 0.0 <= value < 1.0, name, "a probability in [0, 1)")
         check(self.span_decoding in ("fixed_length", "bio"), "span_decoding", "'fixed_length' or 'bio'")
         check(self.negatives in ("shuffle", "none"), "negatives", "'shuffle' or 'none'")
         for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -553,7 +559,9 @@ class MotifTask(Task):
             "num_attention_heads": args.num_attention_heads,
             "intermediate_size": args.intermediate_size,
             "hidden_dropout_prob": args.hidden_dropout,
-            "attention_probs_dropout_prob": args.hidden_dropout,
+            "attention_probs_dropout_prob": args.hidden_dropout
+            if args.attention_dropout is None
+            else args.attention_dropout,
             "pad_token_id": tokenizer.pad_token_id,
             "type_vocab_size": 1,
         }

@@ -25,14 +25,15 @@ def _run(q, k, v, pattern, mode, backend, **kw):
     )
 
 
+@pytest.mark.parametrize("backend", ["blocked", "sdpa"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n", LENGTHS)
 @pytest.mark.parametrize("name", list(PATTERNS))
-def test_blocked_matches_dense_float32(name, n, mode):
+def test_kernel_matches_dense_float32(name, n, mode, backend):
     pattern = PATTERNS[name]
     q, k, v = _inputs(n)
     ref = _run(q, k, v, pattern, mode, "dense")
-    out = _run(q, k, v, pattern, mode, "blocked")
+    out = _run(q, k, v, pattern, mode, backend)
     assert not torch.isnan(out).any()
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
     grad = torch.randn_like(ref)
@@ -66,10 +67,11 @@ def test_flex_forward_matches_dense(name, n, mode, monkeypatch):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("backend", ["blocked", "sdpa"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(PATTERNS))
-def test_blocked_low_precision(name, mode, dtype):
+def test_kernel_low_precision(name, mode, dtype, backend):
     """Same inputs (rounded to the low precision) as the float32 reference: kernel error only."""
     pattern = PATTERNS[name]
     q, k, v = (t.detach().to(dtype).requires_grad_() for t in _inputs(129))
@@ -77,7 +79,7 @@ def test_blocked_low_precision(name, mode, dtype):
     if pattern.content_based:  # select once, so both runs attend the same pairs
         pattern = pattern.bind(129, query=q32, key=k32)
     ref = _run(q32, k32, v32, pattern, mode, "dense")
-    out = _run(q, k, v, pattern, mode, "blocked")
+    out = _run(q, k, v, pattern, mode, backend)
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)  # bf16 rounds to 3 digits
     grad = torch.randn_like(ref)
@@ -88,7 +90,7 @@ def test_blocked_low_precision(name, mode, dtype):
         torch.testing.assert_close(a.float(), b, atol=2e-2 * max(1.0, b.abs().max().item()), rtol=0)
 
 
-@pytest.mark.parametrize("backend", ["dense", "blocked", "flex"])
+@pytest.mark.parametrize("backend", ["dense", "sdpa", "blocked", "flex"])
 def test_rows_without_keys_are_zero_not_nan(backend, monkeypatch):
     monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
     q, k, v = _inputs(40, grad=backend != "flex")
@@ -215,3 +217,31 @@ def test_compiled_flex_forward_on_cpu_matches_dense():
     with torch.no_grad():
         out = sparse_attention(q, k, v, pattern, attention_mask=am, backend="flex")
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+
+
+def test_auto_runs_short_inputs_on_sdpa_and_long_ones_blocked(monkeypatch):
+    """auto: the fused SDPA kernel up to SDPA_MAX_PAIRS query-key pairs, the blocked kernel past it."""
+    import hf_sparse.attention.dispatch as dispatch
+
+    calls = []
+    for name in ("sdpa_attention", "blocked_attention"):
+        real = getattr(dispatch, name)
+        monkeypatch.setattr(
+            dispatch, name, lambda *a, _r=real, _n=name, **kw: calls.append(_n) or _r(*a, **kw)
+        )
+    q, k, v = _inputs(64)
+    pattern = P.SlidingWindow(window=8)
+    ref = sparse_attention(q, k, v, pattern, backend="dense")
+    torch.testing.assert_close(sparse_attention(q, k, v, pattern), ref, atol=1e-5, rtol=0)
+    monkeypatch.setattr(dispatch, "SDPA_MAX_PAIRS", 2 * 3 * 64 * 64 - 1)
+    torch.testing.assert_close(sparse_attention(q, k, v, pattern), ref, atol=1e-5, rtol=0)
+    assert calls == ["sdpa_attention", "blocked_attention"]
+
+
+def test_sdpa_dropout_is_seeded():
+    q, k, v = _inputs(64, grad=False)
+    run = lambda seed: sparse_attention(  # noqa: E731
+        q, k, v, P.SlidingWindow(window=8), dropout_p=0.3, seed=seed, backend="sdpa"
+    )
+    torch.testing.assert_close(run(5), run(5))
+    assert not torch.equal(run(5), run(6))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from transformers import LEDConfig, PretrainedConfig
 
+from ...attention.dispatch import BACKENDS as ENCODER_BACKENDS
 from ...data.summarization import SENTENCE_FEATURES
 from ...patterns import Pattern, from_dict
 from .backbone import backbone_config
 
 GLOBAL_ATTENTION = ("first", "sentences", "query")
-ENCODER_BACKENDS = ("auto", "blocked", "flex", "dense")
 EXTRACTIVE_LOSSES = ("bce", "listwise")
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+from ...attention.dispatch import BACKENDS
 from ...patterns import Pattern, from_dict
 from ...patterns.compose import Intersection, Union
 from ...patterns.per_head import PerHead
 
-BACKENDS = ("auto", "blocked", "flex", "dense")
 POSITION_TYPES = ("absolute", "rotary")
 POSITION_STYLES = ("bert", "roberta")
 
