@@ -113,14 +113,13 @@ def write_markdown(records: dict, machine: dict, path: str) -> None:
         "# Motif recipes: held-out metrics and wall time",
         "",
         f"Produced by `{machine['invocation']}` (each recipe trained from scratch on CPU by",
-        "`scripts/finetune.py` with the command under its heading, in the environment "
-        f"`OMP_NUM_THREADS={machine['omp_num_threads']}`, niced; numbers read from its `all_results.json`). Machine: "
+        "`scripts/finetune.py` with the command under its heading, `OMP_NUM_THREADS` of the run in its table",
+        "(unset: torch's default, one thread per core); numbers read from its `all_results.json`). Machine: "
         f"{machine['cpu_count']} CPU cores ({machine['processor'] or machine['machine']}), torch "
-        f"{machine['torch']} with {machine['torch_threads']} threads, transformers {machine['transformers']}.",
+        f"{machine['torch']}, transformers {machine['transformers']}.",
         "Wall times include building the data and model, training, both evaluations and saving. The",
-        "development machine is shared: other jobs ran at the same time (load average recorded per run),",
-        "so the wall times are upper bounds for an idle machine; the CPU time of each run (one thread) is",
-        "closer to what an idle machine needs.",
+        "development machine is shared: other jobs may run at the same time (load average recorded per",
+        "run), so wall times of busy runs are upper bounds for an idle machine.",
         "",
     ]
     for name, rec in records.items():
@@ -133,7 +132,7 @@ def write_markdown(records: dict, machine: dict, path: str) -> None:
             lines.append(f"| CPU time of the run (user + system) | {rec['cpu_time_s'] / 60:.1f} min |")
         lines.append(f"| training steps | {rec['global_step']} |")
         if "omp_num_threads" in rec:
-            lines.append(f"| OMP_NUM_THREADS of the run | {rec['omp_num_threads']} |")
+            lines.append(f"| OMP_NUM_THREADS of the run | {rec['omp_num_threads'] or 'unset'} |")
         lines.append(f"| parameters | {rec['num_parameters']:,} |")
         if rec.get("load_before"):
             lines.append(
@@ -168,9 +167,7 @@ def main(argv=None) -> int:
         "machine": platform.machine(),
         "processor": platform.processor(),
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
         "transformers": transformers.__version__,
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "invocation": shlex.join(["python", os.path.relpath(sys.argv[0], REPO), *(argv or sys.argv[1:])]),
     }
     records = {name: run_recipe(name, args) for name in args.recipes}
