@@ -14,7 +14,7 @@ from .flex import can_compile_on, compile_enabled, flex_attention_forward, flex_
 BACKENDS = ("auto", "dense", "sdpa", "blocked", "flex")
 # auto runs short inputs (at most this many query-key pairs per call, all heads and batch rows) on
 # torch's fused SDPA with the pattern's materialised mask: the mask costs less than the blocked
-# kernel's per-block bookkeeping there (a 253-token, batch-32 training step is ~8x faster); longer
+# kernel's per-block bookkeeping there (a 253-token, batch-32 training step of a small model is ~3x faster); longer
 # inputs, where an n x n mask would dominate memory, go to the block-sparse kernels.
 SDPA_MAX_PAIRS = 1 << 24
 

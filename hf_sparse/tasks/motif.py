@@ -207,9 +207,9 @@ class MotifArguments:
               "'rotary' or 'absolute'")  # fmt: skip
         check(self.pooling in ("cls", "mean"), "pooling", "'cls' or 'mean'")
         check(self.attention_backend in BACKENDS, "attention_backend", f"one of {BACKENDS}")
-        for name in ("hidden_dropout", "attention_dropout"):
-            value = getattr(self, name)
-            check(value is None or 0.0 <= value < 1.0, name, "a probability in [0, 1)")
+        check(0.0 <= self.hidden_dropout < 1.0, "hidden_dropout", "a probability in [0, 1)")
+        check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0, "attention_dropout",
+              "None or a probability in [0, 1)")  # fmt: skip
         check(self.span_decoding in ("fixed_length", "bio"), "span_decoding", "'fixed_length' or 'bio'")
         check(self.negatives in ("shuffle", "none"), "negatives", "'shuffle' or 'none'")
         for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
