@@ -208,7 +208,9 @@ def main(argv=None) -> int:
     import torch
 
     result = {
-        "command": "".join(f"{k}={os.environ[k]} " for k in ("OMP_NUM_THREADS",) if k in os.environ)
+        "command": (
+            f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
+        )
         + "python scripts/benchmark_summarization.py "
         + " ".join(map(shlex.quote, argv or sys.argv[1:])),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "

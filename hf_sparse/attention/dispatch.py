@@ -184,15 +184,15 @@ def sparse_attention(
 
     if backend == "auto" and B * H * q_len * kv_len <= SDPA_MAX_PAIRS:
         backend = "sdpa"
-    if backend == "sdpa":
+    if backend in ("sdpa", "dense"):
         allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
+    if backend == "sdpa":
         if dropout_p == 0.0 or seed is None:
             return sdpa_attention(query, key, value, allowed, scale, dropout_p)
         with torch.random.fork_rng(devices=[query.device] if query.device.type == "cuda" else []):
             torch.manual_seed(seed)
             return sdpa_attention(query, key, value, allowed, scale, dropout_p)
     if backend == "dense":
-        allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
         gen = None
         if dropout_p > 0.0:
             gen = torch.Generator(device=query.device)
