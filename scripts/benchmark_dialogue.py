@@ -163,14 +163,15 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
     lines = [
         "# Dialogue: response selection and per-turn act / intent tracking on Schema-Guided Dialogue",
         "",
-        "Small randomly initialised Longformer models (no pretrained weights; a word-level tokenizer built from "
-        "the training turns) trained on CPU on the SGD sample in `../shared/data/dialogue/schema_guided_dialogue` "
-        "(2,400 train / 300 validation / 300 test dialogues). Test split results.",
+        "Small randomly initialised encoders with Longformer attention (no pretrained weights; a word-level "
+        "tokenizer built from the training turns; the recipes name the backbone) trained on CPU on the SGD sample "
+        "in `../shared/data/dialogue/schema_guided_dialogue` (2,400 train / 300 validation / 300 test "
+        "dialogues). Test split results.",
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {m['cpu']}, {m['cpu_count']} cores shared with other jobs, torch {m['torch']} "
-        f"({m['torch_threads']} thread), transformers {m['transformers']}.",
+        f"Machine: {m['cpu']}, {m['cpu_count']} cores, torch {m['torch']} ({m['torch_threads']} threads), "
+        f"transformers {m['transformers']}.",
         "",
         "## Results (test)",
         "",

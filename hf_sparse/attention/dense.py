@@ -15,11 +15,12 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def allowed_mask(
     pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None
 ) -> torch.Tensor:
-    """(B, H, q_len, kv_len) bool: the bound pattern's rule, and padding keys removed."""
+    """(B, H, q_len, kv_len) bool, or (B, 1, q_len, kv_len) when the rule is the same for every head (it
+    broadcasts): the bound pattern's rule, and padding keys removed."""
     m = pattern.dense_mask(q_len, kv_len, device=device)
     while m.dim() < 4:
         m = m.unsqueeze(0)
-    m = m.to(device).expand(B, H, q_len, kv_len)
+    m = m.to(device).expand(B, m.shape[1] if m.shape[1] == 1 else H, q_len, kv_len)
     if key_valid is not None:
         m = m & key_valid[:, None, None, :].to(device)
     return m

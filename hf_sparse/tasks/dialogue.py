@@ -43,6 +43,7 @@ from ..data.dialogue import (
 )
 from ..metrics.dialogue import dialogue_act_f1, intent_accuracy
 from ..metrics.ranking import ranking_metrics
+from ..models.longformer_tasks.configuration_dialogue import TURN_POOLING
 from ..training import Task, path_field, register_task
 from ..training.tasks import metric_prefix
 
@@ -131,7 +132,31 @@ class DialogueArguments:
         default=None,
         metadata={"help": "sparse_transformer backbone: pattern spec; None: {type: longformer, window}."},
     )
+    attention_backend: str = field(
+        default="auto",
+        metadata={
+            "help": "sparse_transformer backbone: attention kernel (auto, sdpa, blocked, flex, dense)."
+        },
+    )
+    position_embedding_type: str = field(
+        default="absolute",
+        metadata={"help": "sparse_transformer backbone: 'absolute' (learned table) or 'rotary'."},
+    )
+    turn_pooling: str = field(
+        default="separator",
+        metadata={
+            "help": "What the heads read: 'separator' (each turn's separator tokens, [RSP] for selection) or "
+            "'separator+mean' (also the mean of the turn's / candidate's token states)."
+        },
+    )
     hidden_dropout_prob: float = field(default=0.1, metadata={"help": "New model: dropout."})
+    attention_dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "New model: dropout on the attention probabilities (None: hidden_dropout_prob). 0 keeps "
+            "torch's fused attention kernel on CPU (with dropout it falls back to an explicit softmax)."
+        },
+    )
     classifier_dropout: float = field(default=0.1, metadata={"help": "Dropout before the heads."})
     long_history_check: bool = field(
         default=True,
@@ -172,6 +197,12 @@ class DialogueArguments:
                     f"attention_windows must hold one even window >= 2 per layer ({self.num_hidden_layers}), "
                     f"got {self.attention_windows!r}"
                 )
+        if self.turn_pooling not in TURN_POOLING:
+            raise ValueError(f"turn_pooling must be one of {TURN_POOLING}, got {self.turn_pooling!r}")
+        for name in ("hidden_dropout_prob", "attention_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
         for name in ("max_train_dialogues", "max_eval_dialogues", "vocab_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -295,8 +326,9 @@ def sinusoidal_init(table: torch.Tensor, scale: float = 0.5) -> None:
 
 def _trainer_class(label_names: tuple[str, ...]):
     """A Trainer that knows the task's label names (the model's forward takes all three kinds, and the
-    Trainer would otherwise wait for all of them) and groups training examples by
-    :attr:`ExampleDataset.lengths` under ``train_sampling_strategy: group_by_length``."""
+    Trainer would otherwise wait for all of them), groups training examples by
+    :attr:`ExampleDataset.lengths` under ``train_sampling_strategy: group_by_length`` and evaluates in dataset
+    order whatever the strategy."""
     from transformers import Trainer
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -313,6 +345,13 @@ def _trainer_class(label_names: tuple[str, ...]):
                 batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
                 return LengthGroupedSampler(batch, lengths=dataset.lengths)
             return super()._get_train_sampler(train_dataset)
+
+        def _get_eval_sampler(self, eval_dataset):
+            # The task scores predictions against ``dataset.examples`` by index, so evaluation keeps the
+            # dataset's order (transformers would group it by length under group_by_length).
+            if eval_dataset is None or self.args.world_size > 1:
+                return None  # accelerate shards the dataloader in order and gathers in order
+            return torch.utils.data.SequentialSampler(eval_dataset)
 
     return DialogueTrainer
 
@@ -377,7 +416,9 @@ class _DialogueTask(Task):
             "num_attention_heads": args.num_attention_heads,
             "intermediate_size": args.intermediate_size,
             "hidden_dropout_prob": args.hidden_dropout_prob,
-            "attention_probs_dropout_prob": args.hidden_dropout_prob,
+            "attention_probs_dropout_prob": (
+                args.hidden_dropout_prob if args.attention_dropout is None else args.attention_dropout
+            ),
             "pad_token_id": pad,
         }
         if args.backbone_type == "longformer":
@@ -394,6 +435,8 @@ class _DialogueTask(Task):
             "max_position_embeddings": args.max_length,
             "attention_pattern": args.attention_pattern
             or {"type": "longformer", "window": args.attention_window},
+            "attention_backend": args.attention_backend,
+            "position_embedding_type": args.position_embedding_type,
         }
 
     def _heads(self, args) -> dict:
@@ -409,6 +452,7 @@ class _DialogueTask(Task):
         common = {
             "formatter": self.formatter(args, tokenizer).to_dict(),
             "classifier_dropout": args.classifier_dropout,
+            "turn_pooling": args.turn_pooling,
             "pad_token_id": tokenizer.pad_token_id,
         }
         if self._saved_dialogue_model(path):  # its encoder; this task's heads (kept if they fit, else new)

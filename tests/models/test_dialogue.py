@@ -17,6 +17,7 @@ from hf_sparse.data.dialogue import (
     build_tracking_examples,
 )
 from hf_sparse.models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue
+from hf_sparse.models.longformer_tasks.modeling_dialogue import span_means
 from tests.models.dialogue_tiny import synthetic_dialogues, tiny_model, tokenizer_and_formatter
 
 
@@ -70,6 +71,7 @@ def tracking_batch(tokenizer, formatter, model, n=3):
         ({"act_labels": ["INFORM"], "act_thresholds": [1.0]}, ValueError, r"act_thresholds\[0\]"),
         ({"user_speaker": "CUSTOMER"}, ValueError, "speaker 'CUSTOMER' has no token"),
         ({"backbone": {"model_type": "bert"}}, ValueError, "backbone model_type"),
+        ({"turn_pooling": "mean"}, ValueError, "turn_pooling must be one of"),
     ],
 )
 def test_config_rejects_bad_arguments(kwargs, error, match):
@@ -158,6 +160,65 @@ def test_tracking_heads_read_each_turn_and_ignore_unlabelled(kind, tok_fmt):
         model(**batch).intent_logits[keep], batch["intent_labels"][keep]
     )
     torch.testing.assert_close(masked, expected + intent_eval)
+
+
+def test_span_means_average_each_turn_up_to_the_next_and_the_last_to_the_end():
+    hidden = torch.randn(2, 10, 3)
+    starts = torch.tensor([[1, 4, 7], [0, 5, -1]])  # row 1 has two turns and a padding turn
+    ends = torch.tensor([9, 8])
+    got = span_means(hidden, starts, ends)
+    torch.testing.assert_close(got[0, 0], hidden[0, 1:4].mean(0))
+    torch.testing.assert_close(got[0, 1], hidden[0, 4:7].mean(0))
+    torch.testing.assert_close(got[0, 2], hidden[0, 7:9].mean(0))  # the last real token is index 8
+    torch.testing.assert_close(got[1, 0], hidden[1, 0:5].mean(0))
+    torch.testing.assert_close(got[1, 1], hidden[1, 5:8].mean(0))
+    assert torch.equal(got[1, 2], torch.zeros(3))
+
+
+@pytest.mark.parametrize("kind", ["longformer", "sparse_transformer"])
+def test_mean_pooling_heads_read_every_word_of_their_turn(kind, tok_fmt):
+    """With ``turn_pooling="separator+mean"`` a turn's logits move when a word of that turn changes, even in a
+    model whose attention routes nothing (zeroed attention output): only the pooled words carry it."""
+    tokenizer, formatter = tok_fmt
+    heads = {"selection_head": False, "act_labels": ["INFORM", "REQUEST"], "intent_labels": ["NONE", "Find"]}
+    model = tiny_model(tokenizer, formatter, kind, turn_pooling="separator+mean", **heads).eval()
+    batch = tracking_batch(tokenizer, formatter, model)
+    for name, p in model.backbone.named_parameters():
+        if "attention.output.dense" in name:
+            torch.nn.init.zeros_(p)  # each token's state depends on its own embedding only
+    positions = batch["turn_positions"][0]
+    ids = batch["input_ids"].clone()
+    ids[0, positions[1] + 2] = tokenizer.convert_tokens_to_ids(
+        "paris"
+    )  # a word of turn 1 (not its separator)
+    with torch.no_grad():
+        ref = model(**{k: v for k, v in batch.items() if "labels" not in k}).act_logits
+        out = model(
+            **{k: v for k, v in batch.items() if "labels" not in k and k != "input_ids"}, input_ids=ids
+        )
+    changed = ~torch.isclose(out.act_logits[0], ref[0]).all(-1)
+    assert changed.tolist() == [t == 1 for t in range(len(positions))]
+
+
+def test_pooled_selection_score_reads_the_candidate_and_matches_it_to_the_history(tok_fmt):
+    """With ``turn_pooling="separator+mean"`` and no attention at all (zeroed attention output), a pair's score
+    still moves with a history word (through the candidate x history product) and with a candidate word."""
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter, selection_head=True, turn_pooling="separator+mean").eval()
+    for name, p in model.backbone.named_parameters():
+        if "attention.output.dense" in name:
+            torch.nn.init.zeros_(p)
+    batch = {k: v for k, v in selection_batch(tokenizer, formatter).items() if k != "labels"}
+    paris = tokenizer.convert_tokens_to_ids("paris")
+    rsp = int(batch["candidate_positions"][0, 0])
+    with torch.no_grad():
+        ref = model(**batch).selection_logits
+        for position in (3, rsp + 1):  # a history word, a candidate word
+            ids = batch["input_ids"].clone()
+            ids[0, 0, position] = paris
+            out = model(**{**batch, "input_ids": ids}).selection_logits
+            assert not torch.isclose(out[0, 0], ref[0, 0])
+            torch.testing.assert_close(out[1:], ref[1:])
 
 
 def test_forward_rejects_mismatched_inputs(tok_fmt):

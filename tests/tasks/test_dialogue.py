@@ -150,6 +150,13 @@ def test_bad_recipe_values_are_rejected(data_dir, tmp_path):
         run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", attention_window=15))
     with pytest.raises(RecipeError, match="attention_windows must hold one even window"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", attention_windows=[8, 64]))  # 1 layer
+    with pytest.raises(RecipeError, match="attention_dropout must be in"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", attention_dropout=1.5))
+    with pytest.raises(RecipeError, match="turn_pooling must be one of"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", turn_pooling="max"))
+    with pytest.raises(ValueError, match="position_embedding_type"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="sparse_transformer",
+                   position_embedding_type="alibi"))  # fmt: skip
     with pytest.raises(FileNotFoundError, match="no train.jsonl"):
         run(recipe("dialogue-state-tracking", str(tmp_path), tmp_path / "o"))
 
@@ -259,3 +266,23 @@ def test_sinusoidal_init_fills_the_table():
     sinusoidal_init(table, scale=1.0)
     expected = torch.tensor([np.sin(3), np.cos(3), np.sin(3 / 100), np.cos(3 / 100)], dtype=torch.float32)
     torch.testing.assert_close(table[3], expected)
+
+
+def test_evaluation_keeps_the_dataset_order_under_group_by_length(tmp_path):
+    """Predictions are scored against ``dataset.examples`` by index: a length-grouped eval order would pair
+    each prediction with another example's labels."""
+    from transformers import TrainingArguments
+
+    from hf_sparse.tasks.dialogue import ExampleDataset, _trainer_class
+
+    lengths = [5, 60, 2, 33, 17, 4, 48, 9]
+    dataset = ExampleDataset([{"input_ids": [1] * n} for n in lengths])
+    args = TrainingArguments(
+        str(tmp_path),
+        train_sampling_strategy="group_by_length",
+        per_device_eval_batch_size=2,
+        report_to="none",
+    )
+    trainer = _trainer_class(("labels",))(model=torch.nn.Linear(1, 1), args=args)
+    assert list(trainer._get_eval_sampler(dataset)) == list(range(len(lengths)))
+    assert sorted(trainer._get_train_sampler(dataset)) == list(range(len(lengths)))  # training still groups

@@ -7,6 +7,7 @@ from transformers import PretrainedConfig
 from .backbone import backbone_config
 
 GLOBAL_ON_NAMES = ("cls", "separators", "latest_turn", "candidate")
+TURN_POOLING = ("separator", "separator+mean")
 DEFAULT_FORMATTER = {
     "max_length": 4096,
     "speaker_tokens": {"USER": "[USR]", "SYSTEM": "[SYS]"},
@@ -105,6 +106,13 @@ class LongformerDialogueConfig(PretrainedConfig):
             Weight of the intent loss (cross-entropy over labelled user turns).
         classifier_dropout (`float`, *optional*, defaults to 0.1):
             Dropout before every head.
+        turn_pooling (`str`, *optional*, defaults to `"separator"`):
+            What the heads read. `"separator"`: a turn's separator state(s), and `[RSP]` for selection.
+            `"separator+mean"`: also the mean of the span's token states, which gives the heads every word of
+            the turn from the start of training instead of only what attention routed to the separator. A turn
+            runs from its separator to the next turn's separator, the latest turn to the last real token. The
+            selection head reads `[RSP]`, the candidate's mean (from `[RSP]` to the last real token) and its
+            elementwise product with the history's mean (the tokens before `[RSP]`): a direct match signal.
         global_first_token (`bool`, *optional*, defaults to `True`):
             When no `global_attention_mask` is passed, the first token is global (the pipelines always pass
             the formatter's mask).
@@ -143,6 +151,7 @@ class LongformerDialogueConfig(PretrainedConfig):
         act_loss_weight: float = 1.0,
         intent_loss_weight: float = 1.0,
         classifier_dropout: float = 0.1,
+        turn_pooling: str = "separator",
         global_first_token: bool = True,
         **kwargs,
     ):
@@ -201,6 +210,9 @@ class LongformerDialogueConfig(PretrainedConfig):
         if not 0.0 <= float(classifier_dropout) < 1.0:
             raise ValueError(f"classifier_dropout must be in [0, 1), got {classifier_dropout!r}")
         self.classifier_dropout = float(classifier_dropout)
+        if turn_pooling not in TURN_POOLING:
+            raise ValueError(f"turn_pooling must be one of {TURN_POOLING}, got {turn_pooling!r}")
+        self.turn_pooling = turn_pooling
         self.global_first_token = bool(global_first_token)
         if not (selection_head or self.act_labels or self.intent_labels):
             raise ValueError("the model needs a head: set selection_head=True, act_labels or intent_labels")
@@ -237,6 +249,11 @@ class LongformerDialogueConfig(PretrainedConfig):
         """Tokens a turn's representation is read from: its separator, and with a ``turn_separator`` also the
         speaker token after it."""
         return 1 if self.formatter.get("turn_separator") is None else 2
+
+    @property
+    def pools_spans(self) -> bool:
+        """Whether the heads also read the mean of each turn's (candidate's) token states."""
+        return self.turn_pooling == "separator+mean"
 
     @property
     def num_acts(self) -> int:

@@ -57,6 +57,20 @@ def gather_positions(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Ten
     return torch.gather(hidden, 1, index)
 
 
+def span_means(hidden: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hidden`` over consecutive spans: span ``t`` of row ``b`` runs from ``starts[b, t]`` to the next
+    span's start, the last one to ``ends[b]`` (exclusive) -> ``(batch, n_spans, hidden)``. Starts ``< 0``
+    (padding spans, after the real ones) give zeros."""
+    length = hidden.shape[1]
+    starts = starts.to(hidden.device)
+    begin = torch.where(starts >= 0, starts, torch.full_like(starts, length))  # (B, T)
+    stop = torch.cat([begin[:, 1:], torch.full_like(begin[:, :1], length)], dim=1)
+    stop = torch.minimum(stop, ends.to(hidden.device).reshape(-1, 1))
+    pos = torch.arange(length, device=hidden.device)
+    member = ((pos >= begin[..., None]) & (pos < stop[..., None])).to(hidden.dtype)  # (B, T, L)
+    return (member @ hidden) / member.sum(-1, keepdim=True).clamp(min=1)
+
+
 class LongformerDialoguePreTrainedModel(LongformerTaskPreTrainedModel):
     config_class = LongformerDialogueConfig
     config: LongformerDialogueConfig
@@ -88,8 +102,11 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
         super().__init__(config)
         self.backbone = build_backbone(backbone_config(config.backbone))
         hidden, dropout = config.hidden_size, config.classifier_dropout
-        self.selection_scorer = _Head(hidden, 1, dropout) if config.selection_head else None
-        width = hidden * config.turn_tokens  # a turn is read at its separator (and speaker token)
+        pooled = int(config.pools_spans)  # + the mean of the turn's tokens
+        width = hidden * (config.turn_tokens + pooled)  # a turn is read at its separator (and speaker token)
+        self.selection_scorer = (
+            _Head(hidden, 1, dropout, hidden * (1 + 2 * pooled)) if config.selection_head else None
+        )
         self.act_classifier = _Head(hidden, config.num_acts, dropout, width) if config.num_acts else None
         self.intent_classifier = (
             _Head(hidden, config.num_intents, dropout, width) if config.num_intents else None
@@ -174,6 +191,11 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
             return_dict=True,
         )
         hidden = out.last_hidden_state  # (N, L, H)
+        ends = (
+            attention_mask.sum(-1)
+            if attention_mask is not None
+            else torch.full(hidden.shape[:1], hidden.shape[1], device=hidden.device)
+        )  # (N,) real tokens (right padding)
         losses = []
 
         # --- response selection: score at [RSP] ---
@@ -183,6 +205,10 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
                 raise ValueError("candidate_positions given, but this model has no selection head")
             positions = candidate_positions.reshape(-1, 1)  # (N, 1)
             rsp = gather_positions(hidden, positions)[:, 0]  # (N, H)
+            if self.config.pools_spans:  # + the candidate's mean and its product with the history's mean
+                starts = torch.cat([torch.zeros_like(positions), positions], dim=1)  # (N, 2)
+                history, candidate = span_means(hidden, starts, ends).unbind(1)  # (N, H) each
+                rsp = torch.cat([rsp, candidate, candidate * history], dim=-1)
             selection_logits = self.selection_scorer(rsp).squeeze(-1).reshape(lead)  # (B, C) or (B,)
             if labels is not None:
                 losses.append(F.cross_entropy(selection_logits.float(), labels.to(hidden.device).long()))
@@ -200,6 +226,8 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
             ):  # [TURN] [USR]: the turn separator and the speaker token after it
                 speaker = gather_positions(hidden, turn_positions.clamp(min=0) + 1)  # (B, T, H)
                 turns = torch.cat([turns, speaker], dim=-1)  # (B, T, 2H)
+            if self.config.pools_spans:
+                turns = torch.cat([turns, span_means(hidden, turn_positions, ends)], dim=-1)
             if self.act_classifier is not None:
                 act_logits = self.act_classifier(turns)  # (B, T, A)
                 if act_labels is not None:
@@ -248,4 +276,5 @@ __all__ = [
     "LongformerDialoguePreTrainedModel",
     "LongformerForDialogue",
     "gather_positions",
+    "span_means",
 ]
