@@ -292,6 +292,11 @@ class ExampleDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict:
         return self.examples[i]
 
+    def select(self, indices) -> ExampleDataset:
+        """The examples at ``indices``, still an ``ExampleDataset`` (the runner's ``max_*_samples`` use it, and
+        evaluation reads ``examples``)."""
+        return ExampleDataset([self.examples[i] for i in indices])
+
 
 def _length(example: dict) -> int:
     ids = example["input_ids"]
@@ -600,7 +605,8 @@ def labelled_turns(examples, act_logits, intent_logits, config):
 
 def tracking_scores(examples, act_logits, intent_logits, config, thresholds=None) -> dict[str, float]:
     """Act micro/macro F1 (at ``thresholds``, default ``config.thresholds()``) and intent accuracy (all / seen /
-    unseen) over the labelled turns of tracking examples (see :func:`labelled_turns`)."""
+    unseen, each only when there are such turns) over the labelled turns of tracking examples (see
+    :func:`labelled_turns`)."""
     true, probs, gold, pred = labelled_turns(examples, act_logits, intent_logits, config)
     out = {}
     if len(true):
@@ -609,10 +615,10 @@ def tracking_scores(examples, act_logits, intent_logits, config, thresholds=None
         out.update(act_micro_f1=f1["micro"], act_macro_f1=f1["macro"])
     if gold:
         acc = intent_accuracy(pred, gold, config.seen_intents)
-        out.update(
-            intent_accuracy=acc["all"], intent_accuracy_seen=acc["seen"], intent_accuracy_unseen=acc["unseen"],
-            n_intent_seen=acc["n_seen"], n_intent_unseen=acc["n_unseen"],
-        )  # fmt: skip
+        out.update(intent_accuracy=acc["all"], n_intent_seen=acc["n_seen"], n_intent_unseen=acc["n_unseen"])
+        for kind in ("seen", "unseen"):  # no accuracy (rather than NaN) without such turns
+            if acc[f"n_{kind}"]:
+                out[f"intent_accuracy_{kind}"] = acc[kind]
     return out
 
 

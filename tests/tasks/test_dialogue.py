@@ -107,15 +107,19 @@ def test_selection_model_folder_runs_the_pipeline(selection_run):
 def tracking_run(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("trk") / "out"
     r = recipe("dialogue-state-tracking", data_dir, out, num_train_epochs=2, learning_rate=3.0e-3,
-               num_hidden_layers=2, attention_windows=[4, 16], sinusoidal_positions=True)  # fmt: skip
+               num_hidden_layers=2, attention_windows=[4, 16], sinusoidal_positions=True,
+               max_eval_samples=10)  # fmt: skip
     return out, run(r)
 
 
 def test_tracking_run_reports_act_f1_and_seen_unseen_intents(tracking_run, data_dir):
     out, results = tracking_run
-    for split in ("eval", "test"):
-        for key in ("act_micro_f1", "act_macro_f1", "intent_accuracy_seen", "intent_accuracy_unseen"):
-            assert 0.0 <= results[f"{split}_{key}"] <= 1.0, key
+    for key in ("act_micro_f1", "act_macro_f1", "intent_accuracy_seen", "intent_accuracy_unseen"):
+        assert 0.0 <= results[f"test_{key}"] <= 1.0, key
+    for key in ("act_micro_f1", "act_macro_f1", "intent_accuracy_seen"):
+        assert 0.0 <= results[f"eval_{key}"] <= 1.0, key
+    assert results["eval_n_intent_seen"] + results["eval_n_intent_unseen"] <= 10  # max_eval_samples: 10
+    assert ("eval_intent_accuracy_unseen" in results) == (results["eval_n_intent_unseen"] > 0)  # never NaN
     test = [d for d in map(json.loads, open(f"{data_dir}/test.jsonl"))]
     hotel_user_turns = sum(2 for d in test if d["services"] == ["hotel"])  # ReserveHotel: 2 user turns each
     assert hotel_user_turns > 0 and results["test_n_intent_unseen"] == hotel_user_turns

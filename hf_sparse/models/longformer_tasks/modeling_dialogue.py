@@ -94,6 +94,9 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
     - **Active intent** (`config.intent_labels`): per user turn, from the same separator tokens; cross-entropy
       against ``intent_labels`` ``(batch, n_turns)``, ``-100`` ignored (system turns, unknown intents).
 
+    With ``config.turn_pooling="separator+mean"`` every head also reads the mean of its span's token states (see
+    :func:`span_means`; selection: the candidate's mean and its product with the history's mean).
+
     Global attention: the caller's ``global_attention_mask`` (the formatter's: separators, the latest turn,
     ``[RSP]`` and the candidate), or else only the first token (``config.global_first_token``).
     """
