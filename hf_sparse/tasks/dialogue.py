@@ -523,7 +523,13 @@ class DialogueSelectionTask(_DialogueTask):
     trainer_class = _trainer_class(("labels",))
 
     def _heads(self, args) -> dict:
-        return {"selection_head": True, "act_labels": [], "intent_labels": [], "seen_intents": []}
+        return {
+            "selection_head": True,
+            "act_labels": [],
+            "act_thresholds": None,  # a tracking model's tuned thresholds would outlive its act head
+            "intent_labels": [],
+            "seen_intents": [],
+        }
 
     def examples(self, args, tokenizer, dialogues, split: str, **kwargs) -> list[dict]:
         """Encoded selection examples: training ones with ``train_negatives`` (seed ``selection_seed + 1``),
@@ -686,6 +692,7 @@ class DialogueTrackingTask(_DialogueTask):
             "seen_intents": sorted(labels.seen_intents),
             "act_field": args.act_field,
             "act_threshold": args.act_threshold,
+            "act_thresholds": None,  # tuned again on this run's validation split
         }
 
     def examples(self, args, tokenizer, dialogues, split: str) -> list[dict]:

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import pipeline
+from transformers import AutoConfig, pipeline
 
 from hf_sparse.data.dialogue import DialogueLabels
 from hf_sparse.tasks.dialogue import (
@@ -224,6 +224,8 @@ def test_selection_can_start_from_the_tracking_model(tracking_run, data_dir, tmp
     assert results["global_step"] == 1
     config = json.loads((tmp_path / "sel" / "config.json").read_text())
     assert config["selection_head"] and config["act_labels"] == [] and config["intent_labels"] == []
+    assert config["act_thresholds"] is None  # the tracking model's tuned thresholds went with its act head
+    assert AutoConfig.from_pretrained(tmp_path / "sel").selection_head  # the saved folder loads
     before = load_file(str(folder / "model.safetensors"))
     after = load_file(str(tmp_path / "sel" / "model.safetensors"))
     assert not any(
