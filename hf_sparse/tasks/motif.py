@@ -132,6 +132,12 @@ class MotifArguments:
         default=1,
         metadata={"help": "Bases per token (1: single nucleotides; >1 only without per-base tags)."},
     )
+    kmer_embedding: int = field(
+        default=0,
+        metadata={
+            "help": "Add a learned embedding of the overlapping k-mer centred on each base (0: none; needs kmer: 1)."
+        },
+    )
     hidden_dropout: float = field(default=0.1, metadata={"help": "Dropout in the encoder."})
     attention_dropout: float | None = field(
         default=None, metadata={"help": "Dropout on the attention probabilities (default: hidden_dropout)."}
@@ -216,6 +222,12 @@ class MotifArguments:
                     "attention_window", "max_length", "kmer", "sequence_length", "conv_layers"):  # fmt: skip
             value = getattr(self, key)
             check(isinstance(value, int) and not isinstance(value, bool) and value > 0, key, "a positive int")
+        check(isinstance(self.kmer_embedding, int) and 0 <= self.kmer_embedding <= 8, "kmer_embedding",
+              "an int in [0, 8]")  # fmt: skip
+        if self.kmer_embedding and self.kmer > 1:
+            raise ValueError(
+                f"kmer_embedding={self.kmer_embedding} needs kmer: 1 (one token per base), got kmer={self.kmer}"
+            )
         for key in ("num_train", "num_validation", "num_test"):
             check(getattr(self, key) >= 0, key, "an int >= 0")
         for key in ("validation_fraction", "test_fraction", "scan_threshold", "negative_fraction"):
@@ -365,11 +377,8 @@ def attention_matrices(model, input_ids: torch.Tensor, layers=(0, -1)) -> torch.
     n = input_ids.shape[1]
     with torch.no_grad():
         glob = model.default_global_attention_mask(input_ids)
-        inputs = {"input_ids": input_ids}
-        if model.embedding_conv is not None:
-            inputs = {"inputs_embeds": model._conv_embeddings(input_ids, None, None)}
         out = model.backbone(
-            **inputs,
+            **model.backbone_inputs(input_ids),
             attention_mask=torch.ones_like(input_ids),
             global_attention_mask=glob,
             output_attentions=True,
@@ -613,6 +622,8 @@ class MotifTask(Task):
                 sequence_loss_weight=args.sequence_loss_weight,
                 classifier_dropout=args.classifier_dropout,
                 kmer=args.kmer,
+                kmer_embedding=args.kmer_embedding,
+                base_token_ids=tokenizer.convert_tokens_to_ids(list("ACGT")),
             )
             model = LongformerForMotifDetection(config)
         self.config = model.config
@@ -773,6 +784,8 @@ class MotifTask(Task):
                                       "bio": "argmax BIO tags"}[cfg.span_decoding]  # fmt: skip
         if cfg.conv_kernel_size:
             extra["embedding convolutions"] = f"{cfg.conv_layers} x width {cfg.conv_kernel_size}"
+        if cfg.kmer_embedding:
+            extra["k-mer embeddings"] = f"overlapping {cfg.kmer_embedding}-mers, one centred on each base"
         return {
             "dataset_name": args.dataset_name or names[args.data],
             "pattern": pattern,

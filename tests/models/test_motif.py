@@ -24,6 +24,9 @@ HEADS = {
 }
 
 
+BASE_IDS = DNATokenizer().convert_tokens_to_ids(list("ACGT"))
+
+
 def _batch(n=2, length=70, seed=0):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, 9, (n, length), generator=g)
@@ -101,8 +104,8 @@ def test_global_every_none_keeps_only_the_first_token():
 
 @pytest.mark.parametrize("kind", BACKBONES)
 def test_padding_does_not_change_real_tokens(kind):
-    """With the embedding convolution too: a sequence alone equals it padded in a batch."""
-    model = motif_model(kind, conv_kernel_size=5, pooling="mean")
+    """With the embedding convolution and k-mer embeddings too: a sequence alone equals it padded in a batch."""
+    model = motif_model(kind, conv_kernel_size=5, pooling="mean", kmer_embedding=3, base_token_ids=BASE_IDS)
     ids, mask = _batch()
     with torch.no_grad():
         batched = model(input_ids=ids, attention_mask=mask)
@@ -125,6 +128,10 @@ def test_padding_does_not_change_real_tokens(kind):
         (dict(conv_kernel_size=4), "conv_kernel_size"),
         (dict(pooling="max"), "pooling"),
         (dict(kmer=0), "kmer"),
+        (dict(kmer_embedding=9, base_token_ids=[5, 6, 7, 8]), "kmer_embedding must be an int in"),
+        (dict(kmer_embedding=3, kmer=2, base_token_ids=[5, 6, 7, 8]), "needs kmer=1"),
+        (dict(kmer_embedding=3), "needs base_token_ids"),
+        (dict(base_token_ids=[5, 6, 7, 7]), "base_token_ids"),
         (dict(classifier_dropout=1.5), "classifier_dropout"),
         (dict(sequence_loss_weight=-1), "sequence_loss_weight"),
         (dict(motifs={"NOPE": [[1], [0], [0], [0]]}), "not one of motif_names"),
@@ -136,6 +143,43 @@ def test_config_errors_name_the_argument(kwargs, match):
     args = {"backbone": backbone(), "motif_names": MOTIFS, **kwargs}
     with pytest.raises(ValueError, match=match):
         LongformerMotifConfig(**args)
+
+
+@pytest.mark.parametrize("k", [1, 4, 5])
+def test_kmer_ids_match_a_reference_over_the_bases(k):
+    """The id of the k-mer centred on each base (bases i-(k-1)//2 .. i+k//2, A C G T = 0..3, most
+    significant first); incomplete where the window leaves the bases (specials, N, padding, edges)."""
+    model = motif_model(motif_names=[], sequence_task="classification", sequence_label_names=["a", "b"],
+                        kmer_embedding=k, base_token_ids=BASE_IDS)  # fmt: skip
+    tok = DNATokenizer()
+    seqs = ["ACGTNNACGGTCA", "TTGCA", "GATTACAGATTACA"]
+    enc = tok(seqs, padding=True, return_tensors="pt")
+    got = model.kmer_ids(enc["input_ids"])
+    for row, ids in zip(got, enc["input_ids"].tolist()):
+        bases = [BASE_IDS.index(t) if t in BASE_IDS else None for t in ids]
+        for i, value in enumerate(row.tolist()):
+            window = [
+                bases[j] if 0 <= j < len(bases) else None for j in range(i - (k - 1) // 2, i + k // 2 + 1)
+            ]
+            expected = 4**k if None in window else sum(b * 4 ** (k - 1 - m) for m, b in enumerate(window))
+            assert value == expected, (ids, i)
+    assert model.kmer_embeddings.weight.shape == (4**k + 1, 32)
+    assert not model.kmer_embeddings.weight[4**k].any()  # incomplete k-mers add nothing
+
+
+def test_kmer_embeddings_reach_the_output_and_need_input_ids():
+    model = motif_model(kmer_embedding=3, base_token_ids=BASE_IDS)
+    ids, mask = _batch()
+    with torch.no_grad():
+        before = model(input_ids=ids, attention_mask=mask).sequence_logits
+        kmer = model.kmer_ids(ids)[0, 10]  # one k-mer of the first sequence
+        model.kmer_embeddings.weight[kmer] += torch.randn(32, generator=torch.Generator().manual_seed(0))
+        after = model(input_ids=ids, attention_mask=mask).sequence_logits
+    assert not torch.allclose(before[0], after[0])
+    if kmer not in model.kmer_ids(ids)[1][mask[1].bool()]:
+        torch.testing.assert_close(before[1], after[1])  # a sequence without that k-mer is unchanged
+    with pytest.raises(ValueError, match="kmer_embedding=3 reads the bases: pass input_ids"):
+        model(inputs_embeds=torch.zeros(1, 5, 32))
 
 
 def test_config_labels_and_dict_round_trip():
@@ -150,7 +194,7 @@ def test_config_labels_and_dict_round_trip():
 
 @pytest.mark.parametrize("kind", BACKBONES)
 def test_save_and_load_through_the_auto_classes(kind, tmp_path):
-    model = motif_model(kind, conv_kernel_size=3)
+    model = motif_model(kind, conv_kernel_size=3, kmer_embedding=2, base_token_ids=BASE_IDS)
     ids, mask = _batch()
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask)
@@ -204,7 +248,7 @@ print(json.dumps({{"model": type(model).__module__, "tokenizer": type(tok).__mod
 
 def test_saved_folder_loads_without_the_package(tmp_path):
     """Model, tokenizer and pipeline from the folder alone (``trust_remote_code``), hf_sparse blocked."""
-    model = motif_model("sparse_transformer", conv_kernel_size=3)
+    model = motif_model("sparse_transformer", conv_kernel_size=3, kmer_embedding=4, base_token_ids=BASE_IDS)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     DNATokenizer().save_pretrained(folder)

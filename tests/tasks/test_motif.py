@@ -101,10 +101,11 @@ def write_classification(folder: Path, n=(40, 12, 12)) -> Path:
     return folder
 
 
-def test_classification_data_trains_a_sequence_classifier(tmp_path):
+@pytest.mark.parametrize("tokens", [dict(kmer=3), dict(kmer=1, kmer_embedding=3)])
+def test_classification_data_trains_a_sequence_classifier(tmp_path, tokens):
     data = write_classification(tmp_path / "data")
     recipe = {
-        "task": "motif-detection", "data": "classification", "data_dir": str(data), "kmer": 3,
+        "task": "motif-detection", "data": "classification", "data_dir": str(data), **tokens,
         "output_dir": str(tmp_path / "out"), "hidden_size": 32, "intermediate_size": 64,
         "num_attention_heads": 2, "max_length": 64, "pooling": "mean", "num_train_epochs": 3,
         "learning_rate": 3e-3, "per_device_train_batch_size": 8, "report_to": "none", "save_strategy": "no",
@@ -115,7 +116,7 @@ def test_classification_data_trains_a_sequence_classifier(tmp_path):
     assert not any(k.startswith("test_span") for k in results)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["sequence_label_names"] == ["non_promoter", "promoter"] and config["motif_names"] == []
-    assert config["kmer"] == 3
+    assert config["kmer"] == tokens["kmer"] and config["kmer_embedding"] == tokens.get("kmer_embedding", 0)
     out = pipeline(model=str(tmp_path / "out"), trust_remote_code=True)(
         "GCGCGGCCGCGCGGCGCCGCGCGCGGCGCGCCGCG" * 4
     )
@@ -259,6 +260,11 @@ def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
         (dict(data="scan", fasta="x.fa"), "motif_file"),
         (dict(data="scan", fasta="x.fa", motif_file="m.txt"), "motif_ids"),
         (dict(kmer=3), "kmer=3"),
+        (dict(kmer_embedding=9), "kmer_embedding must be an int in"),
+        (
+            dict(data="classification", data_dir="x", kmer=3, kmer_embedding=4),
+            "kmer_embedding=4 needs kmer: 1",
+        ),
         (dict(validation_fraction=0.5, test_fraction=0.5), "test_fraction"),
         (dict(hidden_size=0), "hidden_size"),
         (dict(pooling="max"), "pooling"),

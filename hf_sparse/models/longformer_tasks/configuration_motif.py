@@ -9,6 +9,7 @@ from transformers import PretrainedConfig
 from .backbone import backbone_config
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
+MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
 SPAN_DECODINGS = ("bio", "fixed_length")
 POOLING = ("cls", "mean")
 
@@ -77,6 +78,14 @@ class LongformerMotifConfig(PretrainedConfig):
             Dropout before both heads.
         kmer (`int`, *optional*, defaults to 1):
             Bases per token of the matching `DNATokenizer` (1 = one token per nucleotide).
+        kmer_embedding (`int`, *optional*, defaults to 0):
+            With k > 0, every base token also gets a learned embedding of the overlapping k-mer centred
+            on it (bases `i - (k-1)//2 .. i + k//2`; k-mers running into a special token, `N` or the
+            sequence edge get a zero vector), added to its token embedding, as DNABERT's overlapping
+            k-mer tokens give, without changing the one-token-per-base layout the per-base tags need.
+            Needs `kmer=1` and `base_token_ids`.
+        base_token_ids (`list[int]`, *optional*):
+            The token ids of `A, C, G, T` (what `kmer_embedding` reads).
 
     Example:
 
@@ -112,6 +121,8 @@ class LongformerMotifConfig(PretrainedConfig):
         sequence_loss_weight: float = 1.0,
         classifier_dropout: float = 0.1,
         kmer: int = 1,
+        kmer_embedding: int = 0,
+        base_token_ids=None,
         **kwargs,
     ):
         self.backbone = backbone_config(
@@ -186,6 +197,33 @@ class LongformerMotifConfig(PretrainedConfig):
         if isinstance(kmer, bool) or not isinstance(kmer, int) or kmer < 1:
             raise ValueError(f"kmer must be a positive int, got {kmer!r}")
         self.kmer = kmer
+        if (
+            isinstance(kmer_embedding, bool)
+            or not isinstance(kmer_embedding, int)
+            or not 0 <= kmer_embedding <= MAX_KMER_EMBEDDING
+        ):
+            raise ValueError(
+                f"kmer_embedding must be an int in [0, {MAX_KMER_EMBEDDING}], got {kmer_embedding!r}"
+            )
+        if kmer_embedding and kmer != 1:
+            raise ValueError(
+                f"kmer_embedding={kmer_embedding} reads overlapping k-mers of single-base tokens; "
+                f"it needs kmer=1, got kmer={kmer}"
+            )
+        if base_token_ids is not None:
+            base_token_ids = list(base_token_ids)
+            if (
+                len(base_token_ids) != 4
+                or len(set(base_token_ids)) != 4
+                or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in base_token_ids)
+            ):
+                raise ValueError(
+                    f"base_token_ids must be 4 distinct token ids (A, C, G, T), got {base_token_ids!r}"
+                )
+        if kmer_embedding and base_token_ids is None:
+            raise ValueError(f"kmer_embedding={kmer_embedding} needs base_token_ids (the ids of A, C, G, T)")
+        self.kmer_embedding = kmer_embedding
+        self.base_token_ids = base_token_ids
         if self.motif_names:
             tags = ["O"] + [f"{p}-{m}" for m in self.motif_names for p in ("B", "I")]
             kwargs["id2label"] = dict(enumerate(tags))

@@ -58,6 +58,10 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             if k
             else None
         )
+        self.kmer_embeddings = None
+        if config.kmer_embedding:
+            rows = 4**config.kmer_embedding  # one per k-mer, and a zero row for incomplete ones
+            self.kmer_embeddings = nn.Embedding(rows + 1, hidden, padding_idx=rows)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.token_classifier = nn.Linear(hidden, config.num_labels) if config.motif_names else None
         self.sequence_head = None
@@ -82,12 +86,38 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             input_ids, attention_mask, self.config.global_every, self.config.global_first_token
         )
 
-    def _conv_embeddings(self, input_ids, inputs_embeds, attention_mask):
+    def kmer_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, N) id of the k-mer centred on each position (``4**k`` where it is incomplete)."""
+        k = self.config.kmer_embedding
+        base = torch.full_like(input_ids, -1)  # (B, N): 0..3 for A C G T, -1 for specials, N, padding
+        for i, token_id in enumerate(self.config.base_token_ids):
+            base = base.masked_fill(input_ids == token_id, i)
+        left = (k - 1) // 2
+        windows = F.pad(base, (left, k - 1 - left), value=-1).unfold(1, k, 1)  # (B, N, k)
+        place = 4 ** torch.arange(k - 1, -1, -1, device=input_ids.device)
+        ids = (windows.clamp(min=0) * place).sum(-1)
+        return torch.where((windows >= 0).all(-1), ids, torch.full_like(ids, 4**k))
+
+    def backbone_inputs(self, input_ids=None, inputs_embeds=None, attention_mask=None) -> dict:
+        """``input_ids`` or ``inputs_embeds`` for the encoder: embeddings of our own when k-mer embeddings or
+        convolutions are configured."""
+        if self.embedding_conv is None and self.kmer_embeddings is None:
+            return {"input_ids": input_ids, "inputs_embeds": inputs_embeds}
+        return {"inputs_embeds": self._embeddings(input_ids, inputs_embeds, attention_mask)}
+
+    def _embeddings(self, input_ids, inputs_embeds, attention_mask):
+        """Token embeddings, plus k-mer embeddings, through the residual convolutions (when configured)."""
         if inputs_embeds is None:
             inputs_embeds = self.get_input_embeddings()(input_ids)  # (B, N, H)
         x = inputs_embeds
+        if self.kmer_embeddings is not None:
+            if input_ids is None:
+                raise ValueError(
+                    f"kmer_embedding={self.config.kmer_embedding} reads the bases: pass input_ids, not inputs_embeds"
+                )
+            x = x + self.kmer_embeddings(self.kmer_ids(input_ids))
         keep = None if attention_mask is None else attention_mask.unsqueeze(-1).to(x.dtype)  # (B, N, 1)
-        for conv in self.embedding_conv:
+        for conv in self.embedding_conv or ():
             if keep is not None:
                 x = x * keep  # padding does not leak into real bases
             x = x + F.gelu(conv(x.transpose(1, 2)).transpose(1, 2))  # (B, N, H)
@@ -117,13 +147,10 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(ref, attention_mask)
-        if self.embedding_conv is not None:
-            inputs_embeds, input_ids = self._conv_embeddings(input_ids, inputs_embeds, attention_mask), None
         out = self.backbone(
-            input_ids=input_ids,
+            **self.backbone_inputs(input_ids, inputs_embeds, attention_mask),
             attention_mask=attention_mask,
             global_attention_mask=global_attention_mask,
-            inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
