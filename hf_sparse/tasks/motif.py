@@ -127,7 +127,10 @@ class MotifArguments:
             "help": "Spans from tag probabilities: 'fixed_length' (motif-length Viterbi) or 'bio' (argmax)."
         },
     )
-    pooling: str = field(default="cls", metadata={"help": "Sequence head input: 'cls' or 'mean'."})
+    pooling: str = field(
+        default="cls",
+        metadata={"help": "Sequence head input: 'cls', 'mean' or 'cls+mean' (both, concatenated)."},
+    )
     kmer: int = field(
         default=1,
         metadata={"help": "Bases per token (1: single nucleotides; >1 only without per-base tags)."},
@@ -211,7 +214,7 @@ class MotifArguments:
         check(self.backbone in BACKBONES, "backbone", f"one of {BACKBONES}")
         check(self.position_embedding_type in ("rotary", "absolute"), "position_embedding_type",
               "'rotary' or 'absolute'")  # fmt: skip
-        check(self.pooling in ("cls", "mean"), "pooling", "'cls' or 'mean'")
+        check(self.pooling in ("cls", "mean", "cls+mean"), "pooling", "'cls', 'mean' or 'cls+mean'")
         check(self.attention_backend in BACKENDS, "attention_backend", f"one of {BACKENDS}")
         check(0.0 <= self.hidden_dropout < 1.0, "hidden_dropout", "a probability in [0, 1)")
         check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0, "attention_dropout",

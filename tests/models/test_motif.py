@@ -182,6 +182,19 @@ def test_kmer_embeddings_reach_the_output_and_need_input_ids():
         model(inputs_embeds=torch.zeros(1, 5, 32))
 
 
+@pytest.mark.parametrize("pooling", ["cls", "mean", "cls+mean"])
+def test_sequence_head_reads_the_documented_pooling(pooling):
+    model = motif_model(pooling=pooling)
+    ids, mask = _batch()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        h = out.hidden_states[-1]
+        m = mask[..., None].float()
+        mean = (h * m).sum(1) / m.sum(1)
+        pooled = {"cls": h[:, 0], "mean": mean, "cls+mean": torch.cat([h[:, 0], mean], -1)}[pooling]
+        torch.testing.assert_close(out.sequence_logits, model.sequence_head(pooled))
+
+
 def test_config_labels_and_dict_round_trip():
     cfg = motif_config(motifs={"CTCF": [[1, 0], [0, 1], [0, 0], [0, 0]]})
     assert cfg.id2label == {0: "O", 1: "B-CTCF", 2: "I-CTCF", 3: "B-SP1", 4: "I-SP1"}

@@ -11,7 +11,7 @@ from .backbone import backbone_config
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
 MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
 SPAN_DECODINGS = ("bio", "fixed_length")
-POOLING = ("cls", "mean")
+POOLING = ("cls", "mean", "cls+mean")
 
 
 def _check_motifs(motifs, motif_names: list[str]) -> dict[str, list[list[float]]] | None:
@@ -61,7 +61,7 @@ class LongformerMotifConfig(PretrainedConfig):
             Classes of the `"classification"` sequence head (e.g. `["non_promoter", "promoter"]`).
         pooling (`str`, *optional*, defaults to `"cls"`):
             What the sequence head reads: `"cls"` (the first token, which is global) or `"mean"`
-            (the mean over the non-padding tokens).
+            (the mean over the non-padding tokens) or `"cls+mean"` (both, concatenated).
         global_every (`int`, *optional*, defaults to 100):
             Positions `0, k, 2k, ...` get global attention when the caller passes no
             `global_attention_mask` (0 or `None`: only the first token, if `global_first_token`).

@@ -66,8 +66,9 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         self.token_classifier = nn.Linear(hidden, config.num_labels) if config.motif_names else None
         self.sequence_head = None
         if config.sequence_task is not None:
+            pooled = 2 * hidden if config.pooling == "cls+mean" else hidden
             self.sequence_head = nn.Sequential(
-                nn.Linear(hidden, hidden),
+                nn.Linear(pooled, hidden),
                 nn.Tanh(),
                 nn.Dropout(config.classifier_dropout),
                 nn.Linear(hidden, config.num_sequence_outputs),
@@ -159,15 +160,15 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         logits = self.token_classifier(self.dropout(hidden)) if self.token_classifier is not None else None
         seq_logits = None
         if self.sequence_head is not None:
-            if self.config.pooling == "mean":
+            pooled = hidden[:, 0]  # (B, H): [CLS]
+            if self.config.pooling != "cls":
                 m = (
                     torch.ones_like(ref, dtype=hidden.dtype)
                     if attention_mask is None
                     else attention_mask.to(hidden.dtype)
                 )  # (B, N)
-                pooled = (hidden * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp(min=1)  # (B, H)
-            else:
-                pooled = hidden[:, 0]  # (B, H)
+                mean = (hidden * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp(min=1)  # (B, H)
+                pooled = mean if self.config.pooling == "mean" else torch.cat([pooled, mean], -1)
             seq_logits = self.sequence_head(self.dropout(pooled))
         loss = None
         if labels is not None and logits is not None:
