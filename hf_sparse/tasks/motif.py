@@ -141,6 +141,12 @@ class MotifArguments:
             "help": "Add a learned embedding of the overlapping k-mer centred on each base (0: none; needs kmer: 1)."
         },
     )
+    kmer_spectrum: int = field(
+        default=0,
+        metadata={
+            "help": "The sequence head also reads log counts of every k-mer of length 1..K (0: none; needs kmer: 1)."
+        },
+    )
     hidden_dropout: float = field(default=0.1, metadata={"help": "Dropout in the encoder."})
     attention_dropout: float | None = field(
         default=None, metadata={"help": "Dropout on the attention probabilities (default: hidden_dropout)."}
@@ -227,6 +233,12 @@ class MotifArguments:
             check(isinstance(value, int) and not isinstance(value, bool) and value > 0, key, "a positive int")
         check(isinstance(self.kmer_embedding, int) and 0 <= self.kmer_embedding <= 8, "kmer_embedding",
               "an int in [0, 8]")  # fmt: skip
+        check(isinstance(self.kmer_spectrum, int) and 0 <= self.kmer_spectrum <= 6, "kmer_spectrum",
+              "an int in [0, 6]")  # fmt: skip
+        if self.kmer_spectrum and self.kmer > 1:
+            raise ValueError(
+                f"kmer_spectrum={self.kmer_spectrum} needs kmer: 1 (one token per base), got kmer={self.kmer}"
+            )
         if self.kmer_embedding and self.kmer > 1:
             raise ValueError(
                 f"kmer_embedding={self.kmer_embedding} needs kmer: 1 (one token per base), got kmer={self.kmer}"
@@ -626,6 +638,7 @@ class MotifTask(Task):
                 classifier_dropout=args.classifier_dropout,
                 kmer=args.kmer,
                 kmer_embedding=args.kmer_embedding,
+                kmer_spectrum=args.kmer_spectrum,
                 base_token_ids=tokenizer.convert_tokens_to_ids(list("ACGT")),
             )
             model = LongformerForMotifDetection(config)
@@ -787,6 +800,10 @@ class MotifTask(Task):
                                       "bio": "argmax BIO tags"}[cfg.span_decoding]  # fmt: skip
         if cfg.conv_kernel_size:
             extra["embedding convolutions"] = f"{cfg.conv_layers} x width {cfg.conv_kernel_size}"
+        if cfg.kmer_spectrum:
+            extra["k-mer spectrum"] = (
+                f"log counts of the 1..{cfg.kmer_spectrum}-mers, read by the sequence head"
+            )
         if cfg.kmer_embedding:
             extra["k-mer embeddings"] = f"overlapping {cfg.kmer_embedding}-mers, one centred on each base"
         return {

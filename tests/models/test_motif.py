@@ -1,7 +1,9 @@
 """LongformerForMotifDetection: both backbones, every head, global attention defaults, save/load,
 Auto classes, and the trust_remote_code load of a saved folder where hf_sparse cannot be imported."""
 
+import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -131,6 +133,10 @@ def test_padding_does_not_change_real_tokens(kind):
         (dict(kmer_embedding=9, base_token_ids=[5, 6, 7, 8]), "kmer_embedding must be an int in"),
         (dict(kmer_embedding=3, kmer=2, base_token_ids=[5, 6, 7, 8]), "needs kmer=1"),
         (dict(kmer_embedding=3), "needs base_token_ids"),
+        (dict(kmer_spectrum=7, base_token_ids=[5, 6, 7, 8]), "kmer_spectrum must be an int in"),
+        (dict(kmer_spectrum=3, kmer=2, base_token_ids=[5, 6, 7, 8]), "needs kmer=1"),
+        (dict(kmer_spectrum=3), "needs kmer=1 \\(got 1\\) and base_token_ids"),
+        (dict(kmer_spectrum=3, sequence_task=None, base_token_ids=[5, 6, 7, 8]), "sequence_task is None"),
         (dict(base_token_ids=[5, 6, 7, 7]), "base_token_ids"),
         (dict(classifier_dropout=1.5), "classifier_dropout"),
         (dict(sequence_loss_weight=-1), "sequence_loss_weight"),
@@ -165,6 +171,28 @@ def test_kmer_ids_match_a_reference_over_the_bases(k):
             assert value == expected, (ids, i)
     assert model.kmer_embeddings.weight.shape == (4**k + 1, 32)
     assert not model.kmer_embeddings.weight[4**k].any()  # incomplete k-mers add nothing
+
+
+def test_kmer_spectrum_is_log_counts_against_the_uniform_expectation():
+    model = motif_model(kmer_spectrum=3, base_token_ids=BASE_IDS)
+    seqs = ["ACGTNNACGGTCAACG", "TTGCA"]
+    enc = DNATokenizer()(seqs, padding=True, return_tensors="pt")
+    got = model.kmer_spectrum(enc["input_ids"])
+    assert got.shape == (2, 4 + 16 + 64)
+    for row, seq in zip(got, seqs):
+        expected = []
+        for k in (1, 2, 3):
+            kmers = [seq[i : i + k] for i in range(len(seq) - k + 1) if "N" not in seq[i : i + k]]
+            for kmer in map("".join, itertools.product("ACGT", repeat=k)):
+                expected.append(math.log1p(kmers.count(kmer)) - math.log1p(len(kmers) / 4**k))
+        torch.testing.assert_close(row, torch.tensor(expected))
+    ids, mask = _batch()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask)
+        pooled = torch.cat([model.backbone(input_ids=ids, attention_mask=mask, global_attention_mask=model.default_global_attention_mask(ids, mask)).last_hidden_state[:, 0], model.spectrum(model.kmer_spectrum(ids))], -1)  # fmt: skip
+    torch.testing.assert_close(out.sequence_logits, model.sequence_head(pooled))
+    with pytest.raises(ValueError, match="kmer_spectrum=3 counts the bases: pass input_ids"):
+        model(inputs_embeds=torch.zeros(1, 5, 32))
 
 
 def test_kmer_embeddings_reach_the_output_and_need_input_ids():
@@ -207,7 +235,7 @@ def test_config_labels_and_dict_round_trip():
 
 @pytest.mark.parametrize("kind", BACKBONES)
 def test_save_and_load_through_the_auto_classes(kind, tmp_path):
-    model = motif_model(kind, conv_kernel_size=3, kmer_embedding=2, base_token_ids=BASE_IDS)
+    model = motif_model(kind, conv_kernel_size=3, kmer_embedding=2, kmer_spectrum=2, base_token_ids=BASE_IDS)
     ids, mask = _batch()
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask)
@@ -261,7 +289,9 @@ print(json.dumps({{"model": type(model).__module__, "tokenizer": type(tok).__mod
 
 def test_saved_folder_loads_without_the_package(tmp_path):
     """Model, tokenizer and pipeline from the folder alone (``trust_remote_code``), hf_sparse blocked."""
-    model = motif_model("sparse_transformer", conv_kernel_size=3, kmer_embedding=4, base_token_ids=BASE_IDS)
+    model = motif_model(
+        "sparse_transformer", conv_kernel_size=3, kmer_embedding=4, kmer_spectrum=3, base_token_ids=BASE_IDS
+    )
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     DNATokenizer().save_pretrained(folder)

@@ -101,7 +101,7 @@ def write_classification(folder: Path, n=(40, 12, 12)) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("tokens", [dict(kmer=3), dict(kmer=1, kmer_embedding=3)])
+@pytest.mark.parametrize("tokens", [dict(kmer=3), dict(kmer=1, kmer_embedding=3, kmer_spectrum=3)])
 def test_classification_data_trains_a_sequence_classifier(tmp_path, tokens):
     data = write_classification(tmp_path / "data")
     recipe = {
@@ -117,6 +117,7 @@ def test_classification_data_trains_a_sequence_classifier(tmp_path, tokens):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["sequence_label_names"] == ["non_promoter", "promoter"] and config["motif_names"] == []
     assert config["kmer"] == tokens["kmer"] and config["kmer_embedding"] == tokens.get("kmer_embedding", 0)
+    assert config["kmer_spectrum"] == tokens.get("kmer_spectrum", 0)
     out = pipeline(model=str(tmp_path / "out"), trust_remote_code=True)(
         "GCGCGGCCGCGCGGCGCCGCGCGCGGCGCGCCGCG" * 4
     )
@@ -261,6 +262,8 @@ def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
         (dict(data="scan", fasta="x.fa", motif_file="m.txt"), "motif_ids"),
         (dict(kmer=3), "kmer=3"),
         (dict(kmer_embedding=9), "kmer_embedding must be an int in"),
+        (dict(kmer_spectrum=7), "kmer_spectrum must be an int in"),
+        (dict(data="classification", data_dir="x", kmer=3, kmer_spectrum=4), "kmer_spectrum=4 needs kmer: 1"),
         (
             dict(data="classification", data_dir="x", kmer=3, kmer_embedding=4),
             "kmer_embedding=4 needs kmer: 1",

@@ -10,6 +10,7 @@ from .backbone import backbone_config
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
 MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
+MAX_KMER_SPECTRUM = 6  # 5,460 features
 SPAN_DECODINGS = ("bio", "fixed_length")
 POOLING = ("cls", "mean", "cls+mean")
 
@@ -84,8 +85,14 @@ class LongformerMotifConfig(PretrainedConfig):
             sequence edge get a zero vector), added to its token embedding, as DNABERT's overlapping
             k-mer tokens give, without changing the one-token-per-base layout the per-base tags need.
             Needs `kmer=1` and `base_token_ids`.
+        kmer_spectrum (`int`, *optional*, defaults to 0):
+            With K > 0 the sequence head also reads the sequence's k-mer spectrum: for every k-mer of length
+            1..K, `log(1 + count) - log(1 + expected count)` (expected: uniform over the complete k-mers of
+            that length in the sequence), through dropout, a linear layer and GELU. Composition (CpG islands,
+            GC content) is what tells promoters from background, and a bag of counts learns it from few
+            examples. Needs `kmer=1`, `base_token_ids` and a sequence head.
         base_token_ids (`list[int]`, *optional*):
-            The token ids of `A, C, G, T` (what `kmer_embedding` reads).
+            The token ids of `A, C, G, T` (what `kmer_embedding` and `kmer_spectrum` read).
 
     Example:
 
@@ -122,6 +129,7 @@ class LongformerMotifConfig(PretrainedConfig):
         classifier_dropout: float = 0.1,
         kmer: int = 1,
         kmer_embedding: int = 0,
+        kmer_spectrum: int = 0,
         base_token_ids=None,
         **kwargs,
     ):
@@ -222,6 +230,25 @@ class LongformerMotifConfig(PretrainedConfig):
                 )
         if kmer_embedding and base_token_ids is None:
             raise ValueError(f"kmer_embedding={kmer_embedding} needs base_token_ids (the ids of A, C, G, T)")
+        if (
+            isinstance(kmer_spectrum, bool)
+            or not isinstance(kmer_spectrum, int)
+            or not 0 <= kmer_spectrum <= MAX_KMER_SPECTRUM
+        ):
+            raise ValueError(
+                f"kmer_spectrum must be an int in [0, {MAX_KMER_SPECTRUM}], got {kmer_spectrum!r}"
+            )
+        if kmer_spectrum:
+            if kmer != 1 or base_token_ids is None:
+                raise ValueError(
+                    f"kmer_spectrum={kmer_spectrum} counts the k-mers of single-base tokens: it needs kmer=1 "
+                    f"(got {kmer}) and base_token_ids (got {base_token_ids!r})"
+                )
+            if sequence_task is None:
+                raise ValueError(
+                    f"kmer_spectrum={kmer_spectrum} feeds the sequence head, but sequence_task is None"
+                )
+        self.kmer_spectrum = kmer_spectrum
         self.kmer_embedding = kmer_embedding
         self.base_token_ids = base_token_ids
         if self.motif_names:

@@ -64,9 +64,15 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             self.kmer_embeddings = nn.Embedding(rows + 1, hidden, padding_idx=rows)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.token_classifier = nn.Linear(hidden, config.num_labels) if config.motif_names else None
-        self.sequence_head = None
+        self.sequence_head = self.spectrum = None
         if config.sequence_task is not None:
             pooled = 2 * hidden if config.pooling == "cls+mean" else hidden
+            if config.kmer_spectrum:
+                features = sum(4**j for j in range(1, config.kmer_spectrum + 1))
+                self.spectrum = nn.Sequential(
+                    nn.Dropout(config.classifier_dropout), nn.Linear(features, hidden), nn.GELU()
+                )
+                pooled += hidden
             self.sequence_head = nn.Sequential(
                 nn.Linear(pooled, hidden),
                 nn.Tanh(),
@@ -87,9 +93,10 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             input_ids, attention_mask, self.config.global_every, self.config.global_first_token
         )
 
-    def kmer_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, N) id of the k-mer centred on each position (``4**k`` where it is incomplete)."""
-        k = self.config.kmer_embedding
+    def kmer_ids(self, input_ids: torch.Tensor, k: int | None = None) -> torch.Tensor:
+        """(B, N) id of the k-mer centred on each position (``4**k`` where it is incomplete); k defaults to
+        ``config.kmer_embedding``."""
+        k = k or self.config.kmer_embedding
         base = torch.full_like(input_ids, -1)  # (B, N): 0..3 for A C G T, -1 for specials, N, padding
         for i, token_id in enumerate(self.config.base_token_ids):
             base = base.masked_fill(input_ids == token_id, i)
@@ -98,6 +105,19 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         place = 4 ** torch.arange(k - 1, -1, -1, device=input_ids.device)
         ids = (windows.clamp(min=0) * place).sum(-1)
         return torch.where((windows >= 0).all(-1), ids, torch.full_like(ids, 4**k))
+
+    def kmer_spectrum(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, F) ``log(1 + count) - log(1 + expected)`` of every k-mer of length 1..``config.kmer_spectrum``
+        (lengths in order, k-mers in id order; expected = complete k-mers of that length / 4**k)."""
+        parts = []
+        for k in range(1, self.config.kmer_spectrum + 1):
+            ids = self.kmer_ids(input_ids, k)
+            counts = torch.zeros(ids.shape[0], 4**k + 1, device=ids.device).scatter_add_(
+                1, ids, torch.ones(ids.shape, device=ids.device)
+            )[:, : 4**k]  # the last column counted incomplete k-mers
+            expected = counts.sum(1, keepdim=True) / 4**k
+            parts.append(torch.log1p(counts) - torch.log1p(expected))
+        return torch.cat(parts, 1)
 
     def backbone_inputs(self, input_ids=None, inputs_embeds=None, attention_mask=None) -> dict:
         """``input_ids`` or ``inputs_embeds`` for the encoder: embeddings of our own when k-mer embeddings or
@@ -169,6 +189,13 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
                 )  # (B, N)
                 mean = (hidden * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp(min=1)  # (B, H)
                 pooled = mean if self.config.pooling == "mean" else torch.cat([pooled, mean], -1)
+            if self.spectrum is not None:
+                if input_ids is None:
+                    raise ValueError(
+                        f"kmer_spectrum={self.config.kmer_spectrum} counts the bases: pass input_ids, not inputs_embeds"
+                    )
+                features = self.kmer_spectrum(input_ids).to(pooled.dtype)
+                pooled = torch.cat([pooled, self.spectrum(features)], -1)
             seq_logits = self.sequence_head(self.dropout(pooled))
         loss = None
         if labels is not None and logits is not None:
