@@ -191,7 +191,7 @@ def test_kmer_spectrum_is_log_counts_against_the_uniform_expectation():
         out = model(input_ids=ids, attention_mask=mask)
         pooled = torch.cat([model.backbone(input_ids=ids, attention_mask=mask, global_attention_mask=model.default_global_attention_mask(ids, mask)).last_hidden_state[:, 0], model.spectrum(model.kmer_spectrum(ids))], -1)  # fmt: skip
     torch.testing.assert_close(out.sequence_logits, model.sequence_head(pooled))
-    with pytest.raises(ValueError, match="kmer_spectrum=3 counts the bases: pass input_ids"):
+    with pytest.raises(ValueError, match="kmer_spectrum=3 read the bases: pass input_ids"):
         model(inputs_embeds=torch.zeros(1, 5, 32))
 
 
@@ -206,7 +206,7 @@ def test_kmer_embeddings_reach_the_output_and_need_input_ids():
     assert not torch.allclose(before[0], after[0])
     if kmer not in model.kmer_ids(ids)[1][mask[1].bool()]:
         torch.testing.assert_close(before[1], after[1])  # a sequence without that k-mer is unchanged
-    with pytest.raises(ValueError, match="kmer_embedding=3 reads the bases: pass input_ids"):
+    with pytest.raises(ValueError, match="kmer_embedding=3 / kmer_spectrum=0 read the bases: pass input_ids"):
         model(inputs_embeds=torch.zeros(1, 5, 32))
 
 

@@ -132,10 +132,6 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             inputs_embeds = self.get_input_embeddings()(input_ids)  # (B, N, H)
         x = inputs_embeds
         if self.kmer_embeddings is not None:
-            if input_ids is None:
-                raise ValueError(
-                    f"kmer_embedding={self.config.kmer_embedding} reads the bases: pass input_ids, not inputs_embeds"
-                )
             x = x + self.kmer_embeddings(self.kmer_ids(input_ids))
         keep = None if attention_mask is None else attention_mask.unsqueeze(-1).to(x.dtype)  # (B, N, 1)
         for conv in self.embedding_conv or ():
@@ -165,6 +161,11 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
+        if input_ids is None and (self.config.kmer_embedding or self.spectrum is not None):
+            raise ValueError(
+                f"kmer_embedding={self.config.kmer_embedding} / kmer_spectrum={self.config.kmer_spectrum} read the "
+                "bases: pass input_ids, not inputs_embeds"
+            )
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(ref, attention_mask)
@@ -190,10 +191,6 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
                 mean = (hidden * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp(min=1)  # (B, H)
                 pooled = mean if self.config.pooling == "mean" else torch.cat([pooled, mean], -1)
             if self.spectrum is not None:
-                if input_ids is None:
-                    raise ValueError(
-                        f"kmer_spectrum={self.config.kmer_spectrum} counts the bases: pass input_ids, not inputs_embeds"
-                    )
                 features = self.kmer_spectrum(input_ids).to(pooled.dtype)
                 pooled = torch.cat([pooled, self.spectrum(features)], -1)
             seq_logits = self.sequence_head(self.dropout(pooled))
