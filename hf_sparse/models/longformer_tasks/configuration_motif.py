@@ -34,6 +34,11 @@ def _check_motifs(motifs, motif_names: list[str]) -> dict[str, list[list[float]]
     return out
 
 
+def _check_int_in(name: str, value, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise ValueError(f"{name} must be an int in [0, {high}], got {value!r}")
+
+
 class LongformerMotifConfig(PretrainedConfig):
     r"""
     Configuration of [`LongformerForMotifDetection`]: a long-sequence encoder over DNA tokens with a
@@ -205,14 +210,7 @@ class LongformerMotifConfig(PretrainedConfig):
         if isinstance(kmer, bool) or not isinstance(kmer, int) or kmer < 1:
             raise ValueError(f"kmer must be a positive int, got {kmer!r}")
         self.kmer = kmer
-        if (
-            isinstance(kmer_embedding, bool)
-            or not isinstance(kmer_embedding, int)
-            or not 0 <= kmer_embedding <= MAX_KMER_EMBEDDING
-        ):
-            raise ValueError(
-                f"kmer_embedding must be an int in [0, {MAX_KMER_EMBEDDING}], got {kmer_embedding!r}"
-            )
+        _check_int_in(name="kmer_embedding", value=kmer_embedding, high=MAX_KMER_EMBEDDING)
         if kmer_embedding and kmer != 1:
             raise ValueError(
                 f"kmer_embedding={kmer_embedding} reads overlapping k-mers of single-base tokens; "
@@ -230,14 +228,7 @@ class LongformerMotifConfig(PretrainedConfig):
                 )
         if kmer_embedding and base_token_ids is None:
             raise ValueError(f"kmer_embedding={kmer_embedding} needs base_token_ids (the ids of A, C, G, T)")
-        if (
-            isinstance(kmer_spectrum, bool)
-            or not isinstance(kmer_spectrum, int)
-            or not 0 <= kmer_spectrum <= MAX_KMER_SPECTRUM
-        ):
-            raise ValueError(
-                f"kmer_spectrum must be an int in [0, {MAX_KMER_SPECTRUM}], got {kmer_spectrum!r}"
-            )
+        _check_int_in(name="kmer_spectrum", value=kmer_spectrum, high=MAX_KMER_SPECTRUM)
         if kmer_spectrum:
             if kmer != 1 or base_token_ids is None:
                 raise ValueError(
