@@ -235,14 +235,11 @@ class MotifArguments:
               "an int in [0, 8]")  # fmt: skip
         check(isinstance(self.kmer_spectrum, int) and 0 <= self.kmer_spectrum <= 6, "kmer_spectrum",
               "an int in [0, 6]")  # fmt: skip
-        if self.kmer_spectrum and self.kmer > 1:
-            raise ValueError(
-                f"kmer_spectrum={self.kmer_spectrum} needs kmer: 1 (one token per base), got kmer={self.kmer}"
-            )
-        if self.kmer_embedding and self.kmer > 1:
-            raise ValueError(
-                f"kmer_embedding={self.kmer_embedding} needs kmer: 1 (one token per base), got kmer={self.kmer}"
-            )
+        for key in ("kmer_spectrum", "kmer_embedding"):
+            if getattr(self, key) and self.kmer > 1:
+                raise ValueError(
+                    f"{key}={getattr(self, key)} needs kmer: 1 (one token per base), got kmer={self.kmer}"
+                )
         for key in ("num_train", "num_validation", "num_test"):
             check(getattr(self, key) >= 0, key, "an int >= 0")
         for key in ("validation_fraction", "test_fraction", "scan_threshold", "negative_fraction"):
