@@ -31,6 +31,9 @@ _NEG_INF = float("-inf")
 CHUNK_ELEMENTS = 1 << 19
 BACKWARD_ELEMENTS = 1 << 19  # per head, per chunk (S and dP of a few query blocks; measured best at 16k)
 FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior blocks
+# Interior band queries go through the fused forward in sub-blocks of this many rows, each with its own
+# narrower key window (fewer masked scores: 32 + 512 keys instead of 128 + 512 for a window of 512).
+FORWARD_SUB_BLOCK = 32
 BAND_BACKWARD_MIN_BLOCKS = 16
 
 
@@ -62,6 +65,7 @@ class _Prep:
     shared_bias: torch.Tensor | None  # (c, L) bias of an interior chunk of a translation-invariant band
     shared_any: torch.Tensor | None  # (c,) rows of that tile with at least one key
     shared_mask01: torch.Tensor | None  # (c, L) that tile as 0/1 floats
+    sub: tuple | None  # (rows, first column, (rows, width) bias) forward sub-tiling of the shared tile
     scale: float
     dropout_p: float
     seed: int
@@ -113,12 +117,13 @@ def _prepare(
         groups = [(0, 0, 0, B * H)]
     win0 = comp.layout.band[0] * c if mode == "band" else 0
     prep = _Prep(
-        comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, None, None, None, scale, dropout_p, seed
+        comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, None, None, None, None, scale, dropout_p, seed
     )
     if mode == "band" and comp.translation_invariant:
         prep.shared_bias = _shared_band_bias(prep, device)
         prep.shared_any = (prep.shared_bias > _NEG_INF).any(-1)
         prep.shared_mask01 = (prep.shared_bias == 0).float()
+        prep.sub = _sub_tile(prep.shared_bias, FORWARD_SUB_BLOCK)
     return prep
 
 
@@ -130,6 +135,50 @@ def _shared_band_bias(p: _Prep, device) -> torch.Tensor:
     j = ((qb + lo) * c + torch.arange(p.L, device=device))[None, :]
     allowed = p.comp.mask(0, 0, i, j)
     return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, _NEG_INF)
+
+
+def _sub_tile(bias: torch.Tensor, rows: int):
+    """Split the shared (c, L) tile into c // rows sub-blocks that each see the same narrower window
+    shifted by ``rows`` columns: (rows, first column, (rows, width) bias), or None where the tile does
+    not split that way (every row must keep all its allowed keys)."""
+    c, L = bias.shape
+    if c % rows or c == rows:
+        return None
+    allowed = bias > _NEG_INF
+    cols = allowed[:rows].any(0).nonzero().flatten().tolist()
+    if not cols:
+        return None
+    a, w = cols[0], cols[-1] + 1 - cols[0]
+    for j in range(c // rows):
+        block, shift = allowed[j * rows : (j + 1) * rows], a + j * rows
+        if shift + w > L or block.sum() != block[:, shift : shift + w].sum():
+            return None
+        if not torch.equal(block[:, shift : shift + w], allowed[:rows, a : a + w]):
+            return None
+    return rows, a, bias[:rows, a : a + w].contiguous()
+
+
+def _flash_band_clean(p: _Prep, qb, k, v, r: int, s: int, e: int):
+    """Fused forward of one head over the clean band blocks s..e, in sub-blocks (see ``_sub_tile``):
+    (out (g, c, Dv), lse (g, c))."""
+    rows, a, bias = p.sub
+    D, Dv, g = qb.shape[-1], v.shape[-1], e - s
+    m = g * p.c // rows  # sub-blocks
+    start = p.win0 + s * p.c + a
+
+    def window(X, width):
+        offset = X.storage_offset() + r * X.stride(0) + start * width
+        return X.as_strided((m, 1, bias.shape[1], width), (rows * width, 0, width, 1), offset)
+
+    # sub-blocks as the batch dimension: the output comes back contiguous
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        qb[r, s:e].reshape(m, 1, rows, D),
+        window(k, D),
+        window(v, Dv),
+        attn_mask=bias.to(qb.dtype)[None, None].expand(m, 1, rows, bias.shape[1]),
+        scale=p.scale,
+    )
+    return o.view(g, p.c, Dv), lse.view(g, p.c)
 
 
 # ----------------------------------------------------------------------------- per-chunk pieces
@@ -293,6 +342,10 @@ class _BlockSparse(torch.autograd.Function):
             heads = r1 - r0
             clean_n = _budget(p, 1, FORWARD_ELEMENTS) if use_flash else _budget(p, heads, CHUNK_ELEMENTS)
             for s, e, clean in _schedule(p, b, h, clean_n, _budget(p, heads, CHUNK_ELEMENTS), dev):
+                if clean and use_flash and p.sub is not None:  # heads one by one: cache-sized outputs
+                    for r in range(r0, r1):
+                        out[r, s:e], lse[r, s:e] = _flash_band_clean(p, qb, k, v, r, s, e)
+                    continue
                 if clean:
                     bias = p.shared_bias.to(q.dtype if use_flash else cdt)[None, None].expand(
                         1, e - s, c, p.L

@@ -206,6 +206,44 @@ def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
     assert torch.count_nonzero(grads["blocked"][0][1, :, 220:]) == 0
 
 
+@pytest.mark.parametrize(
+    "pattern, block, mode",
+    [(P.SlidingWindow(window=64), 128, mode) for mode in MODES]
+    + [(P.SlidingWindow(window=50, causal=True), 128, mode) for mode in ("none", "padding")]
+    + [(P.SlidingWindow(window=100), 64, "padding")],
+)
+def test_band_forward_sub_blocks_match_dense(pattern, block, mode, monkeypatch):
+    """Interior band blocks run the fused forward in sub-blocks with narrower key windows; the
+    output, its gradients and the log-sum-exp the backward reads stay exact."""
+    import hf_sparse.attention.blocked as blocked
+
+    calls = []
+    real = blocked._flash_band_clean
+    monkeypatch.setattr(blocked, "_flash_band_clean", lambda p, *a: calls.append(p.sub) or real(p, *a))
+    q, k, v = _inputs(700)
+    ref = _run(q, k, v, pattern, mode, "dense")
+    out = _run(q, k, v, pattern, mode, "blocked", block_size=block)
+    assert calls and calls[0][0] == blocked.FORWARD_SUB_BLOCK
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    grad = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_sub_tile_windows():
+    """A (128, 640) tile of a +-256 band splits into 32-row sub-blocks seeing 544 keys each; a tile
+    whose rows do not shift with the sub-block (or that is one sub-block already) does not split."""
+    from hf_sparse.attention.blocked import _sub_tile
+
+    i, j = torch.arange(128)[:, None], torch.arange(640)[None, :]
+    bias = torch.zeros(128, 640).masked_fill((i + 256 - j).abs() > 256, float("-inf"))
+    rows, first, sub = _sub_tile(bias, 32)
+    assert (rows, first, tuple(sub.shape)) == (32, 0, (32, 544))
+    torch.testing.assert_close(sub, bias[:32, :544])
+    assert _sub_tile(bias[:32], 32) is None
+    assert _sub_tile(torch.zeros(128, 640).masked_fill(j > 300, float("-inf")), 32) is None
+
+
 @pytest.mark.slow
 def test_compiled_flex_forward_on_cpu_matches_dense():
     """The compiled path users get by default (the CPU tests above run FlexAttention eagerly)."""
