@@ -12,7 +12,9 @@ A plan (see ``patterns.base``) is a list of disjoint components. Each runs here 
   (FlashAttention style) and never stores a score matrix.
 
 On CPU the forward of each chunk is the fused flash kernel behind ``scaled_dot_product_attention``
-(fast, and it returns the log-sum-exp); elsewhere, or with dropout, it is three matmuls.
+(fast, and it returns the log-sum-exp), interior band blocks head by head in sub-blocks of
+``FORWARD_SUB_BLOCK`` rows that each see only their own narrower key window; elsewhere, or with
+dropout, it is three matmuls.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .dense import compute_dtype
 _NEG_INF = float("-inf")
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
-BACKWARD_ELEMENTS = 1 << 19  # per head, per chunk (S and dP of a few query blocks; measured best at 16k)
+BACKWARD_ELEMENTS = 1 << 20  # per head, per chunk (S and dP of a few query blocks; measured best at 16k)
 FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior blocks
 # Interior band queries go through the fused forward in sub-blocks of this many rows, each with its own
 # narrower key window (fewer masked scores: 32 + 512 keys instead of 128 + 512 for a window of 512).
@@ -393,7 +395,9 @@ class _BlockSparse(torch.autograd.Function):
             d_out = torch.zeros_like(out)
         d_out = d_out.view(BH, p.nqb, p.c, -1)
         # delta_i = sum_d dO * O - dlse (the log-sum-exp output's own gradient folds in here)
-        delta = (d_out.to(f32) * out.view(BH, p.nqb, p.c, -1).to(f32)).sum(-1)
+        # head by head: the products stay cache-sized instead of one (BH, n, D) temporary
+        out4 = out.view(BH, p.nqb, p.c, -1)
+        delta = torch.stack([(d_out[r].to(f32) * out4[r].to(f32)).sum(-1) for r in range(BH)])
         if d_lse is not None:
             delta = delta - d_lse.view(BH, p.nqb, p.c).to(f32)
         lse4 = lse.view(BH, p.nqb, p.c)
@@ -497,7 +501,9 @@ def _fold_slots(dst: torch.Tensor, buf: torch.Tensor, c: int, lo: int) -> None:
         # W[m, j] = buf[m - lo - (nslot - 1) + j, slot nslot - 1 - j]: all slots of key block m0 + m
         first = (m0 - lo - nslot + 1) * L * D + (nslot - 1) * c * D
         W = buf.as_strided((m1 - m0, nslot, c, D), (L * D, (L - c) * D, D, 1), buf.storage_offset() + first)
-        dst[m0 * c : m1 * c].view(m1 - m0, c, D).add_(W.sum(1))  # (M, c, D)
+        interior = dst[m0 * c : m1 * c].view(m1 - m0, c, D)
+        for j in range(nslot):  # one add per slot: cheaper than W.sum(1) over the strided slot axis
+            interior.add_(W[:, j])
     else:
         m0 = m1 = nkb  # no interior: every key block goes through the loop below
     for o in range(nslot):
