@@ -31,12 +31,13 @@ from .dense import compute_dtype
 _NEG_INF = float("-inf")
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
-BACKWARD_ELEMENTS = 1 << 20  # per head, per chunk (S and dP of a few query blocks; measured best at 16k)
+BACKWARD_ELEMENTS = 1 << 19  # per head, per chunk of the band backward (S and dP; measured best at 16k)
 FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior blocks
 # Interior band queries go through the fused forward in sub-blocks of this many rows, each with its own
 # narrower key window (fewer masked scores: 32 + 512 keys instead of 128 + 512 for a window of 512).
 FORWARD_SUB_BLOCK = 32
 BAND_BACKWARD_MIN_BLOCKS = 16
+BAND_TILE = 32  # query rows per tile of the band backward (keys per tile: BAND_TILE + band width - 1)
 
 
 def _flash_cpu_available() -> bool:
@@ -68,6 +69,9 @@ class _Prep:
     shared_any: torch.Tensor | None  # (c,) rows of that tile with at least one key
     shared_mask01: torch.Tensor | None  # (c, L) that tile as 0/1 floats
     sub: tuple | None  # (rows, first column, (rows, width) bias) forward sub-tiling of the shared tile
+    offsets: (
+        tuple | None
+    )  # (dmin, dmax, allowed (W,) bool): key offsets j - i of a translation-invariant band
     scale: float
     dropout_p: float
     seed: int
@@ -119,13 +123,32 @@ def _prepare(
         groups = [(0, 0, 0, B * H)]
     win0 = comp.layout.band[0] * c if mode == "band" else 0
     prep = _Prep(
-        comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, None, None, None, None, scale, dropout_p, seed
+        comp,
+        c,
+        nq,
+        nk,
+        nqb,
+        mode,
+        L,
+        win0,
+        kv,
+        qv,
+        groups,
+        None,
+        None,
+        None,
+        None,
+        None,
+        scale,
+        dropout_p,
+        seed,
     )
     if mode == "band" and comp.translation_invariant:
         prep.shared_bias = _shared_band_bias(prep, device)
         prep.shared_any = (prep.shared_bias > _NEG_INF).any(-1)
         prep.shared_mask01 = (prep.shared_bias == 0).float()
         prep.sub = _sub_tile(prep.shared_bias, FORWARD_SUB_BLOCK)
+        prep.offsets = _band_offsets(prep.shared_bias, comp.layout.band[0])
     return prep
 
 
@@ -137,6 +160,23 @@ def _shared_band_bias(p: _Prep, device) -> torch.Tensor:
     j = ((qb + lo) * c + torch.arange(p.L, device=device))[None, :]
     allowed = p.comp.mask(0, 0, i, j)
     return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, _NEG_INF)
+
+
+def _band_offsets(bias: torch.Tensor, lo: int):
+    """The key offsets j - i the shared (c, L) tile allows: (dmin, dmax, allowed (dmax - dmin + 1,) bool),
+    or None if the tile's rule is not a function of the offset alone."""
+    c, L = bias.shape
+    allowed = (bias > _NEG_INF).cpu()
+    d = lo * c + torch.arange(L)[None, :] - torch.arange(c)[:, None]  # (c, L) offset of each tile entry
+    if not bool(allowed.any()):
+        return None
+    dmin, dmax = int(d[allowed].min()), int(d[allowed].max())
+    cols = torch.zeros(dmax - dmin + 1, dtype=torch.bool)
+    cols[d[allowed] - dmin] = True
+    inside = (d >= dmin) & (d <= dmax)
+    if not torch.equal(inside & cols[(d - dmin).clamp(0, dmax - dmin)], allowed):
+        return None
+    return dmin, dmax, cols.to(bias.device)
 
 
 def _sub_tile(bias: torch.Tensor, rows: int):
@@ -404,12 +444,16 @@ class _BlockSparse(torch.autograd.Function):
         # rows without keys: +inf makes every probability exp(s - inf) = 0
         lse4 = torch.where(torch.isinf(lse4), torch.full_like(lse4, float("inf")), lse4)
         dq = torch.empty(BH, p.nqb, p.c, D, dtype=f32, device=q.device)
-        # key gradients: room for whole blocks (band folds write whole window slots)
-        rows = max(k.shape[1], p.nqb * p.c) if p.mode == "band" else k.shape[1]
-        dk = torch.zeros(BH, rows, D, dtype=f32, device=q.device)
-        dv = torch.zeros(BH, rows, v.shape[-1], dtype=f32, device=q.device)
-        # the per-head band loop pays off on long sequences; short ones batch all heads per chunk
-        if p.mode == "band" and p.dropout_p == 0.0 and p.nqb >= BAND_BACKWARD_MIN_BLOCKS:
+        # the per-head band path pays off on long sequences; short ones batch all heads per chunk
+        band = p.offsets is not None and p.dropout_p == 0.0 and p.nqb >= BAND_BACKWARD_MIN_BLOCKS
+        rows = k.shape[1]
+        if band:  # key gradients: room for whole key tiles
+            rows = -(-rows // _band_tile(p)) * _band_tile(p)
+        # the band path writes every row of its key tiles
+        alloc = torch.empty if band else torch.zeros
+        dk = alloc(BH, rows, D, dtype=f32, device=q.device)
+        dv = alloc(BH, rows, v.shape[-1], dtype=f32, device=q.device)
+        if band:
             _backward_band(p, q.view(BH, p.nqb, p.c, D), k, v, d_out, delta, lse4, dq, dk, dv)
         else:
             dq.zero_()
@@ -428,89 +472,131 @@ def _probabilities(S, lse, mask01):  # noqa: D401
 
 
 def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
-    """Bands: heads one by one over chunks that fit in cache. Clean chunks use zero-copy strided
-    key views and leave their key gradients per window slot, folded once per head; edge and
-    padded chunks gather their keys and scatter their gradients back."""
-    c, L, dev, D = p.c, p.L, q.device, q.shape[-1]
-    cdt = dq.dtype
-    kf, vf = k.to(cdt), v.to(cdt)
-    buf_k = torch.zeros(p.nqb, L, D, device=dev, dtype=cdt)
-    buf_v = torch.zeros(p.nqb, L, vf.shape[-1], device=dev, dtype=cdt)
-    step = _budget(p, 1, BACKWARD_ELEMENTS)
-    S = torch.empty(step, c, L, device=dev, dtype=cdt)
-    dP = torch.empty(step, c, L, device=dev, dtype=cdt)
-    neg_lse = -lse4
+    """Translation-invariant bands, head by head, in "skewed" storage: row i of a buffer holds the
+    probabilities (or score gradients) of query i against keys i + dmin .. i + dmax, one column per
+    offset. Query tiles of ``BAND_TILE`` rows see that many plus W - 1 keys, so few masked scores
+    are computed; the same storage read with other strides is the key-major tile (tile rows are
+    keys, columns the queries that see them), so dK and dV are matmuls over a long inner dimension
+    written straight to their rows: no per-window gradients to fold, no edge cases to gather."""
+    dmin, dmax, cols = p.offsets
+    BH, nqb, c, D = q.shape
+    nq_pad, nk, dev, cdt = nqb * c, k.shape[1], q.device, dq.dtype
+    cs = _band_tile(p)
+    W, nb, nkb = dmax - dmin + 1, nq_pad // cs, -(-nk // cs)
+    Lw = cs + W - 1  # keys of a query tile, queries of a key tile
+    pitch = -(-(2 * cs + W - 3) // 16) * 16 + 1  # >= 2 cs + W - 2 columns: every offset a tile reads
+    top = max(0, dmax)  # storage row of query i is i + top - base (key tiles read queries down to -dmax)
+    end = top + max(nq_pad, nkb * cs - dmin)  # storage rows of the whole head
+    F_k = max(0, -dmin)  # padded key row of key j is j + F_k
+    k_rows = F_k + max(nk, nq_pad + dmax)
+    step = max(1, min(nb, BACKWARD_ELEMENTS // (cs * Lw)))
+    # the buffers slide along the head: they keep only the rows that unfinished key tiles still read
+    cap = min(end, top + step * cs + 2 * (W + 2 * cs))
+
+    def qmajor(buf, base, s, e):  # (e - s, cs, Lw): query tile qb against keys qb * cs + dmin + t
+        return buf.as_strided(
+            (e - s, cs, Lw), (cs * pitch, pitch - 1, 1), (s * cs + top - base) * pitch + cs - 1
+        )
+
+    def kmajor(buf, base, s, e):  # (e - s, cs, Lw): key tile kb against queries kb * cs - dmax + t
+        offset = (s * cs - dmax + top - base) * pitch + W + cs - 2
+        return buf.as_strided((e - s, cs, Lw), (cs * pitch, 1, pitch - 1), offset)
+
+    def windows(x, n):  # (n, Lw, X) zero-copy windows of x's rows, starting every cs rows
+        return x.as_strided((n, Lw, x.shape[-1]), (cs * x.shape[-1], x.shape[-1], 1))
+
+    # (cs, Lw) tile mask: row r sees column t iff offset t - r is allowed
+    off = torch.arange(Lw, device=dev)[None, :] - torch.arange(cs, device=dev)[:, None]
+    tile01 = ((off >= 0) & (off < W) & cols[off.clamp(0, W - 1)]).to(cdt)
+    # columns a row never writes stay zero: rows keep their residue mod cs when the buffers slide
+    P, dS = (torch.zeros((cap + 1) * pitch, device=dev, dtype=cdt) for _ in range(2))
+    S = torch.empty(step, cs, Lw, device=dev, dtype=cdt)
+    dP = torch.empty(step, cs, Lw, device=dev, dtype=cdt)
+    # one head's keys, values, queries and output gradients with zero rows around them
+    kp, vp = (
+        torch.zeros(k_rows, D, device=dev, dtype=cdt),
+        torch.zeros(k_rows, v.shape[-1], device=dev, dtype=cdt),
+    )
+    qp, dOp = torch.zeros(end, D, device=dev, dtype=cdt), torch.zeros(end, v.shape[-1], device=dev, dtype=cdt)
+    neg_lse = (-lse4).view(BH, nb, cs)
+    neg_delta = (-delta).view(BH, nb, cs, 1)
     for b, h, r0, r1 in p.groups:
-        chunks = [
-            (s, e, clean, *_chunk_mask(p, b, h, s, e, clean, dev, cdt))
-            for s, e, clean in _schedule(p, b, h, step, step, dev)
-        ]
+        chunks = _band_chunks(p, b, h, cs, step, dmin, F_k, k_rows, tile01)
         for r in range(r0, r1):
-            dO, Qr = d_out[r].to(cdt), q[r].to(cdt)
-            for s, e, clean, mask01, any_key in chunks:
-                g = e - s
-                if not clean:
-                    buf_k[s:e].zero_()
-                    buf_v[s:e].zero_()
-                    if not bool(any_key.any()):
-                        dq[r, s:e].zero_()  # dq is allocated empty: keyless rows get zeros here
-                        continue
-                K = _chunk_keys(p, kf, r, r + 1, b, h, s, e, clean)[0]
-                V = _chunk_keys(p, vf, r, r + 1, b, h, s, e, clean)[0]
-                Sx, dPx = S[:g], dP[:g]
-                # S - lse in one op: baddbmm(-lse, q, k^T, alpha=scale)
+            kp[F_k : F_k + nk], vp[F_k : F_k + nk] = k[r], v[r]
+            torch.mul(
+                q[r].reshape(nq_pad, D), p.scale, out=qp[top : top + nq_pad]
+            )  # S = qp k^T, dK = dS^T qp
+            dOp[top : top + nq_pad] = d_out[r].reshape(nq_pad, -1)
+            kw, vw = windows(kp, nb), windows(vp, nb)  # (nb, Lw, D)
+            Qt, dOt = qp[top : top + nq_pad].view(nb, cs, D), dOp[top : top + nq_pad].view(nb, cs, -1)
+            dOw, qw = windows(dOp, nkb), windows(qp, nkb)
+            dqr, dkr, dvr = dq[r].view(nb, cs, D), dk[r, : nkb * cs].view(nkb, cs, D), dv[r, : nkb * cs]
+            dvr = dvr.view(nkb, cs, -1)
+            base, done = 0, 0  # storage row of the buffers' first row; key tiles finished
+            P[: top * pitch].zero_()  # queries before the sequence
+            dS[: top * pitch].zero_()
+            for s, e, mask in chunks:
+                last = e == nb
+                if (end if last else e * cs + top) - base > cap:  # slide, keeping what key tile `done` reads
+                    keep = (done * cs - dmax + top) // cs * cs
+                    n = s * cs + top - keep
+                    for buf in (P, dS):
+                        buf[: n * pitch].copy_(buf[(keep - base) * pitch : (keep - base + n) * pitch].clone())
+                    base = keep
+                if last:  # queries after the sequence: zero rows for the last key tiles
+                    P[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
+                    dS[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
+                Pq, dSq = qmajor(P, base, s, e), qmajor(dS, base, s, e)
+                Sx, dPx = S[: e - s], dP[: e - s]
+                # S - lse in one op; masked and underflowing entries are clamped (fast exp) then zeroed
                 torch.baddbmm(
-                    neg_lse[r, s:e, :, None].expand(g, c, L),
-                    Qr[s:e],
-                    K.transpose(1, 2),
-                    alpha=p.scale,
+                    neg_lse[r, s:e, :, None].expand(e - s, cs, Lw),
+                    Qt[s:e],
+                    kw[s:e].transpose(1, 2),
                     out=Sx,
                 )
-                P = Sx.clamp_(-87.0, 0.0).exp_().mul_(mask01)
-                dV = (
-                    torch.bmm(P.transpose(1, 2), dO[s:e], out=buf_v[s:e])
-                    if clean
-                    else torch.bmm(P.transpose(1, 2), dO[s:e])
+                torch.mul(Sx.clamp_(-87.0, 0.0).exp_(), mask, out=Pq)
+                torch.baddbmm(
+                    neg_delta[r, s:e].expand(e - s, cs, Lw), dOt[s:e], vw[s:e].transpose(1, 2), out=dPx
                 )
-                torch.bmm(dO[s:e], V.transpose(1, 2), out=dPx)
-                dS = dPx.sub_(delta[r, s:e, :, None]).mul_(P)
-                torch.bmm(dS, K, out=dq[r, s:e])
-                dK = (
-                    torch.bmm(dS.transpose(1, 2), Qr[s:e], out=buf_k[s:e])
-                    if clean
-                    else torch.bmm(dS.transpose(1, 2), Qr[s:e])
-                )
-                if not clean:
-                    rows = _key_rows(p, b, h, s, e, dev).clamp(0, p.nk - 1).flatten()
-                    dk[r].index_add_(0, rows, dK.reshape(-1, D))
-                    dv[r].index_add_(0, rows, dV.reshape(-1, dV.shape[-1]))
-            lo = p.comp.layout.band[0]
-            _fold_slots(dk[r], buf_k, c, lo)
-            _fold_slots(dv[r], buf_v, c, lo)
-    dk.mul_(p.scale)
+                torch.mul(dPx, Pq, out=dSq)
+                torch.bmm(dSq, kw[s:e], out=dqr[s:e])
+                # key tiles whose queries (down to row (kb + 1) cs - 1 - dmin) are all done
+                ready = nkb if last else min(nkb, max(done, (e * cs + dmin) // cs))
+                if ready > done:
+                    torch.bmm(kmajor(P, base, done, ready), dOw[done:ready], out=dvr[done:ready])
+                    torch.bmm(kmajor(dS, base, done, ready), qw[done:ready], out=dkr[done:ready])
+                    done = ready
 
 
-def _fold_slots(dst: torch.Tensor, buf: torch.Tensor, c: int, lo: int) -> None:
-    """dst (rows, D) += the per-window key gradients buf (nqb, L, D), where slot o (rows o*c..o*c+c)
-    of query block qb belongs to key block qb + lo + o. Key blocks that every slot reaches are summed
-    in one pass over a strided view; the few at the edges slot by slot."""
-    nqb, L, D = buf.shape
-    nslot, nkb = L // c, dst.shape[0] // c  # whole key blocks only, as the windows are whole blocks
-    m0, m1 = max(0, lo + nslot - 1), min(nkb, nqb + lo)
-    if m1 > m0:
-        # W[m, j] = buf[m - lo - (nslot - 1) + j, slot nslot - 1 - j]: all slots of key block m0 + m
-        first = (m0 - lo - nslot + 1) * L * D + (nslot - 1) * c * D
-        W = buf.as_strided((m1 - m0, nslot, c, D), (L * D, (L - c) * D, D, 1), buf.storage_offset() + first)
-        interior = dst[m0 * c : m1 * c].view(m1 - m0, c, D)
-        for j in range(nslot):  # one add per slot: cheaper than W.sum(1) over the strided slot axis
-            interior.add_(W[:, j])
-    else:
-        m0 = m1 = nkb  # no interior: every key block goes through the loop below
-    for o in range(nslot):
-        a, b = max(0, lo + o), min(nkb, nqb + lo + o)  # key blocks of slot o
-        for x, y in ((a, min(b, m0)), (max(a, m1), b)):
-            if y > x:
-                dst[x * c : y * c].view(y - x, c, D).add_(buf[x - lo - o : y - lo - o, o * c : (o + 1) * c])
+def _band_tile(p: _Prep) -> int:
+    """Query rows per tile of the band backward."""
+    return BAND_TILE if (p.nqb * p.c) % BAND_TILE == 0 else p.c
+
+
+def _band_chunks(p: _Prep, b, h, cs, step, dmin, F_k, k_rows, tile01):
+    """(s, e, mask) runs of at most ``step`` query tiles for one group: tiles whose keys and queries
+    are all valid share ``tile01``; the others (sequence edges, padding) get their own mask."""
+    nb, Lw, dev, dt = p.nqb * p.c // cs, tile01.shape[1], tile01.device, tile01.dtype
+    kv = torch.zeros(k_rows, device=dev, dtype=dt)  # padded key rows: 1 = a real, unmasked key
+    kv[F_k : F_k + p.nk] = (
+        1.0 if p.key_valid is None else p.key_valid[b, min(h, p.key_valid.shape[1] - 1)].to(dt)
+    )
+    qv = torch.zeros(nb * cs, device=dev, dtype=dt)
+    qv[: p.nq] = 1.0 if p.q_valid is None else p.q_valid[b].to(dt)
+    kwin = kv.as_strided((nb, Lw), (cs, 1), F_k + dmin)  # keys of query tile qb
+    qv = qv.view(nb, cs)
+    clean = ((kwin.min(-1).values > 0) & (qv.min(-1).values > 0)).tolist()
+    out, s = [], 0
+    while s < nb:
+        e = s
+        while e < nb and clean[e] == clean[s] and e - s < step:
+            e += 1
+        mask = tile01 if clean[s] else tile01[None] * kwin[s:e, None, :] * qv[s:e, :, None]
+        out.append((s, e, mask))
+        s = e
+    return out
 
 
 def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):

@@ -244,6 +244,45 @@ def test_sub_tile_windows():
     assert _sub_tile(torch.zeros(128, 640).masked_fill(j > 300, float("-inf")), 32) is None
 
 
+@pytest.mark.parametrize(
+    "pattern, mode",
+    [(P.SlidingWindow(window=40), mode) for mode in MODES]
+    + [(P.SlidingWindow(window=24, causal=True), mode) for mode in ("padding", "global")]
+    + [(P.Longformer(window=30), "global")],
+)
+def test_band_backward_sliding_buffers_match_dense(pattern, mode, monkeypatch):
+    """The band backward keeps only a sliding window of probability rows per head (chunks of a few
+    query tiles here, so the buffers slide many times); gradients stay exact, edges and padding too."""
+    import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 4 * 32 * 80)
+    calls = []
+    real = blocked._backward_band
+    monkeypatch.setattr(blocked, "_backward_band", lambda p, *a: calls.append(p.offsets) or real(p, *a))
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(1000, D=8))
+    ref = _run(q, k, v, pattern, mode, "dense")
+    out = _run(q, k, v, pattern, mode, "blocked", block_size=16)
+    grad = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    assert calls and all(c is not None for c in calls)
+
+
+def test_band_offsets():
+    """The offsets j - i a shared band tile allows: a +-2 window, a dilated one with holes, and a
+    tile whose rule is not a function of the offset (block-diagonal) gives None."""
+    from hf_sparse.attention.blocked import _band_offsets
+
+    i, j = torch.arange(4)[:, None], torch.arange(12)[None, :]  # block 4, key window from block -1
+    d = j - 4 - i
+    dmin, dmax, cols = _band_offsets(torch.zeros(4, 12).masked_fill(d.abs() > 2, float("-inf")), -1)
+    assert (dmin, dmax, cols.tolist()) == (-2, 2, [True] * 5)
+    dilated = (d.abs() > 4) | (d % 2 != 0)
+    dmin, dmax, cols = _band_offsets(torch.zeros(4, 12).masked_fill(dilated, float("-inf")), -1)
+    assert (dmin, dmax, cols.tolist()) == (-4, 4, [True, False] * 4 + [True])
+    assert _band_offsets(torch.zeros(4, 12).masked_fill((j // 4) != 1, float("-inf")), -1) is None
+
+
 @pytest.mark.slow
 def test_compiled_flex_forward_on_cpu_matches_dense():
     """The compiled path users get by default (the CPU tests above run FlexAttention eagerly)."""
