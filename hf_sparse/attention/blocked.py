@@ -459,7 +459,7 @@ class _BlockSparse(torch.autograd.Function):
             dq.zero_()
             qs = (q.to(f32) * p.scale).view(BH, p.nqb, p.c, D)  # scaled queries: S = qs k^T
             _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv)
-        dq.mul_(p.scale)
+            dq.mul_(p.scale)
         nk = k.shape[1]
         return dq.view(BH, nq_pad, D).to(q.dtype), dk[:, :nk].to(k.dtype), dv[:, :nk].to(v.dtype), None
 
@@ -542,7 +542,8 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
                     keep = (done * cs - dmax + top) // cs * cs
                     n = s * cs + top - keep
                     for buf in (P, dS):
-                        buf[: n * pitch].copy_(buf[(keep - base) * pitch : (keep - base + n) * pitch].clone())
+                        src = buf[(keep - base) * pitch : (keep - base + n) * pitch]
+                        buf[: n * pitch].copy_(src if keep - base >= n else src.clone())
                     base = keep
                 if last:  # queries after the sequence: zero rows for the last key tiles
                     P[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
@@ -561,7 +562,7 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
                     neg_delta[r, s:e].expand(e - s, cs, Lw), dOt[s:e], vw[s:e].transpose(1, 2), out=dPx
                 )
                 torch.mul(dPx, Pq, out=dSq)
-                torch.bmm(dSq, kw[s:e], out=dqr[s:e])
+                torch.bmm(dSq, kw[s:e], out=dqr[s:e]).mul_(p.scale)  # while it is in cache
                 # key tiles whose queries (down to row (kb + 1) cs - 1 - dmin) are all done
                 ready = nkb if last else min(nkb, max(done, (e * cs + dmin) // cs))
                 if ready > done:
