@@ -15,6 +15,11 @@ On CPU the forward of each chunk is the fused flash kernel behind ``scaled_dot_p
 (fast, and it returns the log-sum-exp), interior band blocks head by head in sub-blocks of
 ``FORWARD_SUB_BLOCK`` rows that each see only their own narrower key window; elsewhere, or with
 dropout, it is three matmuls.
+
+The backward of a translation-invariant band (sliding windows, causal or not) runs head by head on
+buffers indexed by key offset (``_backward_band``): query tiles of ``BAND_TILE`` rows write their
+probabilities there, and the same memory read with other strides gives each key tile the queries
+that see it, so key and value gradients are plain matmuls written to their own rows.
 """
 
 from __future__ import annotations
