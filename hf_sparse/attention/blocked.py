@@ -529,9 +529,8 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
         chunks = _band_chunks(p, b, h, cs, step, dmin, F_k, k_rows, tile01)
         for r in range(r0, r1):
             kp[F_k : F_k + nk], vp[F_k : F_k + nk] = k[r], v[r]
-            torch.mul(
-                q[r].reshape(nq_pad, D), p.scale, out=qp[top : top + nq_pad]
-            )  # S = qp k^T, dK = dS^T qp
+            # scaled queries: S = qp k^T and dK = dS^T qp need no further scaling
+            torch.mul(q[r].reshape(nq_pad, D), p.scale, out=qp[top : top + nq_pad])
             dOp[top : top + nq_pad] = d_out[r].reshape(nq_pad, -1)
             kw, vw = windows(kp, nb), windows(vp, nb)  # (nb, Lw, D)
             Qt, dOt = qp[top : top + nq_pad].view(nb, cs, D), dOp[top : top + nq_pad].view(nb, cs, -1)
