@@ -70,16 +70,15 @@ class _Prep:
     key_valid: torch.Tensor | None  # (B, Hk, nk) bool in component key rows, or None (all valid)
     q_valid: torch.Tensor | None  # (B, nq) bool, or None
     groups: list  # (b, h, row0, row1) over flattened batch*heads
-    shared_bias: torch.Tensor | None  # (c, L) bias of an interior chunk of a translation-invariant band
-    shared_any: torch.Tensor | None  # (c,) rows of that tile with at least one key
-    shared_mask01: torch.Tensor | None  # (c, L) that tile as 0/1 floats
-    sub: tuple | None  # (rows, first column, (rows, width) bias) forward sub-tiling of the shared tile
-    offsets: (
-        tuple | None
-    )  # (dmin, dmax, allowed (W,) bool): key offsets j - i of a translation-invariant band
     scale: float
     dropout_p: float
     seed: int
+    # translation-invariant bands only:
+    shared_bias: torch.Tensor | None = None  # (c, L) bias of an interior chunk
+    shared_any: torch.Tensor | None = None  # (c,) rows of that tile with at least one key
+    shared_mask01: torch.Tensor | None = None  # (c, L) that tile as 0/1 floats
+    sub: tuple | None = None  # (rows, first column, (rows, width) bias) forward sub-tiling of the tile
+    offsets: tuple | None = None  # (dmin, dmax, allowed (W,) bool): the key offsets j - i it allows
 
 
 def _is_dense(layout) -> bool:
@@ -127,27 +126,7 @@ def _prepare(
     else:
         groups = [(0, 0, 0, B * H)]
     win0 = comp.layout.band[0] * c if mode == "band" else 0
-    prep = _Prep(
-        comp,
-        c,
-        nq,
-        nk,
-        nqb,
-        mode,
-        L,
-        win0,
-        kv,
-        qv,
-        groups,
-        None,
-        None,
-        None,
-        None,
-        None,
-        scale,
-        dropout_p,
-        seed,
-    )
+    prep = _Prep(comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, scale, dropout_p, seed)
     if mode == "band" and comp.translation_invariant:
         prep.shared_bias = _shared_band_bias(prep, device)
         prep.shared_any = (prep.shared_bias > _NEG_INF).any(-1)
@@ -339,12 +318,16 @@ def _schedule(p: _Prep, b: int, h: int, clean_blocks: int, dirty_blocks: int, de
     if p.q_valid is not None:
         qv = torch.nn.functional.pad(p.q_valid[b], (0, p.nqb * c - p.nq)).view(p.nqb, c).all(-1)
         clean &= qv
-    clean = clean.tolist()
+    return _runs(clean.tolist(), clean_blocks, dirty_blocks)
+
+
+def _runs(clean: list, clean_limit: int, dirty_limit: int) -> list:
+    """(s, e, flag) runs of equal ``clean`` flags, at most ``clean_limit`` / ``dirty_limit`` long."""
     out, s = [], 0
-    while s < p.nqb:
+    while s < len(clean):
         e, flag = s, clean[s]
-        limit = clean_blocks if flag else dirty_blocks
-        while e < p.nqb and clean[e] == flag and e - s < limit:
+        limit = clean_limit if flag else dirty_limit
+        while e < len(clean) and clean[e] == flag and e - s < limit:
             e += 1
         out.append((s, e, flag))
         s = e
@@ -452,9 +435,8 @@ class _BlockSparse(torch.autograd.Function):
         # the per-head band path pays off on long sequences; short ones batch all heads per chunk
         band = p.offsets is not None and p.dropout_p == 0.0 and p.nqb >= BAND_BACKWARD_MIN_BLOCKS
         rows = k.shape[1]
-        if band:  # key gradients: room for whole key tiles
+        if band:  # key gradients: room for whole key tiles, every row of which the band path writes
             rows = -(-rows // _band_tile(p)) * _band_tile(p)
-        # the band path writes every row of its key tiles
         alloc = torch.empty if band else torch.zeros
         dk = alloc(BH, rows, D, dtype=f32, device=q.device)
         dv = alloc(BH, rows, v.shape[-1], dtype=f32, device=q.device)
@@ -538,8 +520,8 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
             dqr, dkr, dvr = dq[r].view(nb, cs, D), dk[r, : nkb * cs].view(nkb, cs, D), dv[r, : nkb * cs]
             dvr = dvr.view(nkb, cs, -1)
             base, done = 0, 0  # storage row of the buffers' first row; key tiles finished
-            P[: top * pitch].zero_()  # queries before the sequence
-            dS[: top * pitch].zero_()
+            for buf in (P, dS):  # queries before the sequence
+                buf[: top * pitch].zero_()
             for s, e, mask in chunks:
                 last = e == nb
                 if (end if last else e * cs + top) - base > cap:  # slide, keeping what key tile `done` reads
@@ -550,8 +532,8 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
                         buf[: n * pitch].copy_(src if keep - base >= n else src.clone())
                     base = keep
                 if last:  # queries after the sequence: zero rows for the last key tiles
-                    P[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
-                    dS[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
+                    for buf in (P, dS):
+                        buf[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
                 Pq, dSq = qmajor(P, base, s, e), qmajor(dS, base, s, e)
                 Sx, dPx = S[: e - s], dP[: e - s]
                 # S - lse in one op; masked and underflowing entries are clamped (fast exp) then zeroed
@@ -593,15 +575,10 @@ def _band_chunks(p: _Prep, b, h, cs, step, dmin, F_k, k_rows, tile01):
     kwin = kv.as_strided((nb, Lw), (cs, 1), F_k + dmin)  # keys of query tile qb
     qv = qv.view(nb, cs)
     clean = ((kwin.min(-1).values > 0) & (qv.min(-1).values > 0)).tolist()
-    out, s = [], 0
-    while s < nb:
-        e = s
-        while e < nb and clean[e] == clean[s] and e - s < step:
-            e += 1
-        mask = tile01 if clean[s] else tile01[None] * kwin[s:e, None, :] * qv[s:e, :, None]
-        out.append((s, e, mask))
-        s = e
-    return out
+    return [
+        (s, e, tile01 if flag else tile01[None] * kwin[s:e, None, :] * qv[s:e, :, None])
+        for s, e, flag in _runs(clean, step, step)
+    ]
 
 
 def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
