@@ -75,7 +75,9 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rotary(q, k, cos, sin):
-    cos, sin = cos[:, None], sin[:, None]  # (B, 1, n, D)
+    # cos/sin follow q's dtype: under autocast q and k are bf16/fp16 while the rotary table is
+    # float32, and the product would promote q and k (not v) back to float32.
+    cos, sin = cos[:, None].to(q.dtype), sin[:, None].to(q.dtype)  # (B, 1, n, D)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
