@@ -8,9 +8,13 @@ Examples::
     python scripts/finetune.py pipelines/motif/tiny.yaml --override num_train_epochs=1 learning_rate=1e-4
     accelerate launch --config_file configs/accelerate/cpu_ddp.yaml scripts/finetune.py pipelines/motif/tiny.yaml
 
-Exit codes: 0 success; 1 a user error (invalid recipe or override, output_dir already holding
-checkpoints, corrupt checkpoint on --resume), printed as one ``error:`` line without a traceback;
-2 invalid command line (argparse); 3 trained and saved locally, but the push to the Hub failed.
+Exit codes: 0 success; 2 a user error (invalid command line, recipe, override or value; a data
+folder or file that does not exist; output_dir already holding checkpoints; a corrupt checkpoint on
+--resume), printed as one ``error:`` line without a traceback (``--debug`` shows it); 3 trained and
+saved locally, but the push to the Hub failed; 1 anything unexpected (with its traceback).
+
+A rerun over an output_dir that holds checkpoints stops before anything is deleted: pass --resume to
+continue, or --overwrite_output_dir to delete them and start over (the deletion is printed).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import argparse
 import logging
 import sys
 
-EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_PUSH_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_UNEXPECTED, EXIT_USER_ERROR, EXIT_PUSH_FAILED = 0, 1, 2, 3
+EXIT_USAGE = EXIT_USER_ERROR  # argparse's own status for an invalid command line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
         "report_to=none lora_target_modules=[query,value]). May be repeated.",
     )
     parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Delete the checkpoints already in output_dir and start from step 0 (without it, and "
+        "without --resume, such an output_dir is an error and nothing is deleted).",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="Show the full traceback of a user error instead of the one 'error:' line.",
+    )
+    parser.add_argument(
         "--output_dir",
         default=None,
         help="Where the model, checkpoints and results go (overrides the recipe's output_dir).",
@@ -56,6 +72,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
+def _one_line(e: BaseException) -> str:
+    """The exception's message on one line (an OSError's own, with the file it names)."""
+    text = str(e) if not isinstance(e, KeyError) or not e.args else str(e.args[0])
+    return " ".join(text.split()) or type(e).__name__
+
+
 def main(argv=None) -> int:
     """Run the recipe; return the exit status (see the module docstring)."""
     args = parse_args(argv)
@@ -66,13 +88,24 @@ def main(argv=None) -> int:
     overrides = list(args.override)
     if args.output_dir is not None:
         overrides.append(f"output_dir={args.output_dir}")
+    if args.overwrite_output_dir:
+        if args.resume:
+            print("error: --resume and --overwrite_output_dir exclude each other", file=sys.stderr)
+            return EXIT_USER_ERROR
+        overrides.append("overwrite_output_dir=true")
+    # User errors: the recipe's and the checkpoint's own, and paths that do not exist.
+    user_errors = (RecipeError, CheckpointError, FileNotFoundError, NotADirectoryError, PermissionError)
     try:
         results = run(args.recipe, overrides, resume=True if args.resume else None)
-    except (RecipeError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except user_errors as e:
+        if args.debug:
+            raise
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except HubPushError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if args.debug:
+            raise
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return EXIT_PUSH_FAILED
     logging.getLogger("finetune").info(
         "done: global_step=%s world_size=%s output_dir=%s",

@@ -45,6 +45,7 @@ from ..metrics.dialogue import dialogue_act_f1, intent_accuracy
 from ..metrics.ranking import ranking_metrics
 from ..models.longformer_tasks.configuration_dialogue import TURN_POOLING
 from ..training import Task, path_field, register_task
+from ..training.recipe import require_path
 from ..training.tasks import metric_prefix
 
 SPLITS = ("train", "validation", "test")
@@ -372,6 +373,9 @@ class _DialogueTask(Task):
     def __init__(self):
         self._splits: dict[str, list[dict]] | None = None
         self._pad_multiple: int | None = 64
+
+    def check_arguments(self, args):
+        require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
 
     def data(self, args) -> dict[str, list[dict]]:
         if self._splits is None:

@@ -57,6 +57,7 @@ from ..metrics.spans import per_base_f1, span_f1, span_overlap_f1, spans_from_bi
 from ..pipelines.motif import decode_spans
 from ..tokenization_dna import normalize_sequence, reverse_complement
 from ..training import Task, path_field, register_task
+from ..training.recipe import require_path
 
 logger = logging.getLogger(__name__)
 
@@ -451,6 +452,16 @@ class MotifTask(Task):
         self._final: dict[str, dict] = {}
         self._data: dict[str, list[dict]] | None = None
         self._motifs = None
+
+    def check_arguments(self, args):
+        if args.data == "synthetic":
+            builtin_motifs(args.motifs)  # KeyError naming an unknown motif and the available ones
+            require_path("background_fasta", args.background_fasta)
+        elif args.data == "classification":
+            require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl",))
+        elif args.data == "scan":
+            require_path("fasta", args.fasta)
+            require_path("motif_file", args.motif_file)
 
     # --- motifs and raw data -------------------------------------------------------------------
 

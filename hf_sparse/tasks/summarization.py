@@ -48,6 +48,7 @@ from ..metrics.rouge import rouge
 from ..metrics.sentences import split_sentences
 from ..metrics.summarization import ORACLE_METRICS, oracle_labels, select_in_order
 from ..training import Task, path_field, register_task
+from ..training.recipe import require_path
 from ..training.tasks import metric_prefix
 
 logger = logging.getLogger(__name__)
@@ -271,6 +272,9 @@ class _SummarizationTask(Task):
         self.references: dict[str, list[list[str]]] = {}
         self.metric_split = "validation"
         self.truncated: dict[str, int] = {}
+
+    def check_arguments(self, args):
+        require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
 
     def data(self, args) -> dict[str, list[dict]]:
         """The examples of each split (read once)."""

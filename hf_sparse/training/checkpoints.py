@@ -47,6 +47,7 @@ _WEIGHT_FILES = (
 _OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin", "optimizer_0")
 _SCHEDULER_FILE = "scheduler.pt"
 _TRAINER_STATE = "trainer_state.json"
+_HF_SPARSE_STATE = "hf_sparse_state.json"  # the loss sum up to this checkpoint (for train_loss)
 
 
 class CheckpointError(ValueError):
@@ -122,13 +123,73 @@ def _check_weights(folder: str) -> str | None:
     return None
 
 
+def _check_torch_file(path: str) -> str | None:
+    """None if ``path`` loads the way the Trainer loads it (``torch.load(weights_only=True)``)."""
+    import torch
+
+    try:
+        from transformers.trainer_pt_utils import safe_globals  # numpy RNG states, as the Trainer allows
+    except ImportError:  # pragma: no cover - older transformers
+        import contextlib
+
+        safe_globals = contextlib.nullcontext
+    try:
+        with safe_globals():
+            _torch_load(torch, path)
+    except Exception as e:  # truncated zip, garbage, unpicklable: all mean "cannot resume from it"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return f"{os.path.basename(path)} does not load ({type(e).__name__}: {first[:200]})"
+    return None
+
+
+def _torch_load(torch, path: str) -> None:
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as e:  # legacy (non-zip) files cannot be memory-mapped
+        if "mmap" not in str(e):
+            raise
+        torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _check_all_files(folder: str) -> str | None:
+    """Every file of the checkpoint loads: torch states (``*.pt``, ``*.pth``, ``*.bin``), JSON files,
+    every safetensors file. None if all do, else the first problem."""
+    for root, _, files in sorted(os.walk(folder)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if name.endswith((".pt", ".pth", ".bin")) and name != "training_args.bin":
+                problem = _check_torch_file(path)
+            elif name.endswith(".json"):
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        json.load(f)
+                    problem = None
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                    problem = f"{rel} is not valid JSON ({e})"
+            elif name.endswith(".safetensors"):
+                try:
+                    _check_safetensors(path)
+                    problem = None
+                except Exception as e:
+                    problem = f"{rel} is unreadable ({type(e).__name__}: {e})"
+            else:
+                continue
+            if problem:
+                return problem if problem.startswith(rel) else f"{rel}: {problem}"
+    return None
+
+
 def validate_checkpoint(path) -> dict:
     """Check that a checkpoint folder holds everything a resume needs; return its trainer state.
 
     Checks: ``trainer_state.json`` parses and has an integer ``global_step``; a weights file
     (``model.safetensors``, sharded index, peft adapter, ``.bin`` or FSDP state) is present and its
     header readable; optimizer and scheduler states are present (DeepSpeed checkpoints: its
-    ``latest`` tag instead).
+    ``latest`` tag instead); and every file in the folder loads as the Trainer will load it
+    (``optimizer.pt``, ``scheduler.pt``, ``rng_state*.pth``, ``scaler.pt`` with
+    ``torch.load(weights_only=True)``, JSON files, safetensors headers), so a damaged file fails
+    here, in seconds, not after the model and data are built.
 
     Raises:
         CheckpointError: naming the folder and the first problem found.
@@ -164,6 +225,9 @@ def validate_checkpoint(path) -> dict:
             )
         if not os.path.isfile(os.path.join(folder, _SCHEDULER_FILE)):
             fail(f"{_SCHEDULER_FILE} is missing")
+    problem = _check_all_files(folder)
+    if problem:
+        fail(problem)
     return state
 
 
@@ -181,6 +245,44 @@ class AtomicCheckpointMixin:
     """
 
     _staging_run_dir: str | None = None
+    _loss_sum_before: float = 0.0  # sum of per-step train losses up to the checkpoint resumed from
+
+    def _loss_sum_so_far(self) -> float | None:
+        """Sum of the per-step training losses from step 0 to now (collective under DDP)."""
+        total = getattr(self, "_total_loss_scalar", None)
+        if total is None:
+            return None
+        pending = getattr(self, "_tr_loss", None)  # steps since the last log (transformers >= 5)
+        if pending is not None:
+            from transformers.trainer_pt_utils import nested_gather
+
+            total += nested_gather(pending.detach().clone(), self.args.parallel_mode).mean().item()
+        return self._loss_sum_before + total
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """``Trainer.train``; after a resume, ``train_loss`` covers every step, not only this run's.
+
+        transformers averages the loss over the steps of this ``train()`` call only; the loss sum
+        up to a checkpoint is saved in it (``hf_sparse_state.json``) and added back here.
+        """
+        self._loss_sum_before = 0.0
+        start = 0
+        if isinstance(resume_from_checkpoint, str):
+            self._loss_sum_before, start = _loss_sum_of_checkpoint(resume_from_checkpoint)
+        output = super().train(resume_from_checkpoint, *args, **kwargs)
+        if not start or "train_loss" not in output.metrics:
+            return output
+        from transformers.trainer_utils import TrainOutput
+
+        steps = self.state.global_step
+        this_run = output.metrics["train_loss"] * (steps - start)
+        train_loss = (self._loss_sum_before + this_run) / max(steps, 1)
+        metrics = {**output.metrics, "train_loss": train_loss}
+        for entry in reversed(self.state.log_history):  # the summary the Trainer logged at the end
+            if "train_loss" in entry:
+                entry["train_loss"] = train_loss
+                break
+        return TrainOutput(output.global_step, train_loss, metrics)
 
     def _get_output_dir(self, trial):
         if self._staging_run_dir is not None:
@@ -198,6 +300,7 @@ class AtomicCheckpointMixin:
             shutil.rmtree(staging_run_dir)  # left over by a run killed while saving this step
         self.accelerator.wait_for_everyone()
 
+        loss_sum = self._loss_sum_so_far()  # collective: before any process-0-only branch
         self._staging_run_dir = staging_run_dir
         try:
             super()._save_checkpoint(model, trial)
@@ -207,6 +310,11 @@ class AtomicCheckpointMixin:
 
         if self.args.should_save:
             staged = os.path.join(staging_run_dir, name)
+            if loss_sum is not None:
+                write_json_atomic(
+                    os.path.join(staged, _HF_SPARSE_STATE),
+                    {"global_step": self.state.global_step, "train_loss_sum": loss_sum},
+                )
             best = self.state.best_model_checkpoint
             if best is not None and os.path.abspath(best).startswith(os.path.abspath(staging_run_dir)):
                 self.state.best_model_checkpoint = final
@@ -222,6 +330,35 @@ class AtomicCheckpointMixin:
                 use_mtime=True,
             )
         self.accelerator.wait_for_everyone()
+
+
+def _loss_sum_of_checkpoint(folder: str) -> tuple[float, int]:
+    """``(sum of the per-step training losses up to the checkpoint, its global step)``.
+
+    From ``hf_sparse_state.json``; for a checkpoint without it (written by another tool), estimated
+    from the logged losses in ``trainer_state.json`` (each a mean over its logging interval; the
+    steps after the last log count at the last logged mean).
+    """
+    try:
+        with open(os.path.join(folder, _HF_SPARSE_STATE), encoding="utf-8") as f:
+            saved = json.load(f)
+        return float(saved["train_loss_sum"]), int(saved["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        with open(os.path.join(folder, _TRAINER_STATE), encoding="utf-8") as f:
+            state = json.load(f)
+        step = int(state["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0, 0
+    total, last_step, last_loss = 0.0, 0, None
+    for entry in state.get("log_history", ()):
+        if "loss" in entry and isinstance(entry.get("step"), int) and entry["step"] <= step:
+            total += float(entry["loss"]) * (entry["step"] - last_step)
+            last_step, last_loss = entry["step"], float(entry["loss"])
+    if last_loss is not None:
+        total += last_loss * (step - last_step)
+    return total, step
 
 
 def atomic_trainer_class(base=None) -> type:

@@ -27,7 +27,8 @@ Rules:
   against the working directory.
 - Defaults that differ from ``TrainingArguments``: ``report_to=["tensorboard"]``,
   ``eval_strategy="epoch"``, ``save_strategy="epoch"``, ``logging_steps=10``,
-  ``disable_tqdm=False``, ``output_dir="outputs/<recipe file stem>"``; in a distributed launch on a
+  ``disable_tqdm=False``, ``output_dir="outputs/<recipe file stem>"``; ``dataloader_pin_memory=False``
+  on a machine without a GPU (pinning needs one; torch warns otherwise); in a distributed launch on a
   machine without GPUs ``use_cpu=True`` (otherwise the Trainer sees ``DistributedType.NO``, and
   every process trains alone as "rank 0" although ``torch.distributed`` is initialized).
 """
@@ -55,6 +56,7 @@ __all__ = [
     "load_recipe",
     "parse_overrides",
     "path_field",
+    "require_path",
 ]
 
 logger = logging.getLogger(__name__)
@@ -85,6 +87,24 @@ def path_field(default: str | None = None, *, help: str) -> Any:
     return field(default=default, metadata={"help": help, "metavar": _PATH_METAVAR})
 
 
+def require_path(key: str, path, *, kind: str = "file", contains: tuple[str, ...] = ()) -> None:
+    """For :meth:`Task.check_arguments`: ``path`` (the value of recipe key ``key``) exists.
+
+    Raises:
+        FileNotFoundError: naming the key, the path and what was expected there.
+    """
+    if path is None:
+        return
+    path = os.fspath(path)
+    exists = os.path.isdir(path) if kind == "folder" else os.path.isfile(path)
+    if not exists:
+        what = "folder" if kind == "folder" else "file"
+        raise FileNotFoundError(f"{key}: {what} not found: {path}")
+    missing = [name for name in contains if not os.path.exists(os.path.join(path, name))]
+    if missing:
+        raise FileNotFoundError(f"{key}: folder {path} has no {', '.join(missing)}")
+
+
 @dataclass
 class RecipeArguments:
     """Settings of the run itself (not of the task, not of the Trainer)."""
@@ -102,8 +122,9 @@ class RecipeArguments:
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Start a fresh run even if output_dir already holds checkpoints (they are deleted). "
-            "Without it (and without resume) such an output_dir is an error."
+            "help": "Start a fresh run even if output_dir already holds checkpoints (they are deleted, and "
+            "the deletion is printed). Without it (and without resume) such an output_dir is an error. "
+            "Meant for the command line (finetune.py --overwrite_output_dir), not for a recipe file."
         },
     )
     lora: bool = field(
@@ -351,6 +372,17 @@ def _cpu_only_distributed_launch() -> bool:
     return not (torch.cuda.is_available() or (xpu is not None and xpu.is_available()))
 
 
+def _has_accelerator() -> bool:
+    """True if torch sees a GPU (CUDA, XPU or MPS)."""
+    import torch
+
+    for name in ("cuda", "xpu", "mps"):
+        backend = getattr(torch, name, None)
+        if backend is not None and getattr(backend, "is_available", lambda: False)():
+            return True
+    return False
+
+
 def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
     """Parse a recipe (YAML path or dict) and ``key=value`` overrides.
 
@@ -404,6 +436,8 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
         values["output_dir"] = os.path.join(
             "outputs", path.stem if path is not None else task_cls.name or "run"
         )
+    if "dataloader_pin_memory" in hints and not _has_accelerator():
+        values["dataloader_pin_memory"] = False  # pinning needs a GPU; torch warns on every loader
     if _cpu_only_distributed_launch() and "use_cpu" in hints and "use_cpu" not in data:
         logger.info("distributed launch without GPUs: use_cpu=True (gloo DDP on CPU)")
         values["use_cpu"] = True

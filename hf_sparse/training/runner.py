@@ -28,6 +28,7 @@ is raised *after* everything local is written.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import shutil
@@ -38,6 +39,7 @@ from typing import Any
 from .callbacks import LogHistoryCallback, loss_series
 from .checkpoints import atomic_trainer_class, list_checkpoints, validate_checkpoint, write_json_atomic
 from .recipe import RecipeError, load_recipe
+from .secrets import is_secret_key, redact
 from .tasks import get_task, metric_prefix
 
 __all__ = ["HubPushError", "run"]
@@ -78,21 +80,27 @@ def _resume_checkpoint(recipe_args, training_args) -> str | None:
         if not existing:
             logger.warning("resume: no checkpoint in %s yet; training from scratch", output_dir)
             return None
-        validate_checkpoint(existing[-1])
-        logger.info("resuming from %s", existing[-1])
+        state = validate_checkpoint(existing[-1])
+        logger.warning("resuming from %s (step %s)", existing[-1], state.get("global_step"))
         return existing[-1]
     if existing and not recipe_args.overwrite_output_dir:
         names = ", ".join(os.path.basename(p) for p in existing)
         raise RecipeError(
-            f"output_dir {output_dir} already holds checkpoints ({names}): pass --resume (resume: true) to "
-            f"continue from {os.path.basename(existing[-1])}, set overwrite_output_dir: true to start over, "
-            "or choose another output_dir"
+            f"output_dir {output_dir} already holds checkpoints ({names}); nothing was deleted. Pass --resume "
+            f"to continue from {os.path.basename(existing[-1])}, or --overwrite_output_dir to delete them and "
+            "start over (or choose another --output_dir)"
         )
     if existing:
         if training_args.should_save:
+            names = ", ".join(os.path.basename(p) for p in existing)
             for path in existing:
                 shutil.rmtree(path)
-            logger.info("overwrite_output_dir: deleted %d old checkpoints in %s", len(existing), output_dir)
+            logger.warning(
+                "overwrite_output_dir: deleted %d old checkpoint(s) in %s (%s); training from step 0",
+                len(existing),
+                output_dir,
+                names,
+            )
         from accelerate import PartialState
 
         PartialState().wait_for_everyone()
@@ -141,8 +149,22 @@ def _save_final_model(trainer, task, recipe_args, tokenizer, output_dir: str):
         saved = model
     if trainer.is_world_process_zero():
         task.save_extras(output_dir, tokenizer, saved)
+        _remove_pickles(output_dir)
     trainer.accelerator.wait_for_everyone()
     return saved
+
+
+# Pickles the Trainer writes next to a saved model; only checkpoint-N folders need them (for resume).
+_FINAL_FOLDER_PICKLES = ("training_args.bin",)
+
+
+def _remove_pickles(output_dir: str) -> None:
+    """Delete the Trainer's pickles from the final model folder (and its adapter folder)."""
+    for folder in (output_dir, os.path.join(output_dir, "adapter")):
+        for name in _FINAL_FOLDER_PICKLES:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path):
+                os.remove(path)
 
 
 def _training_config(recipe_args, training_args) -> dict[str, Any]:
@@ -220,7 +242,7 @@ def _check_push(recipe_args, training_args) -> None:
         )
 
 
-def _push(output_dir, recipe_args, training_args) -> str:
+def _push(output_dir, recipe_args, training_args, token=None) -> str:
     """Push ``output_dir`` with ``hf_sparse.hub.push_to_hub``; HubPushError with a one-line message."""
     try:
         from hf_sparse import hub
@@ -231,12 +253,132 @@ def _push(output_dir, recipe_args, training_args) -> str:
         ) from e
     private = recipe_args.hub_private or bool(training_args.hub_private_repo)
     try:
-        return hub.push_to_hub(
-            output_dir, training_args.hub_model_id, token=training_args.hub_token, private=private
-        )
+        return hub.push_to_hub(output_dir, training_args.hub_model_id, token=token, private=private)
     except hub.HubError as e:  # unreachable (HubUnavailableError), rejected credentials, refusal
         lines = str(e).strip().splitlines()
         raise HubPushError(lines[0] if lines else type(e).__name__) from e
+
+
+def _take_secrets(training_args) -> dict[str, Any]:
+    """Remove secret-named values (``hub_token``) from ``training_args`` and return them.
+
+    ``Trainer`` pickles its ``TrainingArguments`` into ``training_args.bin`` in every checkpoint;
+    with the token cleared there, the only copy lives in this process until the push.
+    """
+    taken = {}
+    for f in dataclasses.fields(training_args):
+        if is_secret_key(f.name) and getattr(training_args, f.name, None) is not None:
+            taken[f.name] = getattr(training_args, f.name)
+            setattr(training_args, f.name, None)
+    return taken
+
+
+def _accelerator_available() -> bool:
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    for name in ("xpu", "mps", "npu"):
+        backend = getattr(torch, name, None) or getattr(torch.backends, name, None)
+        if backend is not None and getattr(backend, "is_available", lambda: False)():
+            return True
+    return False
+
+
+def _check_launch(recipe_args, training_args) -> None:
+    """FSDP or DeepSpeed requested (accelerate config or recipe) where they cannot run: a clear error.
+
+    Without CUDA, ``accelerate launch --config_file configs/accelerate/fsdp.yaml`` (or a DeepSpeed
+    config) would otherwise start gloo DDP processes and train unsharded without saying so.
+    """
+    from accelerate.utils import str_to_bool
+
+    def env_flag(name):
+        try:
+            return bool(str_to_bool(os.environ.get(name, "false")))
+        except ValueError:
+            return False
+
+    wanted = []
+    if env_flag("ACCELERATE_USE_FSDP") or training_args.fsdp:
+        wanted.append("FSDP")
+    if env_flag("ACCELERATE_USE_DEEPSPEED") or training_args.deepspeed:
+        wanted.append("DeepSpeed")
+    import torch
+
+    if wanted and not torch.cuda.is_available():
+        raise RecipeError(
+            f"{recipe_args.source}: {' and '.join(wanted)} requested (accelerate config or recipe) but this "
+            "machine has no CUDA GPU; it would run as plain gloo DDP instead. Launch with "
+            "configs/accelerate/cpu_ddp.yaml (or no --config_file) on CPU"
+        )
+    if "DeepSpeed" in wanted:
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise RecipeError(
+                f"{recipe_args.source}: DeepSpeed requested but the deepspeed package is not installed "
+                "(pip install deepspeed)"
+            )
+
+
+def _check_training_values(recipe_args, training_args) -> None:
+    """Values ``TrainingArguments`` accepts but that train nothing or nonsense: one clear error."""
+    src = recipe_args.source
+    if training_args.max_steps == 0 or (
+        training_args.max_steps < 0 and not training_args.num_train_epochs > 0
+    ):
+        key, value = (
+            ("max_steps", training_args.max_steps)
+            if training_args.max_steps == 0
+            else ("num_train_epochs", training_args.num_train_epochs)
+        )
+        raise RecipeError(
+            f"{src}: {key}={value!r} trains nothing; set num_train_epochs > 0 (or max_steps > 0)"
+        )
+    positive = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+    for key in positive:
+        value = getattr(training_args, key, 1)
+        if value is not None and value <= 0:
+            raise RecipeError(f"{src}: {key}={value!r} must be a positive int")
+    for key in ("learning_rate", "weight_decay", "warmup_steps", "max_grad_norm"):
+        value = getattr(training_args, key, 0)
+        if value is not None and not (value >= 0):  # also NaN
+            raise RecipeError(f"{src}: {key}={value!r} must be >= 0")
+    for strategy, steps in (("save_strategy", "save_steps"), ("eval_strategy", "eval_steps"),
+                            ("logging_strategy", "logging_steps")):  # fmt: skip
+        mode = getattr(
+            getattr(training_args, strategy, None), "value", getattr(training_args, strategy, None)
+        )
+        value = getattr(training_args, steps, None)
+        if mode == "steps" and value is not None and value <= 0:
+            raise RecipeError(f"{src}: {steps}={value!r} must be positive with {strategy}: steps")
+
+
+def _check_report_to(recipe_args, training_args) -> None:
+    """Every ``report_to`` integration is installed (else transformers raises deep in ``Trainer``)."""
+    from transformers.integrations import get_available_reporting_integrations
+
+    wanted = training_args.report_to or []
+    if isinstance(wanted, str):
+        wanted = [wanted]
+    wanted = [w for w in wanted if w not in ("none", "all")]
+    available = set(get_available_reporting_integrations())
+    missing = [w for w in wanted if w not in available]
+    if missing:
+        raise RecipeError(
+            f"{recipe_args.source}: report_to={missing[0]!r} but {missing[0]} is not installed "
+            f"(pip install {missing[0]}), or set report_to: none (installed: {sorted(available) or 'none'})"
+        )
+
+
+def _check_task_arguments(task, task_args, recipe_args) -> None:
+    """The task's own checks that need the file system (data folders and files exist, known names)."""
+    try:
+        task.check_arguments(task_args)
+    except (ValueError, KeyError, FileNotFoundError, NotADirectoryError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        raise RecipeError(f"{recipe_args.source}: {message}") from e
 
 
 def _close_tensorboard(trainer) -> None:
@@ -281,11 +423,18 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     push = training_args.push_to_hub
     training_args.push_to_hub = False  # pushed once at the end through hf_sparse.hub, not by the Trainer
     log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
+    # This module's messages (what is resumed or deleted) reach the console on the main process even
+    # when transformers' own verbosity stays at warning ("passive").
+    logger.setLevel(min(log_level, logging.INFO) if training_args.should_log else log_level)
     hf_logging.set_verbosity(log_level)
 
+    secrets = _take_secrets(training_args)  # out of training_args.bin before the Trainer pickles it
     if push:
         _check_push(recipe_args, training_args)
+    _check_training_values(recipe_args, training_args)
+    _check_launch(recipe_args, training_args)
+    _check_report_to(recipe_args, training_args)
+    _check_task_arguments(task, task_args, recipe_args)
     checkpoint = _resume_checkpoint(recipe_args, training_args)
     set_seed(training_args.seed)
 
@@ -361,11 +510,14 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         "lora": recipe_args.lora,
         "output_dir": output_dir,
         "extras": extras,
-        "recipe": {"source": recipe_args.source, "overrides": list(overrides), "values": recipe_args.values},
+        "recipe": redact(
+            {"source": recipe_args.source, "overrides": list(overrides), "values": recipe_args.values},
+            secrets.values(),
+        ),
     }
     if not trainer.is_world_process_zero():
         results["wall_time_s"] = time.perf_counter() - started
-        return results
+        return redact(results, secrets.values())
 
     write_json_atomic(os.path.join(output_dir, "log_history.json"), trainer.state.log_history)
     if recipe_args.plots:
@@ -387,8 +539,9 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
             task, task_args, recipe_args, training_args, results, output_dir, final_model
         )
     results["wall_time_s"] = time.perf_counter() - started
+    results = redact(results, secrets.values())
     write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
     if push:
-        results["hub_url"] = _push(output_dir, recipe_args, training_args)
+        results["hub_url"] = _push(output_dir, recipe_args, training_args, token=secrets.get("hub_token"))
         write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
     return results

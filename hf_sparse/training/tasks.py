@@ -97,6 +97,14 @@ class Task:
 
     # --- builders (every process) -------------------------------------------------------------
 
+    def check_arguments(self, args) -> None:
+        """Checks of the task arguments that need the file system or a registry (data folders and
+        files exist, motif names are known), run before anything is built or deleted.
+
+        Raise ``ValueError`` (or ``FileNotFoundError``/``KeyError``) naming the key and the value;
+        the runner turns it into one ``error:`` line. Default: nothing to check.
+        """
+
     def build_tokenizer(self, args) -> Any:
         """Return the tokenizer (or processor), or None for a task without one."""
         raise NotImplementedError(f"{type(self).__name__} must implement build_tokenizer(args)")

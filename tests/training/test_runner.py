@@ -87,8 +87,9 @@ def test_existing_checkpoints_need_resume_or_overwrite(toy_run, tmp_path):
     out, _ = toy_run
     copy = tmp_path / "out"
     shutil.copytree(out / "checkpoint-16", copy / "checkpoint-16")
-    with pytest.raises(RecipeError, match="already holds checkpoints.*--resume"):
+    with pytest.raises(RecipeError, match="already holds checkpoints.*--resume.*--overwrite_output_dir"):
         run(toy_recipe(copy))
+    assert (copy / "checkpoint-16").is_dir()
 
 
 def test_lora_with_activation_checkpointing(tmp_path):
@@ -127,27 +128,27 @@ def finetune():
         (lambda c: (c / "model.safetensors").unlink(), "no model weights"),
     ],
 )
-def test_resume_from_a_corrupt_checkpoint_exits_1(toy_run, tmp_path, finetune, capsys, damage, problem):
+def test_resume_from_a_corrupt_checkpoint_exits_2(toy_run, tmp_path, finetune, capsys, damage, problem):
     out, _ = toy_run
     copy = tmp_path / "out"
     shutil.copytree(out / "checkpoint-32", copy / "checkpoint-32")
     damage(copy / "checkpoint-32")
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(copy))
-    assert finetune.main([str(recipe), "--resume"]) == 1
+    assert finetune.main([str(recipe), "--resume"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: checkpoint ") and str(copy / "checkpoint-32") in err and problem in err
     assert "Traceback" not in err
 
 
-def test_user_errors_exit_1_and_usage_errors_exit_2(tmp_path, finetune, capsys):
+def test_user_errors_and_usage_errors_exit_2(tmp_path, finetune, capsys):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(tmp_path / "o", bogus_key=1))
-    assert finetune.main([str(recipe)]) == 1
+    assert finetune.main([str(recipe)]) == 2
     err = capsys.readouterr().err
     assert "unknown recipe key 'bogus_key'" in err and str(recipe) in err
-    assert finetune.main([str(tmp_path / "missing.yaml")]) == 1
+    assert finetune.main([str(tmp_path / "missing.yaml")]) == 2
     assert "recipe file not found" in capsys.readouterr().err
     recipe = write_recipe(tmp_path / "ok.yaml", toy_recipe(tmp_path / "o"))
-    assert finetune.main([str(recipe), "--override", "lora_r=x"]) == 1
+    assert finetune.main([str(recipe), "--override", "lora_r=x"]) == 2
     assert "lora_r='x'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         finetune.main([str(recipe), "--no-such-flag"])
@@ -161,7 +162,9 @@ def test_every_flag_has_help(finetune):
     import argparse
 
     actions = [a for a in finetune.build_parser()._actions if not isinstance(a, argparse._HelpAction)]
-    assert {a.dest for a in actions} == {"recipe", "resume", "override", "output_dir"}
+    assert {a.dest for a in actions} == {
+        "recipe", "resume", "override", "output_dir", "overwrite_output_dir", "debug"
+    }  # fmt: skip
     assert all(a.help for a in actions)
     args = finetune.parse_args(["r.yaml", "--override", "a=1", "b=2", "--override", "c=3", "--resume"])
     assert args.override == ["a=1", "b=2", "c=3"] and args.resume and args.output_dir is None

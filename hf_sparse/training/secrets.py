@@ -1,0 +1,95 @@
+"""Secrets never reach a saved record: which keys are secret, and redaction of values that hold them.
+
+A recipe may carry a Hub token (``hub_token``), and the environment one (``HF_TOKEN``). Everything
+the runner writes (``all_results.json``, the model card, ``training_args.bin``, TensorBoard's
+hyper-parameters) goes through :func:`redact` or never sees the value; the Hub upload takes an
+allow-list of files (:func:`hf_sparse.hub.upload_file_list`) and refuses a file that still holds a
+known secret (:func:`find_secrets`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["REDACTED", "SECRET_ENV_VARS", "find_secrets", "is_secret_key", "known_secrets", "redact"]
+
+REDACTED = "<redacted>"
+
+#: Environment variables whose values are secrets (huggingface_hub's and the usual trackers').
+SECRET_ENV_VARS = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HUGGINGFACE_TOKEN",
+    "WANDB_API_KEY",
+    "COMET_API_KEY",
+    "NEPTUNE_API_TOKEN",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+)
+
+# A name part (between underscores/dashes) that marks a secret: hub_token, HF_TOKEN, api_key,
+# password, client_secret, ... but not tokenizer_name or average_tokens_across_devices.
+_SECRET_KEY = re.compile(
+    r"(^|[_\-.])(token|password|passwd|pwd|secret|api_?key|access_?key|private_?key|credentials?)($|[_\-.])"
+    r"|(^|[_\-.])key$",
+    re.IGNORECASE,
+)
+# Token-shaped strings whatever the key: Hugging Face (hf_...), and "Bearer ..." headers.
+_TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b|\bBearer\s+[A-Za-z0-9._\-]{16,}")
+
+
+def is_secret_key(name) -> bool:
+    """True if ``name`` reads like a token, password, secret or key (``hub_token``, ``HF_TOKEN``)."""
+    return isinstance(name, str) and bool(_SECRET_KEY.search(name))
+
+
+def known_secrets(*values) -> list[str]:
+    """The non-empty secret strings among ``values`` and the secret environment variables."""
+    found = [v for v in values if isinstance(v, str) and v]
+    found += [os.environ[k] for k in SECRET_ENV_VARS if os.environ.get(k)]
+    return sorted(set(found), key=len, reverse=True)
+
+
+def _redact_text(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return _TOKEN_VALUE.sub(REDACTED, text)
+
+
+def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
+    """A copy of ``obj`` (dicts, lists, strings) without secrets.
+
+    Values under a secret-named key become ``"<redacted>"`` (``None`` stays ``None``); a
+    ``"key=value"`` string with a secret key keeps its key; ``secrets`` (and the values of
+    :data:`SECRET_ENV_VARS`) and token-shaped strings are masked wherever they occur.
+    """
+    secrets = known_secrets(*secrets)
+
+    def walk(x):
+        if isinstance(x, Mapping):
+            return {
+                k: (REDACTED if v is not None else None) if is_secret_key(k) else walk(v)
+                for k, v in x.items()
+            }
+        if isinstance(x, (list, tuple)):
+            return type(x)(walk(v) for v in x) if isinstance(x, list) else tuple(walk(v) for v in x)
+        if isinstance(x, str):
+            key, sep, _ = x.partition("=")
+            if sep and is_secret_key(key.strip()):
+                return f"{key}={REDACTED}"
+            return _redact_text(x, secrets)
+        return x
+
+    return walk(obj)
+
+
+def find_secrets(text: str | bytes, secrets: Iterable[str] = ()) -> bool:
+    """True if ``text`` holds one of ``secrets`` (or a secret environment variable's value, or an
+    ``hf_...`` token)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return any(s in text for s in known_secrets(*secrets) if len(s) >= 4) or bool(_TOKEN_VALUE.search(text))
