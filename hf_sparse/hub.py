@@ -54,6 +54,13 @@ def _version() -> str:
     return __version__
 
 
+def _file_mode() -> int:
+    """The mode ``open()`` gives a new file under the current umask (0644 under umask 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``:
     readers see the old file or the new one, never half of one."""
@@ -62,6 +69,7 @@ def _atomic_write(path: Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            os.fchmod(f.fileno(), _file_mode())  # mkstemp makes 0600; a saved file follows the umask
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -602,7 +610,99 @@ class HubAuthError(HubError):
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TRUE = {"1", "on", "yes", "true"}
-_IGNORE_ON_UPLOAD = ["*.pyc", "__pycache__/*", "*/__pycache__/*", ".*.tmp"]
+
+# What an upload sends: an ALLOW-list (a model folder also holds checkpoints with pickled optimizer
+# states and training arguments, TensorBoard runs, logs; none of them belongs on the Hub).
+_UPLOAD_NAMES = frozenset(
+    {
+        # model
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        # tokenizer / processor
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.txt",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.model",
+        "spiece.model",
+        "sentencepiece.bpe.model",
+        "chat_template.jinja",
+        "chat_template.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+        # card, remote-code manifest, results (the runner writes them without secrets)
+        "README.md",
+        BUNDLE_MANIFEST,
+        "all_results.json",
+        "log_history.json",
+    }
+)
+_UPLOAD_PATTERNS = (re.compile(r"^model-\d+-of-\d+\.safetensors$"), re.compile(r"^[\w.-]+\.png$"))
+_UPLOAD_ADAPTER = frozenset({"adapter_config.json", "adapter_model.safetensors", "README.md"})
+_BINARY_SUFFIXES = (".safetensors", ".png", ".model")
+
+
+def _remote_code_files(folder: Path) -> set[str]:
+    """The ``.py`` files of the remote-code bundle (from its manifest) and those ``auto_map`` names."""
+    names: set[str] = set()
+    try:
+        manifest = json.loads((folder / BUNDLE_MANIFEST).read_text(encoding="utf-8"))
+        names.update(n for n in manifest.get("files", {}) if isinstance(n, str))
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        refs = list((config.get("auto_map") or {}).values())
+    except (OSError, ValueError, AttributeError):
+        refs = []
+    for ref in refs:
+        for item in ref if isinstance(ref, list) else [ref]:
+            if isinstance(item, str) and "." in item:
+                names.add(item.split("--")[-1].rsplit(".", 1)[0] + ".py")
+    return {n for n in names if "/" not in n and n.endswith(".py")}
+
+
+def upload_file_list(folder: str | os.PathLike) -> list[str]:
+    """The files :func:`push_to_hub` sends from ``folder`` (paths relative to it, sorted).
+
+    An allow-list: the model (``config.json``, safetensors weights), tokenizer and processor files,
+    the card ``README.md``, the remote-code bundle (the ``.py`` files its manifest or ``auto_map``
+    names, and the manifest), results (``all_results.json``, ``log_history.json``, ``*.png``) and a
+    LoRA adapter in ``adapter/``. Everything else stays local: ``checkpoint-*/``, ``runs/``,
+    ``training_args.bin`` and any other pickle, temporary and hidden files.
+    """
+    folder = Path(folder)
+    code = _remote_code_files(folder)
+    files = []
+    for entry in sorted(folder.iterdir()):
+        name = entry.name
+        if not entry.is_file() or name.startswith("."):
+            continue
+        if name in _UPLOAD_NAMES or name in code or any(p.match(name) for p in _UPLOAD_PATTERNS):
+            files.append(name)
+    adapter = folder / "adapter"
+    if adapter.is_dir():
+        files += [f"adapter/{n}" for n in sorted(_UPLOAD_ADAPTER) if (adapter / n).is_file()]
+    return files
+
+
+def _check_no_secrets(folder: Path, files: list[str], token: str | None) -> None:
+    """Refuse to upload a file that holds the token (or any ``hf_...`` token or secret env value)."""
+    from .training.secrets import find_secrets
+
+    for name in files:
+        if name.endswith(_BINARY_SUFFIXES):
+            continue
+        if find_secrets((folder / name).read_bytes(), [token] if token else []):
+            raise HubError(
+                f"Refusing to push {folder}: {name} contains a token or secret; remove it from the "
+                "file (or leave the file out of the folder) and push again. Nothing was uploaded."
+            )
 
 
 def _check_repo_id(repo_id) -> str:
@@ -751,6 +851,8 @@ def push_to_hub(
             f"or run `hf auth login`; {intact}"
         )
 
+    files = upload_file_list(path)
+    _check_no_secrets(path, files, token)
     api = HfApi(endpoint=endpoint, token=token)
     network_errors = _network_error_types()
     try:
@@ -763,7 +865,7 @@ def push_to_hub(
             commit_message=commit_message,
             revision=revision,
             token=token,
-            ignore_patterns=_IGNORE_ON_UPLOAD,
+            allow_patterns=files,  # exact relative paths: the allow-list, nothing else
         )
     except Exception as e:  # classify; never let the token or a multi-line trace through
         http = next((x for x in _chain(e) if isinstance(x, HfHubHTTPError)), None)
@@ -792,7 +894,7 @@ def push_to_hub(
             raise HubError(f"Pushing to {repo_id} failed: {_scrub(str(e), token)}; {intact}") from None
         raise
     url = str(getattr(info, "repo_url", "") or f"{api.endpoint}/{repo_id}")
-    logger.info("pushed %s to %s", path, url)
+    logger.info("pushed %d files of %s to %s: %s", len(files), path, url, ", ".join(files))
     return url
 
 
@@ -1636,6 +1738,7 @@ __all__ = [
     "push_to_hub",
     "render_model_card",
     "save_model_card",
+    "upload_file_list",
 ]
 
 

@@ -405,7 +405,33 @@ def test_push_calls_create_repo_and_upload_folder(model_dir, online, monkeypatch
     assert b_kw["branch"] == "v1"
     assert u_kw["folder_path"] == str(model_dir) and u_kw["repo_id"] == "someone/motif-tiny"
     assert u_kw["revision"] == "v1" and u_kw["commit_message"] == "hi"
-    assert "*.pyc" in u_kw["ignore_patterns"]
+    assert u_kw["allow_patterns"] == hub.upload_file_list(model_dir)  # an allow-list, not a deny-list
+    assert "config.json" in u_kw["allow_patterns"] and "model.safetensors" in u_kw["allow_patterns"]
+
+
+def test_upload_sends_only_the_allow_list(model_dir, online, monkeypatch):
+    """Pickles, checkpoints, TensorBoard runs and stray files stay local; a planted token stops the push."""
+    (model_dir / "training_args.bin").write_bytes(b"pickle")
+    (model_dir / "checkpoint-2").mkdir()
+    (model_dir / "checkpoint-2" / "optimizer.pt").write_bytes(b"pickle")
+    (model_dir / "runs").mkdir()
+    (model_dir / "runs" / "events.out.tfevents.1").write_bytes(b"x")
+    (model_dir / "notes.txt").write_text("private")
+    (model_dir / "helper.py").write_text("x = 1\n")  # not part of the remote-code bundle
+    sent = hub.upload_file_list(model_dir)
+    for name in ("training_args.bin", "notes.txt", "helper.py"):
+        assert name not in sent
+    assert not [f for f in sent if f.startswith(("checkpoint-", "runs/"))]
+    assert "config.json" in sent and "model.safetensors" in sent
+
+    calls = []
+    monkeypatch.setattr("huggingface_hub.HfApi.create_repo", lambda self, *a, **k: calls.append(a))
+    monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", lambda self, **k: calls.append(k))
+    readme = model_dir / "README.md"
+    readme.write_text((readme.read_text() if readme.exists() else "") + f"\ntoken: {SECRET}\n")
+    with pytest.raises(hub.HubError, match="README.md contains a token") as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny", token=SECRET)
+    assert SECRET not in str(info.value) and calls == []  # refused before anything was sent
 
 
 @pytest.mark.parametrize(

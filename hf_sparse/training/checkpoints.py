@@ -26,6 +26,7 @@ __all__ = [
     "atomic_trainer_class",
     "latest_checkpoint",
     "list_checkpoints",
+    "make_shareable",
     "validate_checkpoint",
     "write_json_atomic",
 ]
@@ -69,6 +70,30 @@ def write_json_atomic(path, obj, **dump_kwargs) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def make_shareable(folder) -> None:
+    """Give files in ``folder`` (recursively; or the file ``folder``) that only their owner can read
+    the mode the umask gives.
+
+    ``save_pretrained`` (transformers 5) and ``tempfile.mkstemp`` create files with mode 0600, so
+    ``model.safetensors`` and ``config.json`` were unreadable to the user's group and to a web server
+    even under umask 022; ``open()`` would have made them 0644.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = 0o666 & ~umask
+    folder = os.fspath(folder)
+    paths = [folder] if os.path.isfile(folder) else []
+    for root, _, files in os.walk(folder):
+        paths += [os.path.join(root, name) for name in files]
+    for path in paths:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            if st.st_mode & 0o077 == 0 and st.st_uid == os.getuid() and (st.st_mode & 0o777) != mode:
+                os.chmod(path, mode)
+        except OSError:
+            continue
 
 
 def list_checkpoints(output_dir) -> list[str]:
@@ -321,6 +346,7 @@ class AtomicCheckpointMixin:
                 self.state.save_to_json(os.path.join(staged, _TRAINER_STATE))
             if os.path.exists(final):  # same step saved again (e.g. overwrite_output_dir): swap it out
                 os.replace(final, os.path.join(staging_run_dir, "replaced"))
+            make_shareable(staged)
             os.replace(staged, final)
             shutil.rmtree(staging_run_dir, ignore_errors=True)
             rotate_checkpoints(

@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks import LogHistoryCallback, loss_series
-from .checkpoints import atomic_trainer_class, list_checkpoints, validate_checkpoint, write_json_atomic
+from .checkpoints import (
+    atomic_trainer_class,
+    list_checkpoints,
+    make_shareable,
+    validate_checkpoint,
+    write_json_atomic,
+)
 from .recipe import RecipeError, load_recipe
 from .secrets import is_secret_key, redact
 from .tasks import get_task, metric_prefix
@@ -541,6 +547,9 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     results["wall_time_s"] = time.perf_counter() - started
     results = redact(results, secrets.values())
     write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
+    for entry in os.scandir(output_dir):  # the final model files (checkpoints were done when saved)
+        if entry.is_file() or entry.name == "adapter":
+            make_shareable(entry.path)
     if push:
         results["hub_url"] = _push(output_dir, recipe_args, training_args, token=secrets.get("hub_token"))
         write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
