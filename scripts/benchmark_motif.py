@@ -76,6 +76,7 @@ def run_recipe(name: str, args) -> dict:
     output_dir = os.path.join(args.outputs, f"bench-motif-{name}")
     recipe = os.path.join("pipelines", "motif", f"{name}.yaml")
     cmd = [sys.executable, os.path.join("scripts", "finetune.py"), recipe, "--output_dir", output_dir]
+    cmd.append("--overwrite_output_dir")  # a benchmark run starts fresh (the recipes no longer say so)
     if args.override:
         cmd += ["--override", *args.override]
     record = {"recipe": recipe, "command": shlex.join(["python", *cmd[1:]]), "output_dir": output_dir}

@@ -11,7 +11,9 @@
 3. Prints the test metrics table and where the PNGs and the model card are.
 
 Options: ``--recipe`` (default ``pipelines/motif/tiny.yaml``), ``--output_dir``, ``--override
-key=value ...`` (any recipe key), ``--example_length`` (bases of the example sequence).
+key=value ...`` (any recipe key), ``--example_length`` (bases of the example sequence). A second run
+over the same output folder stops (nothing is deleted) unless given ``--resume`` or
+``--overwrite_output_dir``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--override", nargs="+", default=[], metavar="KEY=VALUE", help="Recipe values to override."
     )
+    parser.add_argument(
+        "--resume", action="store_true", help="Continue from the latest checkpoint in the output folder."
+    )
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Delete the checkpoints of an earlier run in the output folder and train from step 0.",
+    )
+    parser.add_argument("--debug", action="store_true", help="Show the traceback of a user error.")
     parser.add_argument(
         "--example_length",
         type=int,
@@ -74,13 +85,24 @@ def metrics_table(results: dict) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    from hf_sparse.training import run
+    import logging
 
+    from hf_sparse.training import CheckpointError, RecipeError, run
+
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     overrides = list(args.override)
     if args.output_dir:
         overrides.append(f"output_dir={args.output_dir}")
+    if args.overwrite_output_dir:
+        overrides.append("overwrite_output_dir=true")
     print(f"== 1. fine-tuning {os.path.relpath(args.recipe)} on CPU ==", flush=True)
-    results = run(args.recipe, overrides)
+    try:
+        results = run(args.recipe, overrides, resume=True if args.resume else None)
+    except (RecipeError, CheckpointError, FileNotFoundError) as e:
+        if args.debug:
+            raise
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     out = results["output_dir"]
     train_s = time.perf_counter() - started
 

@@ -6,36 +6,42 @@ Writes outputs/gallery/*.png (one heatmap per pattern + a grid), outputs/gallery
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import time
 
-import torch
-
-from hf_sparse import patterns as P
-from hf_sparse.viz import _plt, _save, plot_pattern
-
 OUT = os.environ.get("HF_SPARSE_OUT", "outputs")
 
-GALLERY = {
-    "SlidingWindow(window=32)": P.SlidingWindow(window=32),
-    "SlidingWindow(window=16, causal=True)": P.SlidingWindow(window=16, causal=True),
-    "Causal()": P.Causal(),
-    "Strided(stride=16)": P.Strided(stride=16),
-    "Fixed(block=32, summary=4)": P.Fixed(block=32, summary=4),
-    "Dilated(window=16, dilation=3)": P.Dilated(window=16, dilation=3),
-    "BlockLocal(block=32)": P.BlockLocal(block=32),
-    "Global(indices=[0, 64])": P.Global(indices=[0, 64]),
-    "Random(block=16, num_blocks=2)": P.Random(block=16, num_blocks=2, seed=0),
-    "BigBird(block=8, random_blocks=2)": P.BigBird(block=8, random_blocks=2, seed=0),
-    "SlidingWindow(32) | Global(every=40)": P.SlidingWindow(window=32) | P.Global(every=40),
-    "Strided(16) & SlidingWindow(48, causal)": P.Strided(stride=16) & P.SlidingWindow(window=48, causal=True),
-}
+
+def gallery_patterns() -> dict:
+    """The gallery's patterns by label (imported here, so that ``--help`` loads no torch)."""
+    from hf_sparse import patterns as P
+
+    return {
+        "SlidingWindow(window=32)": P.SlidingWindow(window=32),
+        "SlidingWindow(window=16, causal=True)": P.SlidingWindow(window=16, causal=True),
+        "Causal()": P.Causal(),
+        "Strided(stride=16)": P.Strided(stride=16),
+        "Fixed(block=32, summary=4)": P.Fixed(block=32, summary=4),
+        "Dilated(window=16, dilation=3)": P.Dilated(window=16, dilation=3),
+        "BlockLocal(block=32)": P.BlockLocal(block=32),
+        "Global(indices=[0, 64])": P.Global(indices=[0, 64]),
+        "Random(block=16, num_blocks=2)": P.Random(block=16, num_blocks=2, seed=0),
+        "BigBird(block=8, random_blocks=2)": P.BigBird(block=8, random_blocks=2, seed=0),
+        "SlidingWindow(32) | Global(every=40)": P.SlidingWindow(window=32) | P.Global(every=40),
+        "Strided(16) & SlidingWindow(48, causal)": P.Strided(stride=16)
+        & P.SlidingWindow(window=48, causal=True),
+    }
 
 
 def content_examples(n):
     """LSH and top-k blocks need queries and keys: random vectors, seeded."""
+    import torch
+
+    from hf_sparse import patterns as P
+
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 1, n, 16, generator=g)
     return {
@@ -45,9 +51,11 @@ def content_examples(n):
 
 
 def gallery(n=128):
+    from hf_sparse.viz import _plt, _save, plot_pattern
+
     out = os.path.join(OUT, "gallery")
     os.makedirs(out, exist_ok=True)
-    items = {**GALLERY, **content_examples(n)}
+    items = {**gallery_patterns(), **content_examples(n)}
     plt = _plt()
     cols = 4
     rows = -(-len(items) // cols)
@@ -78,14 +86,33 @@ def gallery(n=128):
     print(f"gallery: {len(items)} patterns -> {out}/gallery.png, {out}/patterns.md")
 
 
-def main():
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Pattern gallery (a heatmap per pattern family, patterns.md) and a quick attention "
+        "benchmark (make gallery)."
+    )
+    parser.add_argument(
+        "--out", default=OUT, help="Output folder (default: $HF_SPARSE_OUT or outputs): gallery/ and bench/."
+    )
+    parser.add_argument("--no-bench", action="store_true", help="Draw the gallery only, skip the benchmark.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    global OUT
+    args = parse_args(argv)
+    OUT = args.out
     t0 = time.time()
     gallery()
+    if args.no_bench:
+        print(f"\nDone in {time.time() - t0:.0f} s. Open {OUT}/gallery/gallery.png")
+        return 0
     bench = os.path.join(OUT, "bench")
     script = os.path.join(os.path.dirname(__file__), "benchmark_attention.py")
     subprocess.run([sys.executable, script, "--quick", "--out", bench], check=True)
     print(f"\nDone in {time.time() - t0:.0f} s. Open {OUT}/gallery/gallery.png and {bench}/attention.md")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
