@@ -13,7 +13,8 @@ alone is too long, its oldest tokens are cut); outputs say how much was dropped 
 ``truncated_tokens``) and every per-turn output carries the turn's index in the input.
 
 Bad input raises ``TypeError``/``ValueError`` naming the field: no candidates, an empty history, ``speakers``
-and ``turns`` of different lengths, a turn or candidate that is not a str, an unknown speaker or key.
+and ``turns`` of different lengths, a turn or candidate that is not a str or is empty (blank), an unknown
+speaker or key.
 
 The model is put in eval mode when the pipeline is built, so scores are deterministic.
 """
@@ -41,6 +42,13 @@ def formatter_for(model, tokenizer) -> DialogueFormatter:
 def _default_speakers(config, n: int) -> list[str]:
     pair = (config.user_speaker, config.response_speaker)
     return [pair[i % 2] for i in range(n)]
+
+
+def _check_not_blank(name: str, texts: Sequence[str]) -> None:
+    """An empty (or whitespace-only) turn or candidate has no words to score: a ValueError naming it."""
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise ValueError(f"{name}[{i}] is empty ({text!r}): every {name[:-1]} needs some text")
 
 
 class _DialoguePipeline(Pipeline):
@@ -97,6 +105,7 @@ class _DialoguePipeline(Pipeline):
         if isinstance(speakers, str) or not isinstance(speakers, Sequence):
             raise TypeError(f"speakers must be a list of str, got {type(speakers).__name__}")
         self.formatter.check_dialogue(list(speakers), turns)  # names turns / speakers / the index at fault
+        _check_not_blank("turns", turns)
         if not self._needs_candidates:
             return list(speakers), turns, None
         candidates = inputs.get("candidates", candidates)
@@ -110,6 +119,7 @@ class _DialoguePipeline(Pipeline):
         for i, c in enumerate(candidates):
             if not isinstance(c, str):
                 raise TypeError(f"candidates[{i}] must be a str, got {type(c).__name__}: {c!r}")
+        _check_not_blank("candidates", candidates)
         return list(speakers), turns, candidates
 
 
@@ -161,7 +171,8 @@ class DialogueResponseSelectionPipeline(_DialoguePipeline):
         dropped = max(encoded["truncated_turns"])
         if dropped != min(encoded["truncated_turns"]):  # same history for every candidate: the shortest one
             encoded = self.formatter.encode_candidates(speakers[dropped:], turns[dropped:], candidates)
-        encoded["truncated_turns"] = [dropped + k for k in encoded["truncated_turns"]]
+            # counts of the re-encoding are relative to the shortened history (0 unless it still overflows)
+            encoded["truncated_turns"] = [dropped + k for k in encoded["truncated_turns"]]
         return {"encoded": encoded, "candidates": candidates}
 
     def _forward(self, model_inputs, candidate_batch_size=16):

@@ -115,6 +115,29 @@ def test_long_history_is_left_truncated_to_the_newest_turns(select):
     assert out["ranking"] == kept["ranking"]  # both candidates were scored against the same newest turns
 
 
+@pytest.mark.parametrize("n_turns", [40, 60])
+def test_truncated_turns_counts_each_dropped_turn_once(select, n_turns):
+    """One candidate (or several that drop the same turns): the count is the formatter's, not twice it."""
+    turns = [
+        f"in paris please {i}" if i % 2 == 0 else "which city for the restaurant ?" for i in range(n_turns)
+    ]
+    speakers = ["USER" if i % 2 == 0 else "SYSTEM" for i in range(n_turns)]
+    alone = select.formatter.encode_candidates(speakers, turns, ["goodbye"])["truncated_turns"][0]
+    out = select({"turns": turns, "speakers": speakers, "candidates": ["goodbye"]})
+    assert 0 < out["truncated_turns"] == alone < n_turns
+    kept = select({"turns": turns[alone:], "speakers": speakers[alone:], "candidates": ["goodbye"]})
+    assert kept["truncated_turns"] == 0 and kept["ranking"] == out["ranking"]
+
+
+def test_empty_turns_and_candidates_are_rejected(select, track):
+    with pytest.raises(ValueError, match=r"turns\[1\] is empty"):
+        track({"turns": ["hi", ""], "speakers": ["USER", "SYSTEM"]})
+    with pytest.raises(ValueError, match=r"turns\[0\] is empty"):
+        select({"turns": ["  "], "speakers": ["USER"], "candidates": ["goodbye"]})
+    with pytest.raises(ValueError, match=r"candidates\[1\] is empty"):
+        select({**HISTORY, "candidates": ["goodbye", ""]})
+
+
 def test_newest_turn_alone_too_long_keeps_its_newest_tokens(select):
     words = " ".join(["paris"] * 60)
     out = select({"turns": [words], "speakers": ["USER"], "candidates": ["goodbye"]})

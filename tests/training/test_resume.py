@@ -67,3 +67,21 @@ def test_killed_run_resumes_from_its_latest_checkpoint(tmp_path):
     assert state["global_step"] == MAX_STEPS
     logged = [e["step"] for e in state["log_history"] if "loss" in e]
     assert logged == list(range(5, MAX_STEPS + 1, 5))  # history before the kill kept, nothing twice
+
+    # train_loss covers all MAX_STEPS steps, as in an uninterrupted run (transformers alone reports
+    # the mean over the resumed steps only)
+    straight = tmp_path / "straight"
+    recipe_straight = write_recipe(
+        tmp_path / "straight.yaml",
+        toy_recipe(
+            straight, max_steps=MAX_STEPS, save_strategy="no", eval_strategy="no", num_test=0, plots=False
+        ),
+    )
+    assert load_finetune_module().main([str(recipe_straight)]) == 0
+    uninterrupted = json.loads((straight / "all_results.json").read_text())["train_loss"]
+    assert abs(results["train_loss"] - uninterrupted) <= 1e-3 * uninterrupted, (
+        results["train_loss"],
+        uninterrupted,
+    )
+    summary = [e for e in json.loads((out / "log_history.json").read_text()) if "train_loss" in e]
+    assert summary and summary[-1]["train_loss"] == results["train_loss"]
