@@ -28,6 +28,7 @@ from transformers.pipelines.base import Pipeline
 
 from ..data.dialogue import DialogueFormatter, DialogueTrackingCollator, ResponseSelectionCollator
 from ..models.longformer_tasks.backbone import backbone_config, block_multiple
+from .progress import check_progress, progress_bar
 
 _KEYS = ("turns", "speakers", "candidates")
 
@@ -69,12 +70,26 @@ class _DialoguePipeline(Pipeline):
         self.formatter = formatter_for(self.model, self.tokenizer)
         self.pad_multiple = block_multiple(backbone_config(self.model.config.backbone))
 
-    def __call__(self, inputs, *args, batch_size=None, **kwargs):
+    def __call__(self, inputs, *args, batch_size=None, progress=None, **kwargs):
         if batch_size not in (None, 1):
             raise ValueError(
                 f"batch_size={batch_size!r}: one dialogue is processed at a time (all its candidates in "
                 "batches of candidate_batch_size); pass a list of dialogues without batch_size"
             )
+        check_progress(progress)
+        if isinstance(inputs, (list, tuple)):
+            if not inputs:
+                raise ValueError("no dialogues: pass a dialogue (dict) or a non-empty list of them")
+            bar = progress_bar(len(inputs), self.task or type(self).__name__, progress)
+            if bar is not None:
+                try:
+                    results = []
+                    for dialogue in inputs:
+                        results.append(super().__call__(dialogue, *args, **kwargs))
+                        bar.update(1)
+                    return results
+                finally:
+                    bar.close()
         return super().__call__(inputs, *args, **kwargs)
 
     def _dialogue(
@@ -139,7 +154,8 @@ class DialogueResponseSelectionPipeline(_DialoguePipeline):
     turn alone is too long).
 
     Call options: ``candidates``, ``speakers`` (instead of the dict keys), ``candidate_batch_size`` (pairs per
-    forward pass, default 16; does not change the scores beyond float rounding).
+    forward pass, default 16; does not change the scores beyond float rounding), ``progress`` (a bar over the
+    dialogues of a list: None = when there are many, True, False).
     """
 
     _needs_candidates = True
@@ -231,7 +247,8 @@ class DialogueStateTrackingPipeline(_DialoguePipeline):
     turn. All turns are read in one pass over the history: the newest turn (and so the current intent) sees
     only the past, an earlier turn also sees the turns after it.
 
-    Call options: ``speakers`` (instead of the dict key), ``act_threshold``.
+    Call options: ``speakers`` (instead of the dict key), ``act_threshold``, ``progress`` (a bar over the
+    dialogues of a list: None = when there are many, True, False).
     """
 
     def __init__(self, *args, **kwargs):

@@ -14,6 +14,7 @@ import torch
 from transformers.pipelines.base import ChunkPipeline
 
 from ..tokenization_dna import normalize_sequence, reverse_complement
+from .progress import check_progress, progress_bar
 
 _CODES = {"A": 0, "C": 1, "G": 2, "T": 3}
 
@@ -120,7 +121,9 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
     Call options: ``window`` (bases per window; default the model's maximum), ``stride`` (default
     three quarters of the window), ``min_score`` (drop spans whose score is lower, in [0, 1]),
     ``span_decoding`` (``"bio"`` or ``"fixed_length"``; default the config's, see
-    :func:`decode_spans`).
+    :func:`decode_spans`), ``progress`` (a progress bar over the windows of a long sequence or the
+    items of a list: None = when there are many, True, False; see :mod:`.progress`). Any other
+    keyword is a ``TypeError``; an empty list a ``ValueError``.
 
     Input rules are the tokenizer's: ``A C G T N`` in either case, IUPAC ambiguity codes read as N,
     whitespace ignored; an empty sequence is a ``ValueError``, any other character a ``ValueError``
@@ -128,8 +131,48 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
     results.
     """
 
-    def _sanitize_parameters(self, window=None, stride=None, min_score=None, span_decoding=None, **kwargs):
+    _CALL_OPTIONS = (
+        "window",
+        "stride",
+        "min_score",
+        "span_decoding",
+        "progress",
+        "batch_size",
+        "num_workers",
+    )
+
+    def __call__(self, inputs, *args, **kwargs):
+        unknown = sorted(set(kwargs) - set(self._CALL_OPTIONS))
+        if unknown or args:
+            raise TypeError(
+                f"dna-motif-detection got unknown argument(s) {unknown or list(args)}; the call options are "
+                f"{list(self._CALL_OPTIONS[:5])}"
+            )
+        if isinstance(inputs, (list, tuple)):
+            if not inputs:
+                raise ValueError("no sequences: pass a DNA sequence (str) or a non-empty list of them")
+            progress = check_progress(kwargs.get("progress"))
+            bar = None if kwargs.get("batch_size") not in (None, 1) else progress_bar(
+                len(inputs), "dna-motif-detection", progress
+            )  # fmt: skip
+            if bar is not None:  # one sequence at a time, so the bar moves per sequence
+                inner = {**kwargs, "progress": False}
+                try:
+                    results = []
+                    for sequence in inputs:
+                        results.append(super().__call__(sequence, **inner))
+                        bar.update(1)
+                    return results
+                finally:
+                    bar.close()
+        return super().__call__(inputs, **kwargs)
+
+    def _sanitize_parameters(
+        self, window=None, stride=None, min_score=None, span_decoding=None, progress=None, **kwargs
+    ):
         pre, post = {}, {}
+        if progress is not None:
+            pre["progress"] = check_progress(progress)
         if span_decoding is not None:
             if span_decoding not in ("bio", "fixed_length"):
                 raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {span_decoding!r}")
@@ -160,7 +203,7 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
             limit -= bb.get("pad_token_id", 1) + 1
         return (limit - 2) * self.kmer
 
-    def preprocess(self, sequence, window=None, stride=None):
+    def preprocess(self, sequence, window=None, stride=None, progress=None):
         if not isinstance(sequence, str):
             raise TypeError(f"sequence must be a str, got {type(sequence).__name__}")
         seq = normalize_sequence(sequence)  # raises ValueError naming a bad character and its position
@@ -174,10 +217,17 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         starts = list(range(0, max(len(seq) - window, 0) + 1, stride))
         if starts[-1] + window < len(seq):
             starts.append(len(seq) - window)
-        for k, s in enumerate(starts):
-            enc = self.tokenizer(seq[s : s + window], return_tensors="pt")
-            yield {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "start": s,
-                   "sequence": seq, "is_last": k == len(starts) - 1}  # fmt: skip
+        bar = progress_bar(len(starts), f"dna-motif-detection ({len(seq):,} bases)", progress)
+        try:
+            for k, s in enumerate(starts):
+                enc = self.tokenizer(seq[s : s + window], return_tensors="pt")
+                yield {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "start": s,
+                       "sequence": seq, "is_last": k == len(starts) - 1}  # fmt: skip
+                if bar is not None:  # the window was consumed (forward done) before the next is asked for
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
 
     def _forward(self, inputs):
         meta = {k: inputs.pop(k) for k in ("start", "sequence", "is_last")}

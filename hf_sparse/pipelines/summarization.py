@@ -20,7 +20,8 @@ works with three kinds of model:
   scored and nothing is truncated; ``chunks`` in the output says how many.
 
 Inputs: a string, ``{"text": ..., "query": ...}``, or a list of those; ``query=`` in the call applies to
-every input. Outputs: ``{"summary_text": str, ...}`` (one dict per input).
+every input. Outputs: ``{"summary_text": str, ...}`` (one dict per input). ``progress`` (None: when there
+are many; True; False) shows a progress bar over the documents of a list and the chunks of a long document.
 
 Errors (raised before any model call): a non-string text or query (``TypeError``), an empty text, a text
 without sentences, a query for a model without query support, a budget ``<= 0``, an option of the other
@@ -40,6 +41,7 @@ from ..data.summarization import ExtractiveCollator, encode_abstractive, encode_
 from ..metrics.sentences import split_sentences
 from ..metrics.summarization import select_in_order
 from ..models.longformer_tasks.backbone import backbone_config, block_multiple
+from .progress import check_progress, progress_bar
 
 ABSTRACTIVE_TYPES = ("led_summarization", "led")
 EXTRACTIVE_TYPES = ("longformer_extractive_summarization",)
@@ -100,15 +102,38 @@ class LongDocumentSummarizationPipeline(Pipeline):
             return cfg.chunk_length
         return cfg.max_encoder_position_embeddings
 
-    def _sanitize_parameters(self, query=None, max_input_length=None, generate_kwargs=None, **kwargs):
+    def __call__(self, inputs, *args, progress=None, **kwargs):
+        check_progress(progress)
+        if isinstance(inputs, (list, tuple)):
+            if not inputs:
+                raise ValueError("no documents: pass a text (str or dict) or a non-empty list of them")
+            bar = None if kwargs.get("batch_size") not in (None, 1) else progress_bar(
+                len(inputs), "long-document-summarization", progress
+            )  # fmt: skip
+            if bar is not None:  # one document at a time, so the bar moves per document
+                try:
+                    results = []
+                    for document in inputs:
+                        results.append(super().__call__(document, *args, progress=False, **kwargs))
+                        bar.update(1)
+                    return results
+                finally:
+                    bar.close()
+        return super().__call__(inputs, *args, progress=progress, **kwargs)
+
+    def _sanitize_parameters(
+        self, query=None, max_input_length=None, generate_kwargs=None, progress=None, **kwargs
+    ):
         pre, fwd, post = {}, {}, {}
+        if progress is not None and self.kind == "extractive":
+            fwd["progress"] = progress
         if query is not None:
             pre["query"] = query
         generation = {k: kwargs.pop(k) for k in GENERATION_OPTIONS if k in kwargs}
         budget = {k: kwargs.pop(k) for k in BUDGET_OPTIONS if k in kwargs}
         if kwargs:
             raise ValueError(
-                f"unknown option(s) {sorted(kwargs)} for long-document-summarization; options: query, "
+                f"unknown option(s) {sorted(kwargs)} for long-document-summarization; options: query, progress, "
                 f"max_input_length, {', '.join(GENERATION_OPTIONS + BUDGET_OPTIONS)}, generate_kwargs"
             )
         if self.kind == "extractive":
@@ -222,9 +247,9 @@ class LongDocumentSummarizationPipeline(Pipeline):
         return {"input_ids": torch.tensor([encoded["input_ids"]]), "num_tokens": encoded["num_tokens"],
                 "truncated": encoded["truncated"]}  # fmt: skip
 
-    def _forward(self, model_inputs, **generate_kwargs):
+    def _forward(self, model_inputs, progress=None, **generate_kwargs):
         if self.kind == "extractive":
-            return self._score(model_inputs)
+            return self._score(model_inputs, progress)
         ids = model_inputs["input_ids"].to(self.device)
         mask = torch.ones_like(ids)
         cfg = self.model.config
@@ -245,14 +270,16 @@ class LongDocumentSummarizationPipeline(Pipeline):
         return {"generated": out[0].cpu(), "num_tokens": model_inputs["num_tokens"],
                 "truncated": model_inputs["truncated"]}  # fmt: skip
 
-    def _score(self, model_inputs):
+    def _score(self, model_inputs, progress=None):
         cfg = self.model.config
         collate = ExtractiveCollator(
             self.tokenizer.pad_token_id, block_multiple(backbone_config(cfg.backbone))
         )
         feats = model_inputs["features"]
         scores = np.zeros(len(model_inputs["sentences"]), dtype=np.float64)
-        for chunk in model_inputs["chunks"]:  # one chunk per forward: memory stays bounded
+        chunks = model_inputs["chunks"]
+        bar = progress_bar(len(chunks), f"long-document-summarization ({len(chunks)} chunks)", progress)
+        for chunk in chunks:  # one chunk per forward: memory stays bounded
             item = {"input_ids": chunk.input_ids, "labels": [0.0] * len(chunk.sentence_indices)}
             if feats is not None:
                 item["sentence_features"] = feats[chunk.sentence_indices]
@@ -261,6 +288,10 @@ class LongDocumentSummarizationPipeline(Pipeline):
             batch = {k: v.to(self.device) for k, v in batch.items()}
             logits = self.model(**batch).logits[0, : len(chunk.sentence_indices)]
             scores[chunk.sentence_indices] = logits.float().cpu().numpy()
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
         return {
             "scores": scores,
             "sentences": model_inputs["sentences"],

@@ -243,3 +243,12 @@ def test_pipeline_refuses_a_model_without_the_needed_head_or_tokens():
     bare = train_dialogue_tokenizer(["find me a hotel"], min_frequency=1)  # no [USR]/[SYS]/[RSP]
     with pytest.raises(ValueError, match=r"not in the tokenizer's vocabulary"):
         DialogueStateTrackingPipeline(model=model, tokenizer=bare)
+
+
+def test_progress_bar_over_many_dialogues(track, capsys):
+    many = [HISTORY] * 16
+    shown = track(many)
+    assert len(shown) == 16 and "dialogue-state-tracking" in capsys.readouterr().err
+    assert track(many, progress=False) == shown and "dialogue-state-tracking" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no dialogues"):
+        track([])

@@ -218,3 +218,28 @@ def test_min_score_drops_weak_spans():
     model = rule_model()
     pipe = make_pipe(model)
     assert pipe("AAGGGAA")["spans"] and not pipe("AAGGGAA", min_score=1.0)["spans"]
+
+
+def test_empty_list_and_unknown_options_are_clear_errors():
+    pipe = make_pipe(rule_model())
+    with pytest.raises(ValueError, match="no sequences"):
+        pipe([])
+    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['windw'\]"):
+        pipe("ACGT", windw=10)
+    with pytest.raises(ValueError, match="progress must be"):
+        pipe("ACGT", progress="yes")
+
+
+def test_progress_bar_over_many_windows_and_inputs(capsys):
+    pipe = make_pipe(rule_model())
+    seq = random_seq(2000)  # 64-base windows: ~40 windows
+    quiet = pipe(seq, progress=False)
+    assert "dna-motif-detection" not in capsys.readouterr().err
+    shown = pipe(seq)  # automatic: many windows
+    err = capsys.readouterr().err
+    assert "dna-motif-detection (2,000 bases)" in err and quiet == shown
+    assert pipe("ACGG") and "dna-motif-detection" not in capsys.readouterr().err  # one window: no bar
+    many = pipe([random_seq(50, seed=i) for i in range(20)])
+    assert len(many) == 20 and "dna-motif-detection" in capsys.readouterr().err
+    assert pipe([random_seq(50, seed=i) for i in range(20)], progress=False) == many
+    assert "dna-motif-detection" not in capsys.readouterr().err

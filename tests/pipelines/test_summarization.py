@@ -163,3 +163,12 @@ def test_rejects_other_models(tok):
                                                            num_attention_heads=2, intermediate_size=64))  # fmt: skip
     with pytest.raises(ValueError, match="model_type='sparse_transformer'"):
         LongDocumentSummarizationPipeline(model=model, tokenizer=tok)
+
+
+def test_progress_bar_over_many_documents(extractive, capsys):
+    shown = extractive([DOC] * 16)
+    assert len(shown) == 16 and "long-document-summarization" in capsys.readouterr().err
+    assert extractive([DOC] * 16, progress=False) == shown
+    assert "long-document-summarization" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no documents"):
+        extractive([])
