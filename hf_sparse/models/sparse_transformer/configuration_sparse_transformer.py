@@ -11,6 +11,7 @@ from ...patterns.per_head import PerHead
 
 POSITION_TYPES = ("absolute", "rotary")
 POSITION_STYLES = ("bert", "roberta")
+_DEFAULT_PATTERN = "default"  # attention_pattern not given (None is an error: a config.json with null)
 
 
 def _leaves(p: Pattern):
@@ -63,7 +64,8 @@ class SparseTransformerConfig(PretrainedConfig):
             The attention pattern, as a spec dict (`{"type": "sliding_window", "window": 512}`), a
             registered name, a `hf_sparse.patterns.Pattern`, or a list with one of those per layer.
             Stored as dicts in `config.json`. Defaults to `SlidingWindow(window=512)` for encoders and
-            `SlidingWindow(window=512, causal=True)` for decoders.
+            `SlidingWindow(window=512, causal=True)` for decoders when not given; `None` (`null` in a
+            config.json) is a `ValueError`, not the default.
         attention_backend (`str`, *optional*, defaults to `"auto"`):
             Kernel used by `hf_sparse.sparse_attention`: `"auto"`, `"blocked"`, `"flex"` or `"dense"`.
         attention_block_size (`int`, *optional*):
@@ -118,7 +120,7 @@ class SparseTransformerConfig(PretrainedConfig):
         position_ids_style: str = "bert",
         rope_theta: float = 10000.0,
         is_decoder: bool = False,
-        attention_pattern=None,
+        attention_pattern=_DEFAULT_PATTERN,
         attention_backend: str = "auto",
         attention_block_size: int | None = None,
         global_projections: bool = False,
@@ -156,6 +158,11 @@ class SparseTransformerConfig(PretrainedConfig):
         self.use_cache = use_cache
         self.tie_word_embeddings = tie_word_embeddings
         if attention_pattern is None:
+            raise ValueError(
+                "attention_pattern is None (null in config.json): give a pattern spec, e.g. "
+                '{"type": "sliding_window", "window": 512}, or leave the key out for that default'
+            )
+        if isinstance(attention_pattern, str) and attention_pattern == _DEFAULT_PATTERN:
             attention_pattern = {"type": "sliding_window", "window": 512, "causal": bool(is_decoder)}
         self.attention_pattern = _to_specs(attention_pattern)
         super().__init__(
