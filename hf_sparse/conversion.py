@@ -71,8 +71,21 @@ def _load(model_or_path, head: str | None, auto_cls=None) -> PreTrainedModel:
         "token_classification": AutoModelForTokenClassification,
         "multiple_choice": AutoModelForMultipleChoice,
         "question_answering": AutoModelForQuestionAnswering,
-    }[head or "base"]
+    }[head or _saved_head(model_or_path)]
     return auto.from_pretrained(model_or_path)
+
+
+def _saved_head(path: str) -> str:
+    """The head of a saved checkpoint, from its config's ``architectures`` (``BertForMaskedLM`` ->
+    ``masked_lm``); ``base`` when the config names none we convert."""
+    from transformers import AutoConfig
+
+    architectures = getattr(AutoConfig.from_pretrained(path), "architectures", None) or []
+    for name in architectures[:1]:
+        for suffix, h in _SUFFIX.items():
+            if name.endswith(suffix):
+                return h
+    return "base"
 
 
 def _head_of(model: PreTrainedModel, head: str | None) -> str:
@@ -209,7 +222,8 @@ def from_bert(
         attention_pattern: pattern (or one per layer) for the converted model.
         max_position_embeddings: new maximum length; position embeddings are tiled to it
             (default: keep the original length).
-        head: which head to build (default: the source model's head).
+        head: which head to build (default: the source model's head; for a path or Hub id, the head
+            its config's ``architectures`` names, e.g. ``BertForMaskedLM`` -> ``masked_lm``).
         **config_overrides: any other SparseTransformerConfig field (e.g. ``attention_backend``).
 
     Returns: the SparseTransformer model; with a pattern that covers the whole input and the

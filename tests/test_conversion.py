@@ -65,6 +65,27 @@ def test_bert_and_roberta_with_a_covering_pattern_give_the_original_outputs(make
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_a_saved_checkpoint_keeps_its_head(tmp_path):
+    """from_bert(path) builds the head the checkpoint has (BertForMaskedLM -> masked LM), not the base."""
+    from hf_sparse.models.sparse_transformer import SparseTransformerForMaskedLM
+
+    torch.manual_seed(0)
+    src = BertForMaskedLM(BertConfig(max_position_embeddings=64, **SMALL)).eval()
+    src.save_pretrained(tmp_path / "mlm")
+    model = from_bert(str(tmp_path / "mlm"), P.SlidingWindow(window=128)).eval()
+    assert isinstance(model, SparseTransformerForMaskedLM)
+    ids, am = _ids(src.config)
+    with torch.no_grad():
+        want, got = (
+            src(input_ids=ids, attention_mask=am).logits,
+            model(input_ids=ids, attention_mask=am).logits,
+        )
+    torch.testing.assert_close(got[am.bool()], want[am.bool()], atol=1e-5, rtol=1e-5)
+    assert type(from_bert(str(tmp_path / "mlm"), P.SlidingWindow(window=128), head="base")).__name__ == (
+        "SparseTransformerModel"
+    )
+
+
 def test_longer_context_tiles_position_embeddings():
     src = RobertaForMaskedLM(RobertaConfig(max_position_embeddings=66, **SMALL))
     model = from_bert(src, P.SlidingWindow(window=16), max_position_embeddings=258)
