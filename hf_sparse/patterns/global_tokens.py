@@ -30,7 +30,8 @@ def _thin_block(count: int, block: int) -> int:
 class Global(Pattern):
     """Global tokens: query i attends key j iff i or j is a global position.
 
-    ``Global(indices=[0, 5])``: these positions; ``Global(every=100)``: positions ``p % 100 == 0``;
+    ``Global(indices=[0, 5])``: these positions (a sequence that holds none of them is a ValueError at
+    call time, naming the index and the length); ``Global(every=100)``: positions ``p % 100 == 0``;
     ``Global()``: the positions marked in ``global_attention_mask`` at call time (Longformer
     convention: 1 = global). Global rows attend every key, every query attends global keys.
     """
@@ -56,6 +57,20 @@ class Global(Pattern):
             table = torch.zeros(1, (max(indices) + 1) if indices else 1, dtype=torch.bool)
             table[0, indices] = True
             self._table = table
+
+    def _check_in_range(self, kv_len: int) -> None:
+        """ValueError when no index lies in a sequence of ``kv_len`` tokens: the pattern would have no
+        global token at all (indices past the end of a shorter input are fine while one is inside,
+        e.g. a decoder's later positions)."""
+        if self.indices and self.indices[0] >= kv_len:
+            raise ValueError(
+                f"Global(indices={self.indices}): index {self.indices[0]} is out of range for a sequence of "
+                f"{kv_len} tokens (positions 0..{kv_len - 1}), so no token would be global"
+            )
+
+    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+        self._check_in_range(q_len if kv_len is None else kv_len)
+        return self
 
     @property
     def runtime(self) -> bool:
@@ -96,6 +111,7 @@ class Global(Pattern):
         return self._table is not None and self._table.shape[0] > 1, False
 
     def _dense(self, i, j):
+        self._check_in_range(j.shape[-1])
         if self._table is not None and self._table.shape[0] > 1:
             B = self._table.shape[0]
             return torch.stack([self._mask(b, 0, i, j).expand(i.shape[0], j.shape[1]) for b in range(B)])[
@@ -113,6 +129,7 @@ class Global(Pattern):
         return torch.stack([self.is_global(b, pos) for b in range(self._table.shape[0])])
 
     def _plan(self, q_len, kv_len, block):
+        self._check_in_range(kv_len)
         if self.runtime:
             return Plan([])
         off = kv_len - q_len

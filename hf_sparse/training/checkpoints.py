@@ -178,12 +178,19 @@ def _torch_load(torch, path: str) -> None:
 
 def _check_all_files(folder: str) -> str | None:
     """Every file of the checkpoint loads: torch states (``*.pt``, ``*.pth``, ``*.bin``), JSON files,
-    every safetensors file. None if all do, else the first problem."""
+    every safetensors file. None if all do, else the first problem.
+
+    DeepSpeed's own state (``global_stepN/``, loaded by DeepSpeed with its own rules) is only checked
+    to be non-empty.
+    """
     for root, _, files in sorted(os.walk(folder)):
+        deepspeed_state = os.path.relpath(root, folder).split(os.sep)[0].startswith("global_step")
         for name in sorted(files):
             path = os.path.join(root, name)
             rel = os.path.relpath(path, folder)
-            if name.endswith((".pt", ".pth", ".bin")) and name != "training_args.bin":
+            if deepspeed_state:
+                problem = f"{rel} is empty" if os.path.getsize(path) == 0 else None
+            elif name.endswith((".pt", ".pth", ".bin")) and name != "training_args.bin":
                 problem = _check_torch_file(path)
             elif name.endswith(".json"):
                 try:

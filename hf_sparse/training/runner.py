@@ -291,40 +291,38 @@ def _accelerator_available() -> bool:
     return False
 
 
-def _check_launch(recipe_args, training_args) -> None:
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+
+def _check_launch(source, fsdp=False, deepspeed=False) -> None:
     """FSDP or DeepSpeed requested (accelerate config or recipe) where they cannot run: a clear error.
 
     Without CUDA, ``accelerate launch --config_file configs/accelerate/fsdp.yaml`` (or a DeepSpeed
-    config) would otherwise start gloo DDP processes and train unsharded without saying so.
+    config) would otherwise start gloo DDP processes and train unsharded without saying so. Runs
+    before ``TrainingArguments`` is built (which already needs the deepspeed package).
     """
-    from accelerate.utils import str_to_bool
-
-    def env_flag(name):
-        try:
-            return bool(str_to_bool(os.environ.get(name, "false")))
-        except ValueError:
-            return False
-
     wanted = []
-    if env_flag("ACCELERATE_USE_FSDP") or training_args.fsdp:
+    if _env_flag("ACCELERATE_USE_FSDP") or fsdp:
         wanted.append("FSDP")
-    if env_flag("ACCELERATE_USE_DEEPSPEED") or training_args.deepspeed:
+    if _env_flag("ACCELERATE_USE_DEEPSPEED") or deepspeed:
         wanted.append("DeepSpeed")
+    if not wanted:
+        return
     import torch
 
-    if wanted and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         raise RecipeError(
-            f"{recipe_args.source}: {' and '.join(wanted)} requested (accelerate config or recipe) but this "
-            "machine has no CUDA GPU; it would run as plain gloo DDP instead. Launch with "
-            "configs/accelerate/cpu_ddp.yaml (or no --config_file) on CPU"
+            f"{source}: {' and '.join(wanted)} requested (accelerate config or recipe) but this machine has no "
+            "CUDA GPU; it would run as plain gloo DDP instead. Launch with configs/accelerate/cpu_ddp.yaml "
+            "(or without --config_file) on CPU"
         )
     if "DeepSpeed" in wanted:
         import importlib.util
 
         if importlib.util.find_spec("deepspeed") is None:
             raise RecipeError(
-                f"{recipe_args.source}: DeepSpeed requested but the deepspeed package is not installed "
-                "(pip install deepspeed)"
+                f"{source}: DeepSpeed requested but deepspeed is not installed (pip install deepspeed)"
             )
 
 
@@ -421,6 +419,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     from transformers import set_seed
     from transformers.utils import logging as hf_logging
 
+    _check_launch(recipe if isinstance(recipe, (str, os.PathLike)) else "<recipe dict>")  # accelerate config
     recipe_args, task_args, training_args = load_recipe(recipe, overrides)
     if resume is not None:
         recipe_args.resume = bool(resume)
@@ -438,7 +437,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     if push:
         _check_push(recipe_args, training_args)
     _check_training_values(recipe_args, training_args)
-    _check_launch(recipe_args, training_args)
+    _check_launch(recipe_args.source, bool(training_args.fsdp), bool(training_args.deepspeed))  # recipe keys
     _check_report_to(recipe_args, training_args)
     _check_task_arguments(task, task_args, recipe_args)
     checkpoint = _resume_checkpoint(recipe_args, training_args)

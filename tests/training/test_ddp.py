@@ -70,6 +70,22 @@ def test_accelerate_configs_parse():
     assert fsdp["fsdp_version"] == 2 and fsdp["fsdp_state_dict_type"] == "FULL_STATE_DICT"
 
 
+def test_deepspeed_configs_parse():
+    """ZeRO-2 and ZeRO-3 configs for GPUs: batch size and accumulation left to the recipe ("auto")."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    for stage in (2, 3):
+        config = load_config_from_file(str(ACCELERATE_CONFIGS / f"deepspeed_zero{stage}.yaml"))
+        assert config.distributed_type == DistributedType.DEEPSPEED and config.num_processes == 2
+        ds = config.deepspeed_config
+        assert ds["zero_stage"] == stage and "gradient_accumulation_steps" not in ds
+        assert config.mixed_precision == "bf16" and not config.use_cpu
+    assert load_config_from_file(str(ACCELERATE_CONFIGS / "deepspeed_zero3.yaml")).deepspeed_config[
+        "zero3_save_16bit_model"
+    ]
+
+
 def test_fsdp_config_builds_a_plugin(monkeypatch):
     """fsdp.yaml goes through `accelerate launch`'s validation into a FullyShardedDataParallelPlugin."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser

@@ -85,12 +85,20 @@ def test_debug_shows_the_traceback(finetune, tmp_path):
         finetune.main([*argv, "--debug"])
 
 
-def test_fsdp_without_cuda_is_a_clear_error(finetune, tmp_path, capsys, monkeypatch):
-    """What `accelerate launch --config_file configs/accelerate/fsdp.yaml` sets in each worker."""
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+@pytest.mark.parametrize(
+    "env, name", [("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")]
+)
+def test_fsdp_or_deepspeed_without_cuda_is_a_clear_error(env, name, finetune, tmp_path, capsys, monkeypatch):
+    """What `accelerate launch --config_file configs/accelerate/{fsdp,deepspeed_zero*}.yaml` sets in each
+    worker; without a GPU accelerate would quietly run gloo DDP instead."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine can run FSDP/DeepSpeed")
+    monkeypatch.setenv(env, "true")
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(tmp_path / "out"))
     assert finetune.main([str(recipe)]) == 2
-    _one_error_line(capsys.readouterr().err, "FSDP", "no CUDA GPU", "cpu_ddp.yaml")
+    _one_error_line(capsys.readouterr().err, name, "no CUDA GPU", "cpu_ddp.yaml")
 
 
 @pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state.pth"])
