@@ -923,11 +923,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    """Push a folder; print its URL. Exit code 1 with a one-line message when the push fails."""
+    """Push a folder; print its URL. A one-line ``error:`` message and exit code 2 for invalid
+    arguments (folder, repo id, an unset ``--token-env``), 1 when the Hub is unreachable or refuses."""
     args = parse_args(argv)
     if args.token_env != "HF_TOKEN" and not os.environ.get(args.token_env):
         print(f"error: environment variable {args.token_env} (--token-env) is not set", file=sys.stderr)
-        return 1
+        return 2
     try:
         url = push_to_hub(
             args.folder,
@@ -938,7 +939,10 @@ def main(argv=None) -> int:
             token_env=args.token_env,
             endpoint=args.endpoint,
         )
-    except (HubError, ValueError) as e:
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except HubError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(url)

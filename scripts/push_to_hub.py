@@ -3,8 +3,11 @@
     python scripts/push_to_hub.py FOLDER REPO_ID [--private] [--token-env NAME] [--revision BRANCH]
 
 Same as ``python -m hf_sparse.hub``. The token comes from ``--token-env`` (default ``HF_TOKEN``) or
-the one saved by ``hf auth login`` and is never printed. Exit code 1 with a one-line message when
-the Hub cannot be reached (the folder is left as it was) or rejects the credentials.
+the one saved by ``hf auth login`` and is never printed. Only an allow-list of files is sent (model,
+tokenizer, card, remote code, results; never checkpoints, TensorBoard runs or pickles), and a file that
+holds a token stops the push. Exit code 2 with a one-line ``error:`` message for invalid arguments
+(folder, repo id, an unset ``--token-env``); 1 when the Hub cannot be reached (the folder is left as it
+was) or rejects the credentials.
 """
 
 from __future__ import annotations

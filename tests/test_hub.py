@@ -487,9 +487,9 @@ def test_cli_arguments_help_and_missing_token_env(model_dir, capsys):
         "--endpoint",
     ):
         assert flag in usage
-    assert hub.main([str(model_dir), "a/b", "--token-env", "HF_SPARSE_UNSET_VAR_XYZ"]) == 1
+    assert hub.main([str(model_dir), "a/b", "--token-env", "HF_SPARSE_UNSET_VAR_XYZ"]) == 2
     assert "HF_SPARSE_UNSET_VAR_XYZ (--token-env) is not set" in capsys.readouterr().err
-    assert hub.main([str(model_dir), "not-a-repo"]) == 1  # ValueError -> one line, exit 1
+    assert hub.main([str(model_dir), "not-a-repo"]) == 2  # ValueError -> one line, exit 2
     assert capsys.readouterr().err.startswith("error: repo_id must")
 
 

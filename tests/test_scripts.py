@@ -18,3 +18,15 @@ def test_help_prints_help_and_does_nothing_else(script, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:"), proc.stdout[:500]
     assert list(tmp_path.iterdir()) == []  # wrote nothing
+
+
+def test_demo_user_error_is_one_line(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo_script", SCRIPTS[0].parent / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    argv = ["--output_dir", str(tmp_path / "out"), "--override", "motifs=[NOTAMOTIF]"]
+    assert demo.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "NOTAMOTIF" in err and "Traceback" not in err
