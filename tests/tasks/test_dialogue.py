@@ -161,7 +161,7 @@ def test_bad_recipe_values_are_rejected(data_dir, tmp_path):
     with pytest.raises(ValueError, match="position_embedding_type"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="sparse_transformer",
                    position_embedding_type="alibi"))  # fmt: skip
-    with pytest.raises(FileNotFoundError, match="no train.jsonl"):
+    with pytest.raises(RecipeError, match=r"data_dir: folder .* has no train.jsonl"):  # before any work
         run(recipe("dialogue-state-tracking", str(tmp_path), tmp_path / "o"))
 
 
