@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hf-sparse-installed
+# Extra flags for scripts/demo.py, e.g. --resume or --overwrite_output_dir on a second run.
+DEMO_ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 
 .PHONY: setup demo gallery test test-slow test-gpu bench lint clean
@@ -13,7 +15,7 @@ $(STAMP): pyproject.toml scripts/setup_env.sh
 	@touch $@
 
 demo: $(STAMP)  ## the main job: fine-tune pipelines/motif/tiny.yaml on CPU, evaluate, reload, use
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(DEMO_ARGS)
 
 gallery: $(STAMP)  ## pattern gallery + a quick attention benchmark -> outputs/gallery, outputs/bench
 	$(PY) scripts/gallery.py
