@@ -429,6 +429,9 @@ class _BlockSparse(torch.autograd.Function):
         if d_lse is not None:
             delta = delta - d_lse.view(BH, p.nqb, p.c).to(f32)
         lse4 = lse.view(BH, p.nqb, p.c)
+        # a row with no allowed key has constant outputs (zeros, -inf): no gradient reaches q, k or v
+        # whatever flows into it (dS = P (dP - delta) with P = 0 must not meet an infinite delta)
+        delta = torch.where(torch.isinf(lse4), torch.zeros_like(delta), delta)
         # rows without keys: +inf makes every probability exp(s - inf) = 0
         lse4 = torch.where(torch.isinf(lse4), torch.full_like(lse4, float("inf")), lse4)
         dq = torch.empty(BH, p.nqb, p.c, D, dtype=f32, device=q.device)
@@ -682,8 +685,14 @@ def merge_partials(parts):
     if len(parts) == 1:
         return parts[0]
     lses = torch.stack([l for _, l in parts])  # (P, B, H, n)
-    lse = torch.logsumexp(lses, dim=0)
-    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    # log-sum-exp that stays differentiable where every part is -inf (a row with no allowed key):
+    # torch.logsumexp's gradient there is exp(-inf - -inf) = NaN; here it is 0
+    m = lses.detach().amax(0)
+    empty = torch.isinf(m)
+    m = torch.where(empty, torch.zeros_like(m), m)
+    total = torch.exp(lses - m).sum(0)
+    lse = torch.where(empty, torch.full_like(m, _NEG_INF), m + torch.log(torch.where(empty, 1.0, total)))
+    safe = torch.where(empty, torch.zeros_like(lse), lse)
     out = 0
     for o, l in parts:
         w = torch.exp(l - safe)  # 0 where l = -inf
