@@ -25,7 +25,18 @@ void sgemm_(const char*, const char*, const int*, const int*, const int*, const 
             const int*, const float*, const int*, const float*, float*, const int*);
 void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*,
             const int*, const double*, const int*, const double*, double*, const int*);
+int MKL_Set_Num_Threads_Local(int);  // MKL (torch's BLAS): this thread's BLAS calls stay single-threaded
 }
+
+namespace {
+// Inside a parallel_for task the tile products must not start BLAS threads of their own
+// (oversubscription made a 2-thread run 20x slower than a 1-thread one).
+struct SequentialBlas {
+  int prev;
+  SequentialBlas() : prev(MKL_Set_Num_Threads_Local(1)) {}
+  ~SequentialBlas() { MKL_Set_Num_Threads_Local(prev); }
+};
+}  // namespace
 
 namespace {
 
@@ -76,6 +87,7 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
   const int64_t c = t.c, nqb = t.nqb, K = t.K;
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
+    SequentialBlas seq;
     std::vector<T> S(c * c), m(c), l(c);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t r = task / nqb, qb = task % nqb, g = t.group[r];
@@ -148,6 +160,7 @@ void backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* l
   const int64_t c = t.c, nqb = t.nqb, K = t.K;
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
+    SequentialBlas seq;
     std::vector<T> P(c * c), dS(c * c);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t g = t.group[r];
