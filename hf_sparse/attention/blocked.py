@@ -20,6 +20,12 @@ The backward of a translation-invariant band (sliding windows, causal or not) ru
 buffers indexed by key offset (``_backward_band``): query tiles of ``BAND_TILE`` rows write their
 probabilities there, and the same memory read with other strides gives each key tile the queries
 that see it, so key and value gradients are plain matmuls written to their own rows.
+
+Gathered, dense and irregular band components in float32/float64 on CPU (no dropout) run the
+compiled kernel of ``fused.py`` (``_FusedBlockSparse``: key-block tables and partial 0/1 tiles built
+here, no padded or gathered copies of q/k/v/dO); where it cannot be built, or with
+``HF_SPARSE_FUSED=0``, they take the pure-PyTorch path below. Measured on a heavily shared 2-core
+host (matmul 76-102 GFLOP/s): BigBird(64) at 4k fwd+bwd 2-3 s fused vs 5-13 s pure PyTorch.
 """
 
 from __future__ import annotations
