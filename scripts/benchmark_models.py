@@ -8,7 +8,15 @@ keep the 16k Longformer step under a minute on 2 cores (the ratio does not depen
 Also measured: SparseTransformerForMaskedLM converted from the Longformer checkpoint
 (``hf_sparse.conversion.from_longformer``, global projections included).
 
+Each step is also compared with its FLOP bound: the matmul FLOPs the model must do (every
+``nn.Linear`` applied to the n tokens, plus QK^T and PV over exactly the allowed (query, key) pairs
+of every layer, forward; forward+backward = 3x forward) at this host's fp32 4096^2 matmul rate,
+measured before and after the run (a run where it moved by more than 10% should be repeated). One
+extra profiled step per (model, n) says where the time goes: matmuls, the attention kernels,
+copies, the rest (elementwise).
+
     python scripts/benchmark_models.py            # -> benchmarks/models.{json,md}
+    python scripts/benchmark_models.py --sizes 16384 --only SparseTransformerForMaskedLM Longformer
 """
 
 from __future__ import annotations
@@ -59,6 +67,65 @@ def build(name: str, n: int):
     return RobertaForMaskedLM._from_config(cfg, attn_implementation="sdpa")
 
 
+def matmul_gflops() -> float:
+    """fp32 4096^2 matmul rate of this host (median of 6)."""
+    import torch
+
+    a, b, out = (torch.randn(4096, 4096) for _ in range(3))
+    times = []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return 2 * 4096**3 / times[len(times) // 2] / 1e9
+
+
+def step_flops(name: str, model, n: int) -> dict:
+    """Forward FLOPs a step must do: linear layers (each nn.Linear over n tokens) and attention
+    (4 * allowed pairs * head_dim per head and layer); forward+backward is 3x the sum."""
+    import torch
+
+    from hf_sparse import patterns as P
+
+    linear = sum(
+        2 * n * m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)
+    )
+    H, L = SHAPE["num_attention_heads"], SHAPE["num_hidden_layers"]
+    D = SHAPE["hidden_size"] // H
+    if name.startswith("Roberta"):
+        pairs = n * n
+    else:  # window plus the first token global (what every sparse model here computes)
+        pairs = round((P.SlidingWindow(window=WINDOW) | P.Global(indices=[0])).density(n) * n * n)
+    attention = 4 * pairs * D * H * L
+    return {"linear_flops": linear, "attention_flops": attention, "step_flops": 3 * (linear + attention)}
+
+
+_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+_COPY_OPS = ("aten::copy_", "aten::clone", "aten::contiguous", "aten::cat", "aten::index", "aten::gather",
+             "aten::scatter_add", "aten::index_add_", "aten::pad", "aten::constant_pad_nd", "aten::repeat_interleave")  # fmt: skip
+
+
+def profile_step(step) -> dict:
+    """Self CPU time of one step by category (seconds)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    cats = {"matmul": 0.0, "attention kernels": 0.0, "copies": 0.0, "elementwise and other": 0.0}
+    for e in prof.key_averages():
+        t = e.self_cpu_time_total / 1e6
+        if e.key in _MATMUL_OPS:
+            cats["matmul"] += t
+        elif "hf_sparse_fused" in e.key or "flash_attention" in e.key or "scaled_dot_product" in e.key:
+            cats["attention kernels"] += t
+        elif e.key in _COPY_OPS:
+            cats["copies"] += t
+        else:
+            cats["elementwise and other"] += t
+    return cats
+
+
 def worker(name: str, n: int, budget_s: float) -> dict:
     import torch
 
@@ -88,7 +155,10 @@ def worker(name: str, n: int, budget_s: float) -> dict:
         times.append(time.perf_counter() - t0)
     times.sort()
     t = times[len(times) // 2]
-    return {"time_s": t, "tokens_per_s": n / t, "reps": reps, "peak_rss_mb": peak}
+    rec = {"time_s": t, "tokens_per_s": n / t, "reps": reps, "peak_rss_mb": peak}
+    rec.update(step_flops(name, model, n))
+    rec["profile_s"] = profile_step(step)
+    return rec
 
 
 def _status(key):
@@ -110,6 +180,7 @@ def main():
     ap.add_argument("--out", default="benchmarks", help="folder for models.json and models.md")
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="sequence lengths")
     ap.add_argument("--budget-s", type=float, default=60.0, help="time budget for the timed repetitions")
+    ap.add_argument("--only", nargs="*", help="run models whose name contains one of these strings")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -117,8 +188,11 @@ def main():
         print(json.dumps(worker(name, n, budget)))
         return
     records, started = [], time.perf_counter()
+    models = [m for m in MODELS if not args.only or any(s in m for s in args.only)]
+    rate_before = matmul_gflops()
+    print(f"fp32 4096^2 matmul: {rate_before:.0f} GFLOP/s", flush=True)
     for n in args.sizes:
-        for name in MODELS:
+        for name in models:
             cmd = [
                 sys.executable,
                 os.path.abspath(__file__),
@@ -141,11 +215,24 @@ def main():
                 )
                 print(f"{name:<52} n={n:>6} {rec['error']}", flush=True)
             records.append(rec)
+    rate_after = matmul_gflops()
+    rate = (rate_before + rate_after) / 2
+    moved = abs(rate_after - rate_before) / rate_before
+    print(f"fp32 4096^2 matmul: {rate_after:.0f} GFLOP/s after ({moved:.0%} moved)", flush=True)
+    for rec in records:
+        if "step_flops" in rec:
+            rec["bound_s"] = rec["step_flops"] / (rate * 1e9)
+            rec["x_bound"] = rec["time_s"] / rec["bound_s"]
+            prof = ", ".join(f"{k} {v:.2f} s" for k, v in rec["profile_s"].items())
+            print(
+                f"{rec['model']:<52} n={rec['n']:>6} {rec['x_bound']:.2f}x its FLOP bound ({rec['bound_s']:.2f} s); {prof}"
+            )
     os.makedirs(args.out, exist_ok=True)
     wall = time.perf_counter() - started
     command = "python scripts/benchmark_models.py " + " ".join(sys.argv[1:])
     _write(os.path.join(args.out, "models.json"), json.dumps({"shape": SHAPE, "window": WINDOW, "command": command,
-                                                              "wall_s": wall, "records": records}, indent=1))  # fmt: skip
+                                                              "wall_s": wall, "matmul_gflops_before": rate_before,
+                                                              "matmul_gflops_after": rate_after, "records": records}, indent=1))  # fmt: skip
     lines = [
         "# Masked-LM training throughput (forward + backward)",
         "",
@@ -155,8 +242,12 @@ def main():
         f"{SHAPE['num_hidden_layers']} layers, vocabulary {SHAPE['vocab_size']}, window {WINDOW}, first token global, float32, CPU. "
         "Each (model, n) ran in a fresh process; median step time. See the script's docstring for why the vocabulary is small.",
         "",
-        "| model | n | tokens/s | s/step | peak RSS (MB) | speed-up vs LongformerForMaskedLM |",
-        "|---|---|---|---|---|---|",
+        f"FLOP bound at the fp32 4096^2 matmul rate measured in this run: {rate_before:.0f} GFLOP/s before, "
+        f"{rate_after:.0f} after ({moved:.0%} moved{'; repeat the run' if moved > 0.1 else ''}). "
+        "Profile: self CPU time of one extra step (matmul / attention kernels / copies / elementwise and other).",
+        "",
+        "| model | n | tokens/s | s/step | x FLOP bound | peak RSS (MB) | speed-up vs LongformerForMaskedLM | profile (s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for n in args.sizes:
         ref = next(
@@ -170,11 +261,13 @@ def main():
         for r in (r for r in records if r["n"] == n):
             if "tokens_per_s" in r:
                 speed = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref else "—"
+                prof = " / ".join(f"{v:.2f}" for v in r["profile_s"].values())
                 lines.append(
-                    f"| {r['model']} | {n:,} | {r['tokens_per_s']:.0f} | {r['time_s']:.2f} | {r['peak_rss_mb']:.0f} | {speed} |"
+                    f"| {r['model']} | {n:,} | {r['tokens_per_s']:.0f} | {r['time_s']:.2f} | {r['x_bound']:.2f}x | "
+                    f"{r['peak_rss_mb']:.0f} | {speed} | {prof} |"
                 )
             else:
-                lines.append(f"| {r['model']} | {n:,} | — | — | — | {r['error']} |")
+                lines.append(f"| {r['model']} | {n:,} | — | — | — | — | {r['error']} | — |")
     _write(os.path.join(args.out, "models.md"), "\n".join(lines) + "\n")
     print(f"wrote {args.out}/models.json and models.md")
 

@@ -1,0 +1,72 @@
+"""Loader of the fused CPU kernel (``csrc/block_sparse.cpp``): compiled on first use with
+``torch.utils.cpp_extension.load`` (cached in torch's extensions directory, so later processes only
+load it), against the BLAS that torch itself links (MKL's ``sgemm_``/``dgemm_``).
+
+Where it cannot be built (no C++ compiler, no headers, a BLAS that does not export those symbols),
+or with ``HF_SPARSE_FUSED=0``, ``available()`` is False, one line says so, and the blocked kernel
+runs its pure-PyTorch path: same results, slower.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import warnings
+
+import torch
+
+_SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "block_sparse.cpp")
+
+
+def enabled() -> bool:
+    """``HF_SPARSE_FUSED=0`` forces the pure-PyTorch path (read on every call: tests flip it)."""
+    return os.environ.get("HF_SPARSE_FUSED", "1") not in ("0", "false", "False")
+
+
+def _arch_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return []
+    return ["-mavx2", "-mfma"] if " avx2" in flags and " fma" in flags else []
+
+
+@functools.cache
+def _load():
+    """The compiled op namespace, or None (with a one-line notice) where it cannot be built."""
+    if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
+        warnings.warn(
+            "hf_sparse: no C++ compiler found; the blocked kernel uses its pure-PyTorch path", stacklevel=2
+        )
+        return None
+    try:
+        from torch.utils import cpp_extension
+
+        arch = _arch_flags()
+        cpp_extension.load(
+            name="hf_sparse_fused" + ("_avx2" if arch else ""),
+            sources=[_SOURCE],
+            extra_cflags=["-O3", "-ffp-contract=fast", *arch],
+            is_python_module=False,
+            verbose=False,
+        )
+        return torch.ops.hf_sparse_fused
+    except Exception as exc:  # noqa: BLE001 - any build failure means: use the fallback
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        warnings.warn(
+            f"hf_sparse: fused CPU kernel not built ({first}); using the pure-PyTorch path", stacklevel=2
+        )
+        return None
+
+
+def available() -> bool:
+    return enabled() and _load() is not None
+
+
+def ops():
+    return _load()
+
+
+__all__ = ["available", "enabled", "ops"]
