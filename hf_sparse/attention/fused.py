@@ -10,6 +10,7 @@ runs its pure-PyTorch path: same results, slower.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 import warnings
@@ -45,8 +46,13 @@ def _load():
         from torch.utils import cpp_extension
 
         arch = _arch_flags()
+        name = "hf_sparse_fused" + ("_avx2" if arch else "")
+        if not os.path.exists(os.path.join(cpp_extension._get_build_directory(name, False), name + ".so")):
+            logging.getLogger(__name__).warning(
+                "hf_sparse: compiling the fused CPU attention kernel (once per environment, about a minute)"
+            )
         cpp_extension.load(
-            name="hf_sparse_fused" + ("_avx2" if arch else ""),
+            name=name,
             sources=[_SOURCE],
             extra_cflags=["-O3", "-ffp-contract=fast", *arch],
             is_python_module=False,
