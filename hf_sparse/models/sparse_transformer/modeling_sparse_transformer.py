@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
@@ -469,13 +470,13 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
+        # transformers.initialization skips parameters already loaded from a checkpoint (a tied bias too)
         super()._init_weights(module)
         if isinstance(module, SparseTransformerLMHead):
-            module.bias.zero_()
+            init.zeros_(module.bias)
         if isinstance(module, RotaryEmbedding):
             # non-persistent, so never in a checkpoint: from_pretrained leaves it uninitialised otherwise
-            with torch.no_grad():
-                module.inv_freq.copy_(module.compute_inv_freq())
+            module.inv_freq.copy_(module.compute_inv_freq())  # deterministic: always recomputed
 
     #: set by ``hf_sparse`` on import: writes a self-contained copy of the modelling code and
     #: ``auto_map`` next to the weights (unset in that copy itself, which needs no hf-sparse)
