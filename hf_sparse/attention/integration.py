@@ -209,10 +209,15 @@ class PatternMask:
         global_tokens: ``(batch, kv_len)`` bool global tokens (only without a cache: query row r is
             key row r), or ``None``.
         row_offsets: ``(batch,)`` long left padding per row, or ``None``.
+        key_start: the first key position when the keys are known to be consecutive (no cache: 0),
+            else ``None`` (checked on the positions: a data-dependent step that ``torch.export`` avoids).
     """
 
-    def __init__(self, pattern, q_offset, q_length, key_positions, padding=None, global_tokens=None, row_offsets=None):
+    def __init__(
+        self, pattern, q_offset, q_length, key_positions, padding=None, global_tokens=None, row_offsets=None, key_start=None
+    ):
         self.pattern = pattern
+        self.key_start = key_start
         self.q_offset, self.q_length = int(q_offset), int(q_length)
         self.key_positions = key_positions
         self.padding = padding
@@ -248,8 +253,11 @@ class PatternMask:
 def _from_pattern_mask(mf: PatternMask, batch_size: int) -> SparseMask:
     kp = mf.key_positions
     kv_len = kp.shape[0]
-    start = int(kp[0]) if kv_len else 0
-    consecutive = kv_len == 0 or bool((kp == torch.arange(start, start + kv_len, device=kp.device)).all())
+    if mf.key_start is not None:
+        start, consecutive = mf.key_start, True
+    else:
+        start = int(kp[0]) if kv_len else 0
+        consecutive = kv_len == 0 or bool((kp == torch.arange(start, start + kv_len, device=kp.device)).all())
     # the kernels see key rows from 0: a cache that dropped its first keys is fine for a translation-invariant
     # pattern only (else the rule is materialised over the keys' positions)
     consecutive = consecutive and (start == 0 or mf.pattern.translation_invariant)

@@ -608,6 +608,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                 rule = PatternMask(
                     layer.attention.self.pattern, past, n, kpos,
                     padding=None if padding is None else padding[:, kpos], global_tokens=g, row_offsets=row_offsets,
+                    key_start=0 if cache is None else None,
                 )  # fmt: skip
                 made[key] = build_mask(impl, rule, B, dtype, cache_position.device)
             masks.append(made[key])
