@@ -214,7 +214,15 @@ class PatternMask:
     """
 
     def __init__(
-        self, pattern, q_offset, q_length, key_positions, padding=None, global_tokens=None, row_offsets=None, key_start=None
+        self,
+        pattern,
+        q_offset,
+        q_length,
+        key_positions,
+        padding=None,
+        global_tokens=None,
+        row_offsets=None,
+        key_start=None,
     ):
         self.pattern = pattern
         self.key_start = key_start
@@ -300,11 +308,11 @@ def sparse_attention_mask(
     """
     if isinstance(attention_mask, SparseMask):
         return attention_mask
+    if isinstance(mask_function, PatternMask):
+        return _from_pattern_mask(mask_function, batch_size)
     if (cache_position := kwargs.get("cache_position")) is not None:  # transformers < 5.x signature
         q_length, q_offset = cache_position.shape[0], int(cache_position[0]) if cache_position.numel() else 0
         device = cache_position.device
-    if isinstance(mask_function, PatternMask):
-        return _from_pattern_mask(mask_function, batch_size)
     if use_vmap:
         raise NotImplementedError(
             "attn_implementation='hf_sparse' cannot honour custom or_mask_function/and_mask_function mask "
@@ -514,7 +522,9 @@ def sparse_attention_forward(
                 f"{q_len} * {kv_total} exceeds MAX_DENSE_ATTENTION_WEIGHTS = {MAX_DENSE_ATTENTION_WEIGHTS}"
             )
         allowed = info.source.dense(B, H)  # (B, 1|H, q, kv)
-        return _attend_materialised(query, key, value, allowed, _scale(scale, query), dropout_p, output_attentions)
+        return _attend_materialised(
+            query, key, value, allowed, _scale(scale, query), dropout_p, output_attentions
+        )
 
     # ---- cross-attention: every non-padding key
     if _is_cross_attention(module):
@@ -572,9 +582,13 @@ def sparse_attention_forward(
             weights = torch.nn.functional.pad(weights, (0, kv_total - kv_len))
         return out, weights
     if info is not None and info.row_offsets is not None and not pattern.translation_invariant:
-        out = _per_row(query, key, value, pattern, padding, g, info.row_offsets, scale, dropout_p, backend, block_size)
+        out = _per_row(
+            query, key, value, pattern, padding, g, info.row_offsets, scale, dropout_p, backend, block_size
+        )
     else:
-        out = sparse_attention(query, key, value, pattern, padding, g, scale, dropout_p, backend, block_size=block_size)
+        out = sparse_attention(
+            query, key, value, pattern, padding, g, scale, dropout_p, backend, block_size=block_size
+        )
     return out.transpose(1, 2).contiguous(), None  # (B, q, H, D)
 
 
@@ -611,7 +625,7 @@ def _attend_materialised(query, key, value, allowed, scale, dropout_p, output_at
 def _per_row(query, key, value, pattern, padding, g, row_offsets, scale, dropout_p, backend, block_size):
     """A pattern that depends on absolute positions, on a left-padded batch: each row runs from its first
     token, so that it attends exactly as it would alone. Queries before a row's first token get zeros."""
-    B, q_len, kv_len = query.shape[0], query.shape[2], key.shape[2]
+    q_len, kv_len = query.shape[2], key.shape[2]
     out = query.new_zeros(query.shape)  # (B, H, q, D)
     for b, off in enumerate(row_offsets.tolist()):
         first_q = min(max(off - (kv_len - q_len), 0), q_len)  # queries sit at the end of the keys

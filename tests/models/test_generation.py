@@ -78,7 +78,9 @@ def test_decoder_config_refuses_non_causal_patterns():
 
 def _lm(pattern, **overrides):
     torch.manual_seed(0)
-    kw = dict(hidden_size=64, num_hidden_layers=3, intermediate_size=128, vocab_size=50, initializer_range=0.3)
+    kw = dict(
+        hidden_size=64, num_hidden_layers=3, intermediate_size=128, vocab_size=50, initializer_range=0.3
+    )
     kw.update(overrides)
     return SparseTransformerForCausalLM(tiny_decoder_config(pattern, **kw)).eval()
 

@@ -24,7 +24,9 @@ PROMPT, NEW = 9, 14  # prompt + generated = 23 tokens: longer than the window, s
 
 def _model(name, **overrides):
     torch.manual_seed(0)
-    kw = dict(hidden_size=64, num_hidden_layers=3, intermediate_size=128, vocab_size=50, initializer_range=0.3)
+    kw = dict(
+        hidden_size=64, num_hidden_layers=3, intermediate_size=128, vocab_size=50, initializer_range=0.3
+    )
     kw.update(overrides)
     cfg = tiny_decoder_config(PATTERNS[name], **kw)
     return SparseTransformerForCausalLM(cfg).eval()
@@ -106,7 +108,9 @@ def test_left_padded_rows_generate_what_they_generate_alone(name):
     for i, p in enumerate(prompts):
         ids[i, PROMPT - len(p) :] = p
         mask[i, PROMPT - len(p) :] = 1
-    batch = _generate(model, ids, attention_mask=mask, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    batch = _generate(
+        model, ids, attention_mask=mask, do_sample=False, output_logits=True, return_dict_in_generate=True
+    )
     for i, p in enumerate(prompts):
         alone = _generate(model, p[None], do_sample=False, output_logits=True, return_dict_in_generate=True)
         assert torch.equal(batch.sequences[i, PROMPT:], alone.sequences[0, len(p) :]), f"row {i}"

@@ -108,7 +108,11 @@ class PatternCacheLayer(DynamicLayer):
             )
         if self.is_initialized and self.positions is not None:
             idx = torch.nonzero(self.positions < max_length).flatten()
-            self.keys, self.values, self.positions = self.keys[..., idx, :], self.values[..., idx, :], self.positions[idx]
+            self.keys, self.values, self.positions = (
+                self.keys[..., idx, :],
+                self.values[..., idx, :],
+                self.positions[idx],
+            )
         self.cumulative_length = max_length
 
 

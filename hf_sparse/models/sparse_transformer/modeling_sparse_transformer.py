@@ -37,7 +37,6 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
@@ -71,15 +70,6 @@ def left_padding(attention_mask):
         return None
     lead = (attention_mask.cumsum(-1) == 0).sum(-1)  # (B,)
     return lead if bool(lead.any()) else None
-
-
-def attention_function(impl):
-    """The attention function of ``config._attn_implementation`` (eager: the dense reference below)."""
-    if impl in (None, "eager"):
-        return eager_attention_forward
-    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
-        return ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager_attention_forward)
-    return ALL_ATTENTION_FUNCTIONS[impl]
 
 
 def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device):
@@ -212,7 +202,9 @@ class SparseTransformerEmbeddings(nn.Module):
                 token_type_ids = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)
             x = x + self.token_type_embeddings(token_type_ids)
         if self.position_embeddings is not None:
-            if not torch.compiler.is_compiling():  # a data-dependent check: skipped under torch.export/compile
+            if (
+                not torch.compiler.is_compiling()
+            ):  # a data-dependent check: skipped under torch.export/compile
                 self._check_positions(position_ids)
             x = x + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(x))
@@ -265,23 +257,43 @@ class SparseTransformerSelfAttention(nn.Module):
         """``attention_mask``: this layer's mask from the mask interface (``build_mask``);
         ``query_mask`` (B, n): 1 for tokens, 0 for padding queries (their outputs are zeros)."""
         B, n, _ = hidden_states.shape
-        q, k, v = (self._heads(lin(hidden_states)) for lin in (self.query, self.key, self.value))  # (B, H, n, D)
+        q, k, v = (
+            self._heads(lin(hidden_states)) for lin in (self.query, self.key, self.value)
+        )  # (B, H, n, D)
         if position_embeddings is not None:
             q, k = apply_rotary(q, k, *position_embeddings)
         if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx, {"positions": cache_position, "row_offsets": row_offsets})
+            k, v = cache.update(
+                k, v, self.layer_idx, {"positions": cache_position, "row_offsets": row_offsets}
+            )
         if output_attentions and k.shape[-2] > self.config.max_attention_weights_length:
             raise ValueError(
                 f"output_attentions=True materialises (batch, heads, {n}, {k.shape[-2]}) weights; inputs longer than "
                 f"max_attention_weights_length={self.config.max_attention_weights_length} are refused"
             )
         dropout = self.dropout_p if self.training else 0.0
-        impl = self.config._attn_implementation
-        if output_attentions and impl not in (None, "eager", ATTN_IMPLEMENTATION):
-            impl = "eager"  # e.g. sdpa returns no weights; the eager mask is the same rule
+        if output_attentions and self.config._attn_implementation not in (None, "eager", ATTN_IMPLEMENTATION):
+            attention = (
+                eager_attention_forward  # e.g. sdpa returns no weights; the eager mask is the same rule
+            )
             attention_mask = _additive(attention_mask, q.dtype)
-        out, weights = attention_function(impl)(
-            self, q, k, v, attention_mask, dropout=dropout, scaling=self.scale, output_attentions=output_attentions
+        elif hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        elif self.config._attn_implementation in (None, "eager"):  # transformers < 5.x: no get_interface
+            attention = eager_attention_forward
+        else:
+            attention = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+        out, weights = attention(
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=dropout,
+            scaling=self.scale,
+            output_attentions=output_attentions,
         )  # (B, n, H, D)
         cfg = self.config
         if cfg.global_projections and global_attention_mask is not None and bool(global_attention_mask.any()):
@@ -383,7 +395,9 @@ class SparseTransformerEncoder(nn.Module):
             [SparseTransformerLayer(config, i) for i in range(config.num_hidden_layers)]
         )
 
-    def forward(self, hidden_states, layer_masks, output_hidden_states=False, output_attentions=False, **kwargs):
+    def forward(
+        self, hidden_states, layer_masks, output_hidden_states=False, output_attentions=False, **kwargs
+    ):
         all_hidden, all_attn = [], []
         for layer, mask in zip(self.layer, layer_masks):
             if output_hidden_states:
@@ -570,7 +584,17 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         row_offsets = left_padding(attention_mask) if cfg.is_decoder else None
         hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         rope = self.rotary(position_ids, hidden.dtype) if self.rotary is not None else None
-        masks = self._layer_masks(B, n, past, cache, cache_position, attention_mask, global_attention_mask, row_offsets, hidden.dtype)
+        masks = self._layer_masks(
+            B,
+            n,
+            past,
+            cache,
+            cache_position,
+            attention_mask,
+            global_attention_mask,
+            row_offsets,
+            hidden.dtype,
+        )
         hidden, all_hidden, all_attn = self.encoder(
             hidden,
             masks,
@@ -593,7 +617,9 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         )
         return _return(return_dict, out, cfg)
 
-    def _layer_masks(self, B, n, past, cache, cache_position, attention_mask, global_attention_mask, row_offsets, dtype):
+    def _layer_masks(
+        self, B, n, past, cache, cache_position, attention_mask, global_attention_mask, row_offsets, dtype
+    ):
         """One mask per layer from the mask interface of ``config._attn_implementation``; layers with
         the same pattern share it (their caches hold the same positions)."""
         impl = self.config._attn_implementation
