@@ -33,12 +33,16 @@ pattern's rule, and
 * padding keys (``attention_mask == 0``) are never attended; a query with no allowed key outputs
   zeros.
 
-Positions are indices in the padded sequence (left padding shifts them). Cross-attention modules
+Positions are indices in the padded sequence (left padding shifts them); hf-sparse's own
+SparseTransformer decoders instead hand the mask interface a :class:`PatternMask` whose positions
+count from each row's first token, and whose keys may sit at any positions (pattern-aware caches).
+The same attention function serves both. Cross-attention modules
 attend every non-padding key (patterns describe self-attention). Dropout is applied only in
 training (``dropout_p = dropout`` when ``module.training``). Grouped-query attention (fewer
 key/value heads) and KV-cache decoding (dynamic, sliding-window and static caches) are supported.
 ``output_attentions=True`` returns the dense attention probabilities, for at most
-:data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head.
+:data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head, and computes the output from them (as
+eager attention does: gradients reach the returned weights).
 
 Models that ignore ``attn_implementation`` (Longformer, LED, BigBird, BigBirdPegasus, Reformer, and
 any transformers model whose attention does not go through ``AttentionInterface``) raise a
@@ -485,7 +489,8 @@ def sparse_attention_forward(
         scaling: score scale (default ``1 / sqrt(head_dim)``).
         is_causal: used only when the mask does not say whether the layer is causal.
         kwargs: ``output_attentions=True`` also returns the dense probabilities (at most
-            :data:`MAX_DENSE_ATTENTION_WEIGHTS` pairs per head); other transformers kwargs are ignored,
+            :data:`MAX_DENSE_ATTENTION_WEIGHTS` pairs per head) and computes the output from them, so
+            gradients reach them (as in eager attention); other transformers kwargs are ignored,
             except ``softcap``, ``s_aux``, ``sinks`` and ``position_bias``, which raise.
 
     Returns: ``(attn_output (batch, q_len, heads, head_dim), attn_weights (batch, heads, q_len, kv_len) or None)``.
@@ -721,6 +726,7 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "IGNORING_FAMILIES",
     "MAX_DENSE_ATTENTION_WEIGHTS",
+    "PatternMask",
     "SparseMask",
     "check_config",
     "check_model",
