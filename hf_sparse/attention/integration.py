@@ -199,7 +199,9 @@ class PatternMask:
     row ``kv_idx`` (transformers' ``mask_function`` signature, evaluated on broadcast index tensors
     by ``sdpa_mask``/``eager_mask`` with ``kv_offset=0``): the pattern at the row-relative positions
     ``q_idx - row_offsets[b]`` and ``key_positions[kv_idx] - row_offsets[b]``, or either token
-    global (causally for causal patterns), and never a padding key. The SparseTransformer models
+    global (causally for causal patterns), and never a padding key. With ``padding_queries_attend_self``
+    (set for torch's SDPA, whose fused GPU kernels give NaN for a fully masked row) a padding query
+    attends itself only; the models discard padding queries' outputs. The SparseTransformer models
     build one per distinct layer pattern and hand it to the mask interface of their
     ``attn_implementation``: ``"eager"``/``"sdpa"`` materialise it, ``"hf_sparse"``
     (:func:`sparse_attention_mask`) turns it into a :class:`SparseMask` without evaluating n x n pairs.
@@ -230,6 +232,7 @@ class PatternMask:
     ):
         self.pattern = pattern
         self.key_start = key_start
+        self.padding_queries_attend_self = False
         self.q_offset, self.q_length = int(q_offset), int(q_length)
         self.key_positions = key_positions
         self.padding = padding
@@ -249,6 +252,9 @@ class PatternMask:
             allowed = allowed | (extra & (qpos >= kpos) if self.pattern.is_causal else extra)
         if self.padding is not None:
             allowed = allowed & self.padding[b, kv_idx]
+            if self.padding_queries_attend_self:
+                row = q_idx - self.q_offset + (self.key_positions.shape[0] - self.q_length)  # the query's key row
+                allowed = allowed | (~self.padding[b, row] & (kv_idx == row))
         return allowed
 
     def dense(self, batch_size: int, num_heads: int) -> torch.Tensor:

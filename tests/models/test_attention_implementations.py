@@ -145,12 +145,15 @@ def test_returned_attention_weights_are_on_the_output_path(impl):
 
 # hf_sparse on the "dense" kernel: the "sdpa" kernel (attention/dense.py: sdpa_attention) still branches on
 # `bool(any_key.all())`, a data-dependent guard that torch.export refuses
+@pytest.mark.parametrize("case", ["window_6", "fixed_8_2"])
 @pytest.mark.parametrize("impl, backend", [("hf_sparse", "dense"), ("sdpa", "auto"), ("eager", "auto")])
-def test_torch_export(impl, backend):
+def test_torch_export(case, impl, backend):
     """No data-dependent Python ints in the model's forward (the embeddings' position check included)."""
-    model = _model("window_6", backend, max_position_embeddings=64)
+    model = _model(case, backend, max_position_embeddings=64)
     model.set_attn_implementation(impl)
     ids = torch.randint(2, model.config.vocab_size, (1, 24))
-    exported = torch.export.export(model, (ids,), strict=False)
+    kwargs = {"use_cache": False} if model.config.is_decoder else {}
+    exported = torch.export.export(model, (ids,), kwargs=kwargs, strict=False)
     with torch.no_grad():
-        torch.testing.assert_close(exported.module()(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
+        got, want = exported.module()(ids, **kwargs).logits, model(ids, **kwargs).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)

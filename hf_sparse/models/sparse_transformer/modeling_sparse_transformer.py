@@ -86,6 +86,7 @@ def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device)
             f"attn_implementation={impl!r} builds one mask for all heads; {mask_function.pattern!r} differs per "
             f"head: use attn_implementation={ATTN_IMPLEMENTATION!r}"
         )
+    mask_function.padding_queries_attend_self = impl == "sdpa"
     kw = dict(
         batch_size=batch_size, kv_length=mask_function.key_positions.shape[0], kv_offset=0,
         mask_function=mask_function, attention_mask=None, allow_is_causal_skip=False,
@@ -594,6 +595,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             global_attention_mask,
             row_offsets,
             hidden.dtype,
+            output_attentions,
         )
         hidden, all_hidden, all_attn = self.encoder(
             hidden,
@@ -618,11 +620,13 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         return _return(return_dict, out, cfg)
 
     def _layer_masks(
-        self, B, n, past, cache, cache_position, attention_mask, global_attention_mask, row_offsets, dtype
+        self, B, n, past, cache, cache_position, attention_mask, global_attention_mask, row_offsets, dtype, weights
     ):
         """One mask per layer from the mask interface of ``config._attn_implementation``; layers with
         the same pattern share it (their caches hold the same positions)."""
         impl = self.config._attn_implementation
+        if weights and impl not in (None, "eager", ATTN_IMPLEMENTATION):
+            impl = "eager"  # the layers fall back to eager attention to return weights
         specs = self.config.attention_pattern
         padding = None if attention_mask is None else attention_mask.bool()  # (B, past + n)
         g = None if global_attention_mask is None else global_attention_mask.to(cache_position.device).bool()
@@ -634,7 +638,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                 rule = PatternMask(
                     layer.attention.self.pattern, past, n, kpos,
                     padding=None if padding is None else padding[:, kpos], global_tokens=g, row_offsets=row_offsets,
-                    key_start=0 if cache is None else None,
+                    key_start=0 if past == 0 else None,  # no data-dependent check without cached keys
                 )  # fmt: skip
                 made[key] = build_mask(impl, rule, B, dtype, cache_position.device)
             masks.append(made[key])
