@@ -253,7 +253,9 @@ class PatternMask:
         if self.padding is not None:
             allowed = allowed & self.padding[b, kv_idx]
             if self.padding_queries_attend_self:
-                row = q_idx - self.q_offset + (self.key_positions.shape[0] - self.q_length)  # the query's key row
+                row = (
+                    q_idx - self.q_offset + (self.key_positions.shape[0] - self.q_length)
+                )  # the query's key row
                 allowed = allowed | (~self.padding[b, row] & (kv_idx == row))
         return allowed
 

@@ -620,7 +620,17 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         return _return(return_dict, out, cfg)
 
     def _layer_masks(
-        self, B, n, past, cache, cache_position, attention_mask, global_attention_mask, row_offsets, dtype, weights
+        self,
+        B,
+        n,
+        past,
+        cache,
+        cache_position,
+        attention_mask,
+        global_attention_mask,
+        row_offsets,
+        dtype,
+        weights,
     ):
         """One mask per layer from the mask interface of ``config._attn_implementation``; layers with
         the same pattern share it (their caches hold the same positions)."""
