@@ -316,13 +316,13 @@ def sparse_attention_mask(
     ``or_mask_function``/``and_mask_function``, which transformers signals with ``use_vmap=True``).
     A :class:`SparseMask` passed as ``attention_mask`` (built earlier by ``generate``) is returned
     as it is; a :class:`PatternMask` ``mask_function`` (SparseTransformer models) carries everything
-    itself. Older transformers 5.x call this with ``cache_position`` instead of ``q_length``/``q_offset``.
+    itself. Older transformers 5 releases call this with ``cache_position`` instead of ``q_length``/``q_offset``.
     """
     if isinstance(attention_mask, SparseMask):
         return attention_mask
     if isinstance(mask_function, PatternMask):
         return _from_pattern_mask(mask_function, batch_size)
-    if (cache_position := kwargs.get("cache_position")) is not None:  # transformers < 5.x signature
+    if (cache_position := kwargs.get("cache_position")) is not None:  # older transformers 5 signature
         q_length, q_offset = cache_position.shape[0], int(cache_position[0]) if cache_position.numel() else 0
         device = cache_position.device
     if use_vmap:

@@ -89,7 +89,7 @@ class PatternCacheLayer(DynamicLayer):
         self.dropped_until = 0
 
     def crop(self, max_length: int):
-        """Negative ``max_length``: drop that many tokens from the end (transformers >= 5.x ``crop``;
+        """Negative ``max_length``: drop that many tokens from the end (the ``crop`` convention of recent transformers;
         0 is a no-op); positive: keep the first ``max_length`` (the older convention). Raises if the
         pattern already dropped a key that a query at the new end could attend (window caches past
         their window): continuing would give wrong tokens."""

@@ -8,7 +8,7 @@ block-sparse, O(n) memory), ``"sdpa"`` (torch's SDPA with the pattern's mask mat
 ``"eager"`` (the dense reference). Each layer's mask is a :class:`PatternMask` handed to the mask
 interface of the same name. Decoders cache only the keys their pattern can still attend
 (:class:`SparsePatternCache`) and read the cache under either name transformers passes it
-(``cache``, or ``past_key_values`` before 5.x).
+(``cache``, or ``past_key_values`` in older transformers 5 releases).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from .configuration_sparse_transformer import SparseTransformerConfig
 
 register_attention()  # "hf_sparse" in AttentionInterface/AttentionMaskInterface (also in a remote-code copy)
 
-# transformers 5.x renamed `past_key_values` to `cache` (outputs and forward arguments)
+# transformers 5 renamed `past_key_values` to `cache` (outputs and forward arguments) in a minor release
 CACHE_FIELD = (
     "cache"
     if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithCrossAttentions)}
@@ -94,7 +94,7 @@ def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device)
     )  # fmt: skip
     if _MASK_TAKES_Q_LENGTH:
         kw.update(q_length=mask_function.q_length, q_offset=mask_function.q_offset, device=device)
-    else:  # transformers 5.0-5.x: queries given by their positions
+    else:  # older transformers 5 releases: queries given by their positions
         start = mask_function.q_offset
         kw["cache_position"] = torch.arange(start, start + mask_function.q_length, device=device)
     return ALL_MASK_ATTENTION_FUNCTIONS[impl](**kw)
@@ -282,7 +282,10 @@ class SparseTransformerSelfAttention(nn.Module):
             attention = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
-        elif self.config._attn_implementation in (None, "eager"):  # transformers < 5.x: no get_interface
+        elif self.config._attn_implementation in (
+            None,
+            "eager",
+        ):  # older transformers 5 releases: no get_interface
             attention = eager_attention_forward
         else:
             attention = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
@@ -298,8 +301,9 @@ class SparseTransformerSelfAttention(nn.Module):
         )  # (B, n, H, D)
         cfg = self.config
         if cfg.global_projections and global_attention_mask is not None and bool(global_attention_mask.any()):
-            qm = None if query_mask is None else query_mask
-            out = self._global_rows(hidden_states, out.transpose(1, 2), qm, global_attention_mask, dropout)
+            out = self._global_rows(
+                hidden_states, out.transpose(1, 2), query_mask, global_attention_mask, dropout
+            )
             out = out.transpose(1, 2)
         if query_mask is not None:  # padding queries output zeros (Longformer convention)
             out = out * query_mask.to(out.dtype)[:, :, None, None]
@@ -551,8 +555,8 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         attention_mask (`(batch, seq)`): 1 for tokens, 0 for padding (with a cache: over past + new tokens).
             With left padding, patterns count positions from each row's first token.
         global_attention_mask (`(batch, seq)`): 1 for global tokens (attend and are attended everywhere).
-        cache (`SparsePatternCache`): decoder cache (also accepted as `past_key_values`, the name before
-            transformers 5.x); created when `use_cache` and none is given.
+        cache (`SparsePatternCache`): decoder cache (also accepted as `past_key_values`, the name older
+            transformers 5 releases use); created when `use_cache` and none is given.
         cache_position (`(seq,)`): positions of the new tokens (default: after the cached ones).
         """
         cfg = self.config
@@ -735,7 +739,7 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
                 inputs_embeds=None, past_key_values=None, use_cache=None, cache_position=None, labels=None,
                 output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None, **kwargs):  # fmt: skip
         """``labels`` (batch, seq): the input ids (shifted inside), -100 where no loss is taken. The cache
-        is read as ``cache`` (transformers >= 5.x) or ``past_key_values``; ``logits_to_keep``: an int (the
+        is read as ``cache`` (recent transformers) or ``past_key_values``; ``logits_to_keep``: an int (the
         last that many positions, 0 = all) or a 1D tensor of positions."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
