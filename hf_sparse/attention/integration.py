@@ -270,8 +270,17 @@ class PatternMask:
         return self(b, h, q, kv).expand(batch_size, heads, self.q_length, self.key_positions.shape[0])
 
 
+def _is_pattern_mask(fn) -> bool:
+    """A PatternMask of this module or of another copy of it (a remote-code bundle registers its own copy
+    of these functions under the same name, and then receives the masks of hf_sparse's models too)."""
+    return isinstance(fn, PatternMask) or (
+        type(fn).__name__ == "PatternMask" and hasattr(fn, "key_positions") and hasattr(fn, "dense")
+    )
+
+
 def _from_pattern_mask(mf: PatternMask, batch_size: int) -> SparseMask:
     kp = mf.key_positions
+    pattern = mf.pattern if isinstance(mf.pattern, P.Pattern) else P.from_dict(mf.pattern.to_dict())
     kv_len = kp.shape[0]
     if mf.key_start is not None:
         start, consecutive = mf.key_start, True
@@ -280,13 +289,13 @@ def _from_pattern_mask(mf: PatternMask, batch_size: int) -> SparseMask:
         consecutive = kv_len == 0 or bool((kp == torch.arange(start, start + kv_len, device=kp.device)).all())
     # the kernels see key rows from 0: a cache that dropped its first keys is fine for a translation-invariant
     # pattern only (else the rule is materialised over the keys' positions)
-    consecutive = consecutive and (start == 0 or mf.pattern.translation_invariant)
+    consecutive = consecutive and (start == 0 or pattern.translation_invariant)
     padding = mf.padding
     if padding is not None and bool(padding.all()):
         padding = None
     return SparseMask(
         padding, int(batch_size), mf.q_length, kv_len, mf.q_offset, start if consecutive else 0,
-        causal=bool(mf.pattern.is_causal), pattern=mf.pattern, row_offsets=mf.row_offsets,
+        causal=bool(pattern.is_causal), pattern=pattern, row_offsets=mf.row_offsets,
         key_positions=None if consecutive else kp, global_tokens=mf.global_tokens, source=mf,
     )  # fmt: skip
 
@@ -320,7 +329,7 @@ def sparse_attention_mask(
     """
     if isinstance(attention_mask, SparseMask):
         return attention_mask
-    if isinstance(mask_function, PatternMask):
+    if _is_pattern_mask(mask_function):
         return _from_pattern_mask(mask_function, batch_size)
     if (cache_position := kwargs.get("cache_position")) is not None:  # older transformers 5 signature
         q_length, q_offset = cache_position.shape[0], int(cache_position[0]) if cache_position.numel() else 0

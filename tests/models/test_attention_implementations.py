@@ -1,9 +1,12 @@
 """SparseTransformer attention through transformers' attention interface: "hf_sparse" (default),
 "sdpa" and "eager" are selectable the usual three ways and compute the same thing."""
 
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import hf_sparse  # noqa: F401  (registers "hf_sparse")
@@ -157,3 +160,28 @@ def test_torch_export(case, impl, backend):
     with torch.no_grad():
         got, want = exported.module()(ids, **kwargs).logits, model(ids, **kwargs).logits
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_a_remote_code_copy_registered_later_still_serves_the_package_models(tmp_path):
+    """Loading a saved folder with trust_remote_code imports its own copy of the attention functions, which
+    registers itself under "hf_sparse"; the package's models must keep their masks (globals, padding)."""
+    from hf_sparse.attention.integration import register_attention, sparse_attention_forward
+
+    model = _model("longformer_8|strided_5")
+    inputs = _inputs(model)
+    with torch.no_grad():
+        want = _run(model, "eager", inputs).logits
+    model.save_pretrained(tmp_path)
+    try:
+        auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+        cls = get_class_from_dynamic_module(auto_map["AutoModelForMaskedLM"], str(tmp_path))
+        remote = cls.from_pretrained(tmp_path)
+        assert type(remote).__module__ != type(model).__module__
+        assert ALL_ATTENTION_FUNCTIONS["hf_sparse"] is not sparse_attention_forward  # the copy's function
+        with torch.no_grad():
+            got = _run(model, "hf_sparse", inputs).logits
+            again = remote.eval()(**inputs).logits
+    finally:
+        register_attention()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(again, want, rtol=0, atol=1e-5)
