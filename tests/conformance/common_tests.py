@@ -114,7 +114,9 @@ def ensure_cached(version: str | None = None) -> Path:
     if _complete(folder):
         return folder
     if os.environ.get(ENV_NO_DOWNLOAD) == "1":
-        raise Unavailable(f"transformers {version}'s common tests are not in {folder} and {ENV_NO_DOWNLOAD}=1")
+        raise Unavailable(
+            f"transformers {version}'s common tests are not in {folder} and {ENV_NO_DOWNLOAD}=1"
+        )
     with _lock(cache_root() / f".{version}.lock"):
         if _complete(folder):  # another process filled it while we waited
             return folder

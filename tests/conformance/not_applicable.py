@@ -18,6 +18,10 @@ def reason_for(cls_name: str, test_name: str) -> str | None:
     for (cls_key, name), reason in NOT_APPLICABLE.items():
         if name not in (test_name, base):
             continue
-        if cls_key == "*" or cls_key == cls_name or (cls_key.endswith("*") and cls_name.startswith(cls_key[:-1])):
+        if (
+            cls_key == "*"
+            or cls_key == cls_name
+            or (cls_key.endswith("*") and cls_name.startswith(cls_key[:-1]))
+        ):
             return reason
     return None

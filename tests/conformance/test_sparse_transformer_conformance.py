@@ -42,7 +42,9 @@ NAME_TABLES = {
     "MODEL_MAPPING_NAMES": {MODEL_TYPE: "SparseTransformerModel"},
     "MODEL_FOR_MASKED_LM_MAPPING_NAMES": {MODEL_TYPE: "SparseTransformerForMaskedLM"},
     "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": {MODEL_TYPE: "SparseTransformerForCausalLM"},
-    "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": {MODEL_TYPE: "SparseTransformerForSequenceClassification"},
+    "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": {
+        MODEL_TYPE: "SparseTransformerForSequenceClassification"
+    },
     "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": {MODEL_TYPE: "SparseTransformerForTokenClassification"},
     "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES": {MODEL_TYPE: "SparseTransformerForMultipleChoice"},
     "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES": {MODEL_TYPE: "SparseTransformerForQuestionAnswering"},
@@ -152,7 +154,9 @@ def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str):
     add_config_tests(
         Test,
         ConfigTester,
-        lambda self: ConfigTester(self, config_class=SparseTransformerConfig, **config_inputs(self.model_tester)),
+        lambda self: ConfigTester(
+            self, config_class=SparseTransformerConfig, **config_inputs(self.model_tester)
+        ),
     )
     Test.__name__ = Test.__qualname__ = name
     return Test
@@ -164,7 +168,11 @@ VARIANTS = {
     "TestEncoderWindowBlocked": (False, {"type": "sliding_window", "window": WINDOW}, "blocked"),
     "TestEncoderDefaultAuto": (False, None, "auto"),
     "TestDecoderWindowAuto": (True, {"type": "sliding_window", "window": WINDOW, "causal": True}, "auto"),
-    "TestDecoderWindowBlocked": (True, {"type": "sliding_window", "window": WINDOW, "causal": True}, "blocked"),
+    "TestDecoderWindowBlocked": (
+        True,
+        {"type": "sliding_window", "window": WINDOW, "causal": True},
+        "blocked",
+    ),
     "TestDecoderDefaultAuto": (True, None, "auto"),
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from .backbone import backbone_config
+from .backbone import BackboneConfigMixin, backbone_config
 
 GLOBAL_ON_NAMES = ("cls", "separators", "latest_turn", "candidate")
 TURN_POOLING = ("separator", "separator+mean")
@@ -58,7 +58,7 @@ def _check_formatter(formatter) -> dict:
     return out
 
 
-class LongformerDialogueConfig(PretrainedConfig):
+class LongformerDialogueConfig(BackboneConfigMixin, PretrainedConfig):
     r"""
     Configuration of [`LongformerForDialogue`]: a long-context encoder over a whole dialogue history with
     a response-selection head and per-turn dialogue-act and active-intent heads.

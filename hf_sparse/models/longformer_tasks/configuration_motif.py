@@ -6,7 +6,7 @@ import math
 
 from transformers import PretrainedConfig
 
-from .backbone import backbone_config
+from .backbone import BackboneConfigMixin, backbone_config
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
 MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
@@ -39,7 +39,7 @@ def _check_int_in(name: str, value, high: int) -> None:
         raise ValueError(f"{name} must be an int in [0, {high}], got {value!r}")
 
 
-class LongformerMotifConfig(PretrainedConfig):
+class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
     r"""
     Configuration of [`LongformerForMotifDetection`]: a long-sequence encoder over DNA tokens with a
     per-position motif tagger and a sequence-level head.

@@ -338,14 +338,6 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
     def set_input_embeddings(self, value):
         self.backbone.set_input_embeddings(value)
 
-    def resize_token_embeddings(self, *args, **kwargs):
-        """Resize the backbone's embeddings and record the size in ``config.backbone`` (saved with the model)."""
-        embeddings = super().resize_token_embeddings(*args, **kwargs)
-        size = int(embeddings.weight.shape[0])
-        self.config.backbone["vocab_size"] = size
-        self.backbone.config.vocab_size = size
-        return embeddings
-
     def default_global_attention_mask(self, input_ids, attention_mask=None):
         """First token, sentence markers and (with a separator) the query prefix."""
         cfg = self.config
@@ -400,6 +392,7 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(input_ids, attention_mask)
         positions, valid = self.sentence_positions(input_ids, attention_mask)  # (B, S)
+        output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
         out = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
