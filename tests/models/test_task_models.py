@@ -5,6 +5,8 @@ backbone): ``config.output_attentions`` / ``output_hidden_states`` / ``return_di
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from accelerate.utils.dataclasses import get_module_class_from_name
@@ -122,6 +124,20 @@ def test_resized_embeddings_round_trip(built, tmp_path):
     inputs["input_ids"][0, 5] = old + 2  # a new token
     with torch.no_grad():
         torch.testing.assert_close(getattr(loaded(**inputs), key), getattr(model.eval()(**inputs), key))
+
+
+def test_task_model_from_a_backbone_checkpoint(built, tmp_path):
+    """``TaskModel.from_pretrained(<encoder checkpoint>, **task arguments)`` loads the encoder's weights and reports
+    the heads missing (as BERT -> BertForSequenceClassification)."""
+    model, inputs, _ = built
+    model.backbone.save_pretrained(tmp_path)
+    params = inspect.signature(type(model.config).__init__).parameters
+    task = {k: v for k, v in model.config.to_dict().items() if k in params and k not in ("backbone", "kwargs")}
+    loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True, **task)
+    assert loaded.config.backbone["model_type"] == model.config.backbone["model_type"]
+    for name, p in model.backbone.state_dict().items():
+        torch.testing.assert_close(loaded.backbone.state_dict()[name], p, msg=name)
+    assert info["missing_keys"] and all(not k.startswith("backbone.") for k in info["missing_keys"])
 
 
 def test_vocab_size_reads_the_backbone(built):

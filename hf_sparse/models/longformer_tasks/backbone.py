@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import LongformerConfig, LongformerModel, PretrainedConfig
 
@@ -23,6 +25,17 @@ class BackboneConfigMixin:
     ``vocab_size`` written to) the ``backbone`` dict, so that code reading ``config.vocab_size`` -- transformers'
     ``resize_token_embeddings`` sets it -- and the saved ``config.backbone`` always agree. A top-level
     ``vocab_size`` in an older ``config.json`` lands in the backbone when loaded."""
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        """A backbone's own config (a Longformer or SparseTransformer checkpoint) becomes this config's ``backbone``,
+        with the task arguments taken from ``kwargs``: ``LongformerForDialogue.from_pretrained(
+        "allenai/longformer-base-4096", act_labels=[...])`` starts from the pretrained encoder (new heads)."""
+        if config_dict.get("model_type") in BACKBONES:
+            params = inspect.signature(cls.__init__).parameters
+            task = {k: kwargs.pop(k) for k in list(kwargs) if k in params and k not in ("self", "kwargs")}
+            config_dict = {"backbone": dict(config_dict), **task}
+        return super().from_dict(config_dict, **kwargs)
 
     @property
     def vocab_size(self) -> int | None:

@@ -116,6 +116,9 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
     """
 
     model_type = "longformer_motif"
+    # a motif model needs motif_names or a sequence_task: transformers up to 5.x's to_diff_dict builds a default
+    # config unless told it has none
+    has_no_defaults_at_init = True
 
     def __init__(
         self,

@@ -213,10 +213,13 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
 
     def __init__(self, config: LEDSummarizationConfig):
         super().__init__(config)
+        checkpointing = self.is_gradient_checkpointing  # LED's post_init read config.gradient_checkpointing
         encoder = LEDSummarizationEncoder(config)
         encoder.embed_tokens = self.led.shared
         self.led.encoder = encoder
         self.post_init()
+        if checkpointing:  # the new encoder checkpoints as LED's did
+            self.gradient_checkpointing_enable()
 
     @property
     def supports_query(self) -> bool:
