@@ -33,12 +33,16 @@ pattern's rule, and
 * padding keys (``attention_mask == 0``) are never attended; a query with no allowed key outputs
   zeros.
 
-Positions are indices in the padded sequence (left padding shifts them). Cross-attention modules
+Positions are indices in the padded sequence (left padding shifts them); hf-sparse's own
+SparseTransformer decoders instead hand the mask interface a :class:`PatternMask` whose positions
+count from each row's first token, and whose keys may sit at any positions (pattern-aware caches).
+The same attention function serves both. Cross-attention modules
 attend every non-padding key (patterns describe self-attention). Dropout is applied only in
 training (``dropout_p = dropout`` when ``module.training``). Grouped-query attention (fewer
 key/value heads) and KV-cache decoding (dynamic, sliding-window and static caches) are supported.
 ``output_attentions=True`` returns the dense attention probabilities, for at most
-:data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head.
+:data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head, and computes the output from them (as
+eager attention does: gradients reach the returned weights).
 
 Models that ignore ``attn_implementation`` (Longformer, LED, BigBird, BigBirdPegasus, Reformer, and
 any transformers model whose attention does not go through ``AttentionInterface``) raise a
@@ -67,8 +71,8 @@ from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging
 
 from .. import patterns as P
-from .dense import allowed_mask, dense_weights
-from .dispatch import BACKENDS, resolve_pattern, sparse_attention
+from .dense import allowed_mask, dense_weights, sdpa_attention
+from .dispatch import BACKENDS, resolve_pattern, sparse_attention, with_runtime_globals
 
 logger = logging.get_logger(__name__)
 
@@ -118,6 +122,14 @@ class SparseMask:
             or unknown (``None``: the attention function falls back to ``module.is_causal``).
         window: the model's own sliding window for this layer (transformers' ``local_size``:
             causal ``0 <= i - j < window``, bidirectional ``|i - j| <= window``), or ``None``.
+        pattern: the pattern to run (set by :class:`PatternMask`; else read from the module's config).
+        row_offsets: ``(batch,)`` left padding per row: the pattern counts positions from each row's
+            first token (set by :class:`PatternMask`), or ``None``.
+        key_positions: ``(kv_length,)`` positions of the keys when they are not consecutive (a
+            pattern-aware cache that kept only some), or ``None``.
+        global_tokens: ``(batch, kv_length)`` bool, Longformer-style global tokens, or ``None``.
+        source: the :class:`PatternMask` this mask was made from (materialises the exact rule for
+            ``output_attentions`` and non-consecutive keys), or ``None``.
 
     Like torch's ``BlockMask`` it exposes the logical ``shape`` ``(batch, 1, q_length, kv_length)``,
     ``ndim`` (4), ``dtype``, ``device``, ``to(device)`` and ``contiguous()``, so transformers code
@@ -132,6 +144,11 @@ class SparseMask:
     kv_offset: int = 0
     causal: bool | None = None
     window: int | None = None
+    pattern: P.Pattern | None = None
+    row_offsets: torch.Tensor | None = None
+    key_positions: torch.Tensor | None = None
+    global_tokens: torch.Tensor | None = None
+    source: PatternMask | None = None
 
     ndim = 4
     dtype = torch.bool
@@ -175,10 +192,109 @@ def _qualnames(fn, depth: int = 0, seen=None) -> set[str]:
     return names
 
 
+class PatternMask:
+    """One layer's attention rule for one call, as a transformers mask function.
+
+    ``PatternMask(...)(b, h, q_idx, kv_idx)`` says whether query position ``q_idx`` may attend key
+    row ``kv_idx`` (transformers' ``mask_function`` signature, evaluated on broadcast index tensors
+    by ``sdpa_mask``/``eager_mask`` with ``kv_offset=0``): the pattern at the row-relative positions
+    ``q_idx - row_offsets[b]`` and ``key_positions[kv_idx] - row_offsets[b]``, or either token
+    global (causally for causal patterns), and never a padding key. With ``padding_queries_attend_self``
+    (set for torch's SDPA, whose fused GPU kernels give NaN for a fully masked row) a padding query
+    attends itself only; the models discard padding queries' outputs. The SparseTransformer models
+    build one per distinct layer pattern and hand it to the mask interface of their
+    ``attn_implementation``: ``"eager"``/``"sdpa"`` materialise it, ``"hf_sparse"``
+    (:func:`sparse_attention_mask`) turns it into a :class:`SparseMask` without evaluating n x n pairs.
+
+    Args:
+        pattern: the layer's (bound) pattern.
+        q_offset: position of the first query (tokens already seen).
+        q_length: number of queries.
+        key_positions: ``(kv_len,)`` long, the position of every key row.
+        padding: ``(batch, kv_len)`` bool, ``False`` for padding keys, or ``None``.
+        global_tokens: ``(batch, kv_len)`` bool global tokens (only without a cache: query row r is
+            key row r), or ``None``.
+        row_offsets: ``(batch,)`` long left padding per row, or ``None``.
+        key_start: the first key position when the keys are known to be consecutive (no cache: 0),
+            else ``None`` (checked on the positions: a data-dependent step that ``torch.export`` avoids).
+    """
+
+    def __init__(
+        self,
+        pattern,
+        q_offset,
+        q_length,
+        key_positions,
+        padding=None,
+        global_tokens=None,
+        row_offsets=None,
+        key_start=None,
+    ):
+        self.pattern = pattern
+        self.key_start = key_start
+        self.padding_queries_attend_self = False
+        self.q_offset, self.q_length = int(q_offset), int(q_length)
+        self.key_positions = key_positions
+        self.padding = padding
+        self.global_tokens = global_tokens
+        self.row_offsets = row_offsets
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        kpos = self.key_positions[kv_idx]
+        qpos = q_idx
+        if self.row_offsets is not None:
+            off = self.row_offsets[b]
+            qpos, kpos = qpos - off, kpos - off
+        allowed = self.pattern.mask_mod(b, h, qpos, kpos)
+        if self.global_tokens is not None:
+            g = self.global_tokens
+            extra = g[b, q_idx - self.q_offset] | g[b, kv_idx]
+            allowed = allowed | (extra & (qpos >= kpos) if self.pattern.is_causal else extra)
+        if self.padding is not None:
+            allowed = allowed & self.padding[b, kv_idx]
+            if self.padding_queries_attend_self:
+                row = (
+                    q_idx - self.q_offset + (self.key_positions.shape[0] - self.q_length)
+                )  # the query's key row
+                allowed = allowed | (~self.padding[b, row] & (kv_idx == row))
+        return allowed
+
+    def dense(self, batch_size: int, num_heads: int) -> torch.Tensor:
+        """``(batch, 1 or num_heads, q_len, kv_len)`` bool: the rule, materialised."""
+        device = self.key_positions.device
+        heads = num_heads if isinstance(self.pattern, P.PerHead) else 1
+        b = torch.arange(batch_size, device=device)[:, None, None, None]
+        h = torch.arange(heads, device=device)[None, :, None, None]
+        q = torch.arange(self.q_offset, self.q_offset + self.q_length, device=device)[None, None, :, None]
+        kv = torch.arange(self.key_positions.shape[0], device=device)[None, None, None, :]
+        return self(b, h, q, kv).expand(batch_size, heads, self.q_length, self.key_positions.shape[0])
+
+
+def _from_pattern_mask(mf: PatternMask, batch_size: int) -> SparseMask:
+    kp = mf.key_positions
+    kv_len = kp.shape[0]
+    if mf.key_start is not None:
+        start, consecutive = mf.key_start, True
+    else:
+        start = int(kp[0]) if kv_len else 0
+        consecutive = kv_len == 0 or bool((kp == torch.arange(start, start + kv_len, device=kp.device)).all())
+    # the kernels see key rows from 0: a cache that dropped its first keys is fine for a translation-invariant
+    # pattern only (else the rule is materialised over the keys' positions)
+    consecutive = consecutive and (start == 0 or mf.pattern.translation_invariant)
+    padding = mf.padding
+    if padding is not None and bool(padding.all()):
+        padding = None
+    return SparseMask(
+        padding, int(batch_size), mf.q_length, kv_len, mf.q_offset, start if consecutive else 0,
+        causal=bool(mf.pattern.is_causal), pattern=mf.pattern, row_offsets=mf.row_offsets,
+        key_positions=None if consecutive else kp, global_tokens=mf.global_tokens, source=mf,
+    )  # fmt: skip
+
+
 def sparse_attention_mask(
     batch_size: int,
-    q_length: int,
-    kv_length: int,
+    q_length: int | None = None,
+    kv_length: int | None = None,
     q_offset: int = 0,
     kv_offset: int = 0,
     mask_function=None,
@@ -199,10 +315,16 @@ def sparse_attention_mask(
     ``NotImplementedError`` (packed sequences, chunked attention, block-wise overlays; custom
     ``or_mask_function``/``and_mask_function``, which transformers signals with ``use_vmap=True``).
     A :class:`SparseMask` passed as ``attention_mask`` (built earlier by ``generate``) is returned
-    as it is.
+    as it is; a :class:`PatternMask` ``mask_function`` (SparseTransformer models) carries everything
+    itself. Older transformers 5 releases call this with ``cache_position`` instead of ``q_length``/``q_offset``.
     """
     if isinstance(attention_mask, SparseMask):
         return attention_mask
+    if isinstance(mask_function, PatternMask):
+        return _from_pattern_mask(mask_function, batch_size)
+    if (cache_position := kwargs.get("cache_position")) is not None:  # older transformers 5 signature
+        q_length, q_offset = cache_position.shape[0], int(cache_position[0]) if cache_position.numel() else 0
+        device = cache_position.device
     if use_vmap:
         raise NotImplementedError(
             "attn_implementation='hf_sparse' cannot honour custom or_mask_function/and_mask_function mask "
@@ -350,25 +472,6 @@ def _mask_info(attention_mask, B: int, q_len: int, kv_len: int, module) -> Spars
     )
 
 
-def _dense_probabilities(query, key, pattern, key_valid, scale, kv_total: int) -> torch.Tensor:
-    B, H, q_len, _ = query.shape
-    kv_len = key.shape[2]
-    if q_len * kv_len > MAX_DENSE_ATTENTION_WEIGHTS:
-        raise ValueError(
-            f"output_attentions=True with attn_implementation='hf_sparse' materialises the dense attention "
-            f"weights; q_len * kv_len = {q_len} * {kv_len} exceeds MAX_DENSE_ATTENTION_WEIGHTS = "
-            f"{MAX_DENSE_ATTENTION_WEIGHTS} (hf_sparse.attention.integration)"
-        )
-    if key.shape[1] != H:
-        key = key.repeat_interleave(H // key.shape[1], dim=1)  # (B, H, kv, D)
-    bound = pattern.bind(q_len, kv_len, query=query, key=key)
-    allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
-    weights = dense_weights(query, key, allowed, scale).to(query.dtype)  # (B, H, q, kv)
-    if kv_total > kv_len:  # static cache: slots after the last query are never attended
-        weights = torch.nn.functional.pad(weights, (0, kv_total - kv_len))
-    return weights
-
-
 def sparse_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -394,7 +497,8 @@ def sparse_attention_forward(
         scaling: score scale (default ``1 / sqrt(head_dim)``).
         is_causal: used only when the mask does not say whether the layer is causal.
         kwargs: ``output_attentions=True`` also returns the dense probabilities (at most
-            :data:`MAX_DENSE_ATTENTION_WEIGHTS` pairs per head); other transformers kwargs are ignored,
+            :data:`MAX_DENSE_ATTENTION_WEIGHTS` pairs per head) and computes the output from them, so
+            gradients reach them (as in eager attention); other transformers kwargs are ignored,
             except ``softcap``, ``s_aux``, ``sinks`` and ``position_bias``, which raise.
 
     Returns: ``(attn_output (batch, q_len, heads, head_dim), attn_weights (batch, heads, q_len, kv_len) or None)``.
@@ -406,12 +510,12 @@ def sparse_attention_forward(
                 "use attn_implementation='eager' for this model"
             )
     config = getattr(module, "config", None)
-    pattern = pattern_for_module(module)
-    backend = getattr(config, "attention_backend", None) or "auto"
-    block_size = getattr(config, "attention_block_size", None)
-    B, _, q_len, _ = query.shape
+    B, H, q_len, _ = query.shape
     kv_total = key.shape[2]
     info = _mask_info(attention_mask, B, q_len, kv_total, module)
+    pattern = info.pattern if info is not None and info.pattern is not None else pattern_for_module(module)
+    backend = getattr(config, "attention_backend", None) or "auto"
+    block_size = getattr(config, "attention_block_size", None)
     if info is not None and info.kv_length != kv_total:
         raise ValueError(
             f"the hf_sparse mask describes {info.kv_length} keys but {type(module).__name__} got {kv_total} "
@@ -420,15 +524,29 @@ def sparse_attention_forward(
     padding = None if info is None else info.padding
     dropout_p = float(dropout) if module.training else 0.0
     scale = None if scaling is None else float(scaling)
+    output_attentions = bool(kwargs.get("output_attentions"))
+
+    # ---- a PatternMask (SparseTransformer models) whose rule must be materialised: keys at
+    # non-consecutive positions (pattern-aware cache), or weights to return
+    if info is not None and info.source is not None and (info.key_positions is not None or output_attentions):
+        if q_len * kv_total > MAX_DENSE_ATTENTION_WEIGHTS:
+            raise ValueError(
+                f"attn_implementation='hf_sparse' materialises the attention weights here; q_len * kv_len = "
+                f"{q_len} * {kv_total} exceeds MAX_DENSE_ATTENTION_WEIGHTS = {MAX_DENSE_ATTENTION_WEIGHTS}"
+            )
+        allowed = info.source.dense(B, H)  # (B, 1|H, q, kv)
+        return _attend_materialised(
+            query, key, value, allowed, _scale(scale, query), dropout_p, output_attentions
+        )
 
     # ---- cross-attention: every non-padding key
     if _is_cross_attention(module):
         everything = P.SlidingWindow(window=2 * (q_len + kv_total) + 1)
+        if output_attentions:
+            allowed = _allowed(query, key, everything, padding)
+            return _attend_materialised(query, key, value, allowed, _scale(scale, query), dropout_p, True)
         out = sparse_attention(query, key, value, everything, padding, None, scale, dropout_p, backend)
-        weights = None
-        if kwargs.get("output_attentions"):
-            weights = _dense_probabilities(query, key, everything, padding, _scale(scale, query), kv_total)
-        return out.transpose(1, 2).contiguous(), weights
+        return out.transpose(1, 2).contiguous(), None
 
     # ---- causality and the model's own sliding window
     if info is not None and info.causal is not None:
@@ -469,14 +587,70 @@ def sparse_attention_forward(
             pattern = pattern & (
                 P.SlidingWindow(window=w, causal=True) if causal else P.SlidingWindow(2 * w + 1)
             )
+    g = None if info is None else info.global_tokens
+    if output_attentions:
+        allowed = _allowed(query, key, with_runtime_globals(pattern, g), padding)
+        out, weights = _attend_materialised(query, key, value, allowed, _scale(scale, query), dropout_p, True)
+        if kv_total > kv_len:  # static cache: slots after the last query are never attended
+            weights = torch.nn.functional.pad(weights, (0, kv_total - kv_len))
+        return out, weights
+    if info is not None and info.row_offsets is not None and not pattern.translation_invariant:
+        out = _per_row(
+            query, key, value, pattern, padding, g, info.row_offsets, scale, dropout_p, backend, block_size
+        )
+    else:
+        out = sparse_attention(
+            query, key, value, pattern, padding, g, scale, dropout_p, backend, block_size=block_size
+        )
+    return out.transpose(1, 2).contiguous(), None  # (B, q, H, D)
 
-    out = sparse_attention(
-        query, key, value, pattern, padding, None, scale, dropout_p, backend, block_size=block_size
-    )  # (B, H, q, D)
-    weights = None
-    if kwargs.get("output_attentions"):
-        weights = _dense_probabilities(query, key, pattern, padding, _scale(scale, query), kv_total)
-    return out.transpose(1, 2).contiguous(), weights  # (B, q, H, D)
+
+def _allowed(query, key, pattern, padding) -> torch.Tensor:
+    """(B, 1|H, q, kv) bool: ``pattern`` (queries aligned to the end of the keys) minus padding keys."""
+    B, H, q_len, _ = query.shape
+    kv_len = key.shape[2]
+    if q_len * kv_len > MAX_DENSE_ATTENTION_WEIGHTS:
+        raise ValueError(
+            f"output_attentions=True with attn_implementation='hf_sparse' materialises the dense attention "
+            f"weights; q_len * kv_len = {q_len} * {kv_len} exceeds MAX_DENSE_ATTENTION_WEIGHTS = "
+            f"{MAX_DENSE_ATTENTION_WEIGHTS} (hf_sparse.attention.integration)"
+        )
+    rep = key if key.shape[1] == H else key.repeat_interleave(H // key.shape[1], dim=1)
+    bound = pattern.bind(q_len, kv_len, query=query, key=rep)
+    return allowed_mask(bound, B, H, q_len, kv_len, padding, device=query.device)
+
+
+def _attend_materialised(query, key, value, allowed, scale, dropout_p, output_attentions):
+    """Attention over a materialised ``allowed`` mask, output computed from the returned weights (so
+    gradients reach them, as in eager attention). Rows with no allowed key give zeros."""
+    H = query.shape[1]
+    if key.shape[1] != H:
+        key = key.repeat_interleave(H // key.shape[1], dim=1)  # (B, H, kv, D)
+        value = value.repeat_interleave(H // value.shape[1], dim=1)
+    if not output_attentions:
+        return sdpa_attention(query, key, value, allowed, scale, dropout_p).transpose(1, 2).contiguous(), None
+    weights = dense_weights(query, key, allowed, scale).to(query.dtype)  # (B, H, q, kv)
+    probs = torch.nn.functional.dropout(weights, p=dropout_p, training=dropout_p > 0)
+    out = torch.matmul(probs, value)  # (B, H, q, D)
+    return out.transpose(1, 2).contiguous(), probs
+
+
+def _per_row(query, key, value, pattern, padding, g, row_offsets, scale, dropout_p, backend, block_size):
+    """A pattern that depends on absolute positions, on a left-padded batch: each row runs from its first
+    token, so that it attends exactly as it would alone. Queries before a row's first token get zeros."""
+    q_len, kv_len = query.shape[2], key.shape[2]
+    out = query.new_zeros(query.shape)  # (B, H, q, D)
+    for b, off in enumerate(row_offsets.tolist()):
+        first_q = min(max(off - (kv_len - q_len), 0), q_len)  # queries sit at the end of the keys
+        if first_q == q_len or off >= kv_len:
+            continue
+        rows = slice(b, b + 1)
+        out[rows, :, first_q:] = sparse_attention(
+            query[rows, :, first_q:], key[rows, :, off:], value[rows, :, off:], pattern,
+            None if padding is None else padding[rows, off:], None if g is None else g[rows, off:],
+            scale, dropout_p, backend, block_size=block_size,
+        )  # fmt: skip
+    return out
 
 
 def _scale(scale, query) -> float:
@@ -560,6 +734,7 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "IGNORING_FAMILIES",
     "MAX_DENSE_ATTENTION_WEIGHTS",
+    "PatternMask",
     "SparseMask",
     "check_config",
     "check_model",

@@ -84,6 +84,12 @@ def make_config(family, pattern=None, **extra):
 def make_model(family, pattern=None, model_cls=None, **extra):
     torch.manual_seed(0)
     cls = getattr(transformers, model_cls or FAMILIES[family][1])
+    if (
+        not cls._can_set_attn_implementation()
+    ):  # e.g. ModernBERT before transformers 5.x: its own dispatch table
+        pytest.skip(
+            f"{cls.__name__} does not route attention through AttentionInterface in transformers {transformers.__version__}"
+        )
     return cls(make_config(family, pattern, **extra)).eval()
 
 
@@ -441,3 +447,16 @@ def test_register_attention_is_idempotent():
     assert transformers.PreTrainedModel.get_correct_attn_implementation is wrapped
     assert AttentionInterface._global_mapping["hf_sparse"] is integration.sparse_attention_forward
     assert AttentionMaskInterface._global_mapping["hf_sparse"] is integration.sparse_attention_mask
+
+
+def test_returned_weights_are_on_the_output_path_in_bert():
+    """As in eager attention, the output is computed from the returned weights: gradients reach them."""
+    model = make_model("bert")
+    ids, mask = inputs(False)
+    model.set_attn_implementation("hf_sparse")
+    out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    weights = out.attentions[0]
+    assert weights.shape == (2, 4, N, N)
+    weights.retain_grad()
+    out.last_hidden_state[0, 0, 0].backward()  # (a sum over a layer-normed vector is constant)
+    assert weights.grad is not None and weights.grad.abs().sum() > 0

@@ -5,6 +5,7 @@ import torch
 
 from hf_sparse import patterns as P
 from hf_sparse.models.sparse_transformer import SparsePatternCache, SparseTransformerForCausalLM
+from hf_sparse.models.sparse_transformer.modeling_sparse_transformer import CACHE_FIELD
 from tests.models.tiny import tiny_decoder_config
 
 DECODER_PATTERNS = {
@@ -69,3 +70,100 @@ def test_decoder_config_refuses_non_causal_patterns():
         tiny_decoder_config(P.SlidingWindow(window=8))
     with pytest.raises(ValueError, match="cannot be decoded incrementally"):
         tiny_decoder_config(P.Random(block=4) & P.Causal())
+
+
+# ----------------------------------------------------------------------------- transformers' generate() API
+# (cache under both names, inputs_embeds, logits_to_keep, continuing from a cache, assisted decoding)
+
+
+def _lm(pattern, **overrides):
+    torch.manual_seed(0)
+    kw = dict(
+        hidden_size=64, num_hidden_layers=3, intermediate_size=128, vocab_size=50, initializer_range=0.3
+    )
+    kw.update(overrides)
+    return SparseTransformerForCausalLM(tiny_decoder_config(pattern, **kw)).eval()
+
+
+def _cache_of(out):
+    return out[CACHE_FIELD]
+
+
+def test_forward_takes_the_cache_under_both_names_without_deprecation_warnings(monkeypatch):
+    from transformers.utils import generic
+
+    said = []
+    monkeypatch.setattr(generic.logger, "warning_once", lambda msg, *a, **k: said.append(msg))
+    model = _lm(P.SlidingWindow(window=6, causal=True))
+    ids = torch.randint(1, 50, (1, 12))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits[:, -1]
+        for name in ("cache", "past_key_values"):
+            cache = SparsePatternCache(model.config)
+            model(ids[:, :-1], **{name: cache})
+            step = model(ids[:, -1:], **{name: cache})
+            torch.testing.assert_close(step.logits[:, -1], full, rtol=0, atol=1e-5)
+            assert _cache_of(step) is cache and cache.get_seq_length() == 12
+        model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert not [m for m in said if "deprecated" in m]
+
+
+def test_generate_from_inputs_embeds_equals_from_input_ids():
+    model = _lm(P.Fixed(block=8, summary=2, causal=True))
+    ids = torch.randint(1, 50, (2, 9))
+    kw = dict(max_new_tokens=10, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        from_ids = model.generate(ids, **kw)
+        from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(ids), **kw)
+    assert torch.equal(from_embeds, from_ids[:, 9:])  # generate returns only new tokens for embeddings
+
+
+def test_logits_to_keep_int_and_tensor():
+    model = _lm(P.Strided(stride=4, causal=True))
+    ids = torch.randint(1, 50, (2, 11))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits
+        last = model(ids, use_cache=False, logits_to_keep=1).logits
+        some = model(ids, use_cache=False, logits_to_keep=torch.tensor([2, 7])).logits
+    assert last.shape == (2, 1, 50) and some.shape == (2, 2, 50)
+    torch.testing.assert_close(last, full[:, -1:], rtol=0, atol=1e-5)
+    torch.testing.assert_close(some, full[:, [2, 7]], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("pattern", [P.SlidingWindow(window=6, causal=True), P.Fixed(block=8, summary=2)])
+def test_generate_continues_from_a_returned_cache(pattern):
+    model = _lm(pattern)
+    ids = torch.randint(1, 50, (2, 13))
+    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        scratch = model.generate(ids, **kw)
+        cache = _cache_of(model(ids[:, :10], use_cache=True))
+        resumed = model.generate(ids, **{CACHE_FIELD: cache}, **kw)
+    assert torch.equal(resumed, scratch)
+
+
+@pytest.mark.parametrize("pattern", [P.Causal(), P.Strided(stride=4, causal=True)])
+def test_assisted_decoding_crops_full_caches(pattern):
+    model = _lm(pattern)
+    ids = torch.randint(1, 50, (1, 10)).repeat(1, 2)  # repeats: prompt lookup proposes candidates
+    kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=0)  # 5.0's lookup needs an eos
+    with torch.no_grad():
+        greedy = model.generate(ids, **kw)
+        assisted = model.generate(ids, prompt_lookup_num_tokens=3, **kw)
+    assert torch.equal(assisted, greedy)
+
+
+def test_window_cache_refuses_a_crop_it_cannot_honour():
+    model = _lm(P.SlidingWindow(window=6, causal=True))
+    cache = SparsePatternCache(model.config)
+    with torch.no_grad():
+        model(torch.randint(1, 50, (1, 20)), cache=cache)
+    cache.crop(0)  # transformers calls crop(0) as a no-op
+    assert cache.get_seq_length() == 20
+    with pytest.raises(NotImplementedError, match="cannot crop"):
+        cache.crop(-3)  # query 17 needs keys 12..13, dropped already
+    full = SparsePatternCache(_lm(P.Causal()).config)
+    with torch.no_grad():
+        _lm(P.Causal())(torch.randint(1, 50, (1, 20)), cache=full)
+    full.crop(-3)
+    assert full.get_seq_length() == 17 and full.stored_length(0) == 17

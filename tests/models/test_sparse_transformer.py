@@ -239,3 +239,54 @@ def test_trainer_lowers_the_masked_lm_loss(tmp_path):
                              report_to=[], save_strategy="no", logging_steps=5, disable_tqdm=True, use_cpu=True)  # fmt: skip
     Trainer(model=model, args=args, train_dataset=data).train()
     assert loss_now() < 0.5 * start
+
+
+# ----------------------------------------------------------------------------- weights by v5 conventions
+
+
+def _lm_head_model(head, tie):
+    torch.manual_seed(0)
+    cfg = _config(head)
+    cfg.tie_word_embeddings = tie
+    model = HEADS[head].from_config(cfg).eval()
+    with torch.no_grad():  # non-zero biases, so that a bias lost on the way shows in the logits
+        model.lm_head.bias.normal_()
+        if not tie:
+            model.lm_head.decoder.bias.normal_()
+            model.lm_head.decoder.weight.normal_()
+    return model
+
+
+@pytest.mark.parametrize("head", ["masked_lm", "causal_lm"])
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_lm_heads_round_trip_exactly(head, tie, tmp_path):
+    model = _lm_head_model(head, tie)
+    emb, dec = model.get_input_embeddings().weight, model.lm_head.decoder
+    assert (dec.weight is emb) == tie and (dec.bias is model.lm_head.bias) == tie
+    inputs = _inputs(head, model.config)
+    with torch.no_grad():
+        before = model(**inputs).logits
+    model.save_pretrained(tmp_path)
+    again, info = HEADS[head].from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    again.eval()
+    assert (again.lm_head.decoder.weight is again.get_input_embeddings().weight) == tie
+    with torch.no_grad():
+        after = again(**inputs).logits
+    torch.testing.assert_close(after, before, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "tie, dropped",
+    [(False, "lm_head.decoder.bias"), (False, "lm_head.decoder.weight"), (True, "lm_head.dense.weight")],
+)
+def test_a_checkpoint_missing_a_real_parameter_is_reported_missing(tie, dropped, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _lm_head_model("masked_lm", tie).save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    assert dropped in weights
+    del weights[dropped]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    _, info = AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert dropped in info["missing_keys"]

@@ -1,13 +1,21 @@
 """SparseTransformer: a BERT/RoBERTa-style transformer whose self-attention is any hf-sparse pattern.
 
 Module names follow BERT/RoBERTa/Longformer (``embeddings``, ``encoder.layer.N.attention.self.query``,
-...), so their checkpoints convert by renaming a prefix (``hf_sparse.conversion``). Attention runs
-through :func:`hf_sparse.sparse_attention` (exact, block-sparse, O(n) memory); decoders cache only
-the keys their pattern can still attend (:class:`SparsePatternCache`).
+...), so their checkpoints convert by renaming a prefix (``hf_sparse.conversion``). Attention goes
+through transformers' attention interface (``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``)
+as in ``models/mistral``: ``"hf_sparse"`` (the default: :func:`hf_sparse.sparse_attention`, exact,
+block-sparse, O(n) memory), ``"sdpa"`` (torch's SDPA with the pattern's mask materialised) or
+``"eager"`` (the dense reference). Each layer's mask is a :class:`PatternMask` handed to the mask
+interface of the same name. Decoders cache only the keys their pattern can still attend
+(:class:`SparsePatternCache`) and read the cache under either name transformers passes it
+(``cache``, or ``past_key_values`` in older transformers 5 releases).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import json
 import math
 
 import torch
@@ -15,8 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
@@ -27,13 +37,88 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from ...attention.dense import allowed_mask, dense_weights
-from ...attention.dispatch import sparse_attention, with_runtime_globals
+from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
+from ...patterns.per_head import PerHead as PerHeadPattern
 from .cache_sparse_transformer import SparsePatternCache
 from .configuration_sparse_transformer import SparseTransformerConfig
 
+register_attention()  # "hf_sparse" in AttentionInterface/AttentionMaskInterface (also in a remote-code copy)
+
+# transformers 5 renamed `past_key_values` to `cache` (outputs and forward arguments) in a minor release
+CACHE_FIELD = (
+    "cache"
+    if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithCrossAttentions)}
+    else "past_key_values"
+)
+_MASK_TAKES_Q_LENGTH = "q_length" in inspect.signature(sdpa_mask).parameters
+
 # ----------------------------------------------------------------------------- helpers
+
+
+def _pick_cache(cache, past_key_values):
+    """The cache under whichever name the installed transformers passed it."""
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError("give the cache as `cache` or `past_key_values`, not both")
+    return cache if cache is not None else past_key_values
+
+
+def left_padding(attention_mask):
+    """(batch,) number of leading padding tokens per row, or None when no row starts with padding."""
+    if attention_mask is None:
+        return None
+    lead = (attention_mask.cumsum(-1) == 0).sum(-1)  # (B,)
+    return lead if bool(lead.any()) else None
+
+
+def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device):
+    """The mask of ``impl``'s ``AttentionMaskInterface`` function for one layer's rule:
+    a ``SparseMask`` for ``"hf_sparse"``, a materialised 4D mask for ``"sdpa"``/``"eager"``."""
+    impl = impl or ATTN_IMPLEMENTATION
+    if impl not in ALL_MASK_ATTENTION_FUNCTIONS:
+        raise ValueError(
+            f"attn_implementation={impl!r} has no mask function; SparseTransformer supports "
+            f"{ATTN_IMPLEMENTATION!r}, 'sdpa' and 'eager'"
+        )
+    if impl != ATTN_IMPLEMENTATION and isinstance(mask_function.pattern, PerHeadPattern):
+        raise NotImplementedError(
+            f"attn_implementation={impl!r} builds one mask for all heads; {mask_function.pattern!r} differs per "
+            f"head: use attn_implementation={ATTN_IMPLEMENTATION!r}"
+        )
+    mask_function.padding_queries_attend_self = impl == "sdpa"
+    kw = dict(
+        batch_size=batch_size, kv_length=mask_function.key_positions.shape[0], kv_offset=0,
+        mask_function=mask_function, attention_mask=None, allow_is_causal_skip=False,
+        allow_is_bidirectional_skip=False, dtype=dtype, use_vmap=False,
+    )  # fmt: skip
+    if _MASK_TAKES_Q_LENGTH:
+        kw.update(q_length=mask_function.q_length, q_offset=mask_function.q_offset, device=device)
+    else:  # older transformers 5 releases: queries given by their positions
+        start = mask_function.q_offset
+        kw["cache_position"] = torch.arange(start, start + mask_function.q_length, device=device)
+    return ALL_MASK_ATTENTION_FUNCTIONS[impl](**kw)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """The dense reference: softmax over the keys the (materialised, additive) mask allows, computed
+    in float32; a query with no allowed key outputs zeros (hf-sparse's convention)."""
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scaling  # (B, H, q, kv)
+    any_key = None
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            allowed = attention_mask
+        else:
+            allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        any_key = allowed.any(-1, keepdim=True)
+        scores = scores.masked_fill(~any_key, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    if any_key is not None:
+        weights = weights * any_key
+    weights = F.dropout(weights, p=dropout, training=module.training).to(query.dtype)
+    out = torch.matmul(weights, value)  # (B, H, q, D)
+    return out.transpose(1, 2).contiguous(), weights
 
 
 def make_position_ids(config, input_ids, inputs_embeds, past_length: int) -> torch.LongTensor:
@@ -118,14 +203,20 @@ class SparseTransformerEmbeddings(nn.Module):
                 token_type_ids = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)
             x = x + self.token_type_embeddings(token_type_ids)
         if self.position_embeddings is not None:
-            top = int(position_ids.max()) if position_ids.numel() else 0
-            if top >= self.max_positions:
-                raise ValueError(
-                    f"position id {top} is out of range: max_position_embeddings is {self.max_positions} "
-                    f"(input of length {position_ids.shape[-1]}); extend the model with hf_sparse.conversion or truncate"
-                )
+            if (
+                not torch.compiler.is_compiling()
+            ):  # a data-dependent check: skipped under torch.export/compile
+                self._check_positions(position_ids)
             x = x + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(x))
+
+    def _check_positions(self, position_ids):
+        top = int(position_ids.max()) if position_ids.numel() else 0
+        if top >= self.max_positions:
+            raise ValueError(
+                f"position id {top} is out of range: max_position_embeddings is {self.max_positions} "
+                f"(input of length {position_ids.shape[-1]}); extend the model with hf_sparse.conversion or truncate"
+            )
 
 
 class SparseTransformerSelfAttention(nn.Module):
@@ -156,66 +247,67 @@ class SparseTransformerSelfAttention(nn.Module):
         self,
         hidden_states,
         attention_mask=None,
+        query_mask=None,
         global_attention_mask=None,
         position_embeddings=None,
-        past_key_values=None,
+        cache=None,
         cache_position=None,
+        row_offsets=None,
         output_attentions=False,
     ):
+        """``attention_mask``: this layer's mask from the mask interface (``build_mask``);
+        ``query_mask`` (B, n): 1 for tokens, 0 for padding queries (their outputs are zeros)."""
         B, n, _ = hidden_states.shape
-        q, k, v = (self._heads(lin(hidden_states)) for lin in (self.query, self.key, self.value))
+        q, k, v = (
+            self._heads(lin(hidden_states)) for lin in (self.query, self.key, self.value)
+        )  # (B, H, n, D)
         if position_embeddings is not None:
             q, k = apply_rotary(q, k, *position_embeddings)
-        dropout = self.dropout_p if self.training else 0.0
-        cfg = self.config
-        weights = None
-        if past_key_values is not None:
-            k, v = past_key_values.update(k, v, self.layer_idx, {"positions": cache_position})
-            kpos = past_key_values.positions(self.layer_idx)
-        else:
-            kpos = None
-        contiguous = kpos is None or (
-            kpos.numel() == n and bool((kpos == torch.arange(n, device=kpos.device)).all())
-        )
-        if contiguous:
-            key_valid = None if attention_mask is None else attention_mask[:, -n:]
-            out = sparse_attention(
-                q, k, v, self.pattern, attention_mask=key_valid, global_attention_mask=global_attention_mask,
-                dropout_p=dropout, backend=cfg.attention_backend, block_size=cfg.attention_block_size,
-            )  # fmt: skip
-            if output_attentions:
-                allowed = self._allowed(q, k, key_valid, global_attention_mask)
-                weights = dense_weights(q, k, allowed, self.scale)
-        else:  # decoding: queries at cache_position against the cached keys at their positions
-            if global_attention_mask is not None and bool(global_attention_mask.any()):
-                raise ValueError(
-                    "global_attention_mask cannot be combined with a KV cache; pass use_cache=False"
-                )
-            allowed = self.pattern.mask_mod(0, 0, cache_position[:, None], kpos[None, :]).expand(
-                B, self.num_heads, n, kpos.numel()
+        if cache is not None:
+            k, v = cache.update(
+                k, v, self.layer_idx, {"positions": cache_position, "row_offsets": row_offsets}
             )
-            if attention_mask is not None:
-                allowed = allowed & attention_mask[:, kpos].bool()[:, None, None, :]
-            out = _dense_attend(q, k, v, allowed, self.scale, dropout)
-            if output_attentions:
-                weights = dense_weights(q, k, allowed, self.scale)
-        if cfg.global_projections and global_attention_mask is not None and bool(global_attention_mask.any()):
-            out = self._global_rows(hidden_states, out, attention_mask, global_attention_mask, dropout)
-        if attention_mask is not None:  # padding queries output zeros (Longformer convention)
-            out = out * attention_mask[:, -n:].to(out.dtype)[:, None, :, None]
-        return out.transpose(1, 2).reshape(B, n, -1), weights
-
-    def _allowed(self, q, k, key_valid, global_attention_mask):
-        n = k.shape[-2]
-        if n > self.config.max_attention_weights_length:
+        if output_attentions and k.shape[-2] > self.config.max_attention_weights_length:
             raise ValueError(
-                f"output_attentions=True materialises (batch, heads, {n}, {n}) weights; inputs longer than "
+                f"output_attentions=True materialises (batch, heads, {n}, {k.shape[-2]}) weights; inputs longer than "
                 f"max_attention_weights_length={self.config.max_attention_weights_length} are refused"
             )
-        g = None if global_attention_mask is None else global_attention_mask.bool()
-        bound = with_runtime_globals(self.pattern, g).bind(q.shape[-2], n, query=q, key=k)
-        kv = None if key_valid is None else key_valid.bool()
-        return allowed_mask(bound, q.shape[0], self.num_heads, q.shape[-2], n, kv, device=q.device)
+        dropout = self.dropout_p if self.training else 0.0
+        if output_attentions and self.config._attn_implementation not in (None, "eager", ATTN_IMPLEMENTATION):
+            attention = (
+                eager_attention_forward  # e.g. sdpa returns no weights; the eager mask is the same rule
+            )
+            attention_mask = _additive(attention_mask, q.dtype)
+        elif hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        elif self.config._attn_implementation in (
+            None,
+            "eager",
+        ):  # older transformers 5 releases: no get_interface
+            attention = eager_attention_forward
+        else:
+            attention = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+        out, weights = attention(
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=dropout,
+            scaling=self.scale,
+            output_attentions=output_attentions,
+        )  # (B, n, H, D)
+        cfg = self.config
+        if cfg.global_projections and global_attention_mask is not None and bool(global_attention_mask.any()):
+            out = self._global_rows(
+                hidden_states, out.transpose(1, 2), query_mask, global_attention_mask, dropout
+            )
+            out = out.transpose(1, 2)
+        if query_mask is not None:  # padding queries output zeros (Longformer convention)
+            out = out * query_mask.to(out.dtype)[:, :, None, None]
+        return out.reshape(B, n, -1), (weights if output_attentions else None)
 
     def _global_rows(self, hidden, out, attention_mask, global_attention_mask, dropout):
         """Longformer: global tokens' outputs from their own projections, over every key."""
@@ -237,13 +329,11 @@ class SparseTransformerSelfAttention(nn.Module):
         return out
 
 
-def _dense_attend(q, k, v, allowed, scale, dropout):
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    any_key = allowed.any(-1, keepdim=True)
-    probs = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
-    probs = F.dropout(probs, p=dropout, training=dropout > 0)
-    return torch.matmul(probs.to(v.dtype), v)
+def _additive(mask, dtype):
+    """A bool (sdpa) mask as eager's additive one."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
 class SparseTransformerSelfOutput(nn.Module):
@@ -310,12 +400,16 @@ class SparseTransformerEncoder(nn.Module):
             [SparseTransformerLayer(config, i) for i in range(config.num_hidden_layers)]
         )
 
-    def forward(self, hidden_states, output_hidden_states=False, output_attentions=False, **kwargs):
+    def forward(
+        self, hidden_states, layer_masks, output_hidden_states=False, output_attentions=False, **kwargs
+    ):
         all_hidden, all_attn = [], []
-        for layer in self.layer:
+        for layer, mask in zip(self.layer, layer_masks):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
-            hidden_states, weights = layer(hidden_states, output_attentions=output_attentions, **kwargs)
+            hidden_states, weights = layer(
+                hidden_states, attention_mask=mask, output_attentions=output_attentions, **kwargs
+            )
             if output_attentions:
                 all_attn.append(weights)
         if output_hidden_states:
@@ -338,7 +432,10 @@ class SparseTransformerPooler(nn.Module):
 
 
 class SparseTransformerLMHead(nn.Module):
-    """dense -> gelu -> layer norm -> vocabulary projection (tied to the input embeddings)."""
+    """dense -> gelu -> layer norm -> vocabulary projection (RoBERTa's head). With
+    ``tie_word_embeddings`` the projection's weight is the input embedding matrix and its bias is
+    ``lm_head.bias`` (declared in ``_tied_weights_keys``, tied by ``PreTrainedModel.tie_weights``); untied,
+    ``decoder.weight`` and ``decoder.bias`` are parameters of their own, saved and loaded as such."""
 
     def __init__(self, config):
         super().__init__()
@@ -346,7 +443,6 @@ class SparseTransformerLMHead(nn.Module):
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.decoder.bias = self.bias
 
     def forward(self, features):
         return self.decoder(self.layer_norm(F.gelu(self.dense(features))))
@@ -379,21 +475,27 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
     base_model_prefix = "sparse_transformer"
     supports_gradient_checkpointing = True
     _no_split_modules = ["SparseTransformerEmbeddings", "SparseTransformerLayer"]
-    # attention never goes through transformers' attention functions: the kernels are hf-sparse's
-    _supports_sdpa = False
+    # attention goes through ALL_ATTENTION_FUNCTIONS: "hf_sparse" (default), "sdpa" and "eager"; flash and
+    # flex attention cannot take an arbitrary materialised pattern mask
+    _supports_sdpa = True
     _supports_flash_attn = False
     _supports_flex_attn = False
-    _supports_attention_backend = False
+    _supports_attention_backend = True
+
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """``"hf_sparse"`` unless another implementation is asked for."""
+        requested = ATTN_IMPLEMENTATION if requested_attention is None else requested_attention
+        return super().get_correct_attn_implementation(requested, is_init_check)
 
     @torch.no_grad()
     def _init_weights(self, module):
+        # transformers.initialization skips parameters already loaded from a checkpoint (a tied bias too)
         super()._init_weights(module)
         if isinstance(module, SparseTransformerLMHead):
-            module.bias.zero_()
+            init.zeros_(module.bias)
         if isinstance(module, RotaryEmbedding):
             # non-persistent, so never in a checkpoint: from_pretrained leaves it uninitialised otherwise
-            with torch.no_grad():
-                module.inv_freq.copy_(module.compute_inv_freq())
+            module.inv_freq.copy_(module.compute_inv_freq())  # deterministic: always recomputed
 
     #: set by ``hf_sparse`` on import: writes a self-contained copy of the modelling code and
     #: ``auto_map`` next to the weights (unset in that copy itself, which needs no hf-sparse)
@@ -446,12 +548,15 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         output_attentions=None,
         output_hidden_states=None,
         return_dict=None,
+        cache=None,
         **kwargs,
     ):
         r"""
         attention_mask (`(batch, seq)`): 1 for tokens, 0 for padding (with a cache: over past + new tokens).
+            With left padding, patterns count positions from each row's first token.
         global_attention_mask (`(batch, seq)`): 1 for global tokens (attend and are attended everywhere).
-        past_key_values (`SparsePatternCache`): decoder cache; created when `use_cache` and none is given.
+        cache (`SparsePatternCache`): decoder cache (also accepted as `past_key_values`, the name older
+            transformers 5 releases use); created when `use_cache` and none is given.
         cache_position (`(seq,)`): positions of the new tokens (default: after the cached ones).
         """
         cfg = self.config
@@ -462,10 +567,11 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = bool(cfg.is_decoder and (cfg.use_cache if use_cache is None else use_cache))
-        past_key_values = self._cache(past_key_values, use_cache)
-        n = (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape[1]
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        device = (input_ids if input_ids is not None else inputs_embeds).device
+        cache = self._cache(_pick_cache(cache, past_key_values), use_cache)
+        ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        B, n = ref.shape
+        past = cache.get_seq_length() if cache is not None else 0
+        device = ref.device
         if cache_position is None:
             cache_position = torch.arange(past, past + n, device=device)
         if position_ids is None:
@@ -476,27 +582,81 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                 raise ValueError(
                     f"attention_mask covers {attention_mask.shape[-1]} positions, expected {past + n} (cached + new)"
                 )
+        if global_attention_mask is not None and not bool(global_attention_mask.any()):
+            global_attention_mask = None
+        if global_attention_mask is not None and past > 0:
+            raise ValueError("global_attention_mask cannot be combined with a KV cache; pass use_cache=False")
+        row_offsets = left_padding(attention_mask) if cfg.is_decoder else None
         hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         rope = self.rotary(position_ids, hidden.dtype) if self.rotary is not None else None
+        masks = self._layer_masks(
+            B,
+            n,
+            past,
+            cache,
+            cache_position,
+            attention_mask,
+            global_attention_mask,
+            row_offsets,
+            hidden.dtype,
+            output_attentions,
+        )
         hidden, all_hidden, all_attn = self.encoder(
             hidden,
+            masks,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
-            attention_mask=attention_mask,
+            query_mask=None if attention_mask is None else attention_mask[:, -n:],
             global_attention_mask=global_attention_mask,
             position_embeddings=rope,
-            past_key_values=past_key_values,
+            cache=cache,
             cache_position=cache_position,
+            row_offsets=row_offsets,
         )
         pooled = self.pooler(hidden) if self.pooler is not None else None
         out = BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden,
             pooler_output=pooled,
-            past_key_values=past_key_values if use_cache else None,
             hidden_states=all_hidden,
             attentions=all_attn,
+            **{CACHE_FIELD: cache if use_cache else None},
         )
         return _return(return_dict, out, cfg)
+
+    def _layer_masks(
+        self,
+        B,
+        n,
+        past,
+        cache,
+        cache_position,
+        attention_mask,
+        global_attention_mask,
+        row_offsets,
+        dtype,
+        weights,
+    ):
+        """One mask per layer from the mask interface of ``config._attn_implementation``; layers with
+        the same pattern share it (their caches hold the same positions)."""
+        impl = self.config._attn_implementation
+        if weights and impl not in (None, "eager", ATTN_IMPLEMENTATION):
+            impl = "eager"  # the layers fall back to eager attention to return weights
+        specs = self.config.attention_pattern
+        padding = None if attention_mask is None else attention_mask.bool()  # (B, past + n)
+        g = None if global_attention_mask is None else global_attention_mask.to(cache_position.device).bool()
+        masks, made = [], {}
+        for i, layer in enumerate(self.encoder.layer):
+            key = json.dumps(specs[i], sort_keys=True, default=str) if isinstance(specs, list) else ""
+            if key not in made:
+                kpos = cache.key_positions(i, cache_position) if cache is not None else cache_position
+                rule = PatternMask(
+                    layer.attention.self.pattern, past, n, kpos,
+                    padding=None if padding is None else padding[:, kpos], global_tokens=g, row_offsets=row_offsets,
+                    key_start=0 if past == 0 else None,  # no data-dependent check without cached keys
+                )  # fmt: skip
+                made[key] = build_mask(impl, rule, B, dtype, cache_position.device)
+            masks.append(made[key])
+        return masks
 
     def _cache(self, past_key_values, use_cache):
         """The pattern-aware cache; an empty generic Cache (what generate() makes) is replaced."""
@@ -509,7 +669,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         if isinstance(past_key_values, Cache) and past_key_values.get_seq_length() == 0:
             return SparsePatternCache(self.config)
         raise TypeError(
-            f"past_key_values must be a SparsePatternCache (keys are kept per pattern), got {type(past_key_values).__name__}"
+            f"the cache must be a SparsePatternCache (keys are kept per pattern), got {type(past_key_values).__name__}"
         )
 
 
@@ -577,17 +737,21 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, past_key_values=None, use_cache=None, cache_position=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, **kwargs):  # fmt: skip
-        """``labels`` (batch, seq): the input ids (shifted inside), -100 where no loss is taken."""
+                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None, **kwargs):  # fmt: skip
+        """``labels`` (batch, seq): the input ids (shifted inside), -100 where no loss is taken. The cache
+        is read as ``cache`` (recent transformers) or ``past_key_values``; ``logits_to_keep``: an int (the
+        last that many positions, 0 = all) or a 1D tensor of positions."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds, past_key_values=past_key_values, use_cache=use_cache,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, cache=_pick_cache(cache, past_key_values), use_cache=use_cache,
             cache_position=cache_position, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
             return_dict=True,
         )  # fmt: skip
         hidden = out.last_hidden_state
-        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
-            hidden = hidden[:, -logits_to_keep:]
+        if isinstance(logits_to_keep, int):
+            hidden = hidden[:, -logits_to_keep:] if logits_to_keep > 0 else hidden
+        else:
+            hidden = hidden[:, logits_to_keep]
         logits = self.lm_head(hidden)
         loss = None
         if labels is not None:
@@ -595,9 +759,9 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
         res = CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
-            past_key_values=out.past_key_values,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
+            **{CACHE_FIELD: out.get(CACHE_FIELD)},
         )
         return _return(return_dict, res, self.config)
 

@@ -1,0 +1,159 @@
+"""SparseTransformer attention through transformers' attention interface: "hf_sparse" (default),
+"sdpa" and "eager" are selectable the usual three ways and compute the same thing."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+import hf_sparse  # noqa: F401  (registers "hf_sparse")
+from hf_sparse import patterns as P
+from hf_sparse.attention.integration import SparseMask
+from hf_sparse.models.sparse_transformer import SparseTransformerForMaskedLM
+from tests.models.tiny import tiny_config, tiny_decoder_config
+
+IMPLEMENTATIONS = ["hf_sparse", "sdpa", "eager"]
+N = 37  # not a multiple of any block; longer than every window below
+
+CASES = {
+    # encoder patterns, right padding, global tokens from the call
+    "window_6": (P.SlidingWindow(window=6), False),
+    "longformer_8|strided_5": (P.Longformer(window=8) | P.Strided(stride=5, causal=False), False),
+    "dilated&global": (P.Dilated(window=8, dilation=2) | P.Global(indices=[3]), False),
+    # decoder patterns, left padding
+    "causal_window_6": (P.SlidingWindow(window=6, causal=True), True),
+    "fixed_8_2": (P.Fixed(block=8, summary=2, causal=True), True),
+    "strided_5": (P.Strided(stride=5, causal=True), True),
+}
+
+
+def _model(case, backend="auto", **overrides):
+    pattern, decoder = CASES[case]
+    torch.manual_seed(0)
+    if decoder:
+        cfg = tiny_decoder_config(pattern, attention_backend=backend, **overrides)
+        return AutoModelForCausalLM.from_config(cfg).eval()
+    cfg = tiny_config(attention_pattern=pattern, attention_backend=backend, **overrides)
+    return AutoModelForMaskedLM.from_config(cfg).eval()
+
+
+def _inputs(model, B=2, n=N):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, model.config.vocab_size, (B, n), generator=g)
+    am = torch.ones(B, n, dtype=torch.long)
+    if model.config.is_decoder:
+        am[1, :6] = 0  # left padding
+        return {"input_ids": ids, "attention_mask": am}
+    am[1, -5:] = 0  # right padding
+    gm = torch.zeros(B, n, dtype=torch.long)
+    gm[:, 0] = 1
+    gm[0, 17] = 1
+    return {"input_ids": ids, "attention_mask": am, "global_attention_mask": gm}
+
+
+def _run(model, impl, inputs, **kw):
+    model.set_attn_implementation(impl)
+    assert model.config._attn_implementation == impl
+    return model(**inputs, **kw)
+
+
+@pytest.mark.parametrize("backend", ["auto", "blocked"])
+@pytest.mark.parametrize("case", CASES)
+def test_implementations_give_the_same_outputs(case, backend):
+    model = _model(case, backend)
+    inputs = _inputs(model)
+    with torch.no_grad():
+        out = {impl: _run(model, impl, inputs, output_hidden_states=True) for impl in IMPLEMENTATIONS}
+    ref = out["hf_sparse"]
+    for impl in ("sdpa", "eager"):
+        torch.testing.assert_close(out[impl].logits, ref.logits, rtol=0, atol=1e-5, msg=impl)
+        for a, b in zip(out[impl].hidden_states, ref.hidden_states):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=impl)
+
+
+@pytest.mark.parametrize("case", ["longformer_8|strided_5", "fixed_8_2"])
+def test_implementations_give_the_same_gradients(case):
+    model = _model(case, "blocked")
+    inputs = _inputs(model)
+    grads = {}
+    for impl in IMPLEMENTATIONS:
+        model.zero_grad()
+        _run(model, impl, inputs, labels=inputs["input_ids"]).loss.backward()
+        grads[impl] = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    for impl in ("sdpa", "eager"):
+        for k, g in grads["hf_sparse"].items():
+            torch.testing.assert_close(grads[impl][k], g, rtol=1e-4, atol=1e-5, msg=f"{impl} {k}")
+
+
+def test_attn_implementation_is_selectable_three_ways(tmp_path):
+    model = _model("window_6")
+    assert model.config._attn_implementation == "hf_sparse"  # the default
+    model.save_pretrained(tmp_path)
+    for impl in IMPLEMENTATIONS:
+        loaded = AutoModelForMaskedLM.from_pretrained(tmp_path, attn_implementation=impl)
+        assert loaded.config._attn_implementation == impl
+        built = SparseTransformerForMaskedLM(tiny_config(attn_implementation=impl))
+        assert built.config._attn_implementation == impl
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path).config._attn_implementation == "hf_sparse"
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    with pytest.raises(ValueError):
+        model.set_attn_implementation("flash_attention_2")
+
+
+def test_class_flags_are_truthful():
+    cls = SparseTransformerForMaskedLM
+    assert cls._supports_attention_backend and cls._supports_sdpa
+    assert not cls._supports_flash_attn and not cls._supports_flex_attn
+    assert cls._can_set_attn_implementation()
+
+
+def test_hf_sparse_goes_through_the_attention_and_mask_interfaces(monkeypatch):
+    """The model calls ALL_ATTENTION_FUNCTIONS["hf_sparse"] (the function BERT/Llama use too) with the mask
+    from the "hf_sparse" mask interface: a SparseMask, never None, never n x n."""
+    seen = []
+    original = ALL_ATTENTION_FUNCTIONS["hf_sparse"]
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        seen.append((type(module).__name__, attention_mask))
+        return original(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "hf_sparse", spy)
+    model = _model("window_6")
+    with torch.no_grad():
+        model(**_inputs(model))
+    assert len(seen) == model.config.num_hidden_layers
+    for name, mask in seen:
+        assert name == "SparseTransformerSelfAttention"
+        assert isinstance(mask, SparseMask) and mask.padding is not None and mask.padding.shape == (2, N)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_returned_attention_weights_are_on_the_output_path(impl):
+    model = _model("longformer_8|strided_5")
+    inputs = _inputs(model)
+    ref = _run(model, "eager", inputs, output_attentions=True).attentions
+    out = _run(model, impl, inputs, output_attentions=True)
+    assert len(out.attentions) == model.config.num_hidden_layers
+    for a, b in zip(out.attentions, ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    weights = out.attentions[0]
+    weights.retain_grad()
+    out.logits[0, 0, 7].backward()  # (token 0 is padding: its logit is the bias alone)
+    assert weights.grad is not None and weights.grad.abs().sum() > 0
+
+
+# hf_sparse on the "dense" kernel: the "sdpa" kernel (attention/dense.py: sdpa_attention) still branches on
+# `bool(any_key.all())`, a data-dependent guard that torch.export refuses
+@pytest.mark.parametrize("case", ["window_6", "fixed_8_2"])
+@pytest.mark.parametrize("impl, backend", [("hf_sparse", "dense"), ("sdpa", "auto"), ("eager", "auto")])
+def test_torch_export(case, impl, backend):
+    """No data-dependent Python ints in the model's forward (the embeddings' position check included)."""
+    model = _model(case, backend, max_position_embeddings=64)
+    model.set_attn_implementation(impl)
+    ids = torch.randint(2, model.config.vocab_size, (1, 24))
+    kwargs = {"use_cache": False} if model.config.is_decoder else {}
+    exported = torch.export.export(model, (ids,), kwargs=kwargs, strict=False)
+    with torch.no_grad():
+        got, want = exported.module()(ids, **kwargs).logits, model(ids, **kwargs).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
