@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import unittest
 
+import pytest
 import torch
 
 from hf_sparse.models.sparse_transformer import (
@@ -122,7 +123,7 @@ def config_inputs(tester):
     )
 
 
-def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str):
+def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str, slow: bool = False):
     classes = DECODER_CLASSES if is_decoder else ENCODER_CLASSES
 
     class Test(NameTablesMixin, ModelTesterMixin, unittest.TestCase):
@@ -158,24 +159,28 @@ def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str):
             self, config_class=SparseTransformerConfig, **config_inputs(self.model_tester)
         ),
     )
+    if slow:
+        Test.pytestmark = [pytest.mark.slow]
     Test.__name__ = Test.__qualname__ = name
     return Test
 
 
-#: name -> (is_decoder, pattern (None: the config's default), backend)
+#: name -> (is_decoder, pattern (None: the config's default), backend). The first two run in `make test` (an
+#: encoder and a decoder, a window shorter than the sequence, both backends); `make test-conformance` runs all.
+WINDOW_ENCODER = {"type": "sliding_window", "window": WINDOW}
+WINDOW_DECODER = {"type": "sliding_window", "window": WINDOW, "causal": True}
 VARIANTS = {
-    "TestEncoderWindowAuto": (False, {"type": "sliding_window", "window": WINDOW}, "auto"),
-    "TestEncoderWindowBlocked": (False, {"type": "sliding_window", "window": WINDOW}, "blocked"),
+    "TestEncoderWindowAuto": (False, WINDOW_ENCODER, "auto"),
+    "TestDecoderWindowBlocked": (True, WINDOW_DECODER, "blocked"),
+    "TestEncoderWindowBlocked": (False, WINDOW_ENCODER, "blocked"),
     "TestEncoderDefaultAuto": (False, None, "auto"),
-    "TestDecoderWindowAuto": (True, {"type": "sliding_window", "window": WINDOW, "causal": True}, "auto"),
-    "TestDecoderWindowBlocked": (
-        True,
-        {"type": "sliding_window", "window": WINDOW, "causal": True},
-        "blocked",
-    ),
+    "TestDecoderWindowAuto": (True, WINDOW_DECODER, "auto"),
     "TestDecoderDefaultAuto": (True, None, "auto"),
 }
+DEFAULT_RUN = ("TestEncoderWindowAuto", "TestDecoderWindowBlocked")
 
 for _name, (_dec, _pattern, _backend) in VARIANTS.items():
-    globals()[_name] = make_test_class(_name, is_decoder=_dec, pattern=_pattern, backend=_backend)
+    globals()[_name] = make_test_class(
+        _name, is_decoder=_dec, pattern=_pattern, backend=_backend, slow=_name not in DEFAULT_RUN
+    )
 del _name, _dec, _pattern, _backend

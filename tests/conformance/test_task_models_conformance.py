@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import unittest
 
+import pytest
 import torch
 
 from hf_sparse.models.longformer_tasks import (
@@ -21,6 +22,7 @@ from hf_sparse.models.longformer_tasks import (
     LongformerMotifConfig,
     backbone_config,
 )
+from hf_sparse.models.longformer_tasks.configuration_dialogue import _check_formatter
 
 from .harness import NameTablesMixin, add_config_tests, common_tests, ids_tensor
 
@@ -98,7 +100,8 @@ def _motif_labels(B):
 
 
 def _dialogue_config():
-    formatter = {"max_length": 64, "speaker_tokens": {"USER": "[USR]", "SYSTEM": "[SYS]"}}
+    # as the config stores it (defaults filled in)
+    formatter = _check_formatter({"max_length": 64, "speaker_tokens": {"USER": "[USR]", "SYSTEM": "[SYS]"}})
     return LongformerDialogueConfig, dict(
         backbone=sparse_backbone(), formatter=formatter, act_labels=["INFORM", "REQUEST", "OFFER"],
         intent_labels=["NONE", "FindRestaurants"], selection_head=False,
@@ -167,7 +170,7 @@ class TaskModelTest(NameTablesMixin, ModelTesterMixin, unittest.TestCase):
         return inputs
 
 
-def _task_class(name, model_class, config, extra_inputs=None, make_labels=None, **attrs):
+def _task_class(name, model_class, config, extra_inputs=None, make_labels=None, slow=False, **attrs):
     """A test class for ``model_class``; ``config`` is ``(config class, its arguments)``."""
     config_class, config_kwargs = config
 
@@ -186,6 +189,8 @@ def _task_class(name, model_class, config, extra_inputs=None, make_labels=None, 
             **attrs,
         },
     )
+    if slow:  # only in `make test-conformance` / `make test-slow`
+        cls.pytestmark = [pytest.mark.slow]
     add_config_tests(
         cls,
         ConfigTester,
@@ -203,6 +208,7 @@ TestMotifLongformer = _task_class(
     _motif_config(longformer_backbone()),
     None,
     _motif_labels,
+    slow=True,
 )
 TestDialogueSparse = _task_class(
     "TestDialogueSparse", LongformerForDialogue, _dialogue_config(), _dialogue_inputs, _dialogue_labels
@@ -230,6 +236,7 @@ TestLEDSummarization = _task_class(
     _led_config(),
     _led_inputs,
     _led_labels,
+    slow=True,
     is_encoder_decoder=True,
 )
 TestLEDSummarizationSparseEncoder = _task_class(
@@ -238,5 +245,6 @@ TestLEDSummarizationSparseEncoder = _task_class(
     _led_config(encoder_attention_pattern={"type": "longformer", "window": WINDOW}),
     _led_inputs,
     _led_labels,
+    slow=True,
     is_encoder_decoder=True,
 )
