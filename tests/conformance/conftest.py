@@ -20,12 +20,20 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: used by transformers' common model tests")
 
 
+#: parametrized tests whose full grid runs only in `make test-conformance` / `make test-slow`: in `make test`
+#: only their float32 rows run (the float16/bfloat16 rows cost most of the suite's time on CPU)
+GRID_TESTS = ("test_eager_matches_sdpa_inference", "test_eager_matches_batched_and_grouped_inference")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
     strict = os.environ.get("HF_SPARSE_CHECK_NOT_APPLICABLE") == "1"
     here = os.path.dirname(__file__)
     for item in items:
         if item.cls is None or not str(item.path).startswith(here):
             continue
+        if item.name.startswith(GRID_TESTS) and "fp32" not in item.name:
+            item.add_marker(pytest.mark.slow)
         reason = reason_for(item.cls.__name__, item.name)
         if reason is None:
             continue
