@@ -132,7 +132,9 @@ def test_task_model_from_a_backbone_checkpoint(built, tmp_path):
     model, inputs, _ = built
     model.backbone.save_pretrained(tmp_path)
     params = inspect.signature(type(model.config).__init__).parameters
-    task = {k: v for k, v in model.config.to_dict().items() if k in params and k not in ("backbone", "kwargs")}
+    task = {
+        k: v for k, v in model.config.to_dict().items() if k in params and k not in ("backbone", "kwargs")
+    }
     loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True, **task)
     assert loaded.config.backbone["model_type"] == model.config.backbone["model_type"]
     for name, p in model.backbone.state_dict().items():
