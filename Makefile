@@ -6,7 +6,7 @@ STAMP := $(VENV)/.hf-sparse-installed
 DEMO_ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: setup demo gallery test test-slow test-gpu bench lint clean
+.PHONY: setup demo gallery test test-slow test-gpu test-conformance conformance-cache test-compat bench lint clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,15 @@ test: $(STAMP)  ## fast tests, offline, CPU
 test-slow: $(STAMP)  ## long tests only
 	$(PY) -m pytest -q -m slow
 
+test-conformance: $(STAMP)  ## transformers' common model tests over every model, all variants (tests/conformance)
+	$(PY) -m pytest -q -n auto -m "not gpu and not hub" tests/conformance
+
+conformance-cache: $(STAMP)  ## fetch transformers' common tests for the installed version (then offline)
+	$(PY) -m tests.conformance.common_tests
+
+test-compat:  ## model, generation, integration tests on the oldest and newest transformers (.venv-compat/)
+	bash scripts/test_compat.sh
+
 test-gpu: $(STAMP)  ## tests that need a CUDA device
 	$(PY) -m pytest -q -m gpu
 
@@ -38,4 +47,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check hf_sparse tests scripts
 
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) .venv-compat outputs .pytest_cache

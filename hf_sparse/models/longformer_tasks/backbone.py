@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import LongformerConfig, LongformerModel, PretrainedConfig
 
@@ -12,6 +14,44 @@ BACKBONES = {
     "longformer": (LongformerConfig, LongformerModel),
     "sparse_transformer": (SparseTransformerConfig, SparseTransformerModel),
 }
+
+
+#: the encoder layer of each backbone: one FSDP unit / never split across devices (``_no_split_modules``)
+BACKBONE_LAYERS = {"longformer": "LongformerLayer", "sparse_transformer": "SparseTransformerLayer"}
+
+
+class BackboneConfigMixin:
+    """Put before ``PretrainedConfig`` in a task config's bases: the backbone's size attributes read from (and
+    ``vocab_size`` written to) the ``backbone`` dict, so that code reading ``config.vocab_size`` -- transformers'
+    ``resize_token_embeddings`` sets it -- and the saved ``config.backbone`` always agree. A top-level
+    ``vocab_size`` in an older ``config.json`` lands in the backbone when loaded."""
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        """A backbone's own config (a Longformer or SparseTransformer checkpoint) becomes this config's ``backbone``,
+        with the task arguments taken from ``kwargs``: ``LongformerForDialogue.from_pretrained(
+        "allenai/longformer-base-4096", act_labels=[...])`` starts from the pretrained encoder (new heads)."""
+        if config_dict.get("model_type") in BACKBONES:
+            params = inspect.signature(cls.__init__).parameters
+            task = {k: kwargs.pop(k) for k in list(kwargs) if k in params and k not in ("self", "kwargs")}
+            config_dict = {"backbone": dict(config_dict), **task}
+        return super().from_dict(config_dict, **kwargs)
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self.__dict__.get("backbone", {}).get("vocab_size")
+
+    @vocab_size.setter
+    def vocab_size(self, value: int) -> None:
+        self.backbone["vocab_size"] = int(value)
+
+    @property
+    def num_hidden_layers(self) -> int | None:
+        return self.__dict__.get("backbone", {}).get("num_hidden_layers")
+
+    @property
+    def num_attention_heads(self) -> int | None:
+        return self.__dict__.get("backbone", {}).get("num_attention_heads")
 
 
 def backbone_config(spec) -> PretrainedConfig:
@@ -59,4 +99,12 @@ def every_k_global(input_ids, attention_mask, every: int | None, first: bool = T
     return g
 
 
-__all__ = ["BACKBONES", "backbone_config", "block_multiple", "build_backbone", "every_k_global"]
+__all__ = [
+    "BACKBONES",
+    "BACKBONE_LAYERS",
+    "BackboneConfigMixin",
+    "backbone_config",
+    "block_multiple",
+    "build_backbone",
+    "every_k_global",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from .backbone import backbone_config
+from .backbone import BackboneConfigMixin, backbone_config
 
 GLOBAL_ON_NAMES = ("cls", "separators", "latest_turn", "candidate")
 TURN_POOLING = ("separator", "separator+mean")
@@ -58,7 +58,7 @@ def _check_formatter(formatter) -> dict:
     return out
 
 
-class LongformerDialogueConfig(PretrainedConfig):
+class LongformerDialogueConfig(BackboneConfigMixin, PretrainedConfig):
     r"""
     Configuration of [`LongformerForDialogue`]: a long-context encoder over a whole dialogue history with
     a response-selection head and per-turn dialogue-act and active-intent heads.
@@ -91,7 +91,8 @@ class LongformerDialogueConfig(PretrainedConfig):
             The speaker whose turns are the responses to select.
         formatter (`dict`, *optional*):
             `DialogueFormatter` arguments: `max_length` (tokens, prefix/suffix included; histories longer
-            than this are left-truncated, keeping the newest turns), `speaker_tokens`, `turn_separator`,
+            than this are left-truncated, keeping the newest turns; default 4096, or what the backbone
+            embeds if that is less), `speaker_tokens`, `turn_separator`,
             `candidate_separator`, `global_on` (subset of `"cls"`, `"separators"`, `"latest_turn"`,
             `"candidate"`). With a `turn_separator` (e.g. `"[TURN]"`), each turn starts with it and then its
             speaker token, and the per-turn heads read both: the turn separator (global with
@@ -181,6 +182,10 @@ class LongformerDialogueConfig(PretrainedConfig):
                 raise ValueError(f"{name} must be a non-empty str, got {value!r}")
         self.user_speaker = user_speaker
         self.response_speaker = response_speaker
+        if formatter is None or (isinstance(formatter, dict) and "max_length" not in formatter):
+            # the default length fits the backbone (Longformer's default embeds 510 tokens)
+            limit = min(DEFAULT_FORMATTER["max_length"], self.max_input_length)
+            formatter = {**(formatter or {}), "max_length": limit}
         self.formatter = _check_formatter(formatter)
         for name in (user_speaker, response_speaker):
             if name not in self.formatter["speaker_tokens"]:

@@ -6,7 +6,7 @@ import math
 
 from transformers import PretrainedConfig
 
-from .backbone import backbone_config
+from .backbone import BackboneConfigMixin, backbone_config
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
 MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
@@ -39,7 +39,7 @@ def _check_int_in(name: str, value, high: int) -> None:
         raise ValueError(f"{name} must be an int in [0, {high}], got {value!r}")
 
 
-class LongformerMotifConfig(PretrainedConfig):
+class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
     r"""
     Configuration of [`LongformerForMotifDetection`]: a long-sequence encoder over DNA tokens with a
     per-position motif tagger and a sequence-level head.
@@ -116,6 +116,9 @@ class LongformerMotifConfig(PretrainedConfig):
     """
 
     model_type = "longformer_motif"
+    # a motif model needs motif_names or a sequence_task: transformers up to 5.x's to_diff_dict builds a default
+    # config unless told it has none
+    has_no_defaults_at_init = True
 
     def __init__(
         self,

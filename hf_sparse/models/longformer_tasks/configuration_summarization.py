@@ -7,7 +7,7 @@ from transformers import LEDConfig, PretrainedConfig
 from ...attention.dispatch import BACKENDS as ENCODER_BACKENDS
 from ...data.summarization import SENTENCE_FEATURES
 from ...patterns import Pattern, from_dict
-from .backbone import backbone_config
+from .backbone import BackboneConfigMixin, backbone_config
 
 GLOBAL_ATTENTION = ("first", "sentences", "query")
 EXTRACTIVE_LOSSES = ("bce", "listwise")
@@ -147,7 +147,7 @@ class LEDSummarizationConfig(LEDConfig):
         return from_dict(specs[layer] if isinstance(specs, list) else specs)
 
 
-class LongformerExtractiveSummarizationConfig(PretrainedConfig):
+class LongformerExtractiveSummarizationConfig(BackboneConfigMixin, PretrainedConfig):
     r"""
     Configuration of [`LongformerForExtractiveSummarization`]: a long encoder reads the document with a
     marker token before every sentence; the marker's final state (with optional per-sentence features)

@@ -122,15 +122,6 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
     def set_input_embeddings(self, value):
         self.backbone.set_input_embeddings(value)
 
-    def resize_token_embeddings(self, *args, **kwargs):
-        """Resize the backbone's embeddings and record the new size in ``config.backbone`` (so a saved model
-        reloads with it)."""
-        embeddings = super().resize_token_embeddings(*args, **kwargs)
-        size = int(embeddings.weight.shape[0])
-        self.config.backbone["vocab_size"] = size
-        self.backbone.config.vocab_size = size
-        return embeddings
-
     def default_global_attention_mask(self, input_ids, attention_mask=None):
         """Used when no mask is passed: the first token global (``config.global_first_token``), nothing else."""
         g = torch.zeros_like(input_ids, dtype=torch.long)
@@ -183,6 +174,7 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
         if global_attention_mask is None:
             ids = input_ids if input_ids is not None else inputs_embeds[..., 0]
             global_attention_mask = self.default_global_attention_mask(ids, attention_mask)
+        output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
 
         out = self.backbone(
             input_ids=input_ids,

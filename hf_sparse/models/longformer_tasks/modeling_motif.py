@@ -169,6 +169,7 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(ref, attention_mask)
+        output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
         out = self.backbone(
             **self.backbone_inputs(input_ids, inputs_embeds, attention_mask),
             attention_mask=attention_mask,

@@ -213,10 +213,13 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
 
     def __init__(self, config: LEDSummarizationConfig):
         super().__init__(config)
+        checkpointing = self.is_gradient_checkpointing  # LED's post_init read config.gradient_checkpointing
         encoder = LEDSummarizationEncoder(config)
         encoder.embed_tokens = self.led.shared
         self.led.encoder = encoder
         self.post_init()
+        if checkpointing:  # the new encoder checkpoints as LED's did
+            self.gradient_checkpointing_enable()
 
     @property
     def supports_query(self) -> bool:
@@ -338,14 +341,6 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
     def set_input_embeddings(self, value):
         self.backbone.set_input_embeddings(value)
 
-    def resize_token_embeddings(self, *args, **kwargs):
-        """Resize the backbone's embeddings and record the size in ``config.backbone`` (saved with the model)."""
-        embeddings = super().resize_token_embeddings(*args, **kwargs)
-        size = int(embeddings.weight.shape[0])
-        self.config.backbone["vocab_size"] = size
-        self.backbone.config.vocab_size = size
-        return embeddings
-
     def default_global_attention_mask(self, input_ids, attention_mask=None):
         """First token, sentence markers and (with a separator) the query prefix."""
         cfg = self.config
@@ -400,6 +395,7 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(input_ids, attention_mask)
         positions, valid = self.sentence_positions(input_ids, attention_mask)  # (B, S)
+        output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
         out = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,

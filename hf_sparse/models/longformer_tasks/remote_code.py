@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from .backbone import BACKBONE_LAYERS
+
 
 class ExportCodeMixin:
     """Put before ``PreTrainedModel`` in the bases of a task model's pre-trained class.
@@ -34,9 +36,32 @@ class LongformerTaskPreTrainedModel(ExportCodeMixin, PreTrainedModel):
     base_model_prefix = "backbone"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
-    _no_split_modules = ["LongformerLayer", "SparseTransformerLayer"]
+    # per model: the layer of its backbone (see post_init); a name not in the model makes FSDP's auto-wrap raise
+    _no_split_modules = None
     _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
     _supports_flash_attn = False
+
+    def post_init(self):
+        """transformers' ``post_init``, with ``_no_split_modules`` the backbone's layer (one FSDP unit each); the
+        backbone's own ``_no_split_modules`` are added by transformers."""
+        self._no_split_modules = [BACKBONE_LAYERS[self.config.backbone["model_type"]]]
+        super().post_init()
+
+    def output_flags(self, output_attentions=None, output_hidden_states=None) -> tuple[bool, bool]:
+        """The call's ``output_attentions`` / ``output_hidden_states``, else this model's config's (the backbone has
+        a config of its own, which ``from_pretrained(..., output_hidden_states=True)`` does not reach)."""
+        cfg = self.config
+        return (
+            cfg.output_attentions if output_attentions is None else output_attentions,
+            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states,
+        )
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        """transformers' resize; ``config.vocab_size`` (set by it) is ``config.backbone["vocab_size"]``, which a
+        saved model reloads with; the backbone module's own config follows too."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        self.backbone.config.vocab_size = self.config.vocab_size
+        return embeddings
 
     def _init_weights(self, module):
         """BERT/Longformer initialisation with the backbone's ``initializer_range``."""

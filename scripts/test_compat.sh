@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `make test-compat`: the model, generation and integration tests against the oldest and the newest transformers
+# that pyproject.toml declares, each in its own environment under .venv-compat/ (created on first use; reused
+# while pyproject.toml is unchanged, so a second run only runs the tests).
+#
+#   COMPAT_VERSIONS  space-separated transformers versions to test  (default: the lower bound and the newest
+#                    release below the upper bound, as uv resolves them)
+#   COMPAT_TESTS     pytest arguments                               (default: the model, generation and
+#                    integration tests)
+#   TORCH            torch requirement, as for scripts/setup_env.sh (default torch==2.13.0)
+#   PYTHON           interpreter for the environments               (default python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=.venv-compat
+PYTHON=${PYTHON:-python3}
+TORCH=${TORCH:-torch==2.13.0}
+TESTS=${COMPAT_TESTS:-tests/models tests/attention/test_integration.py}
+mkdir -p "$ROOT"
+
+# the declared range, e.g. ">=5.1,<5.25"
+spec=$("$PYTHON" - <<'EOF'
+import re
+text = open("pyproject.toml").read()
+m = re.search(r'"transformers([^"]*)"', text)
+print(m.group(1) if m else "")
+EOF
+)
+lower=$(sed -n 's/.*>=\([0-9][0-9.]*\).*/\1/p' <<<"$spec")
+[[ -n "$spec" && -n "$lower" ]] || { echo "pyproject.toml: no transformers>=X,<Y requirement"; exit 1; }
+
+if [[ ! -x "$ROOT/uv" ]]; then
+  "$PYTHON" -m venv "$ROOT/tool" && "$ROOT/tool/bin/python" -m pip install -q uv && ln -sf tool/bin/uv "$ROOT/uv"
+fi
+uv="$ROOT/uv"
+links=()
+[[ -n "${PIP_FIND_LINKS:-}" ]] && links=(--find-links "$PIP_FIND_LINKS")
+
+# env NAME REQUIREMENT: create/refresh $ROOT/NAME with hf-sparse and transformers REQUIREMENT
+env_for() {
+  local name=$1 req=$2 venv="$ROOT/$1"
+  local stamp="$venv/.compat-stamp" want
+  want="$req $(cksum pyproject.toml | cut -d' ' -f1)"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return; fi
+  [[ -x "$venv/bin/python" ]] || "$uv" venv -q --python "$PYTHON" "$venv"
+  # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
+  "$uv" pip install -q --python "$venv/bin/python" "${links[@]}" $TORCH
+  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[train,dev]" "transformers$req"
+  echo "$want" >"$stamp"
+}
+
+if [[ -n "${COMPAT_VERSIONS:-}" ]]; then
+  envs=()
+  for v in $COMPAT_VERSIONS; do env_for "transformers-$v" "==$v"; envs+=("transformers-$v"); done
+else
+  env_for oldest "==$lower"
+  env_for newest "$spec"
+  envs=(oldest newest)
+fi
+
+status=0
+for name in "${envs[@]}"; do
+  py="$ROOT/$name/bin/python"
+  version=$("$py" -c "import transformers; print(transformers.__version__)")
+  echo "== transformers $version ($ROOT/$name): pytest $TESTS"
+  # shellcheck disable=SC2086
+  if ! "$py" -m pytest -q -n auto $TESTS; then
+    echo "== transformers $version: FAILED"
+    status=1
+  fi
+done
+exit $status

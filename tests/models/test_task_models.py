@@ -1,0 +1,172 @@
+"""Contracts every task model keeps, as any transformers model does (table-driven: one row per task model and
+backbone): ``config.output_attentions`` / ``output_hidden_states`` / ``return_dict`` (also set through
+``from_pretrained(path, output_hidden_states=True)``), a round trip after ``resize_token_embeddings``, and
+``_no_split_modules`` that name modules the model has (FSDP's auto-wrap raises on a name it cannot find)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from accelerate.utils.dataclasses import get_module_class_from_name
+
+from tests.models import dialogue_tiny, summarization_tiny
+from tests.models.motif_tiny import motif_model
+
+
+def _motif(kind):
+    def build():
+        model = motif_model(kind)
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(5, 9, (2, 40), generator=g)
+        ids[:, 0] = 2
+        mask = torch.ones_like(ids)
+        mask[1, 30:] = 0
+        return model, {"input_ids": ids, "attention_mask": mask}, "logits"
+
+    return build
+
+
+def _dialogue(kind):
+    def build():
+        tok, fmt = dialogue_tiny.tokenizer_and_formatter(max_length=64)
+        model = dialogue_tiny.tiny_model(tok, fmt, kind=kind).eval()
+        d = dialogue_tiny.synthetic_dialogues(1, seed=1)[0]
+        enc = fmt.encode_dialogue(d["speakers"], d["turns"])
+        keys = ("input_ids", "attention_mask", "global_attention_mask", "turn_positions")
+        inputs = {k: torch.as_tensor(enc[k])[None] for k in keys}  # one dialogue, (1, ...)
+        return model, inputs, "act_logits"
+
+    return build
+
+
+def _extractive(kind):
+    def build():
+        tok = summarization_tiny.tiny_tokenizer()
+        model = summarization_tiny.tiny_extractive(tok, kind, sentence_features=[])
+        sent = tok.convert_tokens_to_ids("<sent>")
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(10, len(tok), (2, 48), generator=g)
+        ids[:, 0] = tok.bos_token_id
+        ids[:, [1, 12, 30]] = sent
+        return model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, "logits"
+
+    return build
+
+
+MODELS = {
+    "motif-sparse": _motif("sparse_transformer"),
+    "motif-longformer": _motif("longformer"),
+    "dialogue-sparse": _dialogue("sparse_transformer"),
+    "dialogue-longformer": _dialogue("longformer"),
+    "extractive-sparse": _extractive("sparse_transformer"),
+    "extractive-longformer": _extractive("longformer"),
+}
+
+
+@pytest.fixture(params=list(MODELS))
+def built(request):
+    torch.manual_seed(0)
+    return MODELS[request.param]()
+
+
+def test_config_output_flags_are_honoured(built):
+    model, inputs, _ = built
+    layers = model.config.backbone["num_hidden_layers"]
+    with torch.no_grad():
+        plain = model(**inputs)
+        assert plain.hidden_states is None and plain.attentions is None
+        model.config.output_hidden_states = True
+        model.config.output_attentions = True
+        out = model(**inputs)
+    assert out.hidden_states is not None and len(out.hidden_states) == layers + 1
+    assert out.attentions is not None and len(out.attentions) == layers
+    with torch.no_grad():  # an explicit argument wins over the config
+        out = model(**inputs, output_hidden_states=False, output_attentions=False)
+    assert out.hidden_states is None and out.attentions is None
+
+
+def test_from_pretrained_kwargs_set_output_flags(built, tmp_path):
+    model, inputs, _ = built
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path, output_hidden_states=True).eval()
+    with torch.no_grad():
+        out = loaded(**inputs)
+    assert (
+        out.hidden_states is not None
+        and len(out.hidden_states) == model.config.backbone["num_hidden_layers"] + 1
+    )
+
+
+def test_config_return_dict_false_gives_a_tuple(built):
+    model, inputs, key = built
+    with torch.no_grad():
+        ref = getattr(model(**inputs), key)
+        model.config.return_dict = False
+        out = model(**inputs)
+    assert isinstance(out, tuple)
+    torch.testing.assert_close(out[0], ref)
+
+
+def test_resized_embeddings_round_trip(built, tmp_path):
+    model, inputs, key = built
+    old = model.config.backbone["vocab_size"]
+    model.resize_token_embeddings(old + 3)
+    assert model.config.backbone["vocab_size"] == old + 3
+    assert model.get_input_embeddings().weight.shape[0] == old + 3
+    model.save_pretrained(tmp_path)
+    # before: RuntimeError (size mismatch): config.backbone kept the old vocab_size
+    loaded = type(model).from_pretrained(tmp_path).eval()
+    assert loaded.get_input_embeddings().weight.shape[0] == old + 3
+    torch.testing.assert_close(loaded.get_input_embeddings().weight, model.get_input_embeddings().weight)
+    inputs = dict(inputs, input_ids=inputs["input_ids"].clone())
+    inputs["input_ids"][0, 5] = old + 2  # a new token
+    with torch.no_grad():
+        torch.testing.assert_close(getattr(loaded(**inputs), key), getattr(model.eval()(**inputs), key))
+
+
+def test_task_model_from_a_backbone_checkpoint(built, tmp_path):
+    """``TaskModel.from_pretrained(<encoder checkpoint>, **task arguments)`` loads the encoder's weights and reports
+    the heads missing (as BERT -> BertForSequenceClassification)."""
+    model, inputs, _ = built
+    model.backbone.save_pretrained(tmp_path)
+    params = inspect.signature(type(model.config).__init__).parameters
+    task = {
+        k: v for k, v in model.config.to_dict().items() if k in params and k not in ("backbone", "kwargs")
+    }
+    loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True, **task)
+    assert loaded.config.backbone["model_type"] == model.config.backbone["model_type"]
+    for name, p in model.backbone.state_dict().items():
+        torch.testing.assert_close(loaded.backbone.state_dict()[name], p, msg=name)
+    assert info["missing_keys"] and all(not k.startswith("backbone.") for k in info["missing_keys"])
+
+
+def test_vocab_size_reads_the_backbone(built):
+    model, _, _ = built
+    assert model.config.vocab_size == model.config.backbone["vocab_size"]
+
+
+def test_no_split_modules_name_modules_of_the_model(built):
+    """accelerate's FSDP auto-wrap looks every ``_no_split_modules`` name up in the model and raises on a miss."""
+    model, _, _ = built
+    names = list(model._no_split_modules)
+    assert names
+    missing = [n for n in names if get_module_class_from_name(model, n) is None]
+    assert not missing, f"{type(model).__name__}._no_split_modules names {missing}, not in the model"
+    layer = {"longformer": "LongformerLayer", "sparse_transformer": "SparseTransformerLayer"}
+    assert layer[model.config.backbone["model_type"]] in names  # each encoder layer is one FSDP unit
+
+
+def test_led_summarizer_no_split_modules_and_output_flags(tmp_path):
+    tok = summarization_tiny.tiny_tokenizer()
+    model = summarization_tiny.tiny_led(tok)
+    missing = [n for n in (model._no_split_modules or ()) if get_module_class_from_name(model, n) is None]
+    assert not missing
+    ids = torch.randint(10, len(tok), (2, 20))
+    dec = torch.randint(10, len(tok), (2, 5))
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path, output_hidden_states=True).eval()
+    with torch.no_grad():
+        out = loaded(input_ids=ids, decoder_input_ids=dec)
+    assert out.encoder_hidden_states is not None and out.decoder_hidden_states is not None
