@@ -27,7 +27,15 @@ _NESTED_JSON = (
     "the backbone config is rebuilt), so this test's raw-JSON equality on `backbone` cannot hold"
 )
 
+_HF_SPARSE_DEFAULT = (
+    "the test asserts that a model saved and reloaded without attn_implementation runs 'sdpa'; SparseTransformer's "
+    "default is 'hf_sparse' by design (the exact sparse kernels; 'sdpa' materialises an n x n mask). Dispatch to "
+    "'sdpa' and 'eager' when asked is tested in tests/models/test_attention_implementations.py"
+)
+
 NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("TestEncoder*", "test_sdpa_can_dispatch_non_composite_models"): _HF_SPARSE_DEFAULT,
+    ("TestDecoder*", "test_sdpa_can_dispatch_non_composite_models"): _HF_SPARSE_DEFAULT,
     ("TestMotif*", "test_config_can_be_init_without_params"): _NO_HEAD,
     ("TestMotif*", "test_config_arguments_init"): _NO_HEAD,
     ("TestMotif*", "test_correct_missing_keys"): _NO_HEAD
@@ -45,10 +53,24 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
 }
 
 
-def reason_for(cls_name: str, test_name: str) -> str | None:
-    """The reason ``test_name`` of ``cls_name`` cannot apply, or None."""
+#: Tests that DO apply and fail because of a defect not fixed yet: run as strict xfails (a fix makes them
+#: fail until the entry is removed). Each names the defect; this list is meant to be empty.
+OPEN_DEFECTS: dict[tuple[str, str], str] = {
+    ("TestMotifSparse", "test_can_set_attention_dynamically"): (
+        "a task model does not pass the attention implementation asked for at construction to its "
+        "SparseTransformer backbone, whose own config keeps 'hf_sparse' (set_attn_implementation afterwards does "
+        "reach it); the task model's own config must not be 'hf_sparse' (it has no attention_pattern)"
+    ),
+}
+OPEN_DEFECTS[("TestDialogueSparse", "test_can_set_attention_dynamically")] = OPEN_DEFECTS[
+    ("TestMotifSparse", "test_can_set_attention_dynamically")
+]
+
+
+def reason_for(cls_name: str, test_name: str, table: dict | None = None) -> str | None:
+    """The reason ``test_name`` of ``cls_name`` is listed in ``table`` (default: not applicable), or None."""
     base = test_name.split("[", 1)[0]
-    for (cls_key, name), reason in NOT_APPLICABLE.items():
+    for (cls_key, name), reason in (NOT_APPLICABLE if table is None else table).items():
         if name not in (test_name, base):
             continue
         if (
