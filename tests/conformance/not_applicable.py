@@ -55,16 +55,7 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
 
 #: Tests that DO apply and fail because of a defect not fixed yet: run as strict xfails (a fix makes them
 #: fail until the entry is removed). Each names the defect; this list is meant to be empty.
-OPEN_DEFECTS: dict[tuple[str, str], str] = {
-    ("TestMotifSparse", "test_can_set_attention_dynamically"): (
-        "a task model does not pass the attention implementation asked for at construction to its "
-        "SparseTransformer backbone, whose own config keeps 'hf_sparse' (set_attn_implementation afterwards does "
-        "reach it); the task model's own config must not be 'hf_sparse' (it has no attention_pattern)"
-    ),
-}
-OPEN_DEFECTS[("TestDialogueSparse", "test_can_set_attention_dynamically")] = OPEN_DEFECTS[
-    ("TestMotifSparse", "test_can_set_attention_dynamically")
-]
+OPEN_DEFECTS: dict[tuple[str, str], str] = {}
 
 
 def reason_for(cls_name: str, test_name: str, table: dict | None = None) -> str | None:

@@ -170,3 +170,15 @@ def test_led_summarizer_no_split_modules_and_output_flags(tmp_path):
     with torch.no_grad():
         out = loaded(input_ids=ids, decoder_input_ids=dec)
     assert out.encoder_hidden_states is not None and out.decoder_hidden_states is not None
+
+
+@pytest.mark.parametrize("requested", [None, "eager"])
+def test_a_sparse_backbone_runs_the_attention_implementation_asked_for(requested):
+    """Asked for at construction (or at load), the implementation reaches the SparseTransformer backbone; left unset,
+    the backbone keeps "hf_sparse", also when the same config builds a second model."""
+    model = motif_model("sparse_transformer")
+    config = model.config.__class__.from_dict(model.config.to_dict())
+    if requested is not None:
+        config._attn_implementation = requested
+    for _ in range(2):  # the first model's resolution must not leak into the second through the config
+        assert type(model)(config).backbone.config._attn_implementation == (requested or "hf_sparse")

@@ -73,8 +73,11 @@ def backbone_config(spec) -> PretrainedConfig:
     return BACKBONES[kind][0](**spec)
 
 
-def build_backbone(config: PretrainedConfig) -> torch.nn.Module:
-    """The encoder without pooler."""
+def build_backbone(config: PretrainedConfig, attn_implementation: str | None = None) -> torch.nn.Module:
+    """The encoder without pooler. A SparseTransformer backbone runs ``attn_implementation`` where one was asked
+    for (``"eager"``, ``"sdpa"``, ``"hf_sparse"``), else its own default (``"hf_sparse"``); Longformer ignores it."""
+    if attn_implementation is not None and config.model_type == "sparse_transformer":
+        config._attn_implementation = attn_implementation
     return BACKBONES[config.model_type][1](config, add_pooling_layer=False)
 
 

@@ -103,7 +103,7 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
 
     def __init__(self, config: LongformerDialogueConfig):
         super().__init__(config)
-        self.backbone = build_backbone(backbone_config(config.backbone))
+        self.backbone = build_backbone(backbone_config(config.backbone), config._attn_implementation)
         hidden, dropout = config.hidden_size, config.classifier_dropout
         pooled = int(config.pools_spans)  # + the mean of the turn's tokens
         width = hidden * (config.turn_tokens + pooled)  # a turn is read at its separator (and speaker token)

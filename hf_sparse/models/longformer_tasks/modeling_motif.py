@@ -50,7 +50,7 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
 
     def __init__(self, config: LongformerMotifConfig):
         super().__init__(config)
-        self.backbone = build_backbone(backbone_config(config.backbone))
+        self.backbone = build_backbone(backbone_config(config.backbone), config._attn_implementation)
         hidden = config.hidden_size
         k = config.conv_kernel_size
         self.embedding_conv = (

@@ -323,7 +323,7 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
 
     def __init__(self, config: LongformerExtractiveSummarizationConfig):
         super().__init__(config)
-        self.backbone = build_backbone(backbone_config(config.backbone))
+        self.backbone = build_backbone(backbone_config(config.backbone), config._attn_implementation)
         self.dropout = nn.Dropout(config.classifier_dropout)
         width = config.hidden_size + len(config.sentence_features)
         self.scorer = nn.Sequential(

@@ -41,6 +41,14 @@ class LongformerTaskPreTrainedModel(ExportCodeMixin, PreTrainedModel):
     _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
     _supports_flash_attn = False
 
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """With a SparseTransformer backbone, what is asked for is what the backbone runs (``build_backbone``); left
+        unset (None), the backbone keeps its own default, ``"hf_sparse"``, which the task config, having no
+        ``attention_pattern`` of its own, cannot carry. A Longformer backbone ignores the setting."""
+        if requested_attention is None and self.config.backbone.get("model_type") == "sparse_transformer":
+            return None
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
+
     def post_init(self):
         """transformers' ``post_init``, with ``_no_split_modules`` the backbone's layer (one FSDP unit each); the
         backbone's own ``_no_split_modules`` are added by transformers."""
