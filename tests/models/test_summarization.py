@@ -272,7 +272,8 @@ def test_save_and_reload(tok, tmp_path):
     assert "long-document-summarization" in config["custom_pipelines"]
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is LEDForSummarization
-    assert loaded.led.encoder.embed_tokens is loaded.led.shared  # still tied after loading
+    shared = loaded.led.shared.weight  # still tied after loading (declared ties, not one shared module)
+    assert loaded.led.encoder.embed_tokens.weight is shared and loaded.lm_head.weight is shared
     ids = _ids(n=20)
     with torch.no_grad():
         torch.testing.assert_close(
@@ -280,6 +281,21 @@ def test_save_and_reload(tok, tmp_path):
             model(input_ids=ids, decoder_input_ids=ids[:, :3]).logits,
             rtol=0, atol=1e-6,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("encoder_attention_pattern", [None, {"type": "longformer", "window": 8}])
+def test_checkpoint_without_the_embeddings_reports_them_missing(tok, tmp_path, encoder_attention_pattern):
+    """The shared embedding (source of the encoder's, decoder's and LM head's tied weights) is a real parameter:
+    a checkpoint without it reports it missing, so it is initialised, not kept as whatever the model held."""
+    from safetensors.torch import load_file, save_file
+
+    tiny_led(tok, encoder_attention_pattern=encoder_attention_pattern).save_pretrained(tmp_path)
+    path = tmp_path / "model.safetensors"
+    weights = {k: v for k, v in load_file(path).items() if "shared" not in k and "embed_tokens." not in k}
+    save_file(weights, path, metadata={"format": "pt"})
+    loaded, info = LEDForSummarization.from_pretrained(tmp_path, output_loading_info=True)
+    assert "led.shared.weight" in info["missing_keys"]
+    assert not any(k.startswith("led.encoder.layers") for k in info["missing_keys"])
 
 
 @pytest.mark.hub

@@ -214,9 +214,10 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
     def __init__(self, config: LEDSummarizationConfig):
         super().__init__(config)
         checkpointing = self.is_gradient_checkpointing  # LED's post_init read config.gradient_checkpointing
-        encoder = LEDSummarizationEncoder(config)
-        encoder.embed_tokens = self.led.shared
-        self.led.encoder = encoder
+        # the encoder's embedding is tied to led.shared by LEDModel's declared _tied_weights_keys (post_init
+        # ties it); no module alias here: transformers treats an aliased module's weights as loaded, so a
+        # checkpoint without led.shared.weight would not report it missing
+        self.led.encoder = LEDSummarizationEncoder(config)
         self.post_init()
         if checkpointing:  # the new encoder checkpoints as LED's did
             self.gradient_checkpointing_enable()
