@@ -12,6 +12,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def all_true(mask: torch.Tensor) -> bool:
+    """Whether every element of the bool ``mask`` is true, for skipping work that would not change the result
+    (an all-true padding mask, zeroing rows that all have keys). False while ``torch.compile`` or
+    ``torch.export`` traces: the values are data then, so the traced graph takes the general path."""
+    return not torch.compiler.is_compiling() and bool(mask.all())
+
+
 def allowed_mask(
     pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None
 ) -> torch.Tensor:
@@ -49,7 +56,7 @@ def sdpa_attention(query, key, value, allowed: torch.Tensor, scale: float, dropo
     any_key = allowed.any(-1, keepdim=True)  # (B, H, q, 1)
     mask = allowed | ~any_key
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    return out if bool(any_key.all()) else out * any_key.to(out.dtype)
+    return out if all_true(any_key) else out * any_key.to(out.dtype)
 
 
 def dense_weights(query, key, allowed: torch.Tensor, scale: float) -> torch.Tensor:
@@ -61,4 +68,4 @@ def dense_weights(query, key, allowed: torch.Tensor, scale: float) -> torch.Tens
     return torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
 
 
-__all__ = ["allowed_mask", "compute_dtype", "dense_attention", "dense_weights", "sdpa_attention"]
+__all__ = ["all_true", "allowed_mask", "compute_dtype", "dense_attention", "dense_weights", "sdpa_attention"]

@@ -8,7 +8,7 @@ import torch
 
 from .. import patterns as P
 from .blocked import blocked_attention
-from .dense import allowed_mask, dense_attention, sdpa_attention
+from .dense import all_true, allowed_mask, dense_attention, sdpa_attention
 from .flex import can_compile_on, compile_enabled, flex_attention_forward, flex_available
 
 BACKENDS = ("auto", "dense", "sdpa", "blocked", "flex")
@@ -75,12 +75,34 @@ def _leaves(pattern):
 
 def with_runtime_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
     """``pattern | Global(global tokens)``; for causal patterns the additions respect causality."""
-    if global_mask is None or not bool(global_mask.any()):
+    if global_mask is None or all_true(~global_mask.bool()):
         return pattern
     g = P.Global.from_mask(global_mask)
     if pattern.is_causal:
         g = g & P.Causal()
     return pattern | g
+
+
+def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
+    """While ``torch.export`` traces, raise a clear error for what it cannot trace (instead of its
+    data-dependent-guard error): random blocks (BigBird, Random), drawn in Python once the length is known,
+    and the ``"blocked"``/``"flex"`` backends, whose block plan is built in Python from the pattern's index
+    tensors. Exportable: every other pattern on the ``"sdpa"`` and ``"dense"`` backends (``"auto"`` picks
+    ``"sdpa"`` up to ``SDPA_MAX_PAIRS`` query-key pairs), and ``attn_implementation="sdpa"``/``"eager"``."""
+    if not torch.compiler.is_exporting():
+        return
+    if pattern.length_dependent:
+        raise NotImplementedError(
+            f"torch.export cannot trace {pattern!r}: its random blocks are drawn in Python (seeded) once the "
+            "sequence length is known, which export sees as data-dependent steps; use a pattern without random "
+            "blocks (e.g. Longformer or SlidingWindow | Global) to export"
+        )
+    if backend in ("auto", "blocked", "flex"):  # "auto" here: above SDPA_MAX_PAIRS, the block kernels
+        raise NotImplementedError(
+            f"torch.export cannot trace backend={backend!r} (the block kernels): its block plan for {pattern!r} is built in Python "
+            "from index tensors; export with attention_backend='sdpa' or 'dense' (or 'auto' for inputs of at "
+            f"most SDPA_MAX_PAIRS = {SDPA_MAX_PAIRS} query-key pairs), or attn_implementation='sdpa' or 'eager'"
+        )
 
 
 def pick_backend(backend: str, pattern: P.Pattern, plan, query, needs_grad: bool, dropout_p: float) -> str:
@@ -170,11 +192,12 @@ def sparse_attention(
     if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
     pattern = resolve_pattern(pattern)
+    check_exportable(pattern)
     if isinstance(pattern, P.PerHead) and pattern.num_heads != H:
         raise ValueError(f"PerHead has {pattern.num_heads} patterns but the input has {H} heads")
     key_valid = _check_mask("attention_mask", attention_mask, B, kv_len, query.device)
     global_mask = _check_mask("global_attention_mask", global_attention_mask, B, kv_len, query.device)
-    if key_valid is not None and bool(key_valid.all()):
+    if key_valid is not None and all_true(key_valid):
         key_valid = None
 
     effective = with_runtime_globals(pattern, global_mask)
@@ -199,6 +222,7 @@ def sparse_attention(
             gen.manual_seed(int(torch.randint(0, 2**62, (1,)).item()) if seed is None else seed)
         return dense_attention(query, key, value, allowed, scale, dropout_p, gen)
 
+    check_exportable(pattern, backend)
     plan = bound.plan(q_len, kv_len, block=block)
     chosen = pick_backend(backend, bound, plan, query, needs_grad, dropout_p)
     if chosen == "flex":
@@ -228,4 +252,11 @@ def _check_flex(pattern, query, needs_grad, dropout_p):
         )
 
 
-__all__ = ["BACKENDS", "choose_block", "resolve_pattern", "sparse_attention", "with_runtime_globals"]
+__all__ = [
+    "BACKENDS",
+    "check_exportable",
+    "choose_block",
+    "resolve_pattern",
+    "sparse_attention",
+    "with_runtime_globals",
+]

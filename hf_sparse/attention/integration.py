@@ -71,7 +71,7 @@ from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging
 
 from .. import patterns as P
-from .dense import allowed_mask, dense_weights, sdpa_attention
+from .dense import all_true, allowed_mask, dense_weights, sdpa_attention
 from .dispatch import BACKENDS, resolve_pattern, sparse_attention, with_runtime_globals
 
 logger = logging.get_logger(__name__)
@@ -291,7 +291,7 @@ def _from_pattern_mask(mf: PatternMask, batch_size: int) -> SparseMask:
     # pattern only (else the rule is materialised over the keys' positions)
     consecutive = consecutive and (start == 0 or pattern.translation_invariant)
     padding = mf.padding
-    if padding is not None and bool(padding.all()):
+    if padding is not None and all_true(padding):
         padding = None
     return SparseMask(
         padding, int(batch_size), mf.q_length, kv_len, mf.q_offset, start if consecutive else 0,
@@ -363,7 +363,7 @@ def sparse_attention_mask(
         if (missing := kv_offset + kv_length - keep.shape[-1]) > 0:
             keep = torch.nn.functional.pad(keep, (0, missing), value=False)
         keep = keep[:, kv_offset : kv_offset + kv_length]  # (B, kv_length)
-        padding = None if bool(keep.all()) else keep
+        padding = None if all_true(keep) else keep
     window = None if local_size is None else int(local_size)
     return SparseMask(
         padding, int(batch_size), int(q_length), int(kv_length), q_offset, kv_offset, causal, window
@@ -472,7 +472,7 @@ def _mask_info(attention_mask, B: int, q_len: int, kv_len: int, module) -> Spars
                 f"got {tuple(attention_mask.shape)}"
             )
         keep = attention_mask != 0
-        return SparseMask(None if bool(keep.all()) else keep, B, q_len, kv_len, q_offset=kv_len - q_len)
+        return SparseMask(None if all_true(keep) else keep, B, q_len, kv_len, q_offset=kv_len - q_len)
     shape = tuple(getattr(attention_mask, "shape", ()))
     raise NotImplementedError(
         f"attn_implementation='hf_sparse' got a {type(attention_mask).__name__} attention mask of shape {shape} in "
@@ -536,11 +536,17 @@ def sparse_attention_forward(
     output_attentions = bool(kwargs.get("output_attentions"))
 
     # ---- a PatternMask (SparseTransformer models) whose rule must be materialised: keys at
-    # non-consecutive positions (pattern-aware cache), or weights to return
-    if info is not None and info.source is not None and (info.key_positions is not None or output_attentions):
+    # non-consecutive positions (pattern-aware cache), weights to return, or left-padded rows under
+    # torch.export (the per-row kernel calls below slice at data-dependent offsets; the rule indexes them)
+    exporting_rows = torch.compiler.is_exporting() and info is not None and info.row_offsets is not None
+    if (
+        info is not None
+        and info.source is not None
+        and (info.key_positions is not None or output_attentions or exporting_rows)
+    ):
         if q_len * kv_total > MAX_DENSE_ATTENTION_WEIGHTS:
             raise ValueError(
-                f"attn_implementation='hf_sparse' materialises the attention weights here; q_len * kv_len = "
+                f"attn_implementation='hf_sparse' materialises the attention mask here; q_len * kv_len = "
                 f"{q_len} * {kv_total} exceeds MAX_DENSE_ATTENTION_WEIGHTS = {MAX_DENSE_ATTENTION_WEIGHTS}"
             )
         allowed = info.source.dense(B, H)  # (B, 1|H, q, kv)

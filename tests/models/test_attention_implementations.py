@@ -23,6 +23,8 @@ CASES = {
     "window_6": (P.SlidingWindow(window=6), False),
     "longformer_8|strided_5": (P.Longformer(window=8) | P.Strided(stride=5, causal=False), False),
     "dilated&global": (P.Dilated(window=8, dilation=2) | P.Global(indices=[3]), False),
+    # random blocks: sdpa/eager bind them to the length as the hf_sparse kernels do
+    "bigbird": (P.BigBird(block=4, window_blocks=3, random_blocks=1, global_blocks=1, seed=0), False),
     # decoder patterns, left padding
     "causal_window_6": (P.SlidingWindow(window=6, causal=True), True),
     "fixed_8_2": (P.Fixed(block=8, summary=2, causal=True), True),
@@ -146,20 +148,39 @@ def test_returned_attention_weights_are_on_the_output_path(impl):
     assert weights.grad is not None and weights.grad.abs().sum() > 0
 
 
-# hf_sparse on the "dense" kernel: the "sdpa" kernel (attention/dense.py: sdpa_attention) still branches on
-# `bool(any_key.all())`, a data-dependent guard that torch.export refuses
-@pytest.mark.parametrize("case", ["window_6", "fixed_8_2"])
-@pytest.mark.parametrize("impl, backend", [("hf_sparse", "dense"), ("sdpa", "auto"), ("eager", "auto")])
+@pytest.mark.parametrize("case", ["window_6", "longformer_8|strided_5", "fixed_8_2", "strided_5"])
+@pytest.mark.parametrize(
+    "impl, backend", [("hf_sparse", "auto"), ("hf_sparse", "sdpa"), ("hf_sparse", "dense"), ("sdpa", "auto"),
+                      ("eager", "auto")],
+)  # fmt: skip
 def test_torch_export(case, impl, backend):
-    """No data-dependent Python ints in the model's forward (the embeddings' position check included)."""
+    """torch.export traces the model (no data-dependent Python branch: padding, global tokens, left padding) and
+    the exported program gives the eager outputs."""
     model = _model(case, backend, max_position_embeddings=64)
     model.set_attn_implementation(impl)
-    ids = torch.randint(2, model.config.vocab_size, (1, 24))
-    kwargs = {"use_cache": False} if model.config.is_decoder else {}
-    exported = torch.export.export(model, (ids,), kwargs=kwargs, strict=False)
+    inputs = _inputs(model)
+    if model.config.is_decoder:
+        inputs["use_cache"] = False
+    exported = torch.export.export(model, (), kwargs=inputs, strict=False)
     with torch.no_grad():
-        got, want = exported.module()(ids, **kwargs).logits, model(ids, **kwargs).logits
+        got, want = exported.module()(**inputs).logits, model(**inputs).logits
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "case, impl, backend, match",
+    [
+        ("window_6", "hf_sparse", "blocked", "cannot trace backend='blocked'"),
+        ("bigbird", "hf_sparse", "auto", "cannot trace BigBird.*random blocks"),
+        ("bigbird", "sdpa", "auto", "cannot trace BigBird.*random blocks"),
+        ("bigbird", "eager", "auto", "cannot trace BigBird.*random blocks"),
+    ],
+)
+def test_torch_export_says_what_it_cannot_trace(case, impl, backend, match):
+    model = _model(case, backend, max_position_embeddings=64)
+    model.set_attn_implementation(impl)
+    with pytest.raises(NotImplementedError, match=match):
+        torch.export.export(model, (), kwargs=_inputs(model), strict=False)
 
 
 def test_a_remote_code_copy_registered_later_still_serves_the_package_models(tmp_path):

@@ -39,6 +39,8 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from ...attention.dense import all_true
+from ...attention.dispatch import check_exportable
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
 from ...patterns.per_head import PerHead as PerHeadPattern
 from .cache_sparse_transformer import SparsePatternCache
@@ -69,7 +71,7 @@ def left_padding(attention_mask):
     if attention_mask is None:
         return None
     lead = (attention_mask.cumsum(-1) == 0).sum(-1)  # (B,)
-    return lead if bool(lead.any()) else None
+    return None if all_true(lead == 0) else lead
 
 
 def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device):
@@ -86,6 +88,16 @@ def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device)
             f"attn_implementation={impl!r} builds one mask for all heads; {mask_function.pattern!r} differs per "
             f"head: use attn_implementation={ATTN_IMPLEMENTATION!r}"
         )
+    pattern = mask_function.pattern
+    if impl != ATTN_IMPLEMENTATION and not pattern.bound:  # materialised here, before the attention runs
+        check_exportable(pattern)
+        if pattern.content_based:
+            raise NotImplementedError(
+                f"attn_implementation={impl!r} materialises the mask before attention, but {pattern!r} is chosen "
+                f"from the queries and keys: use attn_implementation={ATTN_IMPLEMENTATION!r}"
+            )
+        # random blocks etc. fixed for this length, as the hf_sparse kernels fix them
+        mask_function.pattern = pattern.bind(mask_function.q_length, mask_function.key_positions.shape[0])
     mask_function.padding_queries_attend_self = impl == "sdpa"
     kw = dict(
         batch_size=batch_size, kv_length=mask_function.key_positions.shape[0], kv_offset=0,
@@ -584,7 +596,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                 raise ValueError(
                     f"attention_mask covers {attention_mask.shape[-1]} positions, expected {past + n} (cached + new)"
                 )
-        if global_attention_mask is not None and not bool(global_attention_mask.any()):
+        if global_attention_mask is not None and all_true(global_attention_mask == 0):
             global_attention_mask = None
         if global_attention_mask is not None and past > 0:
             raise ValueError("global_attention_mask cannot be combined with a KV cache; pass use_cache=False")
