@@ -1,7 +1,10 @@
 """Build ``RESULTS.md`` (passed / failed / skipped per test class) from the JUnit XML of a conformance run:
 
     .venv/bin/python -m pytest -q -n auto -m "not gpu and not hub" tests/conformance --junitxml=conformance.xml
-    .venv/bin/python -m tests.conformance.results_table conformance.xml "<command, date, host>" > tests/conformance/RESULTS.md
+    .venv/bin/python -m tests.conformance.results_table "<command, date, host>" conformance.xml [rerun.xml ...] \
+        > tests/conformance/RESULTS.md
+
+A later XML (a rerun of some classes after a fix) replaces the earlier results of the tests it holds.
 
 Skips are split into this project's not-applicable list (``not_applicable.py``, reasons below the table) and
 transformers' own skips (the test decides it does not apply: no accelerator, no Flash Attention, not a composite
@@ -43,28 +46,32 @@ def outcome(case: ET.Element) -> tuple[str, str]:
     return "passed", ""
 
 
-def table(xml_path: str) -> tuple[dict[str, collections.Counter], collections.Counter]:
+def table(xml_paths: list[str]) -> tuple[dict[str, collections.Counter], collections.Counter]:
+    results: dict[tuple[str, str], tuple[str, str]] = {}  # (class, test) -> (outcome, message); later wins
+    for path in xml_paths:
+        for case in ET.parse(path).getroot().iter("testcase"):
+            results[case.get("classname", "").rsplit(".", 1)[-1], case.get("name", "")] = outcome(case)
     per_class: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     transformers_skips: collections.Counter = collections.Counter()
-    for case in ET.parse(xml_path).getroot().iter("testcase"):
-        cls = case.get("classname", "").rsplit(".", 1)[-1]
-        kind, message = outcome(case)
+    for (cls, _), (kind, message) in results.items():
         per_class[cls][kind] += 1
         if kind == "skipped by transformers":
             transformers_skips[message.split("\n", 1)[0][:110]] += 1
     return per_class, transformers_skips
 
 
-def render(xml_path: str, how: str) -> str:
-    per_class, skips = table(xml_path)
+def render(how: str, xml_paths: list[str]) -> str:
+    per_class, skips = table(xml_paths)
     total = sum(per_class.values(), collections.Counter())
     lines = [
         "# transformers' common model tests over hf-sparse's models",
         "",
         f"transformers {transformers.__version__}; {how}.",
         "Tests of `ModelTesterMixin` and `ConfigTester` (transformers' sdist, cached by `make conformance-cache`); "
-        "one row per test class (`tests/conformance/`), counting test functions (a parametrized row or a "
-        "subtest loop counts once). Regenerate with `python -m tests.conformance.results_table`.",
+        "one row per test class (`tests/conformance/`), counting test functions (a parametrized row counts "
+        "once; a test that loops over the class's model heads in subtests counts once, as skipped by "
+        "transformers when its own check skipped some head). Regenerate with "
+        "`python -m tests.conformance.results_table`.",
         "",
         "| class | " + " | ".join(OUTCOMES) + " |",
         "|---|" + "---:|" * len(OUTCOMES),
@@ -90,6 +97,8 @@ def render(xml_path: str, how: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m tests.conformance.results_table JUNIT_XML 'how it was run'")
-    sys.stdout.write(render(sys.argv[1], sys.argv[2]))
+    if len(sys.argv) < 3:
+        raise SystemExit(
+            "usage: python -m tests.conformance.results_table 'how it was run' JUNIT_XML [RERUN_XML ...]"
+        )
+    sys.stdout.write(render(sys.argv[1], sys.argv[2:]))
