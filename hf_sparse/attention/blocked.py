@@ -50,6 +50,13 @@ FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior block
 FORWARD_SUB_BLOCK = 32
 BAND_BACKWARD_MIN_BLOCKS = 16
 BAND_TILE = 32  # query rows per tile of the band backward (keys per tile: BAND_TILE + band width - 1)
+# Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 64 over 32
+# and 128 at 8k, window 512 (contended, same process, alternating): forward 1.50 s vs 1.85 / 1.48 s,
+# backward 2.00 s vs 2.28 / 2.32 s.
+FUSED_BAND_ROWS = 64
+# Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
+# should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
+FUSED_BAND_MAX_WIDTH = 4096
 
 
 def _flash_cpu_available() -> bool:
@@ -632,15 +639,22 @@ def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s
 # ----------------------------------------------------------------------------- fused CPU kernel
 
 
-def _use_fused(p: _Prep, q: torch.Tensor) -> bool:
-    """The compiled kernel (``fused.py``) runs gathered, dense and non-translation-invariant band
-    components in float32/float64 on CPU without dropout; translation-invariant bands keep their
-    tuned path (offset-indexed backward), everything else the pure-PyTorch path."""
+def _fused_kind(p: _Prep, q: torch.Tensor) -> str | None:
+    """Which compiled kernel (``fused.py``) runs this component: ``"band"`` for translation-invariant
+    bands (sliding windows: one contiguous key window per 32-row query tile), ``"tables"`` for
+    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, dropout,
+    half precision, or the kernel not built / ``HF_SPARSE_FUSED=0``).
+
+    Measured side by side in one process (contended 2-core host, B=1 H=12 D=64 float32, fwd+bwd,
+    new/old): SlidingWindow(512) band kernel vs the PyTorch band path FIXME.
+    """
     if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
-        return False
-    if p.mode == "band" and p.offsets is not None:
-        return False
-    return fused.available()
+        return None
+    if not fused.available():
+        return None
+    if p.mode == "band" and p.offsets is not None and p.offsets[1] - p.offsets[0] < FUSED_BAND_MAX_WIDTH:
+        return "band"
+    return "tables"
 
 
 def _fused_tables(p: _Prep, BH: int, device):
@@ -685,6 +699,49 @@ def _fused_tables(p: _Prep, BH: int, device):
     return kv, tidx, tiles.contiguous(), group
 
 
+def _fused_band_args(p: _Prep, B: int, H: int, device):
+    """The band as the kernel takes it: allowed offsets (uint8, from dmin), dmin, and key / query
+    validity per flattened row ((B*H, n) uint8, or empty where every row is valid)."""
+    dmin, _, allowed = p.offsets
+    none = torch.empty(0, dtype=torch.uint8, device=device)
+    kv = none
+    if p.key_valid is not None:
+        kv = p.key_valid.expand(B, H, p.nk).reshape(B * H, p.nk).to(torch.uint8).contiguous()
+    qv = none
+    if p.q_valid is not None:
+        qv = p.q_valid[:, None].expand(B, H, p.nq).reshape(B * H, p.nq).to(torch.uint8).contiguous()
+    return allowed.to(device=device, dtype=torch.uint8).contiguous(), dmin, kv, qv
+
+
+def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> torch.Tensor:
+    """delta_i = sum_d dO * O - dlse, 0 on rows with no allowed key (their outputs are constants)."""
+    delta = torch.stack([(d_out[r] * out[r]).sum(-1) for r in range(out.shape[0])])  # cache-sized
+    if d_lse is not None:
+        delta = delta - d_lse.to(delta.dtype)
+    return torch.where(torch.isinf(lse), torch.zeros_like(delta), delta).contiguous()
+
+
+class _FusedBand(torch.autograd.Function):
+    """A translation-invariant band through the compiled kernel: q (BH, nq, D), k/v (BH, nk, D)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, p: _Prep, band_args):
+        out, lse = fused.ops().band_forward(q, k, v, *band_args, FUSED_BAND_ROWS, p.scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.p, ctx.band_args = p, band_args
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
+        delta = _delta(d_out, out, lse, d_lse)
+        dq, dk, dv = fused.ops().band_backward(
+            q, k, v, d_out, lse, delta, *ctx.band_args, FUSED_BAND_ROWS, ctx.p.scale
+        )
+        return dq, dk, dv, None, None
+
+
 class _FusedBlockSparse(torch.autograd.Function):
     """One component through the compiled kernel: q (BH, nq, D), k/v (BH, nk, D), unpadded."""
 
@@ -701,12 +758,8 @@ class _FusedBlockSparse(torch.autograd.Function):
         q, k, v, out, lse, *tables = ctx.saved_tensors
         p: _Prep = ctx.p
         d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
-        # delta_i = sum_d dO * O - dlse; rows with no allowed key get no gradient (see _BlockSparse)
-        delta = torch.stack([(d_out[r] * out[r]).sum(-1) for r in range(out.shape[0])])
-        if d_lse is not None:
-            delta = delta - d_lse.to(delta.dtype)
-        delta = torch.where(torch.isinf(lse), torch.zeros_like(delta), delta)
-        dq, dk, dv = fused.ops().backward(q, k, v, d_out, lse, delta.contiguous(), *tables, p.c, p.scale)
+        delta = _delta(d_out, out, lse, d_lse)
+        dq, dk, dv = fused.ops().backward(q, k, v, d_out, lse, delta, *tables, p.c, p.scale)
         return dq, dk, dv, None
 
 
@@ -730,13 +783,17 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
     nq, nk = qs.shape[-2], ks.shape[-2]
     p = _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, device)
     c = p.c
-    if _use_fused(p, q):  # no padding: the kernel cuts the last blocks to the rows that exist
-        out, lse = _FusedBlockSparse.apply(
+    kind = _fused_kind(p, q)
+    if kind is not None:  # no padding: the kernels cut the last blocks to the rows that exist
+        flat = (
             qs.reshape(B * H, nq, D).contiguous(),
             ks.reshape(B * H, nk, D).contiguous(),
             vs.reshape(B * H, nk, -1).contiguous(),
-            p,
         )
+        if kind == "band":
+            out, lse = _FusedBand.apply(*flat, p, _fused_band_args(p, B, H, device))
+        else:
+            out, lse = _FusedBlockSparse.apply(*flat, p)
         return _to_query_rows(comp, out.view(B, H, nq, -1), lse.view(B, H, nq), nq_t)
     # flatten (B, H) and pad rows to whole blocks (plus the band's look-around margins)
     qf = pad_rows(qs.reshape(B * H, nq, D), 0, p.nqb * c - nq)

@@ -325,13 +325,15 @@ def test_sdpa_dropout_is_seeded():
 
 
 @pytest.mark.parametrize("path", ["fused", "fallback"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [*MODES, "gqa"])
 @pytest.mark.parametrize("n", [7, 129, 1000])
 @pytest.mark.parametrize("name", list(PATTERNS))
 def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monkeypatch):
-    """Both paths of the blocked kernel: the compiled one (``fused.py``; gathered, dense and
-    irregular band components) and the pure-PyTorch one it falls back to (``HF_SPARSE_FUSED=0``, or no
-    compiler). Outputs and gradients equal the dense reference to 1e-10 in float64."""
+    """Both paths of the blocked kernel: the compiled ones (``fused.py``: the band kernel for sliding
+    windows, the table kernel for gathered, dense and irregular band components) and the pure-PyTorch
+    one they fall back to (``HF_SPARSE_FUSED=0``, or no compiler). Outputs and gradients equal the
+    dense reference to 1e-10 in float64. ``gqa``: one key/value head for three query heads, with
+    padding and global tokens."""
     import hf_sparse.attention.blocked as blocked
     from hf_sparse.attention import fused
 
@@ -339,18 +341,50 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "1" if path == "fused" else "0")
     calls = []
-    real = blocked._FusedBlockSparse.apply
-    monkeypatch.setattr(blocked._FusedBlockSparse, "apply", lambda *a: calls.append(1) or real(*a))
+    for fn in (blocked._FusedBlockSparse, blocked._FusedBand):
+        real = fn.apply
+        monkeypatch.setattr(fn, "apply", lambda *a, real=real: calls.append(1) or real(*a))
     pattern = PATTERNS[name]
     q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n, D=8))
-    ref = _run(q, k, v, pattern, mode, "dense")
-    out = _run(q, k, v, pattern, mode, "blocked")
+    if mode == "gqa":
+        k, v = (t[:, :1].detach().requires_grad_() for t in (k, v))
+        am, gm = make_masks("padding", q.shape[0], n)[0], make_masks("global", q.shape[0], n)[1]
+        kw = {"attention_mask": am, "global_attention_mask": gm}
+        ref = sparse_attention(q, k, v, pattern, backend="dense", **kw)
+        out = sparse_attention(q, k, v, pattern, backend="blocked", **kw)
+    else:
+        ref = _run(q, k, v, pattern, mode, "dense")
+        out = _run(q, k, v, pattern, mode, "blocked")
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
     if path == "fallback":
         assert not calls
+
+
+@pytest.mark.parametrize("name", ["sliding_window", "sliding_window_causal", "longformer", "strided"])
+def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
+    """Translation-invariant bands (sliding windows, alone, in Longformer or in Strided) run the compiled band
+    kernel where it is built, not the table kernel or the pure-PyTorch band path."""
+    import hf_sparse.attention.blocked as blocked
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    calls = {"band": 0, "tables": 0, "torch": 0}
+    for fn, kind in (
+        (blocked._FusedBand, "band"),
+        (blocked._FusedBlockSparse, "tables"),
+        (blocked._BlockSparse, "torch"),
+    ):
+        real = fn.apply
+        monkeypatch.setattr(
+            fn, "apply", lambda *a, real=real, kind=kind: calls.__setitem__(kind, calls[kind] + 1) or real(*a)
+        )
+    q, k, v = _inputs(300)
+    _run(q, k, v, PATTERNS[name], "padding", "blocked").sum().backward()
+    assert calls["band"] == 1 and calls["torch"] == 0, calls  # Strided: its columns run on tables
 
 
 def test_fused_kernel_runs_gathered_components():
