@@ -12,7 +12,9 @@ Paths:
 * ``new``: the dispatch as it is (``blocked._fused_kind``);
 * ``tables``: translation-invariant bands on the pure-PyTorch band path, everything else on the
   compiled table kernel (the dispatch before the compiled band kernel);
-* ``fallback``: pure PyTorch everywhere (``HF_SPARSE_FUSED=0``).
+* ``fallback``: pure PyTorch everywhere (``HF_SPARSE_FUSED=0``);
+* ``ref``: ``hf_sparse/attention/blocked.py`` as it is at git revision ``--ref`` (default ``main``),
+  loaded next to the current one (it runs the current compiled kernel where it calls one).
 
     python scripts/compare_kernel_paths.py --patterns sliding_window strided --sizes 8192 16384
 """
@@ -20,8 +22,10 @@ Paths:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -31,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from hf_sparse import patterns as P  # noqa: E402
 from hf_sparse import sparse_attention  # noqa: E402
-from hf_sparse.attention import blocked  # noqa: E402
+from hf_sparse.attention import blocked, dispatch  # noqa: E402
 
 H, D = 12, 64
 SPECS = {
@@ -43,7 +47,8 @@ SPECS = {
     "dilated": {"type": "dilated", "window": 256, "dilation": 2},
     "longformer": {"type": "longformer", "window": 512},
 }
-PATHS = ("new", "tables", "fallback")
+PATHS = ("new", "tables", "fallback", "ref")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
 def matmul_gflops() -> float:
@@ -57,8 +62,26 @@ def matmul_gflops() -> float:
     return 2 * 4096**3 / statistics.median(times) / 1e9
 
 
-def _set_path(path: str, original):
+def load_ref(ref: str):
+    """``blocked.py`` at git revision ``ref`` as module ``hf_sparse.attention.blocked_ref``."""
+    source = subprocess.run(
+        ["git", "-C", ROOT, "show", f"{ref}:hf_sparse/attention/blocked.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    name = "hf_sparse.attention.blocked_ref"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "hf_sparse.attention"
+    sys.modules[name] = module
+    exec(compile(source, f"{ref}:blocked.py", "exec"), module.__dict__)
+    return module
+
+
+def _set_path(path: str, original, ref_module=None):
     os.environ["HF_SPARSE_FUSED"] = "0" if path == "fallback" else "1"
+    dispatch.blocked_attention = ref_module.blocked_attention if path == "ref" else blocked.blocked_attention
     if path == "tables":
         blocked._fused_kind = lambda p, q: None if original(p, q) == "band" else original(p, q)
     else:
@@ -78,12 +101,14 @@ def main():
     ap.add_argument("--patterns", nargs="+", default=["sliding_window", "bigbird", "strided"], choices=SPECS)
     ap.add_argument("--sizes", nargs="+", type=int, default=[8192, 16384], help="sequence lengths")
     ap.add_argument("--paths", nargs="+", default=["new", "tables"], choices=PATHS, help="paths to compare")
+    ap.add_argument("--ref", default="main", help="git revision whose blocked.py the 'ref' path runs")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions of each path (after one warm-up)")
     ap.add_argument("--forward", action="store_true", help="time the forward only (no grad)")
     args = ap.parse_args()
     if args.reps < 1:
         raise ValueError(f"--reps must be >= 1, got {args.reps}")
     original = blocked._fused_kind
+    ref_module = load_ref(args.ref) if "ref" in args.paths else None
     rate0 = matmul_gflops()
     print(
         f"matmul before: {rate0:.1f} GFLOP/s; threads {torch.get_num_threads()}; contended host", flush=True
@@ -104,7 +129,7 @@ def main():
             times = {p: [] for p in args.paths}
             for rep in range(args.reps + 1):
                 for path in args.paths if rep % 2 == 0 else args.paths[::-1]:
-                    _set_path(path, original)
+                    _set_path(path, original, ref_module)
                     t0 = time.perf_counter()
                     _run_once(q, k, v, pattern, kw, args.forward)
                     if rep:  # the first round warms up (tables, allocations)
@@ -119,9 +144,9 @@ def main():
             )
     _set_path("new", original)
     rate1 = matmul_gflops()
-    moved = abs(rate1 - rate0) / rate0
+    moved = (rate1 - rate0) / rate0
     print(
-        f"matmul after: {rate1:.1f} GFLOP/s ({moved:+.0%} vs before{'; MOVED >10%: repeat' if moved > 0.1 else ''})"
+        f"matmul after: {rate1:.1f} GFLOP/s ({moved:+.0%} vs before{'; MOVED >10%: repeat' if abs(moved) > 0.1 else ''})"
     )
 
 
