@@ -387,6 +387,26 @@ def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
     assert calls["band"] == 1 and calls["torch"] == 0, calls  # Strided: its columns run on tables
 
 
+def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
+    """A band wider than FUSED_BAND_MAX_WIDTH key offsets goes to the table kernel, still exact."""
+    import hf_sparse.attention.blocked as blocked
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setattr(blocked, "FUSED_BAND_MAX_WIDTH", 8)
+    calls = []
+    real = blocked._FusedBand.apply
+    monkeypatch.setattr(blocked._FusedBand, "apply", lambda *a: calls.append(1) or real(*a))
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(200, D=8))
+    for window, used in ((7, 1), (9, 0)):  # offsets -3..3 fit, -4..4 do not
+        calls.clear()
+        pattern = P.SlidingWindow(window=window)
+        out = _run(q, k, v, pattern, "padding", "blocked")
+        torch.testing.assert_close(out, _run(q, k, v, pattern, "padding", "dense"), atol=1e-10, rtol=0)
+        assert len(calls) == used
+
+
 def test_fused_kernel_runs_gathered_components():
     """BigBird's and Strided's components go through the compiled kernel where it is built."""
     import hf_sparse.attention.blocked as blocked
