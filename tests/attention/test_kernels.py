@@ -182,8 +182,11 @@ def test_auto_uses_blocked_on_cpu_and_never_dense(monkeypatch):
 
 def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
     """Long padding: whole chunks of the band backward have no key. Their dq comes from an
-    uninitialised buffer and must be written as zeros (here torch.empty returns NaN-filled memory)."""
+    uninitialised buffer and must be written as zeros (here torch.empty returns NaN-filled memory).
+    The pure-PyTorch band path (the compiled band kernel's fallback)."""
     import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
     monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 16 * 16 * 48)  # a few query blocks per chunk
     real_empty = torch.empty
@@ -214,8 +217,11 @@ def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
 )
 def test_band_forward_sub_blocks_match_dense(pattern, block, mode, monkeypatch):
     """Interior band blocks run the fused forward in sub-blocks with narrower key windows; the
-    output, its gradients and the log-sum-exp the backward reads stay exact."""
+    output, its gradients and the log-sum-exp the backward reads stay exact. The pure-PyTorch band
+    path (the compiled band kernel's fallback)."""
     import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
     calls = []
     real = blocked._flash_band_clean
@@ -252,8 +258,11 @@ def test_sub_tile_windows():
 )
 def test_band_backward_sliding_buffers_match_dense(pattern, mode, monkeypatch):
     """The band backward keeps only a sliding window of probability rows per head (chunks of a few
-    query tiles here, so the buffers slide many times); gradients stay exact, edges and padding too."""
+    query tiles here, so the buffers slide many times); gradients stay exact, edges and padding too.
+    The pure-PyTorch band path (the compiled band kernel's fallback)."""
     import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
     monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 4 * 32 * 80)
     calls = []
