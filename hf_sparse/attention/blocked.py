@@ -1,4 +1,4 @@
-"""Block-sparse attention in plain PyTorch: exact forward and backward, any device, O(n) memory.
+"""Block-sparse attention: exact forward and backward, any device, O(n) memory; compiled CPU kernels.
 
 A plan (see ``patterns.base``) is a list of disjoint components. Each runs here as one
 ``torch.autograd.Function`` that walks its query blocks in chunks:
@@ -21,11 +21,12 @@ buffers indexed by key offset (``_backward_band``): query tiles of ``BAND_TILE``
 probabilities there, and the same memory read with other strides gives each key tile the queries
 that see it, so key and value gradients are plain matmuls written to their own rows.
 
-Gathered, dense and irregular band components in float32/float64 on CPU (no dropout) run the
-compiled kernel of ``fused.py`` (``_FusedBlockSparse``: key-block tables and partial 0/1 tiles built
-here, no padded or gathered copies of q/k/v/dO); where it cannot be built, or with
-``HF_SPARSE_FUSED=0``, they take the pure-PyTorch path below. Measured on a heavily shared 2-core
-host (matmul 76-102 GFLOP/s): BigBird(64) at 4k fwd+bwd 2-3 s fused vs 5-13 s pure PyTorch.
+On CPU in float32/float64 without dropout, components run the compiled kernels of ``fused.py``
+instead (``_fused_kind`` picks; no padded or gathered copies of q/k/v/dO): translation-invariant
+bands the band kernel (``_FusedBand``: one contiguous key window per tile of ``FUSED_BAND_ROWS``
+queries), everything else the table kernel (``_FusedBlockSparse``: key-block tables and partial 0/1
+tiles built here, the rule evaluated only in tiles that are not full). Where they cannot be built, or
+with ``HF_SPARSE_FUSED=0``, the pure-PyTorch path above runs: same results, slower.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior block
 FORWARD_SUB_BLOCK = 32
 BAND_BACKWARD_MIN_BLOCKS = 16
 BAND_TILE = 32  # query rows per tile of the band backward (keys per tile: BAND_TILE + band width - 1)
+# Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 64 over 32
+# and 128 at 8k, window 512 (contended, same process, alternating): forward 1.50 s vs 1.85 / 1.48 s,
+# backward 2.00 s vs 2.28 / 2.32 s.
+FUSED_BAND_ROWS = 64
+# Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
+# should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
+FUSED_BAND_MAX_WIDTH = 4096
 
 
 def _flash_cpu_available() -> bool:
@@ -632,57 +640,147 @@ def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s
 # ----------------------------------------------------------------------------- fused CPU kernel
 
 
-def _use_fused(p: _Prep, q: torch.Tensor) -> bool:
-    """The compiled kernel (``fused.py``) runs gathered, dense and non-translation-invariant band
-    components in float32/float64 on CPU without dropout; translation-invariant bands keep their
-    tuned path (offset-indexed backward), everything else the pure-PyTorch path."""
+def _fused_kind(p: _Prep, q: torch.Tensor) -> str | None:
+    """Which compiled kernel (``fused.py``) runs this component: ``"band"`` for translation-invariant
+    bands (sliding windows: one contiguous key window per 32-row query tile), ``"tables"`` for
+    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, dropout,
+    half precision, or the kernel not built / ``HF_SPARSE_FUSED=0``).
+
+    Measured side by side in one process, runs alternating (``scripts/compare_kernel_paths.py``;
+    heavily contended 2-core host, matmul 24-62 GFLOP/s during the runs, so the ratios are the
+    figures, not the times; B=1 H=12 D=64 float32, forward+backward, this dispatch / the one before):
+    SlidingWindow(512) 0.11-0.21 at 8k and 0.15-0.27 at 16k (band kernel vs the PyTorch band path);
+    Strided(128) 0.27-0.30 at 8k, 0.29-0.41 at 16k (its local band); Longformer(512) with one global
+    token 0.33 at 8k, 0.30 at 16k. The table kernel beats the PyTorch path on every component measured
+    (BigBird(64) at 16k: 7.4 s vs 37.7 s), so it takes everything the band kernel does not.
+    """
     if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
-        return False
-    if p.mode == "band" and p.offsets is not None:
-        return False
-    return fused.available()
+        return None
+    if not fused.available():
+        return None
+    if p.mode == "band" and p.offsets is not None and p.offsets[1] - p.offsets[0] < FUSED_BAND_MAX_WIDTH:
+        return "band"
+    return "tables"
+
+
+def _tile_blocks(p: _Prep, b: int, h: int, device):
+    """Key block and full flag of every (query block, slot) of one group: (nqb, K) int64 (-1: none)
+    and (nqb, K) bool, for every mode (band slots are ``qb + lo + slot``)."""
+    lay, nqb = p.comp.layout, p.nqb
+    pick = lambda t: t[min(b, t.shape[0] - 1), min(h, t.shape[1] - 1)].to(device)  # noqa: E731
+    if p.mode == "gather":
+        return pick(lay.kv_index), pick(lay.full)
+    if p.mode == "dense":
+        K = lay.num_kv_blocks
+        return torch.arange(K, device=device).expand(nqb, K), pick(lay.full)
+    lo, hi = lay.band  # kv_index rows are compacted at the edges: put full flags back in window slots
+    idx, flags = pick(lay.kv_index), pick(lay.full)
+    slot = idx - (torch.arange(nqb, device=device)[:, None] + lo)
+    ok = (idx >= 0) & (slot >= 0) & (slot <= hi - lo)
+    full = torch.zeros(nqb, hi - lo + 1, dtype=torch.bool, device=device)
+    full.scatter_(1, torch.where(ok, slot, torch.zeros_like(slot)), flags & ok)
+    return torch.arange(nqb, device=device)[:, None] + lo + torch.arange(hi - lo + 1, device=device), full
 
 
 def _fused_tables(p: _Prep, BH: int, device):
     """The component as tables for the kernel: kv (G, nqb, K) key blocks (-1: none), tidx (G, nqb, K)
     (-1: full tile, else an index into tiles (T, c, c) uint8), group (BH,) mask group of each row.
-    Partial tiles (the rule, padding, sequence edges) come from the same ``_chunk_bias`` as the
-    PyTorch path; tiles with no allowed pair are dropped."""
-    c, nqb, lay = p.c, p.nqb, p.comp.layout
+
+    Tiles the layout marks full and that hold no padding or sequence edge are full without looking
+    inside; the rule (and padding) is evaluated only in the other kept tiles, which become partial
+    tiles, full ones, or are dropped when they allow no pair. (Evaluating every tile's rule was a third
+    of BigBird's forward at 16k.)"""
+    c, nqb, comp = p.c, p.nqb, p.comp
     K = p.L // c
     G = len(p.groups)
     kv = torch.full((G, nqb, K), -1, dtype=torch.int32)
     tidx = torch.full((G, nqb, K), -1, dtype=torch.int32)
     group = torch.empty(BH, dtype=torch.int32)
     tiles, count = [], 0
-    step = max(1, min(nqb, (1 << 22) // (c * p.L)))
+    nkb = -(-p.nk // c)
+    ar = torch.arange(c, device=device)
     for gi, (b, h, r0, r1) in enumerate(p.groups):
         group[r0:r1] = gi
-        for s in range(0, nqb, step):
-            e = min(s + step, nqb)
-            bias, _ = _chunk_bias(p, b, h, s, e, torch.float32, device)
-            at = (bias[0] == 0).view(e - s, c, K, c).permute(0, 2, 1, 3)  # (g, K, c, c) allowed
-            if p.mode == "gather":
-                blocks = lay.kv_index[
-                    min(b, lay.kv_index.shape[0] - 1), min(h, lay.kv_index.shape[1] - 1), s:e
-                ]
-            elif p.mode == "dense":
-                blocks = torch.arange(K).expand(e - s, K)
-            else:  # band: slot j of query block qb is key block qb + lo + j
-                blocks = torch.arange(s, e)[:, None] + lay.band[0] + torch.arange(K)
-            blocks = blocks.to(device)
-            some = at.any(-1).any(-1) & (blocks >= 0)
-            partial = some & ~at.all(-1).all(-1)
-            kv[gi, s:e] = torch.where(some, blocks, -1).to(torch.int32).cpu()
-            n_part = int(partial.sum())
+        blocks, full = _tile_blocks(p, b, h, device)
+        # row validity, padded to whole blocks (False past the end)
+        q_ok = torch.zeros(nqb * c, dtype=torch.bool, device=device)
+        q_ok[: p.nq] = True if p.q_valid is None else p.q_valid[b].to(device)
+        k_ok = torch.zeros(nkb * c, dtype=torch.bool, device=device)
+        k_ok[: p.nk] = True if p.key_valid is None else p.key_valid[b, min(h, p.key_valid.shape[1] - 1)]
+        kept = (blocks >= 0) & (blocks < nkb)
+        kb = blocks.clamp(0, max(nkb - 1, 0))
+        clean = full & q_ok.view(nqb, c).all(-1)[:, None] & k_ok.view(nkb, c).all(-1)[kb]
+        keep = kept & clean
+        tile_id = torch.full((nqb, K), -1, dtype=torch.int64, device=device)
+        look = (kept & ~clean).nonzero()  # (T, 2): (query block, slot) whose inside must be evaluated
+        step = max(1, (1 << 22) // (c * c))
+        for s in range(0, look.shape[0], step):
+            qb, sl = look[s : s + step].unbind(1)
+            rows, cols = qb[:, None] * c + ar, kb[qb, sl][:, None] * c + ar  # (T, c) component rows
+            qr, kr = rows.clamp(max=p.nq - 1), cols.clamp(max=p.nk - 1)
+            if comp.q_index is not None:
+                qi = comp.q_index
+                qr = qi[min(b, qi.shape[0] - 1), min(h, qi.shape[1] - 1)].to(device)[qr]
+            if comp.k_index is not None:
+                ki = comp.k_index
+                kr = ki[min(b, ki.shape[0] - 1), min(h, ki.shape[1] - 1)].to(device)[kr]
+            rule = comp.mask(b, h, (qr + comp.q_offset)[:, :, None], kr[:, None, :])
+            allowed = (rule | full[qb, sl][:, None, None]) & q_ok[rows][:, :, None] & k_ok[cols][:, None, :]
+            some, every = allowed.any(-1).any(-1), allowed.all(-1).all(-1)
+            keep[qb[some], sl[some]] = True
+            part = some & ~every
+            n_part = int(part.sum())
             if n_part:
-                ids = torch.full(partial.shape, -1, dtype=torch.int64, device=device)
-                ids[partial] = torch.arange(count, count + n_part, device=device)
-                tidx[gi, s:e] = ids.to(torch.int32).cpu()
-                tiles.append(at[partial].to(torch.uint8).cpu())
+                tile_id[qb[part], sl[part]] = torch.arange(count, count + n_part, device=device)
+                tiles.append(allowed[part].to(torch.uint8).cpu())
                 count += n_part
+        kv[gi] = torch.where(keep, blocks, -1).to(torch.int32).cpu()
+        tidx[gi] = tile_id.to(torch.int32).cpu()
     tiles = torch.cat(tiles) if tiles else torch.zeros(1, c, c, dtype=torch.uint8)
     return kv, tidx, tiles.contiguous(), group
+
+
+def _fused_band_args(p: _Prep, B: int, H: int, device):
+    """The band as the kernel takes it: allowed offsets (uint8, from dmin), dmin, and key / query
+    validity per flattened row ((B*H, n) uint8, or empty where every row is valid)."""
+    dmin, _, allowed = p.offsets
+    none = torch.empty(0, dtype=torch.uint8, device=device)
+    kv = none
+    if p.key_valid is not None:
+        kv = p.key_valid.expand(B, H, p.nk).reshape(B * H, p.nk).to(torch.uint8).contiguous()
+    qv = none
+    if p.q_valid is not None:
+        qv = p.q_valid[:, None].expand(B, H, p.nq).reshape(B * H, p.nq).to(torch.uint8).contiguous()
+    return allowed.to(device=device, dtype=torch.uint8).contiguous(), dmin, kv, qv
+
+
+def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> torch.Tensor:
+    """delta_i = sum_d dO * O - dlse, 0 on rows with no allowed key (their outputs are constants)."""
+    delta = torch.stack([(d_out[r] * out[r]).sum(-1) for r in range(out.shape[0])])  # cache-sized
+    if d_lse is not None:
+        delta = delta - d_lse.to(delta.dtype)
+    return torch.where(torch.isinf(lse), torch.zeros_like(delta), delta).contiguous()
+
+
+class _FusedBand(torch.autograd.Function):
+    """A translation-invariant band through the compiled kernel: q (BH, nq, D), k/v (BH, nk, D)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, p: _Prep, band_args):
+        out, lse = fused.ops().band_forward(q, k, v, *band_args, FUSED_BAND_ROWS, p.scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.p, ctx.band_args = p, band_args
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
+        delta = _delta(d_out, out, lse, d_lse)
+        dq, dk, dv = fused.ops().band_backward(
+            q, k, v, d_out, lse, delta, *ctx.band_args, FUSED_BAND_ROWS, ctx.p.scale
+        )
+        return dq, dk, dv, None, None
 
 
 class _FusedBlockSparse(torch.autograd.Function):
@@ -701,12 +799,8 @@ class _FusedBlockSparse(torch.autograd.Function):
         q, k, v, out, lse, *tables = ctx.saved_tensors
         p: _Prep = ctx.p
         d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
-        # delta_i = sum_d dO * O - dlse; rows with no allowed key get no gradient (see _BlockSparse)
-        delta = torch.stack([(d_out[r] * out[r]).sum(-1) for r in range(out.shape[0])])
-        if d_lse is not None:
-            delta = delta - d_lse.to(delta.dtype)
-        delta = torch.where(torch.isinf(lse), torch.zeros_like(delta), delta)
-        dq, dk, dv = fused.ops().backward(q, k, v, d_out, lse, delta.contiguous(), *tables, p.c, p.scale)
+        delta = _delta(d_out, out, lse, d_lse)
+        dq, dk, dv = fused.ops().backward(q, k, v, d_out, lse, delta, *tables, p.c, p.scale)
         return dq, dk, dv, None
 
 
@@ -730,13 +824,17 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
     nq, nk = qs.shape[-2], ks.shape[-2]
     p = _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, device)
     c = p.c
-    if _use_fused(p, q):  # no padding: the kernel cuts the last blocks to the rows that exist
-        out, lse = _FusedBlockSparse.apply(
+    kind = _fused_kind(p, q)
+    if kind is not None:  # no padding: the kernels cut the last blocks to the rows that exist
+        flat = (
             qs.reshape(B * H, nq, D).contiguous(),
             ks.reshape(B * H, nk, D).contiguous(),
             vs.reshape(B * H, nk, -1).contiguous(),
-            p,
         )
+        if kind == "band":
+            out, lse = _FusedBand.apply(*flat, p, _fused_band_args(p, B, H, device))
+        else:
+            out, lse = _FusedBlockSparse.apply(*flat, p)
         return _to_query_rows(comp, out.view(B, H, nq, -1), lse.view(B, H, nq), nq_t)
     # flatten (B, H) and pad rows to whole blocks (plus the band's look-around margins)
     qf = pad_rows(qs.reshape(B * H, nq, D), 0, p.nqb * c - nq)

@@ -10,6 +10,7 @@ runs its pure-PyTorch path: same results, slower.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -46,7 +47,11 @@ def _load():
         from torch.utils import cpp_extension
 
         arch = _arch_flags()
-        name = "hf_sparse_fused" + ("_avx2" if arch else "")
+        # the source's hash in the name: checkouts with different sources keep separate builds
+        # instead of rebuilding over each other in the shared extensions directory
+        with open(_SOURCE, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:10]
+        name = f"hf_sparse_fused_{digest}" + ("_avx2" if arch else "")
         if not os.path.exists(os.path.join(cpp_extension._get_build_directory(name, False), name + ".so")):
             logging.getLogger(__name__).warning(
                 "hf_sparse: compiling the fused CPU attention kernel (once per environment, about a minute)"

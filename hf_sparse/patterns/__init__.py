@@ -16,12 +16,14 @@ from .base import (
     register_pattern,
     registered,
 )
-from .bigbird import BigBird, BlockSet, Random
+from .bigbird import BigBird
+from .block_table import BlockSet, Random
 from .child import Fixed, Strided
 from .compose import Intersection, Union
 from .content import LSH, TopKBlocks
-from .global_tokens import Global, Longformer
+from .global_tokens import Global
 from .local import BlockLocal, Causal, Dilated, SlidingWindow
+from .longformer import Longformer
 from .per_head import PerHead
 
 __all__ = [

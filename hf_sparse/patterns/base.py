@@ -609,16 +609,31 @@ class Pattern:
     def __or__(self, other: Pattern) -> Pattern:
         if not isinstance(other, Pattern):
             return NotImplemented
-        from .compose import Union
-
-        return Union(self, other)
+        return _registered_class("union")(self, other)
 
     def __and__(self, other: Pattern) -> Pattern:
         if not isinstance(other, Pattern):
             return NotImplemented
-        from .compose import Intersection
+        return _registered_class("intersection")(self, other)
 
-        return Intersection(self, other)
+    def check_combinable(self, op: str) -> None:
+        """Raise ``ValueError`` if this pattern cannot be an operand of ``op`` (``"|"`` or ``"&"``).
+
+        The hook through which a combination asks its parts; every pattern can be combined unless it
+        says otherwise (``Global()`` with call-time tokens only under ``|``).
+        """
+
+    def heads(self) -> tuple[Pattern, ...] | None:
+        """The pattern of each head if this pattern assigns one pattern per head, else None.
+
+        Combinations distribute over heads through this hook and :meth:`over_heads`:
+        ``PerHead([a, b]) | c`` runs as ``PerHead([a | c, b | c])``.
+        """
+        return None
+
+    def over_heads(self, patterns: Sequence[Pattern]) -> Pattern:
+        """A per-head pattern of this pattern's kind over ``patterns`` (one per head)."""
+        raise TypeError(f"{self!r} does not assign patterns to heads")
 
     # -- serialisation --------------------------------------------------------------------------
     def _params(self) -> dict:
@@ -682,6 +697,15 @@ def check_block(p: Pattern, block: int):
                 f"block_size={block} does not divide (and is not a multiple of) the block size {g} of {p!r}; "
                 f"use a block_size that divides {g}"
             )
+
+
+def _registered_class(name: str) -> type[Pattern]:
+    """The class registered under ``name`` (how ``|`` and ``&`` reach ``compose`` without importing it)."""
+    if name not in _REGISTRY:
+        raise RuntimeError(
+            f"no pattern registered as {name!r}; import hf_sparse.patterns to register the built-ins"
+        )
+    return _REGISTRY[name]
 
 
 def get(name: str, **kwargs) -> Pattern:

@@ -1,4 +1,4 @@
-"""Block-table patterns: BigBird random blocks, BigBird itself, and the shared "block set" rule."""
+"""BigBird (Zaheer et al. 2020): window and random key blocks united with global blocks."""
 
 from __future__ import annotations
 
@@ -6,126 +6,10 @@ import math
 
 import torch
 
-from .base import (
-    Component,
-    Pattern,
-    Plan,
-    check_positive_int,
-    full_layout,
-    pattern_block_layout,
-    register_pattern,
-)
+from .base import Pattern, check_positive_int, register_pattern
+from .block_table import BlockSet, sample_blocks
 from .compose import Union
 from .global_tokens import Global
-
-
-class BlockSet(Pattern):
-    """Query i attends key j iff ``j // block`` is listed in ``table[b, h, i // block]``.
-
-    The bound form of block-table patterns (Random, BigBird's local part, TopKBlocks). ``table``:
-    (Bt, Ht, num query blocks, K) key-block ids, -1 = none; optionally also ``j <= i``.
-    """
-
-    def __init__(self, block: int, table: torch.Tensor, causal: bool = False, source: Pattern | None = None):
-        self.block = block
-        self.table = table.long()
-        self.causal = causal
-        self.is_causal = causal
-        self.geometry = (block,)
-        self._source = source
-
-    def _mask(self, b, h, i, j):
-        t = self.table.to(i.device) if isinstance(i, torch.Tensor) else self.table
-        rows = t[b if t.shape[0] > 1 else 0, h if t.shape[1] > 1 else 0]
-        qb = torch.div(i, self.block, rounding_mode="floor").clamp(max=rows.shape[0] - 1)
-        kb = torch.div(j, self.block, rounding_mode="floor")
-        out = (rows[qb] == kb[..., None]).any(-1)
-        return out & (j <= i) if self.causal else out
-
-    def varies(self):
-        return self.table.shape[0] > 1, self.table.shape[1] > 1
-
-    def _dense(self, i, j):
-        Bt, Ht = self.table.shape[:2]
-        if Bt == 1 and Ht == 1:
-            return super()._dense(i, j)
-        return torch.stack(
-            [
-                torch.stack([self._mask(b, h, i, j).expand(i.shape[0], j.shape[1]) for h in range(Ht)])
-                for b in range(Bt)
-            ]
-        )
-
-    def _layout(self, q_len, kv_len, block):
-        off = kv_len - q_len
-        p = self.block
-        if off % p == 0 and (p % block == 0 or block % p == 0) and (off == 0 or p % block == 0):
-            start = off // p
-            rows = self.table[:, :, start : start + math.ceil(q_len / p)]
-            layout = pattern_block_layout(rows, p, q_len, kv_len, block)
-        else:  # unaligned decoding offsets: every tile, the rule checked inside
-            layout = full_layout(q_len, kv_len, block, full=False)
-        if self.causal:
-            layout.full[:] = False
-        return layout
-
-    def _plan(self, q_len, kv_len, block):
-        return Plan(
-            [
-                Component(
-                    self._layout(q_len, kv_len, block), self._mask, q_offset=kv_len - q_len, name="block_set"
-                )
-            ]
-        )
-
-    def _original_layout(self, q_len, kv_len, block):
-        return self._layout(q_len, kv_len, block)
-
-    def _params(self):
-        return {"block": self.block}
-
-    def to_dict(self):
-        if self._source is None:
-            raise TypeError(
-                "a BlockSet built from a table is not serialisable; serialise the pattern it came from"
-            )
-        return super().to_dict()
-
-
-def _sample(gen, candidates: list[int], k: int) -> list[int]:
-    if k >= len(candidates):
-        return sorted(candidates)
-    pick = torch.randperm(len(candidates), generator=gen)[:k]
-    return sorted(candidates[i] for i in pick.tolist())
-
-
-@register_pattern("random")
-class Random(Pattern):
-    """BigBird random attention: every query block of ``block`` positions attends ``num_blocks``
-    key blocks drawn without replacement (all of them if there are fewer), from a generator seeded
-    with ``seed``: the same seed and length always give the same blocks. Query i attends key j
-    iff ``j // block`` is among the blocks drawn for ``i // block``. Needs ``bind(n)``."""
-
-    length_dependent = True
-
-    def __init__(self, block: int = 64, num_blocks: int = 3, seed: int = 0):
-        self.block = check_positive_int("block", block)
-        self.num_blocks = check_positive_int("num_blocks", num_blocks, allow_zero=True)
-        self.seed = int(seed)
-        self.geometry = (self.block,)
-
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
-        kv_len = q_len if kv_len is None else kv_len
-        nb = max(math.ceil(kv_len / self.block), 1)
-        gen = torch.Generator().manual_seed(self.seed)
-        rows = [_sample(gen, list(range(nb)), self.num_blocks) for _ in range(nb)]
-        table = torch.full((1, 1, nb, max(self.num_blocks, 1)), -1, dtype=torch.long)
-        for q, r in enumerate(rows):
-            table[0, 0, q, : len(r)] = torch.tensor(r, dtype=torch.long)
-        return BlockSet(self.block, table, source=self)
-
-    def _params(self):
-        return {"block": self.block, "num_blocks": self.num_blocks, "seed": self.seed}
 
 
 @register_pattern("bigbird")
@@ -172,7 +56,7 @@ class BigBird(Pattern):
         for q in range(nb):
             window = list(range(max(q - w, 0), min(q + w + 1, nb)))
             banned = set(window) | set(glob)
-            rand = _sample(gen, [k for k in range(nb) if k not in banned], self.random_blocks)
+            rand = sample_blocks(gen, [k for k in range(nb) if k not in banned], self.random_blocks)
             rows.append(sorted(set(window) | set(rand)))
         table = torch.full((1, 1, nb, max(len(r) for r in rows)), -1, dtype=torch.long)
         for q, r in enumerate(rows):
@@ -196,4 +80,4 @@ class BigBird(Pattern):
         }
 
 
-__all__ = ["BigBird", "BlockSet", "Random"]
+__all__ = ["BigBird"]

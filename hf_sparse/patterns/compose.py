@@ -27,6 +27,8 @@ def _flatten(cls, parts):
 
 
 class _Combination(Pattern):
+    operator = ""
+
     def __init__(self, *parts: Pattern):
         if len(parts) == 1 and isinstance(parts[0], (list, tuple)):
             parts = tuple(parts[0])
@@ -37,6 +39,13 @@ class _Combination(Pattern):
         self.length_dependent = any(p.length_dependent for p in self.parts)
         self.content_based = any(p.content_based for p in self.parts)
         self.translation_invariant = all(p.translation_invariant for p in self.parts)
+        for p in self.parts:
+            p.check_combinable(self.operator)
+        sizes = sorted({len(h) for h in (p.heads() for p in self.parts) if h is not None})
+        if len(sizes) > 1:
+            raise ValueError(
+                f"per-head patterns combined with | or & must have the same number of heads, got {sizes}"
+            )
 
     def bind(self, q_len, kv_len=None, *, query=None, key=None):
         bound = [p.bind(q_len, kv_len, query=query, key=key) for p in self.parts]
@@ -46,20 +55,21 @@ class _Combination(Pattern):
         out._source = self
         return out
 
-    def _per_head_split(self):
-        """If a part is PerHead, return the combination distributed over heads (else None)."""
-        from .per_head import PerHead
+    def check_combinable(self, op):
+        for p in self.parts:
+            p.check_combinable(op)
 
-        heads = [p for p in self.parts if isinstance(p, PerHead)]
-        if not heads:
+    def _per_head_split(self):
+        """If a part assigns patterns to heads, the combination distributed over heads (else None)."""
+        split = [p.heads() for p in self.parts]
+        lead = next((p for p, s in zip(self.parts, split) if s is not None), None)
+        if lead is None:
             return None
-        n = len(heads[0].patterns)
-        if any(len(h.patterns) != n for h in heads):
-            raise ValueError("PerHead patterns combined with | or & must have the same number of heads")
-        rows = []
-        for h in range(n):
-            rows.append(type(self)(*[p.patterns[h] if isinstance(p, PerHead) else p for p in self.parts]))
-        return PerHead(rows)
+        rows = [
+            type(self)(*[p if s is None else s[h] for p, s in zip(self.parts, split)])
+            for h in range(len(lead.heads()))
+        ]
+        return lead.over_heads(rows)
 
     def _dense(self, i, j):
         split = self._per_head_split()
@@ -86,6 +96,8 @@ class _Combination(Pattern):
 @register_pattern("union")
 class Union(_Combination):
     """Query i attends key j iff any part allows it."""
+
+    operator = "|"
 
     @property
     def is_causal(self):
@@ -157,15 +169,7 @@ def _any(masks, b, h, i, j):
 class Intersection(_Combination):
     """Query i attends key j iff every part allows it."""
 
-    def __init__(self, *parts):
-        super().__init__(*parts)
-        from .global_tokens import Global
-
-        if any(isinstance(p, Global) and p.runtime for p in self.parts):
-            raise ValueError(
-                "Global() takes its tokens from global_attention_mask at call time and can only be combined "
-                "with '|'; use Global(indices=...) or Global(every=...) inside '&'"
-            )
+    operator = "&"
 
     @property
     def is_causal(self):

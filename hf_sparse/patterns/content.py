@@ -11,7 +11,7 @@ import math
 import torch
 
 from .base import BlockLayout, Component, Pattern, Plan, check_positive_int, register_pattern, segment_layout
-from .bigbird import BlockSet
+from .block_table import BlockSet
 
 
 def _check_qk(pattern, query, key):

@@ -7,8 +7,12 @@ import math
 import torch
 
 from .base import BlockLayout, Component, Pattern, Plan, check_positive_int, full_layout, register_pattern
-from .compose import Union
-from .local import SlidingWindow
+
+
+def every_kth(positions: torch.Tensor, every: int) -> torch.Tensor:
+    """Bool mask of the positions ``p`` with ``p % every == 0``: the global tokens of
+    ``Global(every=...)`` (Longformer-style "a global token every k positions")."""
+    return torch.remainder(positions, every) == 0
 
 
 def _ragged(rows_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +80,13 @@ class Global(Pattern):
     def runtime(self) -> bool:
         return self.indices is None and self.every is None and self._table is None
 
+    def check_combinable(self, op):
+        if op == "&" and self.runtime:
+            raise ValueError(
+                "Global() takes its tokens from global_attention_mask at call time and can only be combined "
+                "with '|'; use Global(indices=...) or Global(every=...) inside '&'"
+            )
+
     @classmethod
     def from_mask(cls, global_attention_mask: torch.Tensor) -> Global:
         """Per-batch global positions from a (batch, seq) mask (nonzero = global)."""
@@ -85,7 +96,7 @@ class Global(Pattern):
 
     def is_global(self, b, p):
         if self.every is not None:
-            return torch.remainder(p, self.every) == 0
+            return every_kth(p, self.every)
         if self._table is None:
             return torch.zeros_like(p, dtype=torch.bool)
         t = self._table.to(p.device) if isinstance(p, torch.Tensor) else self._table
@@ -123,7 +134,7 @@ class Global(Pattern):
         """(Bt, n) bool: which rows (positions offset + row) are global."""
         pos = torch.arange(offset, offset + n, device=device)
         if self.every is not None:
-            return (pos % self.every == 0)[None]
+            return every_kth(pos, self.every)[None]
         if self._table is None:
             return torch.zeros(1, n, dtype=torch.bool, device=device)
         return torch.stack([self.is_global(b, pos) for b in range(self._table.shape[0])])
@@ -179,22 +190,4 @@ class Global(Pattern):
         return {}
 
 
-@register_pattern("longformer")
-class Longformer(Union):
-    """Longformer: ``SlidingWindow(window) | Global()``: a bidirectional window, plus the global
-    tokens marked by ``global_attention_mask`` at call time (query i attends key j iff
-    ``|i - j| <= window // 2`` or i or j is global)."""
-
-    def __init__(self, window: int = 512):
-        self.window = check_positive_int("window", window)
-        super().__init__(SlidingWindow(window), Global())
-
-    def _params(self):
-        return {"window": self.window}
-
-    @classmethod
-    def _from_params(cls, window=512):
-        return cls(window)
-
-
-__all__ = ["Global", "Longformer"]
+__all__ = ["Global", "every_kth"]

@@ -19,7 +19,7 @@ class PerHead(Pattern):
         if isinstance(patterns, Pattern) or not isinstance(patterns, (list, tuple)) or not patterns:
             raise TypeError(f"PerHead takes a non-empty list of patterns, got {patterns!r}")
         self.patterns = tuple(from_dict(p) for p in patterns)
-        if any(isinstance(p, PerHead) for p in self.patterns):
+        if any(p.heads() is not None for p in self.patterns):
             raise ValueError("PerHead patterns cannot be nested")
         self.parts = self.patterns
         self.length_dependent = any(p.length_dependent for p in self.patterns)
@@ -30,6 +30,12 @@ class PerHead(Pattern):
     @property
     def num_heads(self) -> int:
         return len(self.patterns)
+
+    def heads(self):
+        return self.patterns
+
+    def over_heads(self, patterns):
+        return PerHead(patterns)
 
     def bind(self, q_len, kv_len=None, *, query=None, key=None):
         bound = []

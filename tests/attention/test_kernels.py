@@ -182,8 +182,11 @@ def test_auto_uses_blocked_on_cpu_and_never_dense(monkeypatch):
 
 def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
     """Long padding: whole chunks of the band backward have no key. Their dq comes from an
-    uninitialised buffer and must be written as zeros (here torch.empty returns NaN-filled memory)."""
+    uninitialised buffer and must be written as zeros (here torch.empty returns NaN-filled memory).
+    The pure-PyTorch band path (the compiled band kernel's fallback)."""
     import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
     monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 16 * 16 * 48)  # a few query blocks per chunk
     real_empty = torch.empty
@@ -214,8 +217,11 @@ def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
 )
 def test_band_forward_sub_blocks_match_dense(pattern, block, mode, monkeypatch):
     """Interior band blocks run the fused forward in sub-blocks with narrower key windows; the
-    output, its gradients and the log-sum-exp the backward reads stay exact."""
+    output, its gradients and the log-sum-exp the backward reads stay exact. The pure-PyTorch band
+    path (the compiled band kernel's fallback)."""
     import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
     calls = []
     real = blocked._flash_band_clean
@@ -252,8 +258,11 @@ def test_sub_tile_windows():
 )
 def test_band_backward_sliding_buffers_match_dense(pattern, mode, monkeypatch):
     """The band backward keeps only a sliding window of probability rows per head (chunks of a few
-    query tiles here, so the buffers slide many times); gradients stay exact, edges and padding too."""
+    query tiles here, so the buffers slide many times); gradients stay exact, edges and padding too.
+    The pure-PyTorch band path (the compiled band kernel's fallback)."""
     import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
     monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 4 * 32 * 80)
     calls = []
@@ -325,13 +334,15 @@ def test_sdpa_dropout_is_seeded():
 
 
 @pytest.mark.parametrize("path", ["fused", "fallback"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [*MODES, "gqa"])
 @pytest.mark.parametrize("n", [7, 129, 1000])
 @pytest.mark.parametrize("name", list(PATTERNS))
 def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monkeypatch):
-    """Both paths of the blocked kernel: the compiled one (``fused.py``; gathered, dense and
-    irregular band components) and the pure-PyTorch one it falls back to (``HF_SPARSE_FUSED=0``, or no
-    compiler). Outputs and gradients equal the dense reference to 1e-10 in float64."""
+    """Both paths of the blocked kernel: the compiled ones (``fused.py``: the band kernel for sliding
+    windows, the table kernel for gathered, dense and irregular band components) and the pure-PyTorch
+    one they fall back to (``HF_SPARSE_FUSED=0``, or no compiler). Outputs and gradients equal the
+    dense reference to 1e-10 in float64. ``gqa``: one key/value head for three query heads, with
+    padding and global tokens."""
     import hf_sparse.attention.blocked as blocked
     from hf_sparse.attention import fused
 
@@ -339,18 +350,70 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "1" if path == "fused" else "0")
     calls = []
-    real = blocked._FusedBlockSparse.apply
-    monkeypatch.setattr(blocked._FusedBlockSparse, "apply", lambda *a: calls.append(1) or real(*a))
+    for fn in (blocked._FusedBlockSparse, blocked._FusedBand):
+        real = fn.apply
+        monkeypatch.setattr(fn, "apply", lambda *a, real=real: calls.append(1) or real(*a))
     pattern = PATTERNS[name]
     q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n, D=8))
-    ref = _run(q, k, v, pattern, mode, "dense")
-    out = _run(q, k, v, pattern, mode, "blocked")
+    if mode == "gqa":
+        k, v = (t[:, :1].detach().requires_grad_() for t in (k, v))
+        am, gm = make_masks("padding", q.shape[0], n)[0], make_masks("global", q.shape[0], n)[1]
+        kw = {"attention_mask": am, "global_attention_mask": gm}
+        ref = sparse_attention(q, k, v, pattern, backend="dense", **kw)
+        out = sparse_attention(q, k, v, pattern, backend="blocked", **kw)
+    else:
+        ref = _run(q, k, v, pattern, mode, "dense")
+        out = _run(q, k, v, pattern, mode, "blocked")
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
     if path == "fallback":
         assert not calls
+
+
+@pytest.mark.parametrize("name", ["sliding_window", "sliding_window_causal", "longformer", "strided"])
+def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
+    """Translation-invariant bands (sliding windows, alone, in Longformer or in Strided) run the compiled band
+    kernel where it is built, not the table kernel or the pure-PyTorch band path."""
+    import hf_sparse.attention.blocked as blocked
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    calls = {"band": 0, "tables": 0, "torch": 0}
+    for fn, kind in (
+        (blocked._FusedBand, "band"),
+        (blocked._FusedBlockSparse, "tables"),
+        (blocked._BlockSparse, "torch"),
+    ):
+        real = fn.apply
+        monkeypatch.setattr(
+            fn, "apply", lambda *a, real=real, kind=kind: calls.__setitem__(kind, calls[kind] + 1) or real(*a)
+        )
+    q, k, v = _inputs(300)
+    _run(q, k, v, PATTERNS[name], "padding", "blocked").sum().backward()
+    assert calls["band"] == 1 and calls["torch"] == 0, calls  # Strided: its columns run on tables
+
+
+def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
+    """A band wider than FUSED_BAND_MAX_WIDTH key offsets goes to the table kernel, still exact."""
+    import hf_sparse.attention.blocked as blocked
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setattr(blocked, "FUSED_BAND_MAX_WIDTH", 8)
+    calls = []
+    real = blocked._FusedBand.apply
+    monkeypatch.setattr(blocked._FusedBand, "apply", lambda *a: calls.append(1) or real(*a))
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(200, D=8))
+    for window, used in ((7, 1), (9, 0)):  # offsets -3..3 fit, -4..4 do not
+        calls.clear()
+        pattern = P.SlidingWindow(window=window)
+        out = _run(q, k, v, pattern, "padding", "blocked")
+        torch.testing.assert_close(out, _run(q, k, v, pattern, "padding", "dense"), atol=1e-10, rtol=0)
+        assert len(calls) == used
 
 
 def test_fused_kernel_runs_gathered_components():

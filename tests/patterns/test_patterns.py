@@ -97,6 +97,23 @@ def test_per_head_uses_each_heads_pattern():
         assert torch.equal(m[h], P.SlidingWindow(window=h + 1, causal=True).dense_mask(10))
 
 
+@pytest.mark.parametrize("op", ["|", "&"])
+def test_per_head_distributes_over_union_and_intersection(op):
+    """``PerHead([a, b]) op c`` is ``PerHead([a op c, b op c])``, on either side and in the plan."""
+    heads = [P.SlidingWindow(window=3), P.Causal(), P.Strided(stride=4, causal=True)]
+    other = P.Dilated(window=5, dilation=2)
+    combine = (lambda x, y: x | y) if op == "|" else (lambda x, y: x & y)
+    n = 24
+    for p in (combine(P.PerHead(heads), other), combine(other, P.PerHead(heads))):
+        m = p.dense_mask(n)
+        assert m.shape == (3, n, n)
+        for h, a in enumerate(heads):
+            assert torch.equal(m[h], combine(a.dense_mask(n), other.dense_mask(n)))
+        plan = p.plan(n, block=4)
+        assert plan.per_head is not None and len(plan.per_head) == 3
+        assert torch.equal(plan_dense_mask(plan, 1, 3, n, n)[0] > 0, m)
+
+
 def test_random_blocks_are_seeded():
     r = lambda seed: P.Random(block=4, num_blocks=2, seed=seed).bind(64).dense_mask(64)  # noqa: E731
     assert torch.equal(r(0), r(0))
@@ -157,6 +174,13 @@ def test_registry():
         (lambda: P.Global(indices=[1], every=3), ValueError, "either indices"),
         (lambda: P.PerHead(P.Causal()), TypeError, "non-empty list of patterns"),
         (lambda: P.Global() & P.Causal(), ValueError, "can only be combined with '|'"),
+        (lambda: P.Causal() & (P.Causal() | P.Global()), ValueError, "can only be combined with '|'"),
+        (lambda: P.PerHead([P.PerHead([P.Causal()])]), ValueError, "cannot be nested"),
+        (
+            lambda: P.PerHead([P.Causal()] * 2) | P.PerHead([P.Causal()] * 3),
+            ValueError,
+            r"same number of heads, got \[2, 3\]",
+        ),
         (lambda: P.Random(block=64).mask_mod, None, None),
     ],
 )

@@ -1,15 +1,22 @@
 // Fused block-sparse attention on CPU, forward and backward (hf_sparse.attention.fused loads it).
 //
-// A component is a table of key blocks per (mask group, query block): kv_index[g, qb, slot] = key
-// block or -1, tile_index[g, qb, slot] = -1 for a full tile, else the (c, c) 0/1 tile in ``tiles``.
-// Row r of the flattened (batch * heads) tensors uses mask group group_of_row[r].
+// Two component kinds:
 //
-// Forward: one task per (row, query block); each key tile is S = scale Q K^T (BLAS), masked and
-// exponentiated in cache (online softmax), then accumulated as P V straight into the output rows;
-// the log-sum-exp of every row is returned (-inf where a row has no allowed key; its output is 0).
-// Backward: one task per row (it owns that row's dK and dV); probabilities are recomputed as
-// exp(S - lse) tile by tile, and dQ, dK, dV are BLAS products accumulated in place.
-// No padded copies: the last query / key block is cut to the rows that exist.
+// * Tables: a table of key blocks per (mask group, query block): kv_index[g, qb, slot] = key block or
+//   -1, tile_index[g, qb, slot] = -1 for a full tile, else the (c, c) 0/1 tile in ``tiles``. Row r of
+//   the flattened (batch * heads) tensors uses mask group group_of_row[r]. Forward: one task per
+//   (row, query block); each key tile is S = scale Q K^T (BLAS), masked and exponentiated in cache
+//   (online softmax), then accumulated as P V straight into the output rows. Backward: one task per
+//   row (it owns that row's dK and dV); probabilities are recomputed as exp(S - lse) tile by tile.
+// * Band: query row i sees key rows i + d for the allowed offsets d in [dmin, dmax] (sliding windows),
+//   minus padding. Query rows go in tiles of R; a tile's keys are one contiguous window of
+//   R + dmax - dmin rows, so S = Q K^T is one product whose rows each hold their whole softmax (no
+//   online rescaling, no skewed buffers). Backward: tasks are (row, chunk of query tiles); chunks at
+//   least as long as the band is wide touch disjoint key rows two chunks apart, so even chunks run in
+//   parallel, then odd ones, each accumulating dK and dV in place.
+//
+// Both return the log-sum-exp of every row (-inf where a row has no allowed key; its output is 0) and
+// take no padded copies: the last query / key block is cut to the rows that exist.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -81,39 +88,70 @@ struct Tables {
   int64_t nqb, K, c;
 };
 
+// f(k0, kn, tile) for each key tile of query block qb of row r: key rows k0 .. k0 + kn, ``tile`` its
+// (c, c) 0/1 mask or nullptr where the tile is full. Forward and backward walk the same tiles.
+template <typename F>
+inline void for_each_tile(const Tables& t, int64_t r, int64_t qb, int64_t nk, F&& f) {
+  const int64_t g = t.group[r];
+  const int32_t* kvrow = t.kv + (g * t.nqb + qb) * t.K;
+  const int32_t* trow = t.tidx + (g * t.nqb + qb) * t.K;
+  for (int64_t s = 0; s < t.K; ++s) {
+    const int64_t kb = kvrow[s];
+    if (kb < 0) continue;
+    const int64_t k0 = kb * t.c, kn = std::min(t.c, nk - k0);
+    if (kn <= 0) continue;
+    f(k0, kn, trow[s] >= 0 ? t.tiles + trow[s] * t.c * t.c : nullptr);
+  }
+}
+
+// Score row entries outside a 0/1 mask row -> -inf.
+template <typename T>
+inline void mask_row(T* Si, const uint8_t* mi, int64_t n) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) Si[j] = mi[j] ? Si[j] : ninf;
+}
+
+// Probabilities P = exp(S - lse) and dS = P (dP - delta) of one score row, in place (masked entries
+// are -inf in S and come out 0 in both). The backward of both component kinds shares this.
+template <typename T>
+inline void grad_row(T* Pi, T* dSi, int64_t n, T lse, T delta) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T p = exp_neg(Pi[j] - lse);
+    Pi[j] = p;
+    dSi[j] = p * (dSi[j] - delta);
+  }
+}
+
+// The tile products of the backward: dV += P^T dO, dK += scale dS^T Q, dQ (+)= scale dS K.
+template <typename T>
+inline void grad_products(const T* P, const T* dS, int64_t ld, int64_t qn, int64_t kn, const T* Q, const T* dO,
+                          const T* Kb, T* dQ, T* dKb, T* dVb, int64_t D, int64_t Dv, T scale, T dq_beta) {
+  gemm_rm<T>(true, false, kn, Dv, qn, T(1), P, ld, dO, Dv, T(1), dVb, Dv);
+  gemm_rm<T>(true, false, kn, D, qn, scale, dS, ld, Q, D, T(1), dKb, D);
+  gemm_rm<T>(false, false, qn, D, kn, scale, dS, ld, Kb, D, dq_beta, dQ, D);
+}
+
 template <typename T>
 void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tables& t, int64_t BH,
                   int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale) {
-  const int64_t c = t.c, nqb = t.nqb, K = t.K;
+  const int64_t c = t.c, nqb = t.nqb;
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
     SequentialBlas seq;
     std::vector<T> S(c * c), m(c), l(c);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t r = task / nqb, qb = task % nqb, g = t.group[r];
+      const int64_t r = task / nqb, qb = task % nqb;
       const int64_t q0 = qb * c, qn = std::min(c, nq - q0);
       const T* Q = q + (r * nq + q0) * D;
       T* O = out + (r * nq + q0) * Dv;
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), T(0));
       std::fill(O, O + qn * Dv, T(0));
-      const int32_t* kvrow = t.kv + (g * nqb + qb) * K;
-      const int32_t* trow = t.tidx + (g * nqb + qb) * K;
-      for (int64_t s = 0; s < K; ++s) {
-        const int64_t kb = kvrow[s];
-        if (kb < 0) continue;
-        const int64_t k0 = kb * c, kn = std::min(c, nk - k0);
-        if (kn <= 0) continue;
-        const T* Kb = k + (r * nk + k0) * D;
-        const T* Vb = v + (r * nk + k0) * Dv;
-        gemm_rm<T>(false, true, qn, kn, D, scale, Q, D, Kb, D, T(0), S.data(), c);  // (qn, kn)
-        const uint8_t* tile = trow[s] >= 0 ? t.tiles + trow[s] * c * c : nullptr;
+      for_each_tile(t, r, qb, nk, [&](int64_t k0, int64_t kn, const uint8_t* tile) {
+        gemm_rm<T>(false, true, qn, kn, D, scale, Q, D, k + (r * nk + k0) * D, D, T(0), S.data(), c);
         for (int64_t i = 0; i < qn; ++i) {
           T* Si = S.data() + i * c;
-          if (tile) {
-            const uint8_t* mi = tile + i * c;
-            for (int64_t j = 0; j < kn; ++j) Si[j] = mi[j] ? Si[j] : ninf;
-          }
+          if (tile) mask_row(Si, tile + i * c, kn);
           T mx = ninf;
           for (int64_t j = 0; j < kn; ++j) mx = Si[j] > mx ? Si[j] : mx;
           if (mx == ninf) {  // no allowed key in this tile
@@ -135,8 +173,8 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
           l[i] = l[i] * corr + sum;
           m[i] = mnew;
         }
-        gemm_rm<T>(false, false, qn, Dv, kn, T(1), S.data(), c, Vb, Dv, T(1), O, Dv);  // O += P V
-      }
+        gemm_rm<T>(false, false, qn, Dv, kn, T(1), S.data(), c, v + (r * nk + k0) * Dv, Dv, T(1), O, Dv);
+      });
       T* L = lse + r * nq + q0;
       for (int64_t i = 0; i < qn; ++i) {
         T* Oi = O + i * Dv;
@@ -157,63 +195,188 @@ template <typename T>
 void backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta,
                    T* dq, T* dk, T* dv, const Tables& t, int64_t BH, int64_t nq, int64_t nk, int64_t D,
                    int64_t Dv, T scale) {
-  const int64_t c = t.c, nqb = t.nqb, K = t.K;
-  const T ninf = -std::numeric_limits<T>::infinity();
+  const int64_t c = t.c, nqb = t.nqb;
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
     SequentialBlas seq;
     std::vector<T> P(c * c), dS(c * c);
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t g = t.group[r];
-      std::fill(dq + r * nq * D, dq + (r + 1) * nq * D, T(0));
-      std::fill(dk + r * nk * D, dk + (r + 1) * nk * D, T(0));
-      std::fill(dv + r * nk * Dv, dv + (r + 1) * nk * Dv, T(0));
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const int64_t q0 = qb * c, qn = std::min(c, nq - q0);
         const T* Q = q + (r * nq + q0) * D;
         const T* dO = dout + (r * nq + q0) * Dv;
         const T* L = lse + r * nq + q0;
         const T* De = delta + r * nq + q0;
-        T* dQ = dq + (r * nq + q0) * D;
-        const int32_t* kvrow = t.kv + (g * nqb + qb) * K;
-        const int32_t* trow = t.tidx + (g * nqb + qb) * K;
-        for (int64_t s = 0; s < K; ++s) {
-          const int64_t kb = kvrow[s];
-          if (kb < 0) continue;
-          const int64_t k0 = kb * c, kn = std::min(c, nk - k0);
-          if (kn <= 0) continue;
+        for_each_tile(t, r, qb, nk, [&](int64_t k0, int64_t kn, const uint8_t* tile) {
           const T* Kb = k + (r * nk + k0) * D;
-          const T* Vb = v + (r * nk + k0) * Dv;
-          gemm_rm<T>(false, true, qn, kn, D, scale, Q, D, Kb, D, T(0), P.data(), c);    // S
-          gemm_rm<T>(false, true, qn, kn, Dv, T(1), dO, Dv, Vb, Dv, T(0), dS.data(), c);  // dP
-          const uint8_t* tile = trow[s] >= 0 ? t.tiles + trow[s] * c * c : nullptr;
+          gemm_rm<T>(false, true, qn, kn, D, scale, Q, D, Kb, D, T(0), P.data(), c);                    // S
+          gemm_rm<T>(false, true, qn, kn, Dv, T(1), dO, Dv, v + (r * nk + k0) * Dv, Dv, T(0), dS.data(), c);  // dP
           for (int64_t i = 0; i < qn; ++i) {
             T* Pi = P.data() + i * c;
             T* dSi = dS.data() + i * c;
-            const T li = L[i], di = De[i];
-            if (li == ninf || std::isinf(li)) {  // no allowed key: no gradient
+            if (std::isinf(L[i])) {  // no allowed key: no gradient
               std::fill(Pi, Pi + kn, T(0));
               std::fill(dSi, dSi + kn, T(0));
               continue;
             }
-            if (tile) {
-              const uint8_t* mi = tile + i * c;
-              for (int64_t j = 0; j < kn; ++j) Pi[j] = mi[j] ? Pi[j] : ninf;
-            }
-            for (int64_t j = 0; j < kn; ++j) {
-              const T p = exp_neg(Pi[j] - li);
-              Pi[j] = p;
-              dSi[j] = p * (dSi[j] - di);
-            }
+            if (tile) mask_row(Pi, tile + i * c, kn);
+            grad_row(Pi, dSi, kn, L[i], De[i]);
           }
-          T* dKb = dk + (r * nk + k0) * D;
-          T* dVb = dv + (r * nk + k0) * Dv;
-          gemm_rm<T>(true, false, kn, Dv, qn, T(1), P.data(), c, dO, Dv, T(1), dVb, Dv);     // dV += P^T dO
-          gemm_rm<T>(true, false, kn, D, qn, scale, dS.data(), c, Q, D, T(1), dKb, D);       // dK += dS^T Q
-          gemm_rm<T>(false, false, qn, D, kn, scale, dS.data(), c, Kb, D, T(1), dQ, D);      // dQ += dS K
-        }
+          grad_products<T>(P.data(), dS.data(), c, qn, kn, Q, dO, Kb, dq + (r * nq + q0) * D,
+                           dk + (r * nk + k0) * D, dv + (r * nk + k0) * Dv, D, Dv, scale, T(1));
+        });
       }
     }
   });
+}
+
+// ----------------------------------------------------------------------------- band components
+
+struct Band {
+  const uint8_t* ok;      // (dmax - dmin + 1,) allowed offsets j - i
+  bool all_ok;            // every offset in [dmin, dmax] is allowed
+  int64_t dmin, dmax;
+  const uint8_t* kvalid;  // (BH, nk) 0/1, or nullptr: every key is valid
+  const uint8_t* qvalid;  // (BH, nq) 0/1, or nullptr
+  int64_t R;              // query rows per tile
+  int64_t width() const { return R + dmax - dmin; }  // keys of one tile
+};
+
+// Key rows [j0, j1) of the query tile [i0, i0 + qn).
+inline void band_window(const Band& b, int64_t i0, int64_t qn, int64_t nk, int64_t& j0, int64_t& j1) {
+  j0 = std::max<int64_t>(0, i0 + b.dmin);
+  j1 = std::min<int64_t>(nk, i0 + qn + b.dmax);
+}
+
+// Row i (query row qi) of a score tile whose column 0 is key row j0: masks disallowed entries inside
+// the row's own window to -inf and returns that window's columns [lo, hi) (lo >= hi: none).
+template <typename T>
+inline void band_mask_row(const Band& b, T* Si, int64_t qi, int64_t j0, int64_t W, const uint8_t* kv,
+                          int64_t& lo, int64_t& hi) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  lo = std::max<int64_t>(0, qi + b.dmin - j0);
+  hi = std::min<int64_t>(W, qi + b.dmax + 1 - j0);
+  if (!b.all_ok) {
+    const uint8_t* o = b.ok + (j0 - qi - b.dmin);  // o[jj]: offset of column jj allowed
+    for (int64_t jj = lo; jj < hi; ++jj) Si[jj] = o[jj] ? Si[jj] : ninf;
+  }
+  if (kv) {
+    const uint8_t* kj = kv + j0;
+    for (int64_t jj = lo; jj < hi; ++jj) Si[jj] = kj[jj] ? Si[jj] : ninf;
+  }
+}
+
+template <typename T>
+inline void zero_outside(T* row, int64_t lo, int64_t hi, int64_t W) {
+  if (hi <= lo) {
+    std::fill(row, row + W, T(0));
+    return;
+  }
+  std::fill(row, row + lo, T(0));
+  std::fill(row + hi, row + W, T(0));
+}
+
+template <typename T>
+void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Band& b, int64_t BH,
+                       int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale) {
+  const int64_t R = b.R, ntiles = (nq + R - 1) / R, Wmax = b.width();
+  const T ninf = -std::numeric_limits<T>::infinity();
+  at::parallel_for(0, BH * ntiles, 1, [&](int64_t begin, int64_t end) {
+    SequentialBlas seq;
+    std::vector<T> S(R * Wmax);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t r = task / ntiles, i0 = (task % ntiles) * R, qn = std::min(R, nq - i0);
+      T* O = out + (r * nq + i0) * Dv;
+      T* L = lse + r * nq + i0;
+      int64_t j0, j1;
+      band_window(b, i0, qn, nk, j0, j1);
+      const int64_t W = j1 - j0;
+      if (W <= 0) {
+        std::fill(O, O + qn * Dv, T(0));
+        std::fill(L, L + qn, ninf);
+        continue;
+      }
+      gemm_rm<T>(false, true, qn, W, D, scale, q + (r * nq + i0) * D, D, k + (r * nk + j0) * D, D, T(0),
+                 S.data(), Wmax);
+      const uint8_t* kv = b.kvalid ? b.kvalid + r * nk : nullptr;
+      const uint8_t* qv = b.qvalid ? b.qvalid + r * nq : nullptr;
+      for (int64_t i = 0; i < qn; ++i) {
+        T* Si = S.data() + i * Wmax;
+        int64_t lo = 0, hi = 0;
+        if (!qv || qv[i0 + i]) band_mask_row(b, Si, i0 + i, j0, W, kv, lo, hi);
+        T mx = ninf;
+        for (int64_t j = lo; j < hi; ++j) mx = Si[j] > mx ? Si[j] : mx;
+        if (mx == ninf) {  // no allowed key: output 0, lse -inf
+          std::fill(Si, Si + W, T(0));
+          L[i] = ninf;
+          continue;
+        }
+        T sum = 0;
+        for (int64_t j = lo; j < hi; ++j) {
+          const T p = exp_neg(Si[j] - mx);
+          Si[j] = p;
+          sum += p;
+        }
+        const T inv = T(1) / sum;  // normalise P here, in cache, instead of O after the product
+        for (int64_t j = lo; j < hi; ++j) Si[j] *= inv;
+        zero_outside(Si, lo, hi, W);
+        L[i] = mx + std::log(sum);
+      }
+      gemm_rm<T>(false, false, qn, Dv, W, T(1), S.data(), Wmax, v + (r * nk + j0) * Dv, Dv, T(0), O, Dv);
+    }
+  });
+}
+
+template <typename T>
+void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta,
+                        T* dq, T* dk, T* dv, const Band& b, int64_t BH, int64_t nq, int64_t nk, int64_t D,
+                        int64_t Dv, T scale) {
+  const int64_t R = b.R, Wmax = b.width();
+  // chunks of whole tiles, at least as long as the band is wide: chunks two apart share no key row
+  const int64_t chunk = std::max<int64_t>(1, (b.dmax - b.dmin + 1 + R - 1) / R) * R;
+  const int64_t nchunks = (nq + chunk - 1) / chunk, per_phase = (nchunks + 1) / 2;
+  for (int64_t phase = 0; phase < 2; ++phase) {
+    at::parallel_for(0, BH * per_phase, 1, [&](int64_t begin, int64_t end) {
+      SequentialBlas seq;
+      std::vector<T> P(R * Wmax), dS(R * Wmax);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t r = task / per_phase, ch = 2 * (task % per_phase) + phase;
+        if (ch >= nchunks) continue;
+        const uint8_t* kv = b.kvalid ? b.kvalid + r * nk : nullptr;
+        const uint8_t* qv = b.qvalid ? b.qvalid + r * nq : nullptr;
+        for (int64_t i0 = ch * chunk; i0 < std::min(nq, (ch + 1) * chunk); i0 += R) {
+          const int64_t qn = std::min(R, nq - i0);
+          const T* Q = q + (r * nq + i0) * D;
+          const T* dO = dout + (r * nq + i0) * Dv;
+          const T* L = lse + r * nq + i0;
+          const T* De = delta + r * nq + i0;
+          T* dQ = dq + (r * nq + i0) * D;
+          int64_t j0, j1;
+          band_window(b, i0, qn, nk, j0, j1);
+          const int64_t W = j1 - j0;
+          if (W <= 0) {
+            std::fill(dQ, dQ + qn * D, T(0));
+            continue;
+          }
+          const T* Kb = k + (r * nk + j0) * D;
+          gemm_rm<T>(false, true, qn, W, D, scale, Q, D, Kb, D, T(0), P.data(), Wmax);                    // S
+          gemm_rm<T>(false, true, qn, W, Dv, T(1), dO, Dv, v + (r * nk + j0) * Dv, Dv, T(0), dS.data(), Wmax);  // dP
+          for (int64_t i = 0; i < qn; ++i) {
+            T* Pi = P.data() + i * Wmax;
+            T* dSi = dS.data() + i * Wmax;
+            int64_t lo = 0, hi = 0;
+            if (!std::isinf(L[i]) && (!qv || qv[i0 + i])) {
+              band_mask_row(b, Pi, i0 + i, j0, W, kv, lo, hi);
+              grad_row(Pi + lo, dSi + lo, hi - lo, L[i], De[i]);
+            }
+            zero_outside(Pi, lo, hi, W);
+            zero_outside(dSi, lo, hi, W);
+          }
+          grad_products<T>(P.data(), dS.data(), Wmax, qn, W, Q, dO, Kb, dQ, dk + (r * nk + j0) * D,
+                           dv + (r * nk + j0) * Dv, D, Dv, scale, T(0));
+        }
+      }
+    });
+  }
 }
 
 Tables tables(const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& tiles, const at::Tensor& group,
@@ -251,7 +414,7 @@ std::vector<at::Tensor> backward(const at::Tensor& q, const at::Tensor& k, const
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Tables t = tables(kv, tidx, tiles, group, c);
-  auto dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  auto dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_backward", [&] {
     backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                             dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
@@ -261,9 +424,61 @@ std::vector<at::Tensor> backward(const at::Tensor& q, const at::Tensor& k, const
   return {dq, dk, dv};
 }
 
+Band band_spec(const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid, const at::Tensor& qvalid,
+               int64_t BH, int64_t nq, int64_t nk, int64_t R) {
+  TORCH_CHECK(ok.dtype() == at::kByte && ok.is_contiguous() && ok.numel() >= 1, "uint8 offsets");
+  TORCH_CHECK(kvalid.dtype() == at::kByte && qvalid.dtype() == at::kByte, "uint8 validity");
+  TORCH_CHECK(kvalid.numel() == 0 || (kvalid.is_contiguous() && kvalid.numel() == BH * nk), "key validity (BH, nk)");
+  TORCH_CHECK(qvalid.numel() == 0 || (qvalid.is_contiguous() && qvalid.numel() == BH * nq), "query validity (BH, nq)");
+  TORCH_CHECK(R > 0, "tile rows");
+  const uint8_t* o = ok.data_ptr<uint8_t>();
+  bool all = true;
+  for (int64_t i = 0; i < ok.numel(); ++i) all = all && o[i];
+  return Band{o, all, dmin, dmin + ok.numel() - 1,
+              kvalid.numel() ? kvalid.data_ptr<uint8_t>() : nullptr,
+              qvalid.numel() ? qvalid.data_ptr<uint8_t>() : nullptr, R};
+}
+
+std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid,
+                                     const at::Tensor& qvalid, int64_t R, double scale) {
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
+  const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
+  Band b = band_spec(ok, dmin, kvalid, qvalid, BH, nq, nk, R);
+  auto out = at::empty({BH, nq, Dv}, q.options());
+  auto lse = at::empty({BH, nq}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_band_forward", [&] {
+    band_forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                                out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv,
+                                static_cast<scalar_t>(scale));
+  });
+  return {out, lse};
+}
+
+std::vector<at::Tensor> band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& dout, const at::Tensor& lse, const at::Tensor& delta,
+                                      const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid,
+                                      const at::Tensor& qvalid, int64_t R, double scale) {
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
+              lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
+  const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
+  Band b = band_spec(ok, dmin, kvalid, qvalid, BH, nq, nk, R);
+  auto dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_band_backward", [&] {
+    band_backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                                 dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+                                 delta.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(),
+                                 dv.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv, static_cast<scalar_t>(scale));
+  });
+  return {dq, dk, dv};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale) -> Tensor[]", &forward);
   m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale) -> Tensor[]", &backward);
+  m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_forward);
+  m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_backward);
 }
