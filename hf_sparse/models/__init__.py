@@ -13,16 +13,6 @@ from transformers import (
     AutoTokenizer,
 )
 
-from .longformer_tasks import (
-    LEDForSummarization,
-    LEDSummarizationConfig,
-    LongformerDialogueConfig,
-    LongformerExtractiveSummarizationConfig,
-    LongformerForDialogue,
-    LongformerForExtractiveSummarization,
-    LongformerForMotifDetection,
-    LongformerMotifConfig,
-)
 from .sparse_transformer import (
     LORA_TARGET_MODULES,
     SparseTransformerConfig,
@@ -108,20 +98,6 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
         targets.setdefault(model_type, list(lora_targets))
 
 
-#: Auto class -> model class of the dialogue model (one class, all heads).
-DIALOGUE_AUTO = {AutoModel: LongformerForDialogue, AutoModelForSequenceClassification: LongformerForDialogue}
-
-#: Auto class -> model class of the summarizers (abstractive LED, extractive Longformer).
-SUMMARIZATION_AUTO = {AutoModelForSeq2SeqLM: LEDForSummarization}
-EXTRACTIVE_SUMMARIZATION_AUTO = {AutoModel: LongformerForExtractiveSummarization}
-
-#: Auto class -> model class of the DNA motif model (one class, all heads).
-MOTIF_AUTO = {
-    AutoModel: LongformerForMotifDetection,
-    AutoModelForTokenClassification: LongformerForMotifDetection,
-}
-
-
 def register_tokenizer(config_cls, tokenizer_cls):
     """Register a slow tokenizer with AutoTokenizer for a config (and by class name, for folders that
     hold only the tokenizer), and make its ``save_pretrained`` write its module and ``auto_map`` so
@@ -131,37 +107,55 @@ def register_tokenizer(config_cls, tokenizer_cls):
 
 
 def register_models():
+    """Register the SparseTransformer family and every task model with the Auto classes (idempotent)."""
     register_auto(SparseTransformerConfig, SPARSE_TRANSFORMER_AUTO, LORA_TARGET_MODULES)
+    # the task models import the shared backbone from this package: imported here, not at module level
+    from ..tasks.dialogue.configuration_dialogue import LongformerDialogueConfig
+    from ..tasks.dialogue.modeling_dialogue import LongformerForDialogue
+    from ..tasks.motif.configuration_motif import LongformerMotifConfig
+    from ..tasks.motif.modeling_motif import LongformerForMotifDetection
+    from ..tasks.summarization.configuration_summarization import (
+        LEDSummarizationConfig,
+        LongformerExtractiveSummarizationConfig,
+    )
+    from ..tasks.summarization.modeling_summarization import (
+        LEDForSummarization,
+        LongformerForExtractiveSummarization,
+    )
+    from ..tokenization_dna import DNATokenizer
+
     register_auto(
         LongformerDialogueConfig,
-        DIALOGUE_AUTO,
+        {AutoModel: LongformerForDialogue, AutoModelForSequenceClassification: LongformerForDialogue},
         ["query", "value"],
         pipelines=("dialogue-response-selection", "dialogue-state-tracking"),
     )
     register_auto(
         LEDSummarizationConfig,
-        SUMMARIZATION_AUTO,
+        {AutoModelForSeq2SeqLM: LEDForSummarization},
         ["q_proj", "v_proj", "query", "value"],
         pipelines=("long-document-summarization",),
     )
     register_auto(
         LongformerExtractiveSummarizationConfig,
-        EXTRACTIVE_SUMMARIZATION_AUTO,
+        {AutoModel: LongformerForExtractiveSummarization},
         ["query", "value"],
         pipelines=("long-document-summarization",),
     )
-    register_auto(LongformerMotifConfig, MOTIF_AUTO, ["query", "value"], pipelines=("dna-motif-detection",))
-    from ..tokenization_dna import DNATokenizer
-
+    register_auto(
+        LongformerMotifConfig,
+        {
+            AutoModel: LongformerForMotifDetection,
+            AutoModelForTokenClassification: LongformerForMotifDetection,
+        },
+        ["query", "value"],
+        pipelines=("dna-motif-detection",),
+    )
     register_tokenizer(LongformerMotifConfig, DNATokenizer)
 
 
 __all__ = [
-    "DIALOGUE_AUTO",
-    "EXTRACTIVE_SUMMARIZATION_AUTO",
-    "MOTIF_AUTO",
     "SPARSE_TRANSFORMER_AUTO",
-    "SUMMARIZATION_AUTO",
     "export_code_hook",
     "register_auto",
     "register_models",

@@ -13,18 +13,28 @@ from __future__ import annotations
 import importlib
 import re
 
-#: task name -> (module under hf_sparse.pipelines, class name, Auto class names of its models, input type)
+#: task name -> (module, class name, Auto class names of its models, input type)
 PIPELINES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
-    "dialogue-response-selection": ("dialogue", "DialogueResponseSelectionPipeline", ("AutoModel",), "text"),
-    "dialogue-state-tracking": ("dialogue", "DialogueStateTrackingPipeline", ("AutoModel",), "text"),
+    "dialogue-response-selection": (
+        "hf_sparse.tasks.dialogue.pipeline",
+        "DialogueResponseSelectionPipeline",
+        ("AutoModel",),
+        "text",
+    ),
+    "dialogue-state-tracking": (
+        "hf_sparse.tasks.dialogue.pipeline",
+        "DialogueStateTrackingPipeline",
+        ("AutoModel",),
+        "text",
+    ),
     "dna-motif-detection": (
-        "motif",
+        "hf_sparse.tasks.motif.pipeline",
         "DNAMotifDetectionPipeline",
         ("AutoModelForTokenClassification",),
         "text",
     ),
     "long-document-summarization": (
-        "summarization",
+        "hf_sparse.tasks.summarization.pipeline",
         "LongDocumentSummarizationPipeline",
         ("AutoModelForSeq2SeqLM", "AutoModel"),
         "text",
@@ -39,7 +49,7 @@ def pipeline_class(task: str) -> type:
     if task not in PIPELINES:
         raise KeyError(f"unknown hf-sparse pipeline task {task!r}; known: {sorted(PIPELINES)}")
     module, name, _, _ = PIPELINES[task]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(module), name)
 
 
 def custom_pipelines_entry(task: str) -> dict:

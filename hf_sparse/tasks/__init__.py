@@ -1,15 +1,9 @@
-"""Fine-tuning tasks that recipes name with ``task:`` (see :mod:`hf_sparse.training.tasks`).
+"""The fine-tuning tasks, one folder each (``hf_sparse/tasks/<task>/``): configuration, model, data
+preparation, metrics, inference pipeline and the :class:`~hf_sparse.training.Task` a recipe names
+with ``task:`` (``<task>/task.py``).
 
-Importing this package imports every task module below, and each registers itself with
-``@register_task(name)``; ``hf_sparse.training.get_task`` imports it on a registry miss.
+Importing this package imports none of them: ``import hf_sparse`` loads the configurations, models
+and pipelines it registers, and ``hf_sparse.training.get_task`` imports the task modules
+(:data:`hf_sparse.training.TASK_PACKAGES`, which register themselves with ``@register_task``) on a
+registry miss.
 """
-
-from importlib import import_module
-
-#: one module per task family
-TASK_MODULES = ("dialogue", "motif", "summarization")
-
-for _module in TASK_MODULES:
-    import_module(f"{__name__}.{_module}")
-
-__all__ = ["TASK_MODULES"]

@@ -39,7 +39,11 @@ __all__ = [
 
 #: Packages imported on a registry miss so that the tasks they define register themselves. A
 #: package that does not exist is skipped silently; one that fails to import raises.
-TASK_PACKAGES: tuple[str, ...] = ("hf_sparse.tasks",)
+TASK_PACKAGES: tuple[str, ...] = (
+    "hf_sparse.tasks.dialogue.task",
+    "hf_sparse.tasks.motif.task",
+    "hf_sparse.tasks.summarization.task",
+)
 
 _TASKS: dict[str, type[Task]] = {}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")

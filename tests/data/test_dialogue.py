@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import BertTokenizer, PreTrainedTokenizerFast
 
-from hf_sparse.data import (
+from hf_sparse.tasks.dialogue.data import (
     DialogueFormatter,
     DialogueLabels,
     DialogueTrackingCollator,

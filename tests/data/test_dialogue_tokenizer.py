@@ -2,7 +2,7 @@
 
 import pytest
 
-from hf_sparse.data.dialogue import DialogueFormatter, train_dialogue_tokenizer
+from hf_sparse.tasks.dialogue.data import DialogueFormatter, train_dialogue_tokenizer
 
 TEXTS = ["Find me a restaurant in Berkeley.", "Which city?", "Berkeley, please!", "Find me a flight."]
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoConfig, pipeline
 
-from hf_sparse.data.dialogue import DialogueLabels
-from hf_sparse.tasks.dialogue import (
+from hf_sparse.tasks.dialogue.data import DialogueLabels
+from hf_sparse.tasks.dialogue.task import (
     SelectionArguments,
     TrackingArguments,
     last_user_turn,
@@ -190,7 +190,7 @@ def test_last_user_turn_window():
 
 
 def test_tracking_scores_count_unseen_intents_and_only_labelled_turns(tmp_path):
-    from hf_sparse.data.dialogue import build_tracking_examples
+    from hf_sparse.tasks.dialogue.data import build_tracking_examples
     from tests.models.dialogue_tiny import tiny_model, tokenizer_and_formatter
 
     tokenizer, formatter = tokenizer_and_formatter()
@@ -266,7 +266,7 @@ def test_tune_thresholds_picks_the_best_f1_per_act():
 
 
 def test_sinusoidal_init_fills_the_table():
-    from hf_sparse.tasks.dialogue import sinusoidal_init
+    from hf_sparse.tasks.dialogue.task import sinusoidal_init
 
     table = torch.zeros(10, 4)
     sinusoidal_init(table, scale=1.0)
@@ -279,7 +279,7 @@ def test_evaluation_keeps_the_dataset_order_under_group_by_length(tmp_path):
     each prediction with another example's labels."""
     from transformers import TrainingArguments
 
-    from hf_sparse.tasks.dialogue import ExampleDataset, _trainer_class
+    from hf_sparse.tasks.dialogue.task import ExampleDataset, _trainer_class
 
     lengths = [5, 60, 2, 33, 17, 4, 48, 9]
     dataset = ExampleDataset([{"input_ids": [1] * n} for n in lengths])

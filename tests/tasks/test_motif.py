@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import pipeline
 
-from hf_sparse.data.motifs import builtin_motifs, label_sequence
-from hf_sparse.tasks.motif import (
+from hf_sparse.tasks.motif.data import builtin_motifs, label_sequence
+from hf_sparse.tasks.motif.task import (
     MotifArguments,
     MotifTask,
     attention_matrices,
@@ -214,7 +214,7 @@ def test_reverse_complement_augmentation_mirrors_tags():
 
 
 def test_metrics():
-    from hf_sparse.models.longformer_tasks import LongformerMotifConfig
+    from hf_sparse.tasks.motif.configuration_motif import LongformerMotifConfig
     from tests.models.motif_tiny import backbone
 
     bio = LongformerMotifConfig(backbone=backbone(), motif_names=["A"])

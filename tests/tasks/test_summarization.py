@@ -10,9 +10,9 @@ import torch
 from transformers import EvalPrediction, pipeline
 
 import hf_sparse  # noqa: F401
-from hf_sparse.data.summarization import synthetic_copy_documents, write_jsonl
-from hf_sparse.metrics import rouge
-from hf_sparse.tasks.summarization import AbstractiveArguments, ExtractiveArguments
+from hf_sparse.tasks.summarization.data import synthetic_copy_documents, write_jsonl
+from hf_sparse.tasks.summarization.rouge import rouge
+from hf_sparse.tasks.summarization.task import AbstractiveArguments, ExtractiveArguments
 from hf_sparse.training import get_task, load_recipe, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -2,7 +2,7 @@
 
 - ``dialogue-response-selection``: for every response-speaker turn, rank the true response among
   ``n_negatives`` (default 9) responses of *other* dialogues drawn with a fixed seed
-  (:func:`hf_sparse.data.build_selection_examples`). Training uses ``train_negatives`` sampled negatives per
+  (:func:`hf_sparse.tasks.dialogue.data.build_selection_examples`). Training uses ``train_negatives`` sampled negatives per
   example, drawn the same way with another seed; the loss is the cross-entropy over each example's
   candidates. Metrics: recall@1/2/5 and MRR over the 1 + ``n_negatives`` candidates (R10@k for 9).
 - ``dialogue-state-tracking``: per-turn dialogue acts (multi-label) and the active intent of every user turn,
@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..data.dialogue import (
+from ...training import Task, path_field, register_task
+from ...training.recipe import require_path
+from ...training.tasks import metric_prefix
+from .configuration_dialogue import TURN_POOLING
+from .data import (
     IGNORE_INDEX,
     DialogueFormatter,
     DialogueLabels,
@@ -41,12 +45,8 @@ from ..data.dialogue import (
     read_sgd,
     train_dialogue_tokenizer,
 )
-from ..metrics.dialogue import dialogue_act_f1, intent_accuracy
-from ..metrics.ranking import ranking_metrics
-from ..models.longformer_tasks.configuration_dialogue import TURN_POOLING
-from ..training import Task, path_field, register_task
-from ..training.recipe import require_path
-from ..training.tasks import metric_prefix
+from .metrics import dialogue_act_f1, intent_accuracy
+from .ranking import ranking_metrics
 
 SPLITS = ("train", "validation", "test")
 _POSITIVE_INT_KEYS = ("max_length", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -454,8 +454,10 @@ class _DialogueTask(Task):
     def build_model(self, args, tokenizer):
         from transformers import AutoConfig, LongformerModel
 
-        from ..models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue, block_multiple
-        from ..models.longformer_tasks.backbone import backbone_config
+        from ...models.longformer_tasks import block_multiple
+        from ...models.longformer_tasks.backbone import backbone_config
+        from .configuration_dialogue import LongformerDialogueConfig
+        from .modeling_dialogue import LongformerForDialogue
 
         path = args.model_name_or_path
         common = {

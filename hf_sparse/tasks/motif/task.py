@@ -2,7 +2,7 @@
 
 Three data sources (recipe key ``data``):
 
-- ``synthetic`` (no files needed): :class:`~hf_sparse.data.SyntheticMotifGenerator` plants instances
+- ``synthetic`` (no files needed): :class:`~hf_sparse.tasks.motif.data.SyntheticMotifGenerator` plants instances
   sampled from the built-in JASPAR motifs (``motifs``: a subset of their names) into i.i.d. background
   (or windows of ``background_fasta``). Splits are disjoint ranges of example indices of one seeded
   generator. Per-base BIO tags + multi-hot motif presence.
@@ -18,7 +18,7 @@ Three data sources (recipe key ``data``):
 Metrics (each evaluation; ``eval_``/``test_`` prefixes added by the runner):
 
 - per-base heads: ``span_f1``, ``span_precision``, ``span_recall`` (exact ``(motif, start, end)``
-  matches, :func:`hf_sparse.metrics.span_f1`), ``span_overlap_f1``, ``per_base_f1`` and
+  matches, :func:`hf_sparse.tasks.motif.metrics.span_f1`), ``span_overlap_f1``, ``per_base_f1`` and
   ``span_f1_<motif>`` per motif;
 - sequence heads: ``accuracy`` and ``auroc`` (classification: class accuracy and the AUROC of the
   positive class, macro one-vs-rest for more classes; motif presence: accuracy over every (sequence,
@@ -41,10 +41,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..attention.dispatch import BACKENDS
-from ..data.fasta import read_fasta
-from ..data.motif_collator import IGNORE_INDEX, MotifCollator
-from ..data.motifs import (
+from ...attention.dispatch import BACKENDS
+from ...data.fasta import read_fasta
+from ...metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
+from ...tokenization_dna import normalize_sequence, reverse_complement
+from ...training import Task, path_field, register_task
+from ...training.recipe import require_path
+from .collator import IGNORE_INDEX, MotifCollator
+from .data import (
     SyntheticMotifGenerator,
     builtin_motifs,
     dinucleotide_shuffle,
@@ -52,12 +56,8 @@ from ..data.motifs import (
     read_motifs,
     spans_to_tags,
 )
-from ..metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
-from ..metrics.spans import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
-from ..pipelines.motif import decode_spans
-from ..tokenization_dna import normalize_sequence, reverse_complement
-from ..training import Task, path_field, register_task
-from ..training.recipe import require_path
+from .metrics import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
+from .pipeline import decode_spans
 
 logger = logging.getLogger(__name__)
 
@@ -575,7 +575,7 @@ class MotifTask(Task):
     # --- Task hooks ----------------------------------------------------------------------------
 
     def build_tokenizer(self, args):
-        from ..tokenization_dna import DNATokenizer
+        from ...tokenization_dna import DNATokenizer
 
         if args.model_name_or_path:
             from transformers import AutoTokenizer
@@ -611,7 +611,8 @@ class MotifTask(Task):
                 "attention_pattern": {"type": "sliding_window", "window": args.attention_window}}  # fmt: skip
 
     def build_model(self, args, tokenizer):
-        from ..models.longformer_tasks import LongformerForMotifDetection, LongformerMotifConfig
+        from .configuration_motif import LongformerMotifConfig
+        from .modeling_motif import LongformerForMotifDetection
 
         motifs = self.motifs(args)
         names = [m.name for m in motifs] if motifs else []
@@ -702,8 +703,8 @@ class MotifTask(Task):
         }
 
     def data_collator(self, args, tokenizer):
-        from ..models.longformer_tasks import block_multiple
-        from ..models.longformer_tasks.backbone import backbone_config
+        from ...models.longformer_tasks import block_multiple
+        from ...models.longformer_tasks.backbone import backbone_config
 
         return MotifCollator(
             pad_token_id=tokenizer.pad_token_id,
@@ -747,7 +748,7 @@ class MotifTask(Task):
         metrics = self._final.get(split, {})
         prefix = "test_" if split == "test" else "eval_"
         try:
-            from ..viz import plot_bars, show_heatmaps
+            from ...viz import plot_bars, show_heatmaps
         except ImportError as e:  # pragma: no cover - matplotlib missing
             logger.warning("motif plots skipped: %s", e)
             return extras

@@ -1,13 +1,13 @@
 """Long-document summarization fine-tuning tasks on ScisummNet, QMSum, SQuALITY (or any data in their format).
 
 Data: ``data_dir`` holds ``train.jsonl``, ``validation.jsonl`` and (optionally) ``test.jsonl`` with
-``document`` and ``summary`` per row (``hf_sparse.data.summarization.read_summarization_jsonl``); rows with
+``document`` and ``summary`` per row (``hf_sparse.tasks.summarization.data.read_summarization_jsonl``); rows with
 ``references`` (SQuALITY's four) are scored against all of them (ROUGE takes the best reference per
 example); ``query_mode`` turns QMSum's queries into query-focused examples.
 
 - ``extractive-summarization``: ``LongformerForExtractiveSummarization``. Each document is split into
-  sentences (``hf_sparse.metrics.split_sentences``), labelled with the greedy ROUGE oracle
-  (``hf_sparse.metrics.oracle_labels``, ``oracle_sentences`` sentences by ``oracle_metric``) and encoded in
+  sentences (``hf_sparse.tasks.summarization.sentences.split_sentences``), labelled with the greedy ROUGE oracle
+  (``hf_sparse.tasks.summarization.metrics.oracle_labels``, ``oracle_sentences`` sentences by ``oracle_metric``) and encoded in
   chunks of whole sentences (every sentence scored). A training example is one document: its chunks share a
   batch, so the listwise loss ranks all of a document's sentences together (``max_train_samples`` counts
   documents); evaluation examples are chunks (``eval_loss`` ranks within a chunk), scored per document.
@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..data.summarization import (
+from ...training import Task, path_field, register_task
+from ...training.recipe import require_path
+from ...training.tasks import metric_prefix
+from .data import (
     QUERY_MODES,
     SENTENCE_FEATURES,
     ExtractiveCollator,
@@ -44,12 +47,9 @@ from ..data.summarization import (
     sentence_features,
     train_summarization_tokenizer,
 )
-from ..metrics.rouge import rouge
-from ..metrics.sentences import split_sentences
-from ..metrics.summarization import ORACLE_METRICS, oracle_labels, select_in_order
-from ..training import Task, path_field, register_task
-from ..training.recipe import require_path
-from ..training.tasks import metric_prefix
+from .metrics import ORACLE_METRICS, oracle_labels, select_in_order
+from .rouge import rouge
+from .sentences import split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -375,12 +375,10 @@ class ExtractiveSummarizationTask(_SummarizationTask):
     def build_model(self, args, tokenizer):
         from transformers import AutoConfig, AutoModel
 
-        from ..models.longformer_tasks import (
-            LongformerExtractiveSummarizationConfig,
-            LongformerForExtractiveSummarization,
-            block_multiple,
-        )
-        from ..models.longformer_tasks.backbone import BACKBONES, backbone_config
+        from ...models.longformer_tasks import block_multiple
+        from ...models.longformer_tasks.backbone import BACKBONES, backbone_config
+        from .configuration_summarization import LongformerExtractiveSummarizationConfig
+        from .modeling_summarization import LongformerForExtractiveSummarization
 
         path = args.model_name_or_path
         ids = add_summarization_tokens(tokenizer, True, args.query_mode != "none")
@@ -542,7 +540,8 @@ class AbstractiveSummarizationTask(_SummarizationTask):
     def build_model(self, args, tokenizer):
         from transformers import AutoConfig
 
-        from ..models.longformer_tasks import LEDForSummarization, LEDSummarizationConfig
+        from .configuration_summarization import LEDSummarizationConfig
+        from .modeling_summarization import LEDForSummarization
 
         path = args.model_name_or_path
         ids = add_summarization_tokens(tokenizer, *self._uses(args))

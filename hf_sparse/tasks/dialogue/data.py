@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from .fasta import PathLike, open_text
+from ...data.fasta import PathLike, open_text
 
 IGNORE_INDEX = -100
 NONE_INTENT = "NONE"
