@@ -41,6 +41,8 @@ from pathlib import Path
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .tasks.registry import CardInfo
+
 logger = logging.getLogger(__name__)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "model_cards"
@@ -84,94 +86,16 @@ def _atomic_write(path: Path, data: str | bytes) -> None:
 # =================================================================================================
 
 
-@dataclass(frozen=True)
-class CardTask:
-    """What a model card says about one task: its template, Hub pipeline tag, hf-sparse pipeline
-    task name (``pipeline(task, ...)``), the Auto class that loads it, tags and citations."""
-
-    template: str
-    title: str
-    pipeline_tag: str | None
-    pipeline_task: str | None
-    auto_class: str
-    description: str
-    tags: tuple[str, ...] = ()
-    citations: tuple[str, ...] = ()
-
-
-CARD_TASKS: dict[str, CardTask] = {
-    "motif": CardTask(
-        template="motif.jinja",
-        title="DNA motif detection",
-        pipeline_tag="token-classification",
-        pipeline_task="dna-motif-detection",
-        auto_class="AutoModelForTokenClassification",
-        description=(
-            "A sparse-attention model that labels each nucleotide of a long DNA sequence as inside "
-            "or outside a sequence motif (e.g. a transcription-factor binding site), reading "
-            "thousands of bases in one window."
-        ),
-        tags=("genomics", "dna", "token-classification"),
+#: the card of a SparseTransformer model trained outside a registered task (``task="sparse_transformer"``)
+SPARSE_TRANSFORMER_CARD = CardInfo(
+    template="sparse_transformer.jinja",
+    title="Sparse-attention transformer",
+    description=(
+        "A transformer whose self-attention is restricted to a sparse pattern from hf-sparse, "
+        "so memory and compute grow with the number of allowed (query, key) pairs instead of "
+        "the square of the sequence length."
     ),
-    "summarization": CardTask(
-        template="summarization.jinja",
-        title="Long-document summarization",
-        pipeline_tag="summarization",
-        pipeline_task="long-document-summarization",
-        auto_class="AutoModelForSeq2SeqLM",
-        description=(
-            "An encoder-decoder with sparse encoder attention that writes an abstractive summary of "
-            "a long document (papers, meeting transcripts, stories) read in one pass."
-        ),
-        tags=("summarization", "long-document"),
-        citations=("longformer",),
-    ),
-    "dialogue": CardTask(
-        template="dialogue.jinja",
-        title="Dialogue response selection",
-        pipeline_tag="text-ranking",
-        pipeline_task="dialogue-response-selection",
-        auto_class="AutoModelForSequenceClassification",
-        description=(
-            "A sparse-attention encoder that scores candidate responses given a long dialogue "
-            "history, so the whole conversation fits in one window."
-        ),
-        tags=("dialogue", "response-selection"),
-    ),
-    "dialogue_tracking": CardTask(
-        template="dialogue_tracking.jinja",
-        title="Dialogue state tracking",
-        pipeline_tag="token-classification",
-        pipeline_task="dialogue-state-tracking",
-        auto_class="AutoModel",
-        description=(
-            "A sparse-attention encoder that reads a whole dialogue and predicts the dialogue acts of every "
-            "turn and the active intent of every user turn."
-        ),
-        tags=("dialogue", "dialogue-state-tracking"),
-    ),
-    "sparse_transformer": CardTask(
-        template="sparse_transformer.jinja",
-        title="Sparse-attention transformer",
-        pipeline_tag=None,
-        pipeline_task=None,
-        auto_class="AutoModel",
-        description=(
-            "A transformer whose self-attention is restricted to a sparse pattern from hf-sparse, "
-            "so memory and compute grow with the number of allowed (query, key) pairs instead of "
-            "the square of the sequence length."
-        ),
-    ),
-}
-
-_TASK_ALIASES = {
-    "dna-motif-detection": "motif",
-    "long-document-summarization": "summarization",
-    "dialogue-response-selection": "dialogue",
-    "dialogue-state-tracking": "dialogue_tracking",
-    "sparse-transformer": "sparse_transformer",
-    "generic": "sparse_transformer",
-}
+)
 
 CITATIONS: dict[str, tuple[str, str]] = {
     "longformer": (
@@ -235,15 +159,23 @@ _EXTRA_KEYS = ("description", "intended_use", "limitations")
 _LENGTH_KEYS = ("max_length", "max_seq_length", "max_source_length", "max_position_embeddings", "block_size")
 
 
-def _resolve_task(task: str) -> tuple[str, CardTask]:
-    if not isinstance(task, str):
-        raise TypeError(f"task must be a str, got {type(task).__name__}")
-    key = _TASK_ALIASES.get(task, task).replace("-", "_")
-    if key not in CARD_TASKS:
-        raise ValueError(
-            f"task must be one of {sorted(CARD_TASKS)} (or {sorted(_TASK_ALIASES)}), got {task!r}"
-        )
-    return key, CARD_TASKS[key]
+def _resolve_task(task) -> tuple[CardInfo, str | None, str]:
+    """(card, pipeline task, Auto class) of a registered task (by name or descriptor), or of the
+    SparseTransformer family (``"sparse_transformer"``)."""
+    from .tasks import TaskDescriptor, registry
+
+    if task == "sparse_transformer":
+        return SPARSE_TRANSFORMER_CARD, None, "AutoModel"
+    if isinstance(task, str):
+        try:
+            task = registry.get(task)
+        except KeyError as e:
+            raise ValueError(
+                f"task must be 'sparse_transformer' or a registered task, got {task!r}: {e.args[0]}"
+            ) from None
+    if not isinstance(task, TaskDescriptor):
+        raise TypeError(f"task must be a task name or a TaskDescriptor, got {type(task).__name__}")
+    return task.card, task.pipeline, task.auto_class
 
 
 def _str_list(name: str, value) -> list[str]:
@@ -420,8 +352,9 @@ def render_model_card(
     """A model card for an hf-sparse model, from the task's template in ``hf_sparse/model_cards/``.
 
     Args:
-        task: ``"motif"``, ``"summarization"``, ``"dialogue"`` or ``"sparse_transformer"`` (the
-            hf-sparse pipeline task names ``"dna-motif-detection"`` etc. work too).
+        task: a registered task's name (``"dna-motif-detection"``, ...) or
+            :class:`~hf_sparse.tasks.TaskDescriptor`, or ``"sparse_transformer"`` (the SparseTransformer
+            family's card); the task's :class:`~hf_sparse.tasks.CardInfo` gives the template and texts.
         model_name: the card's title and the ``model-index`` name.
         base_model: Hub id of the checkpoint this model was fine-tuned from.
         datasets: Hub dataset ids used for training (card metadata ``datasets``).
@@ -455,13 +388,13 @@ def render_model_card(
 
     ```python
     >>> from hf_sparse import patterns
-    >>> card = render_model_card("motif", model_name="motif-tiny", dataset_name="synthetic motifs",
+    >>> card = render_model_card("dna-motif-detection", model_name="motif-tiny", dataset_name="synthetic motifs",
     ...                          metrics={"span_f1": 0.91}, pattern=patterns.SlidingWindow(window=64))
     >>> card.data.eval_results[0].metric_value
     0.91
     ```
     """
-    task_key, info = _resolve_task(task)
+    info, pipeline_task, default_auto_class = _resolve_task(task)
     if not isinstance(model_name, str) or not model_name.strip():
         raise ValueError(f"model_name must be a non-empty str, got {model_name!r}")
     if repo_id is not None:
@@ -475,8 +408,8 @@ def render_model_card(
             raise ValueError(f"{name} must be a non-empty str, got {value!r}")
     datasets = _str_list("datasets", datasets)
     languages = _str_list("language", language)
-    pipeline_tag = pipeline_tag if pipeline_tag is not None else info.pipeline_tag
-    auto_class = auto_class or info.auto_class
+    pipeline_tag = pipeline_tag if pipeline_tag is not None else info.hub_pipeline_tag
+    auto_class = auto_class or default_auto_class
     if not auto_class.isidentifier():
         raise ValueError(f"auto_class must be a class name such as 'AutoModel', got {auto_class!r}")
     if training_config is not None and not isinstance(training_config, Mapping):
@@ -551,7 +484,7 @@ def render_model_card(
         language=languages,
         license=license,
         auto_class=auto_class,
-        pipeline_task=info.pipeline_task,
+        pipeline_task=pipeline_task,
         hf_sparse_version=_version(),
         pattern_name=p_summary or "not recorded",
         pattern_repr=p_repr,
@@ -566,6 +499,8 @@ def render_model_card(
         extra_rows=[(k, _fmt(v)) for k, v in extra.items() if k not in _EXTRA_KEYS],
         citations=citations,
     )
+    if template is None and Path(info.template).is_absolute():
+        template = info.template  # a task defined outside the package brings its own template
     if template is not None:
         path = Path(template)
         if not path.is_file():
@@ -1729,9 +1664,8 @@ def export_remote_code(
 
 __all__ = [
     "BUNDLE_MANIFEST",
-    "CARD_TASKS",
     "BundleError",
-    "CardTask",
+    "SPARSE_TRANSFORMER_CARD",
     "HubAuthError",
     "HubError",
     "HubUnavailableError",

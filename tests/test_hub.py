@@ -44,7 +44,7 @@ def _card(**kw):
         training_config={"learning_rate": 3e-4, "max_length": 512, "optim": {"name": "adamw"}},
     )
     args.update(kw)
-    return hub.render_model_card(args.pop("task", "motif"), **args)
+    return hub.render_model_card(args.pop("task", "dna-motif-detection"), **args)
 
 
 def test_card_metadata():
@@ -72,15 +72,26 @@ def test_card_metadata():
 @pytest.mark.parametrize(
     "task, pipeline_tag, pipeline_task, auto_class",
     [
-        ("motif", "token-classification", "dna-motif-detection", "AutoModelForTokenClassification"),
-        ("summarization", "summarization", "long-document-summarization", "AutoModelForSeq2SeqLM"),
-        ("dialogue", "text-ranking", "dialogue-response-selection", "AutoModelForSequenceClassification"),
         (
             "dna-motif-detection",
             "token-classification",
             "dna-motif-detection",
             "AutoModelForTokenClassification",
         ),
+        (
+            "abstractive-summarization",
+            "summarization",
+            "long-document-summarization",
+            "AutoModelForSeq2SeqLM",
+        ),
+        (
+            "dialogue-response-selection",
+            "text-ranking",
+            "dialogue-response-selection",
+            "AutoModelForSequenceClassification",
+        ),
+        ("extractive-summarization", "summarization", "long-document-summarization", "AutoModel"),
+        ("dialogue-state-tracking", "token-classification", "dialogue-state-tracking", "AutoModel"),
     ],
 )
 def test_card_per_task(task, pipeline_tag, pipeline_task, auto_class):
@@ -145,8 +156,8 @@ def test_citations_follow_the_pattern(pattern, key):
 
 
 def test_no_pattern_no_citation_but_summarization_cites_led():
-    assert "## Citation" not in hub.render_model_card("dialogue", model_name="m").text
-    assert "beltagy2020longformer" in hub.render_model_card("summarization", model_name="m").text
+    assert "## Citation" not in hub.render_model_card("dialogue-response-selection", model_name="m").text
+    assert "beltagy2020longformer" in hub.render_model_card("extractive-summarization", model_name="m").text
 
 
 def test_extra_fields_are_rendered_not_dropped():
@@ -175,7 +186,8 @@ def test_custom_template_extends_base(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"task": "translation"}, "task must be one of"),
+        ({"task": "translation"}, "task must be 'sparse_transformer' or a registered task"),
+        ({"task": "motif"}, "unknown task 'motif'; registered tasks: abstractive-summarization"),
         ({"metrics": {"f1": 0.5}, "datasets": (), "dataset_name": None}, "need dataset_name"),
         ({"metrics": {"f1": "high"}}, r"metrics\['f1'\] must be a number, got 'high'"),
         ({"metrics": {"f1": float("nan")}}, "must be finite"),

@@ -7,7 +7,6 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -74,8 +73,8 @@ def export_code_hook(config_cls, mapping: dict, pipelines=()):
 
 def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
     """Register a config with AutoConfig and its heads with the Auto model classes (idempotent),
-    set their :func:`export_code_hook` (saving ``pipelines``, task names of
-    :data:`hf_sparse.pipelines.PIPELINES`, with the model), and tell peft the default LoRA target
+    set their :func:`export_code_hook` (saving ``pipelines``, registered pipeline task names, with
+    the model), and tell peft the default LoRA target
     modules of the model type."""
     model_type = config_cls.model_type
     hook = export_code_hook(config_cls, mapping, tuple(pipelines))
@@ -107,51 +106,12 @@ def register_tokenizer(config_cls, tokenizer_cls):
 
 
 def register_models():
-    """Register the SparseTransformer family and every task model with the Auto classes (idempotent)."""
+    """Register the SparseTransformer family and every task of :data:`hf_sparse.tasks.TASKS` (their
+    models, tokenizers and pipelines) with transformers (idempotent; called by ``import hf_sparse``)."""
     register_auto(SparseTransformerConfig, SPARSE_TRANSFORMER_AUTO, LORA_TARGET_MODULES)
-    # the task models import the shared backbone from this package: imported here, not at module level
-    from ..tasks.dialogue.configuration_dialogue import LongformerDialogueConfig
-    from ..tasks.dialogue.modeling_dialogue import LongformerForDialogue
-    from ..tasks.motif.configuration_motif import LongformerMotifConfig
-    from ..tasks.motif.modeling_motif import LongformerForMotifDetection
-    from ..tasks.summarization.configuration_summarization import (
-        LEDSummarizationConfig,
-        LongformerExtractiveSummarizationConfig,
-    )
-    from ..tasks.summarization.modeling_summarization import (
-        LEDForSummarization,
-        LongformerForExtractiveSummarization,
-    )
-    from ..tokenization_dna import DNATokenizer
+    from ..tasks import register_tasks  # the task models import this package: not at module level
 
-    register_auto(
-        LongformerDialogueConfig,
-        {AutoModel: LongformerForDialogue, AutoModelForSequenceClassification: LongformerForDialogue},
-        ["query", "value"],
-        pipelines=("dialogue-response-selection", "dialogue-state-tracking"),
-    )
-    register_auto(
-        LEDSummarizationConfig,
-        {AutoModelForSeq2SeqLM: LEDForSummarization},
-        ["q_proj", "v_proj", "query", "value"],
-        pipelines=("long-document-summarization",),
-    )
-    register_auto(
-        LongformerExtractiveSummarizationConfig,
-        {AutoModel: LongformerForExtractiveSummarization},
-        ["query", "value"],
-        pipelines=("long-document-summarization",),
-    )
-    register_auto(
-        LongformerMotifConfig,
-        {
-            AutoModel: LongformerForMotifDetection,
-            AutoModelForTokenClassification: LongformerForMotifDetection,
-        },
-        ["query", "value"],
-        pipelines=("dna-motif-detection",),
-    )
-    register_tokenizer(LongformerMotifConfig, DNATokenizer)
+    register_tasks()
 
 
 __all__ = [

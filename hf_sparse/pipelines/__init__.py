@@ -1,55 +1,39 @@
 """Inference pipelines, registered with transformers' ``PIPELINE_REGISTRY`` on ``import hf_sparse``.
 
-Each task module defines one ``Pipeline`` subclass; :data:`PIPELINES` names it with the Auto classes
-its models load through. A model family that declares its pipeline tasks (``register_auto(...,
-pipelines=[...])`` in :mod:`hf_sparse.models`) writes ``custom_pipelines`` into its saved
-``config.json`` and bundles the pipeline module with its remote code, so both
+Each task's ``Pipeline`` subclass lives in its folder (``hf_sparse/tasks/<task>/pipeline.py``) and is
+named by its :class:`~hf_sparse.tasks.TaskDescriptor` (``pipeline``, ``pipeline_class``,
+``pipeline_auto_classes``); this module turns the registered descriptors into ``PIPELINE_REGISTRY``
+entries and the ``custom_pipelines`` entries a saved ``config.json`` carries, so both
 ``pipeline(model=folder)`` (with hf-sparse imported) and ``pipeline(model=folder,
-trust_remote_code=True)`` (without it) find the task.
+trust_remote_code=True)`` (without it) find the task. What every pipeline shares (progress bars) is
+in :mod:`.progress`.
 """
 
 from __future__ import annotations
 
-import importlib
-import re
 
-#: task name -> (module, class name, Auto class names of its models, input type)
-PIPELINES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
-    "dialogue-response-selection": (
-        "hf_sparse.tasks.dialogue.pipeline",
-        "DialogueResponseSelectionPipeline",
-        ("AutoModel",),
-        "text",
-    ),
-    "dialogue-state-tracking": (
-        "hf_sparse.tasks.dialogue.pipeline",
-        "DialogueStateTrackingPipeline",
-        ("AutoModel",),
-        "text",
-    ),
-    "dna-motif-detection": (
-        "hf_sparse.tasks.motif.pipeline",
-        "DNAMotifDetectionPipeline",
-        ("AutoModelForTokenClassification",),
-        "text",
-    ),
-    "long-document-summarization": (
-        "hf_sparse.tasks.summarization.pipeline",
-        "LongDocumentSummarizationPipeline",
-        ("AutoModelForSeq2SeqLM", "AutoModel"),
-        "text",
-    ),
-}
+def _serving(task: str) -> list:
+    from ..tasks import registry
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+    serving = registry.pipeline_tasks().get(task)
+    if not serving:
+        raise KeyError(
+            f"unknown hf-sparse pipeline task {task!r}; known: {sorted(registry.pipeline_tasks())}"
+        )
+    return serving
 
 
 def pipeline_class(task: str) -> type:
-    """The ``Pipeline`` subclass of a registered hf-sparse task."""
-    if task not in PIPELINES:
-        raise KeyError(f"unknown hf-sparse pipeline task {task!r}; known: {sorted(PIPELINES)}")
-    module, name, _, _ = PIPELINES[task]
-    return getattr(importlib.import_module(module), name)
+    """The ``Pipeline`` subclass of a registered hf-sparse pipeline task."""
+    return _serving(task)[0].pipeline_class
+
+
+def pipeline_auto_classes(task: str) -> tuple[str, ...]:
+    """The Auto class names the models of a pipeline task load with (over every task serving it)."""
+    autos: list[str] = []
+    for d in _serving(task):
+        autos += [a for a in d.pipeline_auto_classes if a not in autos]
+    return tuple(autos)
 
 
 def custom_pipelines_entry(task: str) -> dict:
@@ -57,43 +41,41 @@ def custom_pipelines_entry(task: str) -> dict:
     from ..hub import flat_module_name
 
     cls = pipeline_class(task)
-    _, _, autos, kind = PIPELINES[task]
     return {
         "impl": f"{flat_module_name(cls.__module__)}.{cls.__name__}",
-        "pt": list(autos),
+        "pt": list(pipeline_auto_classes(task)),
         "tf": [],
-        "type": kind,
+        "type": "text",
     }
 
 
-def register_pipeline(task: str, module: str, class_name: str, auto_classes, type: str = "text") -> None:
-    """Add a task to :data:`PIPELINES` and register it with transformers (lowercase, hyphenated name;
-    ``KeyError`` if the name is taken by another class)."""
-    if not isinstance(task, str) or not _NAME_RE.match(task):
-        raise ValueError(f"task must be a lowercase hyphenated name, got {task!r}")
-    entry = (module, class_name, tuple(auto_classes), type)
-    if PIPELINES.get(task, entry) != entry:
-        raise KeyError(f"pipeline task {task!r} is already registered as {PIPELINES[task]}")
-    PIPELINES[task] = entry
-    _register_with_transformers(task)
-
-
-def _register_with_transformers(task: str) -> None:
+def register_pipeline_task(task: str) -> None:
+    """Register a pipeline task of the registered descriptors with transformers (idempotent)."""
     import transformers
     from transformers.pipelines import PIPELINE_REGISTRY
 
-    _, _, autos, kind = PIPELINES[task]
     cls = pipeline_class(task)
-    if PIPELINE_REGISTRY.supported_tasks.get(task, {}).get("impl") is cls:
-        return
-    pt = tuple(getattr(transformers, a) for a in autos)
-    PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=cls, pt_model=pt, type=kind)
+    pt = tuple(getattr(transformers, a) for a in pipeline_auto_classes(task))
+    current = PIPELINE_REGISTRY.supported_tasks.get(task, {})
+    if current.get("impl") is cls:
+        if tuple(current.get("pt", ())) == pt:
+            return
+        del PIPELINE_REGISTRY.supported_tasks[task]  # a second task serving it: ours, updated quietly
+    PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=cls, pt_model=pt, type="text")
 
 
 def register_pipelines() -> None:
-    """Register every task in :data:`PIPELINES` (idempotent; called by ``import hf_sparse``)."""
-    for task in PIPELINES:
-        _register_with_transformers(task)
+    """Register the pipeline task of every registered task (idempotent; called by ``import hf_sparse``)."""
+    from ..tasks import registry
+
+    for task in registry.pipeline_tasks():
+        register_pipeline_task(task)
 
 
-__all__ = ["PIPELINES", "custom_pipelines_entry", "pipeline_class", "register_pipeline", "register_pipelines"]
+__all__ = [
+    "custom_pipelines_entry",
+    "pipeline_auto_classes",
+    "pipeline_class",
+    "register_pipeline_task",
+    "register_pipelines",
+]

@@ -5,7 +5,7 @@ A recipe is a flat mapping parsed with ``transformers.HfArgumentParser`` into th
 ``Arguments`` and ``TrainingArguments`` (or the task's ``training_arguments_class``)::
 
     # pipelines/motif/tiny.yaml
-    task: motif-detection          # registered task name, or "package.module:ClassName"
+    task: dna-motif-detection          # registered task name, or "package.module:NAME"
     data_dir: ../data              # a task path field: relative to this file's folder
     output_dir: outputs/motif-tiny # relative to the working directory (as in every HF script)
     num_train_epochs: 3
@@ -110,7 +110,7 @@ class RecipeArguments:
     """Settings of the run itself (not of the task, not of the Trainer)."""
 
     task: str = field(
-        metadata={"help": "Registered task name (e.g. 'motif-detection') or 'package.module:ClassName'."}
+        metadata={"help": "Registered task name (e.g. 'dna-motif-detection') or 'package.module:NAME'."}
     )
     resume: bool = field(
         default=False,

@@ -1,4 +1,4 @@
-"""The motif-detection recipe task: the tiny recipe end to end (saved folder, card, plots, offline
+"""The dna-motif-detection recipe task: the tiny recipe end to end (saved folder, card, plots, offline
 push), the classification and scan data sources, metrics, augmentation and argument errors."""
 
 import json
@@ -56,7 +56,7 @@ def test_tiny_recipe_trains_saves_a_complete_folder_and_pushes_offline(tmp_path)
 
     # everything local was written before the push was tried, and nothing was removed
     results = json.loads((out / "all_results.json").read_text())
-    assert results["global_step"] == 3 and results["task"] == "motif-detection"
+    assert results["global_step"] == 3 and results["task"] == "dna-motif-detection"
     for split in ("eval", "test"):
         for key in ("span_f1", "span_precision", "span_recall", "per_base_f1", "accuracy", "auroc",
                     "span_f1_CTCF", "span_f1_REST", "span_f1_TP53"):  # fmt: skip
@@ -105,7 +105,7 @@ def write_classification(folder: Path, n=(40, 12, 12)) -> Path:
 def test_classification_data_trains_a_sequence_classifier(tmp_path, tokens):
     data = write_classification(tmp_path / "data")
     recipe = {
-        "task": "motif-detection", "data": "classification", "data_dir": str(data), **tokens,
+        "task": "dna-motif-detection", "data": "classification", "data_dir": str(data), **tokens,
         "output_dir": str(tmp_path / "out"), "hidden_size": 32, "intermediate_size": 64,
         "num_attention_heads": 2, "max_length": 64, "pooling": "mean", "num_train_epochs": 3,
         "learning_rate": 3e-3, "per_device_train_batch_size": 8, "report_to": "none", "save_strategy": "no",
@@ -185,7 +185,7 @@ def test_recipes_parse(name):
     if name == "base" and not torch.cuda.is_available():
         overrides.append("bf16=false")  # TrainingArguments refuses bf16 without a GPU
     recipe_args, task_args, training_args = load_recipe(RECIPES / f"{name}.yaml", overrides)
-    assert recipe_args.task == "motif-detection" and isinstance(task_args, MotifArguments)
+    assert recipe_args.task == "dna-motif-detection" and isinstance(task_args, MotifArguments)
     if name == "tiny":
         assert task_args.data == "synthetic" and task_args.background_fasta is None  # no external data
     if name in ("promoters", "ctcf"):

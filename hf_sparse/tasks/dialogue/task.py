@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...training import Task, path_field, register_task
+from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
 from .configuration_dialogue import TURN_POOLING
@@ -368,8 +368,6 @@ def _trainer_class(label_names: tuple[str, ...]):
 class _DialogueTask(Task):
     """Data, tokenizer and model building shared by both dialogue tasks."""
 
-    card_task = "dialogue"
-
     def __init__(self):
         self._splits: dict[str, list[dict]] | None = None
         self._pad_multiple: int | None = 64
@@ -521,7 +519,6 @@ def ranking_scores(scores, labels) -> dict[str, float]:
     return {"recall@1": out["r@1"], "recall@2": out["r@2"], "recall@5": out["r@5"], "mrr": out["mrr"]}
 
 
-@register_task("dialogue-response-selection")
 class DialogueSelectionTask(_DialogueTask):
     """Response selection: rank the true next response among responses of other dialogues."""
 
@@ -671,11 +668,9 @@ def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold
     return out
 
 
-@register_task("dialogue-state-tracking")
 class DialogueTrackingTask(_DialogueTask):
     """Per-turn dialogue acts and active intents of user turns, read from each turn's separator."""
 
-    card_task = "dialogue_tracking"
     Arguments = TrackingArguments
     trainer_class = _trainer_class(("act_labels", "intent_labels"))
 

@@ -1,4 +1,4 @@
-"""DNA motif detection fine-tuning (``task: motif-detection``): per-base motif tags and a sequence head.
+"""DNA motif detection fine-tuning (``task: dna-motif-detection``): per-base motif tags and a sequence head.
 
 Three data sources (recipe key ``data``):
 
@@ -45,7 +45,7 @@ from ...attention.dispatch import BACKENDS
 from ...data.fasta import read_fasta
 from ...metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
 from ...tokenization_dna import normalize_sequence, reverse_complement
-from ...training import Task, path_field, register_task
+from ...training import Task, path_field
 from ...training.recipe import require_path
 from .collator import IGNORE_INDEX, MotifCollator
 from .data import (
@@ -71,7 +71,7 @@ SPLITS = ("train", "validation", "test")
 
 @dataclass
 class MotifArguments:
-    """Recipe keys of the ``motif-detection`` task."""
+    """Recipe keys of the ``dna-motif-detection`` task."""
 
     data: str = field(
         default="synthetic",
@@ -439,11 +439,9 @@ def _trainer_class(label_names: tuple[str, ...]):
     return MotifTrainer
 
 
-@register_task("motif-detection")
 class MotifTask(Task):
     """DNA motif detection / sequence classification with :class:`LongformerForMotifDetection`."""
 
-    card_task = "motif"
     Arguments = MotifArguments
     lora_task_type = None  # the model's own heads (token_classifier, sequence_head) are trained in full
 

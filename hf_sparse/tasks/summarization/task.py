@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...training import Task, path_field, register_task
+from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
 from .data import (
@@ -264,7 +264,6 @@ def _first_documents(examples: list[dict], limit: int | None) -> list[dict]:
 
 
 class _SummarizationTask(Task):
-    card_task = "summarization"
     model_type = ""
 
     def __init__(self):
@@ -340,7 +339,6 @@ class _SummarizationTask(Task):
 # --------------------------------------------------------------------------------------- extractive
 
 
-@register_task("extractive-summarization")
 class ExtractiveSummarizationTask(_SummarizationTask):
     """Sentence scoring with ``LongformerForExtractiveSummarization`` on greedy ROUGE-oracle labels."""
 
@@ -525,7 +523,6 @@ def _seq2seq_classes():
     return Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 
-@register_task("abstractive-summarization")
 class AbstractiveSummarizationTask(_SummarizationTask):
     """Abstractive summarization with ``LEDForSummarization`` (generation-based ROUGE evaluation)."""
 
