@@ -47,6 +47,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from ..tasks.arguments import RENAMED_KEYS
 from .tasks import get_task
 
 __all__ = [
@@ -423,6 +424,11 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
                 if f.metadata.get("metavar") == _PATH_METAVAR:
                     path_keys.add(f.name)
     for key, where in [(k, "recipe") for k in data] + [(k, "override") for k in override_values]:
+        if key in RENAMED_KEYS and key not in hints:
+            raise RecipeError(
+                f"{source}: {where} key {key!r} is now spelled {RENAMED_KEYS[key]!r} (one name for every task's "
+                f"backbone keys); rename it"
+            )
         if not isinstance(key, str) or key not in hints:
             close = difflib.get_close_matches(str(key), hints, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

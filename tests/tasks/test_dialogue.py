@@ -146,20 +146,22 @@ def test_tracking_model_folder_runs_the_pipeline(tracking_run):
 
 
 def test_bad_recipe_values_are_rejected(data_dir, tmp_path):
-    with pytest.raises(RecipeError, match="backbone_type"):
-        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="bert"))
+    with pytest.raises(RecipeError, match="backbone must be one of"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone="bert"))
+    with pytest.raises(RecipeError, match="recipe key 'backbone_type' is now spelled 'backbone'"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="longformer"))
     with pytest.raises(RecipeError, match="train_response_turns"):
         run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", train_response_turns="some"))
     with pytest.raises(RecipeError, match="attention_window must be even"):
         run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", attention_window=15))
     with pytest.raises(RecipeError, match="attention_windows must hold one even window"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", attention_windows=[8, 64]))  # 1 layer
-    with pytest.raises(RecipeError, match="attention_dropout must be in"):
+    with pytest.raises(RecipeError, match="attention_dropout must be a probability in"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", attention_dropout=1.5))
     with pytest.raises(RecipeError, match="turn_pooling must be one of"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", turn_pooling="max"))
     with pytest.raises(ValueError, match="position_embedding_type"):
-        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="sparse_transformer",
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone="sparse_transformer",
                    position_embedding_type="alibi"))  # fmt: skip
     with pytest.raises(RecipeError, match=r"data_dir: folder .* has no train.jsonl"):  # before any work
         run(recipe("dialogue-state-tracking", str(tmp_path), tmp_path / "o"))

@@ -271,8 +271,10 @@ def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
         (dict(validation_fraction=0.5, test_fraction=0.5), "test_fraction"),
         (dict(hidden_size=0), "hidden_size"),
         (dict(pooling="max"), "pooling"),
-        (dict(attention_dropout=1.0), "attention_dropout must be None or a probability in"),
-        (dict(hidden_dropout=-0.1), "hidden_dropout must be a probability in"),
+        (dict(attention_dropout=1.0), "attention_dropout must be a probability in"),
+        (dict(hidden_dropout_prob=-0.1), "hidden_dropout_prob must be a probability in"),
+        (dict(backbone="led"), "backbone must be one of"),
+        (dict(backbone="longformer", attention_window=63), "attention_window must be even for longformer"),
         (dict(attention_backend="fast"), "attention_backend must be one of"),
     ],
 )
