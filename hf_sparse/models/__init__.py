@@ -39,7 +39,7 @@ SPARSE_TRANSFORMER_AUTO = {
 def remote_code_auto_map(config_cls, mapping: dict) -> dict[str, str]:
     """``auto_map`` of a model family, naming the flat modules :func:`hf_sparse.hub.export_remote_code`
     writes (``modeling_x.XModel``)."""
-    from ..hub import flat_module_name
+    from ..hub.bundle import flat_module_name
 
     def ref(cls):
         return f"{flat_module_name(cls.__module__)}.{cls.__name__}"
@@ -54,7 +54,7 @@ def export_code_hook(config_cls, mapping: dict, pipelines=()):
     folder)`` finds its task, where hf-sparse is not installed."""
 
     def export(model, folder):
-        from ..hub import export_remote_code
+        from ..hub.bundle import export_remote_code
         from ..pipelines import custom_pipelines_entry, pipeline_class
 
         modules = {config_cls.__module__, *(cls.__module__ for cls in mapping.values())}

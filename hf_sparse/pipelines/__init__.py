@@ -38,7 +38,7 @@ def pipeline_auto_classes(task: str) -> tuple[str, ...]:
 
 def custom_pipelines_entry(task: str) -> dict:
     """The ``config.json`` ``custom_pipelines`` entry of ``task``, naming the flat bundled module."""
-    from ..hub import flat_module_name
+    from ..hub.bundle import flat_module_name
 
     cls = pipeline_class(task)
     return {
