@@ -205,12 +205,25 @@ def test_card_errors_name_the_value(kwargs, match):
         _card(**kwargs)
 
 
-def test_templates_are_package_data_with_one_source_of_truth():
-    shipped = {p.name for p in (REPO / "hf_sparse" / "model_cards").glob("*.jinja")}
-    assert {"motif.jinja", "summarization.jinja", "dialogue.jinja", "sparse_transformer.jinja"} <= shipped
-    assert not list((REPO / "model_cards").glob("*.jinja"))  # the top-level folder only points there
-    assert "hf_sparse/model_cards" in (REPO / "model_cards" / "README.md").read_text()
-    assert hub.TEMPLATE_DIR == Path(hf_sparse.__file__).parent / "model_cards"
+def test_templates_live_in_model_cards_and_ship_as_package_data():
+    """One copy: the top-level model_cards/, installed as hf_sparse.model_cards (setup.py's package_dir; the
+    editable install maps it there too); every registered task's template and the generic one exist."""
+    from importlib import resources
+
+    from hf_sparse.tasks import registry
+
+    shipped = {p.name for p in (REPO / "model_cards").glob("*.jinja")}
+    wanted = {registry.get(name).card.template for name in registry.names()} | {
+        "_base.jinja",
+        "sparse-transformer.jinja",
+    }
+    assert wanted <= shipped
+    assert not (REPO / "hf_sparse" / "model_cards").exists()  # no second copy inside the source package
+    assert Path(str(resources.files("hf_sparse.model_cards"))) == REPO / "model_cards" == hub.TEMPLATE_DIR
+    assert 'extends "_base.jinja"' in (REPO / "model_cards" / "dna-motif-detection.jinja").read_text()
+    setup = (REPO / "setup.py").read_text()
+    assert '"hf_sparse.model_cards": "model_cards"' in setup
+    assert '"hf_sparse.model_cards" = ["*.jinja"]' in (REPO / "pyproject.toml").read_text()
 
 
 def test_save_model_card_writes_readme(tmp_path):

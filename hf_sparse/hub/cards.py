@@ -21,12 +21,28 @@ from .common import _atomic_write, _check_repo_id, _version
 
 logger = logging.getLogger(__name__)
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+
+def _template_dir() -> Path:
+    """The card templates: package data ``hf_sparse.model_cards`` (the repository's top-level
+    ``model_cards/``, mapped into the package by setup.py in wheel and editable installs), else, when
+    the package is imported from a source tree that is not installed, that folder itself."""
+    try:
+        from importlib import resources
+
+        folder = Path(str(resources.files("hf_sparse.model_cards")))
+    except ModuleNotFoundError:
+        folder = Path(__file__).resolve().parents[2] / "model_cards"
+    if not (folder / "_base.jinja").is_file():
+        raise FileNotFoundError(f"the model card templates are missing: no _base.jinja in {folder}")
+    return folder
+
+
+TEMPLATE_DIR = _template_dir()
 
 
 #: the card of a SparseTransformer model trained outside a registered task (``task="sparse_transformer"``)
 SPARSE_TRANSFORMER_CARD = CardInfo(
-    template="sparse_transformer.jinja",
+    template="sparse-transformer.jinja",
     title="Sparse-attention transformer",
     description=(
         "A transformer whose self-attention is restricted to a sparse pattern from hf-sparse, "

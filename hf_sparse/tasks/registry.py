@@ -34,7 +34,7 @@ class CardInfo:
     """What a model card says about a task.
 
     Attributes:
-        template: a template file name in the package's ``model_cards/`` (``"motif.jinja"``), or the
+        template: a template file name in the package's ``model_cards/`` (``"dna-motif-detection.jinja"``), or the
             path of a template of your own (it may ``{% extends "_base.jinja" %}``).
         title: the task's title (``"DNA motif detection"``).
         description: the card's first paragraph.

@@ -21,7 +21,7 @@ DIALOGUE_RESPONSE_SELECTION = TaskDescriptor(
     pipeline_auto_classes=("AutoModel",),
     lora_target_modules=("query", "value"),
     card=CardInfo(
-        template="dialogue.jinja",
+        template="dialogue-response-selection.jinja",
         title="Dialogue response selection",
         description=(
             "A sparse-attention encoder that scores candidate responses given a long dialogue "
@@ -41,7 +41,7 @@ DIALOGUE_STATE_TRACKING = TaskDescriptor(
     pipeline_class=DialogueStateTrackingPipeline,
     lora_target_modules=("query", "value"),
     card=CardInfo(
-        template="dialogue_tracking.jinja",
+        template="dialogue-state-tracking.jinja",
         title="Dialogue state tracking",
         description=(
             "A sparse-attention encoder that reads a whole dialogue and predicts the dialogue acts of every "

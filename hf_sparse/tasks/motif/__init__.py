@@ -22,7 +22,7 @@ DNA_MOTIF_DETECTION = TaskDescriptor(
     lora_target_modules=("query", "value"),
     tokenizer_class=DNATokenizer,
     card=CardInfo(
-        template="motif.jinja",
+        template="dna-motif-detection.jinja",
         title="DNA motif detection",
         description=(
             "A sparse-attention model that labels each nucleotide of a long DNA sequence as inside "

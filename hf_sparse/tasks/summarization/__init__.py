@@ -9,7 +9,9 @@ from .modeling_summarization import LEDForSummarization, LongformerForExtractive
 from .pipeline import LongDocumentSummarizationPipeline
 
 _CARD = dict(
-    template="summarization.jinja", hub_pipeline_tag="summarization", tags=("summarization", "long-document")
+    template="long-document-summarization.jinja",
+    hub_pipeline_tag="summarization",
+    tags=("summarization", "long-document"),
 )
 
 ABSTRACTIVE_SUMMARIZATION = TaskDescriptor(
