@@ -38,11 +38,14 @@ SPARSE_TRANSFORMER_AUTO = {
 
 def remote_code_auto_map(config_cls, mapping: dict) -> dict[str, str]:
     """``auto_map`` of a model family, naming the flat modules :func:`hf_sparse.hub.export_remote_code`
-    writes (``modeling_x.XModel``)."""
+    writes (``modeling_x.XModel``), for a family defined in any top-level package (hf_sparse's own, or a
+    task package of your own)."""
     from ..hub.bundle import flat_module_name
 
+    package = config_cls.__module__.split(".")[0]
+
     def ref(cls):
-        return f"{flat_module_name(cls.__module__)}.{cls.__name__}"
+        return f"{flat_module_name(cls.__module__, package)}.{cls.__name__}"
 
     return {"AutoConfig": ref(config_cls), **{auto.__name__: ref(cls) for auto, cls in mapping.items()}}
 
@@ -57,14 +60,16 @@ def export_code_hook(config_cls, mapping: dict, pipelines=()):
         from ..hub.bundle import export_remote_code
         from ..pipelines import custom_pipelines_entry, pipeline_class
 
+        package = config_cls.__module__.split(".")[0]
         modules = {config_cls.__module__, *(cls.__module__ for cls in mapping.values())}
         modules |= {pipeline_class(task).__module__ for task in pipelines}
-        updates = {"custom_pipelines": {task: custom_pipelines_entry(task) for task in pipelines}}
+        updates = {"custom_pipelines": {task: custom_pipelines_entry(task, package) for task in pipelines}}
         export_remote_code(
             folder,
             sorted(modules),
             remote_code_auto_map(config_cls, mapping),
-            exclude=("hf_sparse.hub",),  # only save-time helpers import it, and never in the remote world
+            package=package,
+            exclude=(f"{package}.hub",),  # hf_sparse.hub: save-time helpers, never in the remote world
             config_updates=updates if pipelines else None,
         )
 

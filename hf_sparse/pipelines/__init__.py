@@ -36,13 +36,14 @@ def pipeline_auto_classes(task: str) -> tuple[str, ...]:
     return tuple(autos)
 
 
-def custom_pipelines_entry(task: str) -> dict:
-    """The ``config.json`` ``custom_pipelines`` entry of ``task``, naming the flat bundled module."""
+def custom_pipelines_entry(task: str, package: str = "hf_sparse") -> dict:
+    """The ``config.json`` ``custom_pipelines`` entry of ``task``, naming the flat bundled module (of
+    ``package``, the top-level package the bundle flattens)."""
     from ..hub.bundle import flat_module_name
 
     cls = pipeline_class(task)
     return {
-        "impl": f"{flat_module_name(cls.__module__)}.{cls.__name__}",
+        "impl": f"{flat_module_name(cls.__module__, package)}.{cls.__name__}",
         "pt": list(pipeline_auto_classes(task)),
         "tf": [],
         "type": "text",
