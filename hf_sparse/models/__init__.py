@@ -50,20 +50,37 @@ def remote_code_auto_map(config_cls, mapping: dict) -> dict[str, str]:
     return {"AutoConfig": ref(config_cls), **{auto.__name__: ref(cls) for auto, cls in mapping.items()}}
 
 
-def export_code_hook(config_cls, mapping: dict, pipelines=()):
+def custom_pipelines_entry(pipeline_cls: type, auto_classes, package: str = "hf_sparse") -> dict:
+    """A ``config.json`` ``custom_pipelines`` entry: the pipeline class in the flat bundled module (of
+    ``package``, the top-level package the bundle flattens) and the Auto class names it loads with."""
+    from ..hub.bundle import flat_module_name
+
+    return {
+        "impl": f"{flat_module_name(pipeline_cls.__module__, package)}.{pipeline_cls.__name__}",
+        "pt": list(auto_classes),
+        "tf": [],
+        "type": "text",
+    }
+
+
+def export_code_hook(config_cls, mapping: dict, pipelines=None):
     """The ``export_code_hook`` of a family's models: after ``save_pretrained``, write the
-    self-contained modelling code (and the modules of its inference ``pipelines``), ``auto_map`` and
-    ``custom_pipelines``, so that ``trust_remote_code=True`` loads the folder, and ``pipeline(model=
-    folder)`` finds its task, where hf-sparse is not installed."""
+    self-contained modelling code (and the modules of its inference ``pipelines``, ``{task:
+    (Pipeline subclass, Auto class names)}``), ``auto_map`` and ``custom_pipelines``, so that
+    ``trust_remote_code=True`` loads the folder, and ``pipeline(model=folder)`` finds its task, where
+    hf-sparse is not installed."""
+    pipelines = dict(pipelines or {})
 
     def export(model, folder):
         from ..hub.bundle import export_remote_code
-        from ..pipelines import custom_pipelines_entry, pipeline_class
 
         package = config_cls.__module__.split(".")[0]
         modules = {config_cls.__module__, *(cls.__module__ for cls in mapping.values())}
-        modules |= {pipeline_class(task).__module__ for task in pipelines}
-        updates = {"custom_pipelines": {task: custom_pipelines_entry(task, package) for task in pipelines}}
+        modules |= {cls.__module__ for cls, _ in pipelines.values()}
+        entries = {
+            task: custom_pipelines_entry(cls, autos, package) for task, (cls, autos) in pipelines.items()
+        }
+        updates = {"custom_pipelines": entries}
         export_remote_code(
             folder,
             sorted(modules),
@@ -76,13 +93,12 @@ def export_code_hook(config_cls, mapping: dict, pipelines=()):
     return export
 
 
-def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
+def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
     """Register a config with AutoConfig and its heads with the Auto model classes (idempotent),
-    set their :func:`export_code_hook` (saving ``pipelines``, registered pipeline task names, with
-    the model), and tell peft the default LoRA target
-    modules of the model type."""
+    set their :func:`export_code_hook` (saving ``pipelines``, ``{task: (Pipeline subclass, Auto class
+    names)}``, with the model), and tell peft the default LoRA target modules of the model type."""
     model_type = config_cls.model_type
-    hook = export_code_hook(config_cls, mapping, tuple(pipelines))
+    hook = export_code_hook(config_cls, mapping, pipelines)
     for model_cls in mapping.values():
         model_cls.export_code_hook = staticmethod(hook)
     try:
@@ -111,15 +127,13 @@ def register_tokenizer(config_cls, tokenizer_cls):
 
 
 def register_models():
-    """Register the SparseTransformer family and every task of :data:`hf_sparse.tasks.TASKS` (their
-    models, tokenizers and pipelines) with transformers (idempotent; called by ``import hf_sparse``)."""
+    """Register the SparseTransformer family with the Auto classes (idempotent; ``import hf_sparse`` calls
+    it, and :func:`hf_sparse.tasks.register_tasks` for the task models)."""
     register_auto(SparseTransformerConfig, SPARSE_TRANSFORMER_AUTO, LORA_TARGET_MODULES)
-    from ..tasks import register_tasks  # the task models import this package: not at module level
-
-    register_tasks()
 
 
 __all__ = [
+    "custom_pipelines_entry",
     "SPARSE_TRANSFORMER_AUTO",
     "export_code_hook",
     "register_auto",

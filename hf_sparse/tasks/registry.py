@@ -167,27 +167,25 @@ def register(descriptor: TaskDescriptor) -> TaskDescriptor:
     _DESCRIPTORS[descriptor.name] = descriptor
     _register_model(descriptor.config_class)
     if descriptor.pipeline is not None:
-        from ..pipelines import register_pipeline_task
-
-        register_pipeline_task(descriptor.pipeline)
+        register_pipeline(descriptor.pipeline)
     return descriptor
 
 
 def _register_model(config_class: type) -> None:
     """Auto classes, LoRA targets, tokenizer and remote-code hook of a configuration, from every
     registered task that trains it (one model type may serve several tasks)."""
+    import transformers
+
     from ..models import register_auto, register_tokenizer
 
     tasks = [d for d in _DESCRIPTORS.values() if d.config_class is config_class]
-    mapping, lora, pipelines = {}, [], []
+    mapping, lora, pipelines = {}, [], {}
     for d in tasks:
-        import transformers
-
         mapping.update({getattr(transformers, auto): cls for auto, cls in d.auto_classes.items()})
         lora += [m for m in d.lora_target_modules if m not in lora]
-        if d.pipeline is not None and d.pipeline not in pipelines:
-            pipelines.append(d.pipeline)
-    register_auto(config_class, mapping, lora or None, pipelines=tuple(pipelines))
+        if d.pipeline is not None:
+            pipelines[d.pipeline] = (d.pipeline_class, pipeline_auto_classes(d.pipeline))
+    register_auto(config_class, mapping, lora or None, pipelines=pipelines)
     for d in tasks:
         if d.tokenizer_class is not None:
             register_tokenizer(config_class, d.tokenizer_class)
@@ -216,4 +214,50 @@ def pipeline_tasks() -> dict[str, list[TaskDescriptor]]:
     return out
 
 
-__all__ = ["CardInfo", "TaskDescriptor", "get", "names", "pipeline_tasks", "register"]
+def _serving(task: str) -> list[TaskDescriptor]:
+    serving = pipeline_tasks().get(task)
+    if not serving:
+        raise KeyError(f"unknown hf-sparse pipeline task {task!r}; known: {sorted(pipeline_tasks())}")
+    return serving
+
+
+def pipeline_class(task: str) -> type:
+    """The ``Pipeline`` subclass of a registered pipeline task."""
+    return _serving(task)[0].pipeline_class
+
+
+def pipeline_auto_classes(task: str) -> tuple[str, ...]:
+    """The Auto class names the models of a pipeline task load with (over every task serving it)."""
+    autos: list[str] = []
+    for d in _serving(task):
+        autos += [a for a in d.pipeline_auto_classes if a not in autos]
+    return tuple(autos)
+
+
+def register_pipeline(task: str) -> None:
+    """Register a pipeline task of the registered descriptors with transformers' ``PIPELINE_REGISTRY``
+    (idempotent; a second task serving it updates its Auto classes quietly)."""
+    import transformers
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    cls = pipeline_class(task)
+    pt = tuple(getattr(transformers, a) for a in pipeline_auto_classes(task))
+    current = PIPELINE_REGISTRY.supported_tasks.get(task, {})
+    if current.get("impl") is cls:
+        if tuple(current.get("pt", ())) == pt:
+            return
+        del PIPELINE_REGISTRY.supported_tasks[task]
+    PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=cls, pt_model=pt, type="text")
+
+
+__all__ = [
+    "CardInfo",
+    "TaskDescriptor",
+    "get",
+    "names",
+    "pipeline_auto_classes",
+    "pipeline_class",
+    "pipeline_tasks",
+    "register",
+    "register_pipeline",
+]

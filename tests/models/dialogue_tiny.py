@@ -6,7 +6,8 @@ import json
 import random
 
 from hf_sparse.tasks.dialogue.configuration_dialogue import LongformerDialogueConfig
-from hf_sparse.tasks.dialogue.data import DialogueFormatter, train_dialogue_tokenizer
+from hf_sparse.tasks.dialogue.data import train_dialogue_tokenizer
+from hf_sparse.tasks.dialogue.formatter import DialogueFormatter
 from hf_sparse.tasks.dialogue.modeling_dialogue import LongformerForDialogue
 
 CITIES = ["berkeley", "oakland", "paris", "london", "tokyo", "rome", "lima", "oslo"]

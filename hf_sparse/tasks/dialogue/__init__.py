@@ -1,7 +1,7 @@
 """Dialogue response selection and state tracking: the model (``configuration_dialogue``,
-``modeling_dialogue``), Schema-Guided Dialogue preparation and collators (``data``), per-turn act F1
-and intent accuracy (``metrics``), R@k / MRR (``ranking``), the inference pipelines (``pipeline``) and
-the recipes' tasks (``task``)."""
+``modeling_dialogue``), the token layout (``formatter``), Schema-Guided Dialogue data (``data``), the
+collators (``collator``), per-turn act F1 and intent accuracy (``metrics``), R@k / MRR (``ranking``), the
+inference pipelines (``pipeline``) and the recipes' tasks (``task``)."""
 
 from ..registry import CardInfo, TaskDescriptor
 from .configuration_dialogue import LongformerDialogueConfig

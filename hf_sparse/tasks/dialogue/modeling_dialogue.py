@@ -77,7 +77,7 @@ class LongformerDialoguePreTrainedModel(LongformerTaskPreTrainedModel):
 
 
 class LongformerForDialogue(LongformerDialoguePreTrainedModel):
-    """A long encoder over a formatted dialogue (see `hf_sparse.tasks.dialogue.data.DialogueFormatter`) with three heads.
+    """A long encoder over a formatted dialogue (see `hf_sparse.tasks.dialogue.formatter.DialogueFormatter`) with three heads.
 
     - **Response selection** (`config.selection_head`): inputs ``(batch, n_candidates, seq)``, one sequence per
       (history, candidate) pair laid out as ``history [RSP] candidate``; the score of a pair is read from the

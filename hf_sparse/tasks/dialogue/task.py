@@ -34,18 +34,16 @@ from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
 from ..arguments import BackboneArguments
+from .collator import DialogueTrackingCollator, ResponseSelectionCollator
 from .configuration_dialogue import TURN_POOLING
 from .data import (
-    IGNORE_INDEX,
-    DialogueFormatter,
     DialogueLabels,
-    DialogueTrackingCollator,
-    ResponseSelectionCollator,
     build_selection_examples,
     build_tracking_examples,
     read_sgd,
     train_dialogue_tokenizer,
 )
+from .formatter import IGNORE_INDEX, DialogueFormatter
 from .metrics import dialogue_act_f1, intent_accuracy
 from .ranking import ranking_metrics
 
