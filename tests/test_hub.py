@@ -207,16 +207,14 @@ def test_card_errors_name_the_value(kwargs, match):
 
 def test_templates_live_in_model_cards_and_ship_as_package_data():
     """One copy: the top-level model_cards/, installed as hf_sparse.model_cards (setup.py's package_dir; the
-    editable install maps it there too); every registered task's template and the generic one exist."""
-    from importlib import resources
+    editable install maps it there too); every package task's template and the generic one exist."""
+    from importlib import import_module, resources
 
-    from hf_sparse.tasks import registry
+    import hf_sparse.tasks
 
     shipped = {p.name for p in (REPO / "model_cards").glob("*.jinja")}
-    wanted = {registry.get(name).card.template for name in registry.names()} | {
-        "_base.jinja",
-        "sparse-transformer.jinja",
-    }
+    package_tasks = [d for f in hf_sparse.tasks.TASKS for d in import_module(f"hf_sparse.tasks.{f}").TASKS]
+    wanted = {d.card.template for d in package_tasks} | {"_base.jinja", "sparse-transformer.jinja"}
     assert wanted <= shipped
     assert not (REPO / "hf_sparse" / "model_cards").exists()  # no second copy inside the source package
     assert Path(str(resources.files("hf_sparse.model_cards"))) == REPO / "model_cards" == hub.TEMPLATE_DIR
