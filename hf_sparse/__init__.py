@@ -16,11 +16,13 @@ from .models.sparse_transformer import (
     SparseTransformerModel,
 )
 from .pipelines import register_pipelines
+from .tasks import register_tasks
 
 __version__ = "0.1.0"
 
 register_attention()
 register_models()
+register_tasks()
 register_pipelines()
 
 __all__ = [
@@ -38,5 +40,6 @@ __all__ = [
     "register_attention",
     "register_models",
     "register_pipelines",
+    "register_tasks",
     "sparse_attention",
 ]

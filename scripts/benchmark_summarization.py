@@ -10,7 +10,7 @@ For each dataset (ScisummNet papers, QMSum meetings; their ``test`` splits):
 3. summarizes every test document through ``pipeline("long-document-summarization")`` with the trained
    folder (3 sentences, the same budget as the baselines).
 
-ROUGE-1/2/L/Lsum F-measures (``hf_sparse.metrics.rouge``: rouge_score with stemming, our sentence
+ROUGE-1/2/L/Lsum F-measures (``hf_sparse.tasks.summarization.rouge``: rouge_score with stemming, our sentence
 splitter for Lsum). Writes ``<out>.json`` and ``<out>.md``.
 
     nice -n 10 python scripts/benchmark_summarization.py        # -> benchmarks/summarization.{json,md}
@@ -76,13 +76,14 @@ def _cpu_seconds() -> float:
 
 
 def _scores(predictions, references) -> dict:
-    from hf_sparse.metrics import rouge
+    from hf_sparse.tasks.summarization.rouge import rouge
 
     return {k: round(v, 4) for k, v in rouge(predictions, references).items()}
 
 
 def baselines(rows) -> dict:
-    from hf_sparse.metrics import greedy_oracle, lead_k, random_k, split_sentences
+    from hf_sparse.tasks.summarization.metrics import greedy_oracle, lead_k, random_k
+    from hf_sparse.tasks.summarization.sentences import split_sentences
 
     sentences = [split_sentences(r["document"]) for r in rows]
     refs = [r["references"] for r in rows]
@@ -162,7 +163,7 @@ def write_markdown(result: dict, path: str) -> None:
         f"Total wall time: {result['wall_s'] / 60:.1f} min. Produced by `scripts/benchmark_summarization.py`.",
         "",
         "Every method picks **3 sentences** per test document (in document order); ROUGE F-measures of",
-        "`hf_sparse.metrics.rouge` (rouge_score, Porter stemming; ROUGE-Lsum on our sentence splitter).",
+        "`hf_sparse.tasks.summarization.rouge` (rouge_score, Porter stemming; ROUGE-Lsum on our sentence splitter).",
         "The oracle sees the reference (an upper bound for 3-sentence extracts); the model does not.",
         "",
     ]
@@ -198,7 +199,7 @@ def write_markdown(result: dict, path: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from hf_sparse.data.summarization import read_summarization_jsonl
+    from hf_sparse.tasks.summarization.data import read_summarization_jsonl
 
     started = time.perf_counter()
     try:

@@ -61,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def example_sequence(model, length: int, seed: int = 12345) -> dict:
     """A synthetic sequence with planted instances of the model's motifs (a seed no split used)."""
-    from hf_sparse.data import Motif, SyntheticMotifGenerator
+    from hf_sparse.tasks.motif.data import Motif, SyntheticMotifGenerator
 
     motifs = [Motif(name, "", counts) for name, counts in (model.config.motifs or {}).items()]
     gen = SyntheticMotifGenerator(

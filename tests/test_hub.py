@@ -22,6 +22,8 @@ from huggingface_hub import ModelCard, constants
 import hf_sparse
 from hf_sparse import hub
 from hf_sparse import patterns as P
+from hf_sparse.hub import common as hub_common
+from hf_sparse.hub import push as hub_push
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "hf_sEcReTtOkEn0123456789abcdefXYZ"
@@ -44,7 +46,7 @@ def _card(**kw):
         training_config={"learning_rate": 3e-4, "max_length": 512, "optim": {"name": "adamw"}},
     )
     args.update(kw)
-    return hub.render_model_card(args.pop("task", "motif"), **args)
+    return hub.render_model_card(args.pop("task", "dna-motif-detection"), **args)
 
 
 def test_card_metadata():
@@ -72,15 +74,26 @@ def test_card_metadata():
 @pytest.mark.parametrize(
     "task, pipeline_tag, pipeline_task, auto_class",
     [
-        ("motif", "token-classification", "dna-motif-detection", "AutoModelForTokenClassification"),
-        ("summarization", "summarization", "long-document-summarization", "AutoModelForSeq2SeqLM"),
-        ("dialogue", "text-ranking", "dialogue-response-selection", "AutoModelForSequenceClassification"),
         (
             "dna-motif-detection",
             "token-classification",
             "dna-motif-detection",
             "AutoModelForTokenClassification",
         ),
+        (
+            "abstractive-summarization",
+            "summarization",
+            "long-document-summarization",
+            "AutoModelForSeq2SeqLM",
+        ),
+        (
+            "dialogue-response-selection",
+            "text-ranking",
+            "dialogue-response-selection",
+            "AutoModelForSequenceClassification",
+        ),
+        ("extractive-summarization", "summarization", "long-document-summarization", "AutoModel"),
+        ("dialogue-state-tracking", "token-classification", "dialogue-state-tracking", "AutoModel"),
     ],
 )
 def test_card_per_task(task, pipeline_tag, pipeline_task, auto_class):
@@ -145,8 +158,8 @@ def test_citations_follow_the_pattern(pattern, key):
 
 
 def test_no_pattern_no_citation_but_summarization_cites_led():
-    assert "## Citation" not in hub.render_model_card("dialogue", model_name="m").text
-    assert "beltagy2020longformer" in hub.render_model_card("summarization", model_name="m").text
+    assert "## Citation" not in hub.render_model_card("dialogue-response-selection", model_name="m").text
+    assert "beltagy2020longformer" in hub.render_model_card("extractive-summarization", model_name="m").text
 
 
 def test_extra_fields_are_rendered_not_dropped():
@@ -175,7 +188,8 @@ def test_custom_template_extends_base(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"task": "translation"}, "task must be one of"),
+        ({"task": "translation"}, "task must be 'sparse_transformer' or a registered task"),
+        ({"task": "motif"}, "unknown task 'motif'; registered tasks: abstractive-summarization"),
         ({"metrics": {"f1": 0.5}, "datasets": (), "dataset_name": None}, "need dataset_name"),
         ({"metrics": {"f1": "high"}}, r"metrics\['f1'\] must be a number, got 'high'"),
         ({"metrics": {"f1": float("nan")}}, "must be finite"),
@@ -191,12 +205,23 @@ def test_card_errors_name_the_value(kwargs, match):
         _card(**kwargs)
 
 
-def test_templates_are_package_data_with_one_source_of_truth():
-    shipped = {p.name for p in (REPO / "hf_sparse" / "model_cards").glob("*.jinja")}
-    assert {"motif.jinja", "summarization.jinja", "dialogue.jinja", "sparse_transformer.jinja"} <= shipped
-    assert not list((REPO / "model_cards").glob("*.jinja"))  # the top-level folder only points there
-    assert "hf_sparse/model_cards" in (REPO / "model_cards" / "README.md").read_text()
-    assert hub.TEMPLATE_DIR == Path(hub.__file__).parent / "model_cards"
+def test_templates_live_in_model_cards_and_ship_as_package_data():
+    """One copy: the top-level model_cards/, installed as hf_sparse.model_cards (setup.py's package_dir; the
+    editable install maps it there too); every package task's template and the generic one exist."""
+    from importlib import import_module, resources
+
+    import hf_sparse.tasks
+
+    shipped = {p.name for p in (REPO / "model_cards").glob("*.jinja")}
+    package_tasks = [d for f in hf_sparse.tasks.TASKS for d in import_module(f"hf_sparse.tasks.{f}").TASKS]
+    wanted = {d.card.template for d in package_tasks} | {"_base.jinja", "sparse-transformer.jinja"}
+    assert wanted <= shipped
+    assert not (REPO / "hf_sparse" / "model_cards").exists()  # no second copy inside the source package
+    assert Path(str(resources.files("hf_sparse.model_cards"))) == REPO / "model_cards" == hub.TEMPLATE_DIR
+    assert 'extends "_base.jinja"' in (REPO / "model_cards" / "dna-motif-detection.jinja").read_text()
+    setup = (REPO / "setup.py").read_text()
+    assert '"hf_sparse.model_cards": "model_cards"' in setup
+    assert '"hf_sparse.model_cards" = ["*.jinja"]' in (REPO / "pyproject.toml").read_text()
 
 
 def test_save_model_card_writes_readme(tmp_path):
@@ -214,7 +239,7 @@ def test_save_model_card_is_atomic(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(hub.os, "replace", boom)
+    monkeypatch.setattr(hub_common.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
         hub.save_model_card(_card(), tmp_path)
     assert (tmp_path / "README.md").read_text() == "old card"
@@ -279,7 +304,7 @@ def test_push_offline_mode(model_dir, monkeypatch, capsys, caplog):
 
 def test_push_maps_huggingface_hub_offline_error(model_dir, monkeypatch):
     # huggingface_hub itself refuses the request (its offline flag) -> the same one error
-    monkeypatch.setattr(hub, "_offline_reason", lambda: None)
+    monkeypatch.setattr(hub_push, "_offline_reason", lambda: None)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(hub.HubUnavailableError, match="OfflineModeIsEnabled") as info:
         hub.push_to_hub(model_dir, "someone/motif-tiny", token=SECRET)
@@ -955,3 +980,51 @@ print("leaked:", leaked)
     got = torch.load(tmp_path / "bundle_out.pt")
     for backend, expected in cases.items():
         torch.testing.assert_close(got[backend], expected, rtol=0, atol=1e-6)
+
+
+SAVE_ONLY = """
+import sys, torch
+import hf_sparse
+from hf_sparse import SparseTransformerConfig, SparseTransformerModel
+from hf_sparse.tasks.motif import DNA_MOTIF_DETECTION
+before = set(sys.modules)
+small = dict(vocab_size=16, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+             max_position_embeddings=32, attention_pattern={"type": "sliding_window", "window": 8})
+config = SparseTransformerConfig(**small)
+SparseTransformerModel(config).save_pretrained(sys.argv[1] + "/st")
+cfg = DNA_MOTIF_DETECTION.config_class(
+    motif_names=["A"], backbone=dict(model_type="sparse_transformer", **small))
+DNA_MOTIF_DETECTION.auto_classes["AutoModel"](cfg).save_pretrained(sys.argv[1] + "/motif")
+new = sorted(m for m in set(sys.modules) - before if m.startswith(("hf_sparse", "jinja2")))
+print(",".join(new))
+"""
+
+
+def test_saving_a_model_imports_the_bundle_code_only(tmp_path):
+    """save_pretrained writes the remote-code bundle (hf_sparse.hub.bundle) and never loads the card or push
+    code. (jinja2 itself is imported by ``transformers`` (chat templates), so only our modules are checked,
+    and that no module of hf_sparse but the card module imports jinja2.)"""
+    out = subprocess.run(
+        [sys.executable, "-c", SAVE_ONLY, str(tmp_path)], capture_output=True, text=True, cwd=REPO
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = set(out.stdout.strip().splitlines()[-1].split(","))
+    assert "hf_sparse.hub.bundle" in loaded and (tmp_path / "motif" / "modeling_motif.py").is_file()
+    assert not loaded & {"hf_sparse.hub.cards", "hf_sparse.hub.push"}, loaded
+    importers = [
+        str(p.relative_to(REPO))
+        for p in (REPO / "hf_sparse").rglob("*.py")
+        if any(
+            isinstance(node, (ast.Import, ast.ImportFrom))
+            and any((getattr(node, "module", None) or a.name).split(".")[0] == "jinja2" for a in node.names)
+            for node in ast.walk(ast.parse(p.read_text()))
+        )
+    ]
+    assert importers == ["hf_sparse/hub/cards.py"]
+
+
+def test_push_command_line_runs_as_a_module():
+    out = subprocess.run(
+        [sys.executable, "-m", "hf_sparse.hub", "--help"], capture_output=True, text=True, cwd=REPO
+    )
+    assert out.returncode == 0 and "folder repo_id" in out.stdout, out.stderr[-2000:]

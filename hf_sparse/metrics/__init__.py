@@ -1,43 +1,10 @@
-"""Offline metrics for the three task slices: summarization, DNA motifs, dialogue.
+"""Offline metrics more than one task uses (classification: accuracy, P/R/F1, AUROC).
 
-Everything runs without network access: ROUGE uses the ``rouge_score`` package directly (not
-``evaluate.load``), sentences are split by a rule-based splitter (not nltk's punkt).
+A metric that only one task uses lives in that task's folder (``hf_sparse/tasks/<task>/``): span F1 in
+``tasks/motif/metrics.py``, ROUGE in ``tasks/summarization/rouge.py``, per-turn act F1 and R@k in
+``tasks/dialogue/``. Everything runs without network access.
 """
 
 from .classification import accuracy, auroc, multilabel_f1, per_class_f1, precision_recall_f1
-from .dialogue import dialogue_act_f1, intent_accuracy
-from .ranking import mrr, ranking_metrics, ranks, recall_at_k
-from .rouge import ROUGE_TYPES, lsum_text, rouge, rouge_per_example, rouge_tokenize
-from .sentences import sentence_spans, split_sentences
-from .spans import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
-from .summarization import greedy_oracle, lead_k, oracle_labels, random_k, select_in_order
 
-__all__ = [
-    "ROUGE_TYPES",
-    "accuracy",
-    "auroc",
-    "dialogue_act_f1",
-    "greedy_oracle",
-    "intent_accuracy",
-    "lead_k",
-    "lsum_text",
-    "mrr",
-    "multilabel_f1",
-    "oracle_labels",
-    "per_base_f1",
-    "per_class_f1",
-    "precision_recall_f1",
-    "random_k",
-    "ranking_metrics",
-    "ranks",
-    "recall_at_k",
-    "rouge",
-    "rouge_per_example",
-    "rouge_tokenize",
-    "select_in_order",
-    "sentence_spans",
-    "span_f1",
-    "span_overlap_f1",
-    "spans_from_bio",
-    "split_sentences",
-]
+__all__ = ["accuracy", "auroc", "multilabel_f1", "per_class_f1", "precision_recall_f1"]

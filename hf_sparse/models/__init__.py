@@ -7,22 +7,11 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
 )
 
-from .longformer_tasks import (
-    LEDForSummarization,
-    LEDSummarizationConfig,
-    LongformerDialogueConfig,
-    LongformerExtractiveSummarizationConfig,
-    LongformerForDialogue,
-    LongformerForExtractiveSummarization,
-    LongformerForMotifDetection,
-    LongformerMotifConfig,
-)
 from .sparse_transformer import (
     LORA_TARGET_MODULES,
     SparseTransformerConfig,
@@ -49,46 +38,67 @@ SPARSE_TRANSFORMER_AUTO = {
 
 def remote_code_auto_map(config_cls, mapping: dict) -> dict[str, str]:
     """``auto_map`` of a model family, naming the flat modules :func:`hf_sparse.hub.export_remote_code`
-    writes (``modeling_x.XModel``)."""
-    from ..hub import flat_module_name
+    writes (``modeling_x.XModel``), for a family defined in any top-level package (hf_sparse's own, or a
+    task package of your own)."""
+    from ..hub.bundle import flat_module_name
+
+    package = config_cls.__module__.split(".")[0]
 
     def ref(cls):
-        return f"{flat_module_name(cls.__module__)}.{cls.__name__}"
+        return f"{flat_module_name(cls.__module__, package)}.{cls.__name__}"
 
     return {"AutoConfig": ref(config_cls), **{auto.__name__: ref(cls) for auto, cls in mapping.items()}}
 
 
-def export_code_hook(config_cls, mapping: dict, pipelines=()):
+def custom_pipelines_entry(pipeline_cls: type, auto_classes, package: str = "hf_sparse") -> dict:
+    """A ``config.json`` ``custom_pipelines`` entry: the pipeline class in the flat bundled module (of
+    ``package``, the top-level package the bundle flattens) and the Auto class names it loads with."""
+    from ..hub.bundle import flat_module_name
+
+    return {
+        "impl": f"{flat_module_name(pipeline_cls.__module__, package)}.{pipeline_cls.__name__}",
+        "pt": list(auto_classes),
+        "tf": [],
+        "type": "text",
+    }
+
+
+def export_code_hook(config_cls, mapping: dict, pipelines=None):
     """The ``export_code_hook`` of a family's models: after ``save_pretrained``, write the
-    self-contained modelling code (and the modules of its inference ``pipelines``), ``auto_map`` and
-    ``custom_pipelines``, so that ``trust_remote_code=True`` loads the folder, and ``pipeline(model=
-    folder)`` finds its task, where hf-sparse is not installed."""
+    self-contained modelling code (and the modules of its inference ``pipelines``, ``{task:
+    (Pipeline subclass, Auto class names)}``), ``auto_map`` and ``custom_pipelines``, so that
+    ``trust_remote_code=True`` loads the folder, and ``pipeline(model=folder)`` finds its task, where
+    hf-sparse is not installed."""
+    pipelines = dict(pipelines or {})
 
     def export(model, folder):
-        from ..hub import export_remote_code
-        from ..pipelines import custom_pipelines_entry, pipeline_class
+        from ..hub.bundle import export_remote_code
 
+        package = config_cls.__module__.split(".")[0]
         modules = {config_cls.__module__, *(cls.__module__ for cls in mapping.values())}
-        modules |= {pipeline_class(task).__module__ for task in pipelines}
-        updates = {"custom_pipelines": {task: custom_pipelines_entry(task) for task in pipelines}}
+        modules |= {cls.__module__ for cls, _ in pipelines.values()}
+        entries = {
+            task: custom_pipelines_entry(cls, autos, package) for task, (cls, autos) in pipelines.items()
+        }
+        updates = {"custom_pipelines": entries}
         export_remote_code(
             folder,
             sorted(modules),
             remote_code_auto_map(config_cls, mapping),
-            exclude=("hf_sparse.hub",),  # only save-time helpers import it, and never in the remote world
+            package=package,
+            exclude=(f"{package}.hub",),  # hf_sparse.hub: save-time helpers, never in the remote world
             config_updates=updates if pipelines else None,
         )
 
     return export
 
 
-def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
+def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
     """Register a config with AutoConfig and its heads with the Auto model classes (idempotent),
-    set their :func:`export_code_hook` (saving ``pipelines``, task names of
-    :data:`hf_sparse.pipelines.PIPELINES`, with the model), and tell peft the default LoRA target
-    modules of the model type."""
+    set their :func:`export_code_hook` (saving ``pipelines``, ``{task: (Pipeline subclass, Auto class
+    names)}``, with the model), and tell peft the default LoRA target modules of the model type."""
     model_type = config_cls.model_type
-    hook = export_code_hook(config_cls, mapping, tuple(pipelines))
+    hook = export_code_hook(config_cls, mapping, pipelines)
     for model_cls in mapping.values():
         model_cls.export_code_hook = staticmethod(hook)
     try:
@@ -108,20 +118,6 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=()):
         targets.setdefault(model_type, list(lora_targets))
 
 
-#: Auto class -> model class of the dialogue model (one class, all heads).
-DIALOGUE_AUTO = {AutoModel: LongformerForDialogue, AutoModelForSequenceClassification: LongformerForDialogue}
-
-#: Auto class -> model class of the summarizers (abstractive LED, extractive Longformer).
-SUMMARIZATION_AUTO = {AutoModelForSeq2SeqLM: LEDForSummarization}
-EXTRACTIVE_SUMMARIZATION_AUTO = {AutoModel: LongformerForExtractiveSummarization}
-
-#: Auto class -> model class of the DNA motif model (one class, all heads).
-MOTIF_AUTO = {
-    AutoModel: LongformerForMotifDetection,
-    AutoModelForTokenClassification: LongformerForMotifDetection,
-}
-
-
 def register_tokenizer(config_cls, tokenizer_cls):
     """Register a slow tokenizer with AutoTokenizer for a config (and by class name, for folders that
     hold only the tokenizer), and make its ``save_pretrained`` write its module and ``auto_map`` so
@@ -131,37 +127,14 @@ def register_tokenizer(config_cls, tokenizer_cls):
 
 
 def register_models():
+    """Register the SparseTransformer family with the Auto classes (idempotent; ``import hf_sparse`` calls
+    it, and :func:`hf_sparse.tasks.register_tasks` for the task models)."""
     register_auto(SparseTransformerConfig, SPARSE_TRANSFORMER_AUTO, LORA_TARGET_MODULES)
-    register_auto(
-        LongformerDialogueConfig,
-        DIALOGUE_AUTO,
-        ["query", "value"],
-        pipelines=("dialogue-response-selection", "dialogue-state-tracking"),
-    )
-    register_auto(
-        LEDSummarizationConfig,
-        SUMMARIZATION_AUTO,
-        ["q_proj", "v_proj", "query", "value"],
-        pipelines=("long-document-summarization",),
-    )
-    register_auto(
-        LongformerExtractiveSummarizationConfig,
-        EXTRACTIVE_SUMMARIZATION_AUTO,
-        ["query", "value"],
-        pipelines=("long-document-summarization",),
-    )
-    register_auto(LongformerMotifConfig, MOTIF_AUTO, ["query", "value"], pipelines=("dna-motif-detection",))
-    from ..tokenization_dna import DNATokenizer
-
-    register_tokenizer(LongformerMotifConfig, DNATokenizer)
 
 
 __all__ = [
-    "DIALOGUE_AUTO",
-    "EXTRACTIVE_SUMMARIZATION_AUTO",
-    "MOTIF_AUTO",
+    "custom_pipelines_entry",
     "SPARSE_TRANSFORMER_AUTO",
-    "SUMMARIZATION_AUTO",
     "export_code_hook",
     "register_auto",
     "register_models",

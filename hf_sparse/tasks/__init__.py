@@ -1,15 +1,30 @@
-"""Fine-tuning tasks that recipes name with ``task:`` (see :mod:`hf_sparse.training.tasks`).
+"""The fine-tuning tasks, one folder each, after transformers' ``models/<name>/`` and peft's
+``tuners/<method>/``: ``hf_sparse/tasks/<task>/`` holds the configuration and model
+(``configuration_<task>.py``, ``modeling_<task>.py``), data preparation (``data.py``), the metrics only
+it uses, the inference pipeline (``pipeline.py``), the recipes' :class:`~hf_sparse.training.Task`
+(``task.py``, imported on first use) and, in its ``__init__.py``, ``TASKS``: its
+:class:`TaskDescriptor` (s), which registration, recipes, model cards and the remote-code bundle read.
 
-Importing this package imports every task module below, and each registers itself with
-``@register_task(name)``; ``hf_sparse.training.get_task`` imports it on a registry miss.
+Adding a task is a folder plus one line: its name in :data:`TASKS` (or
+``hf_sparse.tasks.register(MY_TASK)`` from a package of your own).
 """
 
 from importlib import import_module
 
-#: one module per task family
-TASK_MODULES = ("dialogue", "motif", "summarization")
+from . import registry
+from .registry import CardInfo, TaskDescriptor, register
 
-for _module in TASK_MODULES:
-    import_module(f"{__name__}.{_module}")
+#: the task folders of the package; each ``__init__`` defines ``TASKS``, a tuple of descriptors
+TASKS = ("dialogue", "motif", "summarization")
 
-__all__ = ["TASK_MODULES"]
+
+def register_tasks() -> None:
+    """Register every descriptor of the folders in :data:`TASKS` (idempotent; ``import hf_sparse`` does)."""
+    for folder in TASKS:
+        for descriptor in import_module(f"{__name__}.{folder}").TASKS:
+            register(descriptor)
+
+
+get_descriptor = registry.get
+
+__all__ = ["TASKS", "CardInfo", "TaskDescriptor", "get_descriptor", "register", "register_tasks", "registry"]

@@ -2,7 +2,7 @@
 
 - :mod:`.recipe`: :class:`RecipeArguments` and :func:`load_recipe` (YAML + ``key=value`` overrides,
   parsed with ``HfArgumentParser`` into recipe, task and training arguments).
-- :mod:`.tasks`: the :class:`Task` base class, :func:`register_task` and :func:`get_task`.
+- :mod:`.tasks`: the :class:`Task` base class, :func:`get_task` (a task's Task class, by name).
 - :mod:`.runner`: :func:`run` (train, evaluate, save, card, push).
 - :mod:`.checkpoints`: :func:`latest_checkpoint`, :func:`validate_checkpoint`, atomic checkpoint saves.
 - :mod:`.callbacks`: :class:`LogHistoryCallback` (``log_history.json`` kept current).
@@ -23,10 +23,9 @@ from .checkpoints import (
 )
 from .recipe import TRAINING_DEFAULTS, RecipeArguments, RecipeError, load_recipe, parse_overrides, path_field
 from .runner import HubPushError, run
-from .tasks import TASK_PACKAGES, Task, TaskArguments, get_task, list_tasks, metric_prefix, register_task
+from .tasks import Task, TaskArguments, get_task, list_tasks, metric_prefix
 
 __all__ = [
-    "TASK_PACKAGES",
     "TRAINING_DEFAULTS",
     "AtomicCheckpointMixin",
     "CheckpointError",
@@ -46,7 +45,6 @@ __all__ = [
     "metric_prefix",
     "parse_overrides",
     "path_field",
-    "register_task",
     "run",
     "validate_checkpoint",
     "write_json_atomic",

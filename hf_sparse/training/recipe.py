@@ -5,7 +5,7 @@ A recipe is a flat mapping parsed with ``transformers.HfArgumentParser`` into th
 ``Arguments`` and ``TrainingArguments`` (or the task's ``training_arguments_class``)::
 
     # pipelines/motif/tiny.yaml
-    task: motif-detection          # registered task name, or "package.module:ClassName"
+    task: dna-motif-detection          # registered task name, or "package.module:NAME"
     data_dir: ../data              # a task path field: relative to this file's folder
     output_dir: outputs/motif-tiny # relative to the working directory (as in every HF script)
     num_train_epochs: 3
@@ -47,6 +47,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
+from ..tasks.arguments import RENAMED_KEYS
 from .tasks import get_task
 
 __all__ = [
@@ -110,7 +111,7 @@ class RecipeArguments:
     """Settings of the run itself (not of the task, not of the Trainer)."""
 
     task: str = field(
-        metadata={"help": "Registered task name (e.g. 'motif-detection') or 'package.module:ClassName'."}
+        metadata={"help": "Registered task name (e.g. 'dna-motif-detection') or 'package.module:NAME'."}
     )
     resume: bool = field(
         default=False,
@@ -423,6 +424,11 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
                 if f.metadata.get("metavar") == _PATH_METAVAR:
                     path_keys.add(f.name)
     for key, where in [(k, "recipe") for k in data] + [(k, "override") for k in override_values]:
+        if key in RENAMED_KEYS and key not in hints:
+            raise RecipeError(
+                f"{source}: {where} key {key!r} is now spelled {RENAMED_KEYS[key]!r} (one name for every task's "
+                f"backbone keys); rename it"
+            )
         if not isinstance(key, str) or key not in hints:
             close = difflib.get_close_matches(str(key), hints, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

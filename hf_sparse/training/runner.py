@@ -231,7 +231,7 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
         kwargs["repo_id"] = training_args.hub_model_id
     kwargs.update(task.card_info(task_args, metrics) or {})
     try:
-        card = hub.render_model_card(task.card_task or task.name, **kwargs)
+        card = hub.render_model_card(task.descriptor or "sparse_transformer", **kwargs)
     except (ValueError, TypeError) as e:
         logger.warning("model card skipped: %s", e)
         results["model_card_error"] = str(e)

@@ -5,44 +5,33 @@ the tokenizer, the model, the datasets, the collator and the metrics for one pro
 detection, long-document summarization, dialogue response selection, ...). The runner has no
 task-specific branches: everything it does differently per task goes through a method below.
 
-Tasks register by name on import::
+A task's :class:`~hf_sparse.tasks.TaskDescriptor` names its Task class (``task_class``), which is
+imported on first use::
 
-    @register_task("motif-detection")
     class MotifTask(Task):
         Arguments = MotifArguments          # a dataclass: the task's own recipe keys
         def build_tokenizer(self, args): ...
         def build_model(self, args, tokenizer): ...
         def build_datasets(self, args, tokenizer): return {"train": ..., "validation": ..., "test": ...}
 
-A recipe names a registered task (``task: motif-detection``) or any importable subclass as
-``"package.module:ClassName"`` (how the tests point at a toy task that lives in a test module).
-Registered names are looked up in the registry first; on a miss the packages in
-:data:`TASK_PACKAGES` are imported (so that their tasks register) and the lookup is retried.
+A recipe names a registered task (``task: dna-motif-detection``), or, as ``"package.module:NAME"``, a
+Task subclass or a TaskDescriptor of any importable module (importing it may register the task: how
+a task defined outside the package, e.g. in a test folder, is run).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import re
 from typing import Any, ClassVar
 
 __all__ = [
-    "TASK_PACKAGES",
     "Task",
     "TaskArguments",
     "get_task",
     "list_tasks",
     "metric_prefix",
-    "register_task",
 ]
-
-#: Packages imported on a registry miss so that the tasks they define register themselves. A
-#: package that does not exist is skipped silently; one that fails to import raises.
-TASK_PACKAGES: tuple[str, ...] = ("hf_sparse.tasks",)
-
-_TASKS: dict[str, type[Task]] = {}
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 
 @dataclasses.dataclass
@@ -64,10 +53,10 @@ class Task:
     ``trainer.is_world_process_zero()``; the others run where stated.
 
     Class attributes:
-        name: the registry name (set by :func:`register_task`; for ``"module:Class"`` tasks that are
-            not registered it defaults to the lowercased class name).
-        card_task: the model card template (``hf_sparse.hub.render_model_card``'s ``task``: "motif",
-            "summarization", "dialogue", "sparse_transformer"); None: :attr:`name`.
+        name: the task's name (set from its descriptor; for a ``"module:Class"`` task without one
+            it defaults to the lowercased class name).
+        descriptor: the :class:`~hf_sparse.tasks.TaskDescriptor` the task was loaded through (its
+            model card, model and pipeline), or None: the card is the generic SparseTransformer one.
         Arguments: dataclass of the task's recipe keys (every field with ``metadata={"help": ...}``;
             mark data paths with :func:`hf_sparse.training.recipe.path_field` so that relative paths
             resolve against the recipe file's folder).
@@ -88,7 +77,7 @@ class Task:
     """
 
     name: ClassVar[str] = ""
-    card_task: ClassVar[str | None] = None
+    descriptor: ClassVar[Any] = None
     Arguments: ClassVar[type] = TaskArguments
     trainer_class: ClassVar[type | None] = None  # None: transformers.Trainer
     training_arguments_class: ClassVar[type | None] = None  # None: transformers.TrainingArguments
@@ -186,51 +175,17 @@ class Task:
             tokenizer.save_pretrained(output_dir)
 
 
-def register_task(name: str):
-    """Class decorator: register a :class:`Task` subclass under ``name``.
-
-    Raises:
-        ValueError: ``name`` is not a lowercase identifier (``[a-z][a-z0-9_-]*``).
-        KeyError: ``name`` is already registered.
-        TypeError: the decorated object is not a :class:`Task` subclass.
-    """
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(
-            f"task name must be lowercase letters, digits, '_' or '-', starting with a letter; got {name!r}"
-        )
-    if name in _TASKS:
-        raise KeyError(f"task {name!r} is already registered (by {_TASKS[name].__qualname__})")
-
-    def decorator(cls):
-        if not (isinstance(cls, type) and issubclass(cls, Task)):
-            raise TypeError(f"register_task({name!r}) decorates a Task subclass, got {cls!r}")
-        if name in _TASKS:  # registered between the decorator call and its application
-            raise KeyError(f"task {name!r} is already registered (by {_TASKS[name].__qualname__})")
-        cls.name = name
-        _TASKS[name] = cls
-        return cls
-
-    return decorator
-
-
 def list_tasks() -> list[str]:
-    """Names of the registered tasks (after importing :data:`TASK_PACKAGES`)."""
-    _import_task_packages()
-    return sorted(_TASKS)
+    """Names of the registered tasks (``import hf_sparse`` registers the package's own)."""
+    import hf_sparse  # noqa: F401  (registers the package's tasks)
+    from hf_sparse.tasks import registry
 
-
-def _import_task_packages() -> None:
-    for package in TASK_PACKAGES:
-        try:
-            importlib.import_module(package)
-        except ModuleNotFoundError as e:
-            # Only a missing package itself is fine; a missing dependency inside it is a real error.
-            if e.name is None or not (package == e.name or package.startswith(e.name + ".")):
-                raise
+    return registry.names()
 
 
 def get_task(name: str) -> type[Task]:
-    """The :class:`Task` subclass for a registered name or a ``"package.module:ClassName"`` path.
+    """The :class:`Task` subclass for a registered name or a ``"package.module:NAME"`` path (NAME: a Task
+    subclass or a :class:`~hf_sparse.tasks.TaskDescriptor`, which is registered).
 
     Raises:
         ValueError: ``name`` is not a non-empty string.
@@ -249,16 +204,29 @@ def get_task(name: str) -> type[Task]:
         cls = getattr(module, attr, None)
         if cls is None:
             raise KeyError(f"task {name!r}: module {module_name!r} has no attribute {attr!r}")
+        from hf_sparse.tasks import TaskDescriptor, register
+
+        if isinstance(cls, TaskDescriptor):
+            return _task_class(register(cls))
         if not (isinstance(cls, type) and issubclass(cls, Task)):
             raise TypeError(f"task {name!r} is {cls!r}, not a subclass of hf_sparse.training.Task")
         if not cls.name:
             cls.name = cls.__name__.lower()
         return cls
-    if name not in _TASKS:
-        _import_task_packages()
-    if name not in _TASKS:
-        known = ", ".join(sorted(_TASKS)) or "none"
-        raise KeyError(
-            f"unknown task {name!r}; registered tasks: {known} (or use 'package.module:ClassName')"
+    import hf_sparse  # noqa: F401  (registers the package's tasks)
+    from hf_sparse.tasks import registry
+
+    try:
+        descriptor = registry.get(name)
+    except KeyError as e:
+        raise KeyError(f"{e.args[0]} (or use 'package.module:NAME')") from None
+    return _task_class(descriptor)
+
+
+def _task_class(descriptor) -> type[Task]:
+    cls = descriptor.load_task_class()
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(
+            f"task {descriptor.name!r}: {descriptor.task_class} is not a subclass of hf_sparse.training.Task"
         )
-    return _TASKS[name]
+    return cls

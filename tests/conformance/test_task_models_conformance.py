@@ -11,18 +11,19 @@ import unittest
 import pytest
 import torch
 
-from hf_sparse.models.longformer_tasks import (
-    LEDForSummarization,
+from hf_sparse.models.longformer_tasks import backbone_config
+from hf_sparse.tasks.dialogue.configuration_dialogue import LongformerDialogueConfig, _check_formatter
+from hf_sparse.tasks.dialogue.modeling_dialogue import LongformerForDialogue
+from hf_sparse.tasks.motif.configuration_motif import LongformerMotifConfig
+from hf_sparse.tasks.motif.modeling_motif import LongformerForMotifDetection
+from hf_sparse.tasks.summarization.configuration_summarization import (
     LEDSummarizationConfig,
-    LongformerDialogueConfig,
     LongformerExtractiveSummarizationConfig,
-    LongformerForDialogue,
-    LongformerForExtractiveSummarization,
-    LongformerForMotifDetection,
-    LongformerMotifConfig,
-    backbone_config,
 )
-from hf_sparse.models.longformer_tasks.configuration_dialogue import _check_formatter
+from hf_sparse.tasks.summarization.modeling_summarization import (
+    LEDForSummarization,
+    LongformerForExtractiveSummarization,
+)
 
 from .harness import NameTablesMixin, add_config_tests, common_tests, ids_tensor
 

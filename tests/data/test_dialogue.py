@@ -8,15 +8,14 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import BertTokenizer, PreTrainedTokenizerFast
 
-from hf_sparse.data import (
-    DialogueFormatter,
+from hf_sparse.tasks.dialogue.collator import DialogueTrackingCollator, ResponseSelectionCollator
+from hf_sparse.tasks.dialogue.data import (
     DialogueLabels,
-    DialogueTrackingCollator,
-    ResponseSelectionCollator,
     build_selection_examples,
     build_tracking_examples,
     read_sgd,
 )
+from hf_sparse.tasks.dialogue.formatter import DialogueFormatter
 
 WORDS = "hi there hello book a table for two at noon what time please thanks yes no sure".split()
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from hf_sparse.data.dialogue import DialogueFormatter, train_dialogue_tokenizer
+from hf_sparse.tasks.dialogue.data import train_dialogue_tokenizer
+from hf_sparse.tasks.dialogue.formatter import DialogueFormatter
 
 TEXTS = ["Find me a restaurant in Berkeley.", "Which city?", "Berkeley, please!", "Find me a flight."]
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from hf_sparse.data.motif_collator import MotifCollator
 from hf_sparse.models.longformer_tasks import every_k_global
+from hf_sparse.tasks.motif.collator import MotifCollator
 
 
 def test_pads_to_the_block_multiple_with_labels_and_masks():

@@ -6,15 +6,14 @@ import os
 import numpy as np
 import pytest
 
-from hf_sparse.data import (
+from hf_sparse.data import iter_fasta, read_fasta
+from hf_sparse.tasks.motif.data import (
     Motif,
     SyntheticMotifGenerator,
     bio_label_names,
     builtin_motifs,
     generate_motif_dataset,
-    iter_fasta,
     label_sequence,
-    read_fasta,
     read_jaspar,
     read_motifs,
     read_transfac,
@@ -408,7 +407,7 @@ def test_generator_gzip_fasta_background(tmp_path):
 def test_dinucleotide_shuffle_keeps_dinucleotides_and_ends():
     from collections import Counter
 
-    from hf_sparse.data.motifs import dinucleotide_shuffle
+    from hf_sparse.tasks.motif.data import dinucleotide_shuffle
 
     rng = np.random.default_rng(0)
 

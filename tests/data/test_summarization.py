@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_sparse.data.summarization import (
+from hf_sparse.tasks.summarization.data import (
     ExtractiveCollator,
     add_summarization_tokens,
     encode_abstractive,
@@ -16,7 +16,7 @@ from hf_sparse.data.summarization import (
     synthetic_copy_documents,
     write_jsonl,
 )
-from hf_sparse.metrics import split_sentences
+from hf_sparse.tasks.summarization.sentences import split_sentences
 from tests.models.summarization_tiny import tiny_tokenizer
 
 SENT, QSEP = 5, 6

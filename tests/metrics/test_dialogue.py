@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from hf_sparse.metrics import dialogue_act_f1, intent_accuracy, multilabel_f1
+from hf_sparse.metrics import multilabel_f1
+from hf_sparse.tasks.dialogue.metrics import dialogue_act_f1, intent_accuracy
 
 
 def test_dialogue_act_f1_from_act_names():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_sparse.metrics import mrr, ranking_metrics, ranks, recall_at_k
+from hf_sparse.tasks.dialogue.ranking import mrr, ranking_metrics, ranks, recall_at_k
 
 
 def test_ranks_and_recall_with_ties():

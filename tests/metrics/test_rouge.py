@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from rouge_score import rouge_scorer
 
-from hf_sparse.metrics import lead_k, rouge, rouge_per_example, rouge_tokenize
+from hf_sparse.tasks.summarization.metrics import lead_k
+from hf_sparse.tasks.summarization.rouge import rouge, rouge_per_example, rouge_tokenize
 
 PRED = "The cats were sitting on the mat. Dogs ran away quickly."
 REF = "A cat sat on the mat. The dog ran away."

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hf_sparse.metrics import sentence_spans, split_sentences
+from hf_sparse.tasks.summarization.sentences import sentence_spans, split_sentences
 
 CASES = {
     "basic": ("Dr. Smith left. He ran! Did he?", ["Dr. Smith left.", "He ran!", "Did he?"]),

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_sparse.metrics import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
+from hf_sparse.tasks.motif.metrics import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
 
 
 @pytest.mark.parametrize(

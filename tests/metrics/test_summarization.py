@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 from rouge_score import rouge_scorer
 
-from hf_sparse.metrics import greedy_oracle, lead_k, oracle_labels, random_k, select_in_order
+from hf_sparse.tasks.summarization.metrics import (
+    greedy_oracle,
+    lead_k,
+    oracle_labels,
+    random_k,
+    select_in_order,
+)
 
 DOC = "Dr. Smith studies cats. The weather was cold. Cats sleep a lot of the day. Stocks fell sharply. Cats also purr."
 

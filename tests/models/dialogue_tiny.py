@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import random
 
-from hf_sparse.data.dialogue import DialogueFormatter, train_dialogue_tokenizer
-from hf_sparse.models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue
+from hf_sparse.tasks.dialogue.configuration_dialogue import LongformerDialogueConfig
+from hf_sparse.tasks.dialogue.data import train_dialogue_tokenizer
+from hf_sparse.tasks.dialogue.formatter import DialogueFormatter
+from hf_sparse.tasks.dialogue.modeling_dialogue import LongformerForDialogue
 
 CITIES = ["berkeley", "oakland", "paris", "london", "tokyo", "rome", "lima", "oslo"]
 DOMAINS = {"restaurant": "FindRestaurants", "flight": "SearchFlights", "hotel": "ReserveHotel"}

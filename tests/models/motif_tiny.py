@@ -1,6 +1,7 @@
 """Tiny random motif models (both backbones) for tests."""
 
-from hf_sparse.models.longformer_tasks import LongformerForMotifDetection, LongformerMotifConfig
+from hf_sparse.tasks.motif.configuration_motif import LongformerMotifConfig
+from hf_sparse.tasks.motif.modeling_motif import LongformerForMotifDetection
 
 MOTIFS = ["CTCF", "SP1"]
 

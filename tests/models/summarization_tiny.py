@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from hf_sparse.data.summarization import (
+from hf_sparse.tasks.summarization.configuration_summarization import (
+    LEDSummarizationConfig,
+    LongformerExtractiveSummarizationConfig,
+)
+from hf_sparse.tasks.summarization.data import (
     add_summarization_tokens,
     synthetic_copy_documents,
     train_summarization_tokenizer,
 )
-from hf_sparse.models.longformer_tasks import (
+from hf_sparse.tasks.summarization.modeling_summarization import (
     LEDForSummarization,
-    LEDSummarizationConfig,
-    LongformerExtractiveSummarizationConfig,
     LongformerForExtractiveSummarization,
 )
 

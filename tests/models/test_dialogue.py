@@ -9,15 +9,10 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel
 
-from hf_sparse.data.dialogue import (
-    DialogueLabels,
-    DialogueTrackingCollator,
-    ResponseSelectionCollator,
-    build_selection_examples,
-    build_tracking_examples,
-)
-from hf_sparse.models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue
-from hf_sparse.models.longformer_tasks.modeling_dialogue import span_means
+from hf_sparse.tasks.dialogue.collator import DialogueTrackingCollator, ResponseSelectionCollator
+from hf_sparse.tasks.dialogue.configuration_dialogue import LongformerDialogueConfig
+from hf_sparse.tasks.dialogue.data import DialogueLabels, build_selection_examples, build_tracking_examples
+from hf_sparse.tasks.dialogue.modeling_dialogue import LongformerForDialogue, span_means
 from tests.models.dialogue_tiny import synthetic_dialogues, tiny_model, tokenizer_and_formatter
 
 

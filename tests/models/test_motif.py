@@ -13,7 +13,8 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, AutoTokenizer
 
 import hf_sparse  # noqa: F401  (registers the Auto classes)
-from hf_sparse.models.longformer_tasks import LongformerForMotifDetection, LongformerMotifConfig
+from hf_sparse.tasks.motif.configuration_motif import LongformerMotifConfig
+from hf_sparse.tasks.motif.modeling_motif import LongformerForMotifDetection
 from hf_sparse.tokenization_dna import DNATokenizer
 from tests.models.motif_tiny import MOTIFS, backbone, motif_config, motif_model
 
@@ -249,7 +250,7 @@ def test_save_and_load_through_the_auto_classes(kind, tmp_path):
     assert config["auto_map"]["AutoConfig"].endswith(".LongformerMotifConfig")
     assert (
         config["custom_pipelines"]["dna-motif-detection"]["impl"]
-        == "pipelines_motif.DNAMotifDetectionPipeline"
+        == "tasks_motif_pipeline.DNAMotifDetectionPipeline"
     )
     assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "modeling_motif.py").is_file()
     for auto in (AutoModel, AutoModelForTokenClassification):

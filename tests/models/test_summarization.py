@@ -17,11 +17,13 @@ from transformers import (
 )
 
 from hf_sparse import patterns as P
-from hf_sparse.data.summarization import encode_extractive
-from hf_sparse.models.longformer_tasks import (
-    LEDForSummarization,
+from hf_sparse.tasks.summarization.configuration_summarization import (
     LEDSummarizationConfig,
     LongformerExtractiveSummarizationConfig,
+)
+from hf_sparse.tasks.summarization.data import encode_extractive
+from hf_sparse.tasks.summarization.modeling_summarization import (
+    LEDForSummarization,
     LongformerForExtractiveSummarization,
     build_global_attention_mask,
 )

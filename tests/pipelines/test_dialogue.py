@@ -5,7 +5,7 @@ import torch
 from transformers import pipeline
 
 import hf_sparse  # noqa: F401  (registers the pipeline tasks)
-from hf_sparse.pipelines.dialogue import DialogueResponseSelectionPipeline, DialogueStateTrackingPipeline
+from hf_sparse.tasks.dialogue.pipeline import DialogueResponseSelectionPipeline, DialogueStateTrackingPipeline
 from tests.models.dialogue_tiny import ACTS, tiny_model, tokenizer_and_formatter
 
 HISTORY = {
@@ -234,7 +234,7 @@ def test_bad_tracking_input_names_the_field(track, inputs, error, match):
 
 
 def test_pipeline_refuses_a_model_without_the_needed_head_or_tokens():
-    from hf_sparse.data.dialogue import train_dialogue_tokenizer
+    from hf_sparse.tasks.dialogue.data import train_dialogue_tokenizer
 
     tokenizer, formatter = tokenizer_and_formatter(max_length=40)
     model = tiny_model(tokenizer, formatter)  # act + intent heads only

@@ -12,7 +12,12 @@ import torch
 from transformers import pipeline
 
 import hf_sparse  # noqa: F401  (registers the pipeline)
-from hf_sparse.pipelines.motif import DNAMotifDetectionPipeline, decode_bio, fixed_length_spans, strand_of
+from hf_sparse.tasks.motif.pipeline import (
+    DNAMotifDetectionPipeline,
+    decode_bio,
+    fixed_length_spans,
+    strand_of,
+)
 from hf_sparse.tokenization_dna import DNATokenizer
 from tests.models.motif_tiny import motif_model
 

@@ -6,8 +6,8 @@ import torch
 from transformers import LEDConfig, LEDForConditionalGeneration, pipeline
 
 import hf_sparse  # noqa: F401  (registers the task)
-from hf_sparse.data.summarization import synthetic_copy_documents
-from hf_sparse.pipelines.summarization import LongDocumentSummarizationPipeline
+from hf_sparse.tasks.summarization.data import synthetic_copy_documents
+from hf_sparse.tasks.summarization.pipeline import LongDocumentSummarizationPipeline
 from tests.models.summarization_tiny import tiny_extractive, tiny_led, tiny_tokenizer
 
 SENT, QSEP = 5, 6
@@ -57,7 +57,7 @@ def test_extractive_long_input_is_chunked_not_truncated(tok):
     long_doc = " ".join(d["document"] for d in synthetic_copy_documents(6, seed=2))
     out = pipe(long_doc, max_sentences=4)
     assert out["chunks"] > 3  # 40 tokens per chunk
-    assert out["num_sentences"] == len(hf_sparse.metrics.split_sentences(long_doc))
+    assert out["num_sentences"] == len(hf_sparse.tasks.summarization.sentences.split_sentences(long_doc))
     # every sentence got a score: the scores of the picked sentences are real (not the padding score)
     assert all(s > -1e3 for s in out["scores"]) and len(out["sentences"]) == 4
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoConfig, pipeline
 
-from hf_sparse.data.dialogue import DialogueLabels
-from hf_sparse.tasks.dialogue import (
+from hf_sparse.tasks.dialogue.data import DialogueLabels
+from hf_sparse.tasks.dialogue.task import (
     SelectionArguments,
     TrackingArguments,
     last_user_turn,
@@ -146,20 +146,22 @@ def test_tracking_model_folder_runs_the_pipeline(tracking_run):
 
 
 def test_bad_recipe_values_are_rejected(data_dir, tmp_path):
-    with pytest.raises(RecipeError, match="backbone_type"):
-        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="bert"))
+    with pytest.raises(RecipeError, match="backbone must be one of"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone="bert"))
+    with pytest.raises(RecipeError, match="recipe key 'backbone_type' is now spelled 'backbone'"):
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="longformer"))
     with pytest.raises(RecipeError, match="train_response_turns"):
         run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", train_response_turns="some"))
     with pytest.raises(RecipeError, match="attention_window must be even"):
         run(recipe("dialogue-response-selection", data_dir, tmp_path / "o", attention_window=15))
     with pytest.raises(RecipeError, match="attention_windows must hold one even window"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", attention_windows=[8, 64]))  # 1 layer
-    with pytest.raises(RecipeError, match="attention_dropout must be in"):
+    with pytest.raises(RecipeError, match="attention_dropout must be a probability in"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", attention_dropout=1.5))
     with pytest.raises(RecipeError, match="turn_pooling must be one of"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", turn_pooling="max"))
     with pytest.raises(ValueError, match="position_embedding_type"):
-        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone_type="sparse_transformer",
+        run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone="sparse_transformer",
                    position_embedding_type="alibi"))  # fmt: skip
     with pytest.raises(RecipeError, match=r"data_dir: folder .* has no train.jsonl"):  # before any work
         run(recipe("dialogue-state-tracking", str(tmp_path), tmp_path / "o"))
@@ -190,7 +192,7 @@ def test_last_user_turn_window():
 
 
 def test_tracking_scores_count_unseen_intents_and_only_labelled_turns(tmp_path):
-    from hf_sparse.data.dialogue import build_tracking_examples
+    from hf_sparse.tasks.dialogue.data import build_tracking_examples
     from tests.models.dialogue_tiny import tiny_model, tokenizer_and_formatter
 
     tokenizer, formatter = tokenizer_and_formatter()
@@ -266,7 +268,7 @@ def test_tune_thresholds_picks_the_best_f1_per_act():
 
 
 def test_sinusoidal_init_fills_the_table():
-    from hf_sparse.tasks.dialogue import sinusoidal_init
+    from hf_sparse.tasks.dialogue.task import sinusoidal_init
 
     table = torch.zeros(10, 4)
     sinusoidal_init(table, scale=1.0)
@@ -279,7 +281,7 @@ def test_evaluation_keeps_the_dataset_order_under_group_by_length(tmp_path):
     each prediction with another example's labels."""
     from transformers import TrainingArguments
 
-    from hf_sparse.tasks.dialogue import ExampleDataset, _trainer_class
+    from hf_sparse.tasks.dialogue.task import ExampleDataset, _trainer_class
 
     lengths = [5, 60, 2, 33, 17, 4, 48, 9]
     dataset = ExampleDataset([{"input_ids": [1] * n} for n in lengths])

@@ -1,4 +1,4 @@
-"""The motif-detection recipe task: the tiny recipe end to end (saved folder, card, plots, offline
+"""The dna-motif-detection recipe task: the tiny recipe end to end (saved folder, card, plots, offline
 push), the classification and scan data sources, metrics, augmentation and argument errors."""
 
 import json
@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import pipeline
 
-from hf_sparse.data.motifs import builtin_motifs, label_sequence
-from hf_sparse.tasks.motif import (
+from hf_sparse.tasks.motif.data import builtin_motifs, label_sequence
+from hf_sparse.tasks.motif.task import (
     MotifArguments,
     MotifTask,
     attention_matrices,
@@ -56,7 +56,7 @@ def test_tiny_recipe_trains_saves_a_complete_folder_and_pushes_offline(tmp_path)
 
     # everything local was written before the push was tried, and nothing was removed
     results = json.loads((out / "all_results.json").read_text())
-    assert results["global_step"] == 3 and results["task"] == "motif-detection"
+    assert results["global_step"] == 3 and results["task"] == "dna-motif-detection"
     for split in ("eval", "test"):
         for key in ("span_f1", "span_precision", "span_recall", "per_base_f1", "accuracy", "auroc",
                     "span_f1_CTCF", "span_f1_REST", "span_f1_TP53"):  # fmt: skip
@@ -105,7 +105,7 @@ def write_classification(folder: Path, n=(40, 12, 12)) -> Path:
 def test_classification_data_trains_a_sequence_classifier(tmp_path, tokens):
     data = write_classification(tmp_path / "data")
     recipe = {
-        "task": "motif-detection", "data": "classification", "data_dir": str(data), **tokens,
+        "task": "dna-motif-detection", "data": "classification", "data_dir": str(data), **tokens,
         "output_dir": str(tmp_path / "out"), "hidden_size": 32, "intermediate_size": 64,
         "num_attention_heads": 2, "max_length": 64, "pooling": "mean", "num_train_epochs": 3,
         "learning_rate": 3e-3, "per_device_train_batch_size": 8, "report_to": "none", "save_strategy": "no",
@@ -185,7 +185,7 @@ def test_recipes_parse(name):
     if name == "base" and not torch.cuda.is_available():
         overrides.append("bf16=false")  # TrainingArguments refuses bf16 without a GPU
     recipe_args, task_args, training_args = load_recipe(RECIPES / f"{name}.yaml", overrides)
-    assert recipe_args.task == "motif-detection" and isinstance(task_args, MotifArguments)
+    assert recipe_args.task == "dna-motif-detection" and isinstance(task_args, MotifArguments)
     if name == "tiny":
         assert task_args.data == "synthetic" and task_args.background_fasta is None  # no external data
     if name in ("promoters", "ctcf"):
@@ -214,7 +214,7 @@ def test_reverse_complement_augmentation_mirrors_tags():
 
 
 def test_metrics():
-    from hf_sparse.models.longformer_tasks import LongformerMotifConfig
+    from hf_sparse.tasks.motif.configuration_motif import LongformerMotifConfig
     from tests.models.motif_tiny import backbone
 
     bio = LongformerMotifConfig(backbone=backbone(), motif_names=["A"])
@@ -271,8 +271,10 @@ def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
         (dict(validation_fraction=0.5, test_fraction=0.5), "test_fraction"),
         (dict(hidden_size=0), "hidden_size"),
         (dict(pooling="max"), "pooling"),
-        (dict(attention_dropout=1.0), "attention_dropout must be None or a probability in"),
-        (dict(hidden_dropout=-0.1), "hidden_dropout must be a probability in"),
+        (dict(attention_dropout=1.0), "attention_dropout must be a probability in"),
+        (dict(hidden_dropout_prob=-0.1), "hidden_dropout_prob must be a probability in"),
+        (dict(backbone="led"), "backbone must be one of"),
+        (dict(backbone="longformer", attention_window=63), "attention_window must be even for longformer"),
         (dict(attention_backend="fast"), "attention_backend must be one of"),
     ],
 )

@@ -10,9 +10,9 @@ import torch
 from transformers import EvalPrediction, pipeline
 
 import hf_sparse  # noqa: F401
-from hf_sparse.data.summarization import synthetic_copy_documents, write_jsonl
-from hf_sparse.metrics import rouge
-from hf_sparse.tasks.summarization import AbstractiveArguments, ExtractiveArguments
+from hf_sparse.tasks.summarization.data import synthetic_copy_documents, write_jsonl
+from hf_sparse.tasks.summarization.rouge import rouge
+from hf_sparse.tasks.summarization.task import AbstractiveArguments, ExtractiveArguments
 from hf_sparse.training import get_task, load_recipe, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -146,7 +146,7 @@ def test_copy_first_sentence_through_the_pipeline(tmp_path):
         [f"data_dir={data}", f"output_dir={out}", "vocab_min_frequency=1", "max_source_length=256",
          "max_target_length=24", "generation_max_length=24", "max_decoder_positions=32", "attention_window=8",
          "num_train_epochs=10", "per_device_train_batch_size=16", "learning_rate=3e-3", "warmup_steps=10",
-         "dropout=0.0", "no_repeat_ngram_size=0", "eval_strategy=no", "save_strategy=no", "report_to=none",
+         "hidden_dropout_prob=0.0", "no_repeat_ngram_size=0", "eval_strategy=no", "save_strategy=no", "report_to=none",
          "plots=false", "disable_tqdm=true"],
     )  # fmt: skip
     pipe = pipeline("long-document-summarization", model=str(out), trust_remote_code=True)

@@ -1,13 +1,18 @@
 """Recipes: YAML -> (RecipeArguments, task arguments, TrainingArguments), typed overrides, errors."""
 
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 
+from hf_sparse.tasks.arguments import RENAMED_KEYS, BackboneArguments
 from hf_sparse.training import RecipeArguments, RecipeError, load_recipe, parse_overrides
 from hf_sparse.training.recipe import _coerce, _cpu_only_distributed_launch
 from tests.training.helpers import toy_recipe, write_recipe
 from tests.training.toy_task import ToyArguments
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_yaml_types_and_defaults(tmp_path):
@@ -157,3 +162,21 @@ def test_cpu_ddp_detection(monkeypatch):
 
     assert _cpu_only_distributed_launch() == (not torch.cuda.is_available())
     assert os.environ["WORLD_SIZE"] == "2"
+
+
+@pytest.mark.parametrize("old, new", sorted(RENAMED_KEYS.items()))
+@pytest.mark.parametrize("where", ["recipe", "override"])
+def test_an_old_backbone_key_names_its_new_spelling(tmp_path, old, new, where):
+    text = (REPO / "pipelines" / "motif" / "tiny.yaml").read_text()
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text(text + (f"\n{old}: 0.1\n" if where == "recipe" else ""))
+    overrides = [f"{old}=0.1"] if where == "override" else []
+    with pytest.raises(RecipeError, match=rf"{where} key '{old}' is now spelled '{new}'"):
+        load_recipe(recipe, overrides)
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "pipelines").glob("*/*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_recipe_uses_the_shared_backbone_keys(recipe):
+    _, task_args, _ = load_recipe(recipe, ["bf16=false", "fp16=false"])  # GPU recipes, parsed on CPU
+    assert isinstance(task_args, BackboneArguments)
+    assert not set(yaml.safe_load(recipe.read_text())) & set(RENAMED_KEYS)

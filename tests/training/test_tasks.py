@@ -1,58 +1,107 @@
-"""Task registry: names, duplicates, lookups by name and by 'module:Class', defaults."""
+"""Task registry: descriptors by name (the package's own and new ones), duplicates, bad names,
+lookups by name and by 'module:NAME', defaults."""
+
+import dataclasses
 
 import pytest
 
-from hf_sparse.training import Task, get_task, list_tasks, metric_prefix, register_task, tasks
+from hf_sparse.tasks import TaskDescriptor, register, registry
+from hf_sparse.tasks.motif import DNA_MOTIF_DETECTION
+from hf_sparse.tasks.motif.task import MotifTask
+from hf_sparse.training import Task, get_task, list_tasks, metric_prefix
 from tests.training.toy_task import ToyTask
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    """An empty registry for the test (the real one is left untouched)."""
-    monkeypatch.setattr(tasks, "_TASKS", {})
-    monkeypatch.setattr(tasks, "TASK_PACKAGES", ())
-    return tasks._TASKS
+def descriptors(monkeypatch):
+    """A copy of the registry for the test (the real one is left as it was)."""
+    monkeypatch.setattr(registry, "_DESCRIPTORS", dict(registry._DESCRIPTORS))
+    return registry._DESCRIPTORS
 
 
-def test_register_and_get(registry):
-    @register_task("my-task_2")
-    class MyTask(Task):
-        pass
+def test_every_package_task_is_registered_under_one_name():
+    from importlib import import_module
 
-    assert get_task("my-task_2") is MyTask
-    assert MyTask.name == "my-task_2"
-    assert list_tasks() == ["my-task_2"]
+    import hf_sparse.tasks
 
-
-def test_duplicate_name_is_a_key_error(registry):
-    @register_task("dup")
-    class First(Task):
-        pass
-
-    with pytest.raises(KeyError, match="'dup' is already registered"):
-
-        @register_task("dup")
-        class Second(Task):
-            pass
-
-    assert get_task("dup") is First
+    package_tasks = [
+        d.name for f in hf_sparse.tasks.TASKS for d in import_module(f"hf_sparse.tasks.{f}").TASKS
+    ]
+    assert sorted(package_tasks) == [
+        "abstractive-summarization",
+        "dialogue-response-selection",
+        "dialogue-state-tracking",
+        "dna-motif-detection",
+        "extractive-summarization",
+    ]
+    assert set(package_tasks) <= set(list_tasks())  # (tests may register more, e.g. tests/tasks/toy)
+    assert get_task("dna-motif-detection") is MotifTask
+    assert MotifTask.name == "dna-motif-detection" and MotifTask.descriptor is DNA_MOTIF_DETECTION
 
 
-@pytest.mark.parametrize("name", ["Toy", "1task", "", "a.b", "mod:Class", "with space", None, 3])
-def test_bad_names_are_value_errors(registry, name):
-    with pytest.raises(ValueError, match="task name must be lowercase"):
-        register_task(name)
+def test_register_and_get(descriptors):
+    mine = register(dataclasses.replace(DNA_MOTIF_DETECTION, name="my-motifs"))
+    assert registry.get("my-motifs") is mine
+    assert "my-motifs" in list_tasks()
+    assert register(mine) is mine  # the same descriptor again: nothing happens
 
 
-def test_only_task_subclasses_register(registry):
-    with pytest.raises(TypeError, match="decorates a Task subclass"):
-        register_task("plain")(object)
+def test_duplicate_name_is_a_key_error(descriptors):
+    other = dataclasses.replace(DNA_MOTIF_DETECTION, task_class="tests.training.toy_task:ToyTask")
+    with pytest.raises(KeyError, match="'dna-motif-detection' is already registered"):
+        register(other)
+    assert registry.get("dna-motif-detection") is DNA_MOTIF_DETECTION
 
 
-def test_unknown_name_lists_registered_tasks(registry):
-    register_task("alpha")(type("Alpha", (Task,), {}))
-    with pytest.raises(KeyError, match=r"unknown task 'beta'; registered tasks: alpha"):
-        get_task("beta")
+def test_a_pipeline_task_has_one_class(descriptors):
+    clash = dataclasses.replace(DNA_MOTIF_DETECTION, name="clash", pipeline_class=ToyTask)
+    with pytest.raises(KeyError, match="pipeline task 'dna-motif-detection' is already registered"):
+        register(clash)
+
+
+@pytest.mark.parametrize("name", ["Toy", "1task", "", "a.b", "mod:Class", "with space", "a_b", None, 3])
+def test_bad_names_are_value_errors(name):
+    with pytest.raises(ValueError, match="name must be a lowercase hyphenated name"):
+        dataclasses.replace(DNA_MOTIF_DETECTION, name=name)
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"config_class": object}, TypeError, "config_class must be a PretrainedConfig subclass"),
+        ({"auto_classes": {}}, ValueError, "auto_classes must map"),
+        ({"auto_classes": {"AutoNope": MotifTask}}, ValueError, "'AutoNope'"),
+        ({"task_class": "hf_sparse.tasks.motif.task.MotifTask"}, ValueError, "task_class must be"),
+        ({"pipeline_class": None}, ValueError, "pipeline and pipeline_class go together"),
+        ({"card": "motif.jinja"}, TypeError, "card must be a CardInfo"),
+    ],
+)
+def test_bad_descriptors_name_the_field(change, error, match):
+    with pytest.raises(error, match=match):
+        dataclasses.replace(DNA_MOTIF_DETECTION, **change)
+
+
+def test_only_descriptors_register():
+    with pytest.raises(TypeError, match="register takes a TaskDescriptor"):
+        register(MotifTask)
+
+
+def test_unknown_name_lists_registered_tasks():
+    with pytest.raises(KeyError, match=r"unknown task 'motif-detection'; registered tasks: abstractive-summ"):
+        get_task("motif-detection")
+
+
+def test_module_descriptor_path_registers_it(descriptors, tmp_path, monkeypatch):
+    (tmp_path / "my_task_pkg.py").write_text(
+        "import dataclasses\n"
+        "from hf_sparse.tasks.motif import DNA_MOTIF_DETECTION\n"
+        "MINE = dataclasses.replace(DNA_MOTIF_DETECTION, name='motifs-again')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = get_task("my_task_pkg:MINE")
+    assert issubclass(cls, MotifTask) and cls.name == "motifs-again"
+    assert get_task("dna-motif-detection").name == "dna-motif-detection"  # the package's task is unchanged
+    assert isinstance(registry.get("motifs-again"), TaskDescriptor)
 
 
 def test_module_class_path():

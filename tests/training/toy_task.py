@@ -90,7 +90,6 @@ class ToyTask(Task):
     """Token-presence detection with a tiny BertForSequenceClassification."""
 
     name = "toy"
-    card_task = "sparse_transformer"
     Arguments = ToyArguments
     lora_task_type = "SEQ_CLS"
 

@@ -1,33 +1,15 @@
-"""Task heads over transformers' Longformer/LED (or hf-sparse SparseTransformer) encoders."""
+"""What the task models share: the encoder backbone (a transformers Longformer or an hf-sparse
+SparseTransformer, built from ``config.backbone``) and the pre-trained base class that also saves the
+remote code. Each task's configuration and model live in its folder, ``hf_sparse/tasks/<task>/``."""
 
 from .backbone import backbone_config, block_multiple, build_backbone, every_k_global
-from .configuration_dialogue import LongformerDialogueConfig
-from .configuration_motif import LongformerMotifConfig
-from .configuration_summarization import LEDSummarizationConfig, LongformerExtractiveSummarizationConfig
-from .modeling_dialogue import DialogueOutput, LongformerForDialogue
-from .modeling_motif import LongformerForMotifDetection, MotifDetectionOutput
-from .modeling_summarization import (
-    ExtractiveSummarizationOutput,
-    LEDForSummarization,
-    LongformerForExtractiveSummarization,
-    build_global_attention_mask,
-)
+from .remote_code import ExportCodeMixin, LongformerTaskPreTrainedModel
 
 __all__ = [
-    "DialogueOutput",
-    "ExtractiveSummarizationOutput",
-    "LEDForSummarization",
-    "LEDSummarizationConfig",
-    "LongformerDialogueConfig",
-    "LongformerExtractiveSummarizationConfig",
-    "LongformerForExtractiveSummarization",
-    "LongformerForDialogue",
-    "LongformerForMotifDetection",
-    "LongformerMotifConfig",
-    "MotifDetectionOutput",
+    "ExportCodeMixin",
+    "LongformerTaskPreTrainedModel",
     "backbone_config",
     "block_multiple",
     "build_backbone",
-    "build_global_attention_mask",
     "every_k_global",
 ]

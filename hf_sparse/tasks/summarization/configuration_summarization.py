@@ -5,9 +5,9 @@ from __future__ import annotations
 from transformers import LEDConfig, PretrainedConfig
 
 from ...attention.dispatch import BACKENDS as ENCODER_BACKENDS
-from ...data.summarization import SENTENCE_FEATURES
+from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
 from ...patterns import Pattern, from_dict
-from .backbone import BackboneConfigMixin, backbone_config
+from .data import SENTENCE_FEATURES
 
 GLOBAL_ATTENTION = ("first", "sentences", "query")
 EXTRACTIVE_LOSSES = ("bce", "listwise")
@@ -165,7 +165,7 @@ class LongformerExtractiveSummarizationConfig(BackboneConfigMixin, PretrainedCon
             attention. `None`: the model takes no queries.
         sentence_features (`list[str]`, *optional*, defaults to `[]`):
             Per-sentence features concatenated to the marker state before scoring (names of
-            `hf_sparse.data.summarization.SENTENCE_FEATURES`: `position`, `first_sentences`, `length`,
+            `hf_sparse.tasks.summarization.data.SENTENCE_FEATURES`: `position`, `first_sentences`, `length`,
             `centrality`, `query_similarity`). The pipeline computes them from the text.
         head_hidden_size (`int`, *optional*, defaults to 64):
             Width of the scoring MLP (`Linear -> GELU -> Linear(1)`).

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from transformers.pipelines.base import ChunkPipeline
 
-from ..tokenization_dna import normalize_sequence, reverse_complement
-from .progress import check_progress, progress_bar
+from ...pipelines.progress import check_progress, progress_bar
+from ...tokenization_dna import normalize_sequence, reverse_complement
 
 _CODES = {"A": 0, "C": 1, "G": 2, "T": 3}
 

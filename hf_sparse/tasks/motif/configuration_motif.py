@@ -6,7 +6,7 @@ import math
 
 from transformers import PretrainedConfig
 
-from .backbone import BackboneConfigMixin, backbone_config
+from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
 MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows

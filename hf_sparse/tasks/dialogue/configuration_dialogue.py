@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from .backbone import BackboneConfigMixin, backbone_config
+from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
 
 GLOBAL_ON_NAMES = ("cls", "separators", "latest_turn", "candidate")
 TURN_POOLING = ("separator", "separator+mean")
@@ -63,7 +63,7 @@ class LongformerDialogueConfig(BackboneConfigMixin, PretrainedConfig):
     Configuration of [`LongformerForDialogue`]: a long-context encoder over a whole dialogue history with
     a response-selection head and per-turn dialogue-act and active-intent heads.
 
-    Inputs are laid out by `hf_sparse.data.DialogueFormatter` (speaker-tagged turns, each starting with its
+    Inputs are laid out by `hf_sparse.tasks.dialogue.formatter.DialogueFormatter` (speaker-tagged turns, each starting with its
     separator token; `[RSP]` before a candidate response); `formatter` holds its arguments so that the
     pipelines rebuild exactly the layout the model was trained on.
 

@@ -1,6 +1,6 @@
 """Extractive summarization: Lead-k and Random-k baselines, the greedy ROUGE oracle, budgeted selection.
 
-A *document* is either a string (split with :func:`~hf_sparse.metrics.sentences.split_sentences`) or
+A *document* is either a string (split with :func:`~hf_sparse.tasks.summarization.sentences.split_sentences`) or
 a list of sentence strings. Selected sentences are always returned in document order.
 
 The oracle (Nallapati et al. 2017, SummaRuNNer; Liu & Lapata 2019, BertSum ``greedy_selection``)

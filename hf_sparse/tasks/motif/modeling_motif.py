@@ -10,9 +10,9 @@ from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss
 from torch.nn import functional as F
 from transformers.utils import ModelOutput
 
-from .backbone import backbone_config, build_backbone, every_k_global
+from ...models.longformer_tasks.backbone import backbone_config, build_backbone, every_k_global
+from ...models.longformer_tasks.remote_code import LongformerTaskPreTrainedModel
 from .configuration_motif import LongformerMotifConfig
-from .remote_code import LongformerTaskPreTrainedModel
 
 
 @dataclass

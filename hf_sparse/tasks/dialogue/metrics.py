@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .classification import multilabel_f1, per_class_f1
+from ...metrics.classification import multilabel_f1, per_class_f1
 
 
 def _binarize(name: str, acts: Sequence[Iterable[str]], index: dict[str, int]) -> np.ndarray:

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ..tokenization_dna import AMBIGUITY_CODES, IUPAC_CODES, reverse_complement
-from .fasta import PathLike, open_text, read_fasta
+from ...data.fasta import PathLike, open_text, read_fasta
+from ...tokenization_dna import AMBIGUITY_CODES, IUPAC_CODES, reverse_complement
 
 BASES = "ACGT"
 DEFAULT_PSEUDOCOUNT = 0.25

@@ -5,7 +5,7 @@ Both take one dialogue as a dict: ``{"turns": [...], "speakers": [...]}`` (``spe
 alternate between the model's user and response speakers, starting with the user, as in SGD), plus
 ``"candidates": [...]`` for selection (or ``candidates=`` in the call). A list of such dicts is a batch.
 
-The history is laid out exactly as in training (``hf_sparse.data.DialogueFormatter`` with the arguments stored
+The history is laid out exactly as in training (``hf_sparse.tasks.dialogue.formatter.DialogueFormatter`` with the arguments stored
 in ``model.config.formatter``): speaker-tagged turns, each starting with its separator token, global attention
 on the separators, the latest turn and the candidate. A history longer than ``formatter["max_length"]`` is
 **left-truncated**: the oldest turns are dropped whole, the newest turns are kept (and if the newest turn
@@ -26,9 +26,10 @@ from collections.abc import Mapping, Sequence
 import torch
 from transformers.pipelines.base import Pipeline
 
-from ..data.dialogue import DialogueFormatter, DialogueTrackingCollator, ResponseSelectionCollator
-from ..models.longformer_tasks.backbone import backbone_config, block_multiple
-from .progress import check_progress, progress_bar
+from ...models.longformer_tasks.backbone import backbone_config, block_multiple
+from ...pipelines.progress import check_progress, progress_bar
+from .collator import DialogueTrackingCollator, ResponseSelectionCollator
+from .formatter import DialogueFormatter
 
 _KEYS = ("turns", "speakers", "candidates")
 

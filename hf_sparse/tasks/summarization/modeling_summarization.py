@@ -22,9 +22,9 @@ from transformers.models.led.modeling_led import LEDEncoder
 from transformers.utils import ModelOutput
 
 from ...attention.dispatch import sparse_attention
-from .backbone import backbone_config, build_backbone
+from ...models.longformer_tasks.backbone import backbone_config, build_backbone
+from ...models.longformer_tasks.remote_code import ExportCodeMixin, LongformerTaskPreTrainedModel
 from .configuration_summarization import LEDSummarizationConfig, LongformerExtractiveSummarizationConfig
-from .remote_code import ExportCodeMixin, LongformerTaskPreTrainedModel
 
 IGNORE_INDEX = -100
 PADDING_SCORE = -1.0e4  # logits of padding sentences
@@ -245,11 +245,11 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
         takes (``"allenai/led-base-16384"``, ``"allenai/led-large-16384-arxiv"``, a folder).
 
         With ``"sentences"`` or ``"query"`` in ``global_attention``, ``tokenizer`` is required: the marker
-        tokens are added to it (:func:`hf_sparse.data.summarization.add_summarization_tokens`) and the
+        tokens are added to it (:func:`hf_sparse.tasks.summarization.data.add_summarization_tokens`) and the
         embeddings resized. All weights are copied; the encoder's outputs equal LED's for the same global
         tokens (also with ``encoder_attention_pattern={"type": "longformer", "window": w}``).
         """
-        from ...data.summarization import add_summarization_tokens
+        from .data import add_summarization_tokens
 
         if isinstance(model_or_path, LEDForConditionalGeneration):
             source = model_or_path
@@ -313,12 +313,12 @@ class LongformerExtractivePreTrainedModel(LongformerTaskPreTrainedModel):
 
 class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
     """Extractive summarizer: a long encoder over ``<s> [query <query_sep>] <sent> s1 <sent> s2 ... </s>``
-    (see ``hf_sparse.data.summarization.encode_extractive``), global attention on the first token, every
+    (see ``hf_sparse.tasks.summarization.data.encode_extractive``), global attention on the first token, every
     sentence marker (and the query), one score per sentence from its marker's final state (concatenated
     with ``sentence_features`` when the config names some) through a small MLP.
 
-    Trained on greedy ROUGE-oracle labels (``hf_sparse.metrics.oracle_labels``); a summary is the top
-    sentences in document order within a sentence/word budget (``hf_sparse.metrics.select_in_order``, used
+    Trained on greedy ROUGE-oracle labels (``hf_sparse.tasks.summarization.metrics.oracle_labels``); a summary is the top
+    sentences in document order within a sentence/word budget (``hf_sparse.tasks.summarization.metrics.select_in_order``, used
     by the ``long-document-summarization`` pipeline).
     """
 

@@ -9,7 +9,7 @@ marker and ``<query_sep>`` the query separator (:data:`SENTENCE_TOKEN`, :data:`Q
     ... with a query:                   P  query tokens <query_sep> <sent> sentence 1 ... S
     encode_extractive (every chunk):    P  [query tokens <query_sep>] <sent> s_i <sent> s_i+1 ...  S
 
-Sentences come from :func:`hf_sparse.metrics.split_sentences` (rule-based, offline). Text is tokenized
+Sentences come from :func:`hf_sparse.tasks.summarization.sentences.split_sentences` (rule-based, offline). Text is tokenized
 with ``add_special_tokens=False``.
 
 Long documents are never cut silently:
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..metrics.sentences import split_sentences
-from .fasta import PathLike, open_text
+from ...data.fasta import PathLike, open_text
+from .sentences import split_sentences
 
 IGNORE_INDEX = -100
 SENTENCE_TOKEN = "<sent>"

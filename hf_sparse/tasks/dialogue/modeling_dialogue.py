@@ -9,9 +9,9 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.utils import ModelOutput
 
-from .backbone import backbone_config, build_backbone
+from ...models.longformer_tasks.backbone import backbone_config, build_backbone
+from ...models.longformer_tasks.remote_code import LongformerTaskPreTrainedModel
 from .configuration_dialogue import LongformerDialogueConfig
-from .remote_code import LongformerTaskPreTrainedModel
 
 IGNORE_INDEX = -100
 
@@ -77,7 +77,7 @@ class LongformerDialoguePreTrainedModel(LongformerTaskPreTrainedModel):
 
 
 class LongformerForDialogue(LongformerDialoguePreTrainedModel):
-    """A long encoder over a formatted dialogue (see `hf_sparse.data.DialogueFormatter`) with three heads.
+    """A long encoder over a formatted dialogue (see `hf_sparse.tasks.dialogue.formatter.DialogueFormatter`) with three heads.
 
     - **Response selection** (`config.selection_head`): inputs ``(batch, n_candidates, seq)``, one sequence per
       (history, candidate) pair laid out as ``history [RSP] candidate``; the score of a pair is read from the

@@ -1,8 +1,8 @@
-"""DNA motif detection fine-tuning (``task: motif-detection``): per-base motif tags and a sequence head.
+"""DNA motif detection fine-tuning (``task: dna-motif-detection``): per-base motif tags and a sequence head.
 
 Three data sources (recipe key ``data``):
 
-- ``synthetic`` (no files needed): :class:`~hf_sparse.data.SyntheticMotifGenerator` plants instances
+- ``synthetic`` (no files needed): :class:`~hf_sparse.tasks.motif.data.SyntheticMotifGenerator` plants instances
   sampled from the built-in JASPAR motifs (``motifs``: a subset of their names) into i.i.d. background
   (or windows of ``background_fasta``). Splits are disjoint ranges of example indices of one seeded
   generator. Per-base BIO tags + multi-hot motif presence.
@@ -18,7 +18,7 @@ Three data sources (recipe key ``data``):
 Metrics (each evaluation; ``eval_``/``test_`` prefixes added by the runner):
 
 - per-base heads: ``span_f1``, ``span_precision``, ``span_recall`` (exact ``(motif, start, end)``
-  matches, :func:`hf_sparse.metrics.span_f1`), ``span_overlap_f1``, ``per_base_f1`` and
+  matches, :func:`hf_sparse.tasks.motif.metrics.span_f1`), ``span_overlap_f1``, ``per_base_f1`` and
   ``span_f1_<motif>`` per motif;
 - sequence heads: ``accuracy`` and ``auroc`` (classification: class accuracy and the AUROC of the
   positive class, macro one-vs-rest for more classes; motif presence: accuracy over every (sequence,
@@ -41,10 +41,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..attention.dispatch import BACKENDS
-from ..data.fasta import read_fasta
-from ..data.motif_collator import IGNORE_INDEX, MotifCollator
-from ..data.motifs import (
+from ...data.fasta import read_fasta
+from ...metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
+from ...tokenization_dna import normalize_sequence, reverse_complement
+from ...training import Task, path_field
+from ...training.recipe import require_path
+from ..arguments import BackboneArguments
+from .collator import IGNORE_INDEX, MotifCollator
+from .data import (
     SyntheticMotifGenerator,
     builtin_motifs,
     dinucleotide_shuffle,
@@ -52,12 +56,8 @@ from ..data.motifs import (
     read_motifs,
     spans_to_tags,
 )
-from ..metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
-from ..metrics.spans import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
-from ..pipelines.motif import decode_spans
-from ..tokenization_dna import normalize_sequence, reverse_complement
-from ..training import Task, path_field, register_task
-from ..training.recipe import require_path
+from .metrics import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
+from .pipeline import decode_spans
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ SPLITS = ("train", "validation", "test")
 
 
 @dataclass
-class MotifArguments:
-    """Recipe keys of the ``motif-detection`` task."""
+class MotifArguments(BackboneArguments):
+    """Recipe keys of the ``dna-motif-detection`` task."""
 
     data: str = field(
         default="synthetic",
@@ -90,20 +90,9 @@ class MotifArguments:
     )
     backbone: str = field(
         default="sparse_transformer",
-        metadata={"help": f"Encoder of a new model: one of {BACKBONES}."},
+        metadata={"help": "New model's encoder: 'sparse_transformer' or 'longformer'."},
     )
-    hidden_size: int = field(default=64, metadata={"help": "Encoder width."})
-    num_hidden_layers: int = field(default=2, metadata={"help": "Encoder layers."})
-    num_attention_heads: int = field(default=4, metadata={"help": "Attention heads per layer."})
     intermediate_size: int = field(default=256, metadata={"help": "Feed-forward width."})
-    attention_window: int = field(
-        default=64,
-        metadata={"help": "Sliding-window width in tokens (Longformer: attention_window; sparse: window)."},
-    )
-    attention_backend: str = field(
-        default="auto",
-        metadata={"help": "SparseTransformer kernel: 'auto', 'blocked', 'flex' or 'dense' (all exact)."},
-    )
     position_embedding_type: str = field(
         default="rotary",
         metadata={"help": "SparseTransformer positions: 'rotary' or 'absolute' (Longformer: absolute)."},
@@ -148,11 +137,6 @@ class MotifArguments:
             "help": "The sequence head also reads log counts of every k-mer of length 1..K (0: none; needs kmer: 1)."
         },
     )
-    hidden_dropout: float = field(default=0.1, metadata={"help": "Dropout in the encoder."})
-    attention_dropout: float | None = field(
-        default=None, metadata={"help": "Dropout on the attention probabilities (default: hidden_dropout)."}
-    )
-    classifier_dropout: float = field(default=0.1, metadata={"help": "Dropout before the heads."})
     sequence_loss_weight: float = field(
         default=1.0, metadata={"help": "Weight of the sequence loss next to the per-base loss."}
     )
@@ -212,24 +196,21 @@ class MotifArguments:
         default=True, metadata={"help": "Write attention.png (weights of one test sequence)."}
     )
 
+    def default_pattern(self) -> dict:
+        return {"type": "sliding_window", "window": self.attention_window}
+
     def __post_init__(self):
+        super().__post_init__()
+
         def check(ok, key, expected):
             if not ok:
                 raise ValueError(f"{key} must be {expected}, got {getattr(self, key)!r}")
 
         check(self.data in DATA_SOURCES, "data", f"one of {DATA_SOURCES}")
-        check(self.backbone in BACKBONES, "backbone", f"one of {BACKBONES}")
-        check(self.position_embedding_type in ("rotary", "absolute"), "position_embedding_type",
-              "'rotary' or 'absolute'")  # fmt: skip
         check(self.pooling in ("cls", "mean", "cls+mean"), "pooling", "'cls', 'mean' or 'cls+mean'")
-        check(self.attention_backend in BACKENDS, "attention_backend", f"one of {BACKENDS}")
-        check(0.0 <= self.hidden_dropout < 1.0, "hidden_dropout", "a probability in [0, 1)")
-        check(self.attention_dropout is None or 0.0 <= self.attention_dropout < 1.0, "attention_dropout",
-              "None or a probability in [0, 1)")  # fmt: skip
         check(self.span_decoding in ("fixed_length", "bio"), "span_decoding", "'fixed_length' or 'bio'")
         check(self.negatives in ("shuffle", "none"), "negatives", "'shuffle' or 'none'")
-        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                    "attention_window", "max_length", "kmer", "sequence_length", "conv_layers"):  # fmt: skip
+        for key in ("max_length", "kmer", "sequence_length", "conv_layers"):
             value = getattr(self, key)
             check(isinstance(value, int) and not isinstance(value, bool) and value > 0, key, "a positive int")
         check(isinstance(self.kmer_embedding, int) and 0 <= self.kmer_embedding <= 8, "kmer_embedding",
@@ -439,11 +420,9 @@ def _trainer_class(label_names: tuple[str, ...]):
     return MotifTrainer
 
 
-@register_task("motif-detection")
 class MotifTask(Task):
     """DNA motif detection / sequence classification with :class:`LongformerForMotifDetection`."""
 
-    card_task = "motif"
     Arguments = MotifArguments
     lora_task_type = None  # the model's own heads (token_classifier, sequence_head) are trained in full
 
@@ -575,7 +554,7 @@ class MotifTask(Task):
     # --- Task hooks ----------------------------------------------------------------------------
 
     def build_tokenizer(self, args):
-        from ..tokenization_dna import DNATokenizer
+        from ...tokenization_dna import DNATokenizer
 
         if args.model_name_or_path:
             from transformers import AutoTokenizer
@@ -584,34 +563,11 @@ class MotifTask(Task):
         return DNATokenizer(kmer=args.kmer, model_max_length=args.max_length)
 
     def _backbone(self, args, tokenizer) -> dict:
-        common = {
-            "vocab_size": len(tokenizer),
-            "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.num_hidden_layers,
-            "num_attention_heads": args.num_attention_heads,
-            "intermediate_size": args.intermediate_size,
-            "hidden_dropout_prob": args.hidden_dropout,
-            "attention_probs_dropout_prob": args.hidden_dropout
-            if args.attention_dropout is None
-            else args.attention_dropout,
-            "pad_token_id": tokenizer.pad_token_id,
-            "type_vocab_size": 1,
-        }
-        if args.backbone == "longformer":
-            if args.attention_window % 2:
-                raise ValueError(
-                    f"attention_window must be even for the Longformer backbone, got {args.attention_window}"
-                )
-            # Longformer positions start at pad_token_id + 1 (RoBERTa style)
-            return {"model_type": "longformer", **common, "attention_window": args.attention_window,
-                    "max_position_embeddings": args.max_length + tokenizer.pad_token_id + 1}  # fmt: skip
-        return {"model_type": "sparse_transformer", **common, "max_position_embeddings": args.max_length,
-                "position_embedding_type": args.position_embedding_type,
-                "attention_backend": args.attention_backend,
-                "attention_pattern": {"type": "sliding_window", "window": args.attention_window}}  # fmt: skip
+        return args.encoder_config(len(tokenizer), tokenizer.pad_token_id, args.max_length, type_vocab_size=1)
 
     def build_model(self, args, tokenizer):
-        from ..models.longformer_tasks import LongformerForMotifDetection, LongformerMotifConfig
+        from .configuration_motif import LongformerMotifConfig
+        from .modeling_motif import LongformerForMotifDetection
 
         motifs = self.motifs(args)
         names = [m.name for m in motifs] if motifs else []
@@ -702,8 +658,8 @@ class MotifTask(Task):
         }
 
     def data_collator(self, args, tokenizer):
-        from ..models.longformer_tasks import block_multiple
-        from ..models.longformer_tasks.backbone import backbone_config
+        from ...models.longformer_tasks import block_multiple
+        from ...models.longformer_tasks.backbone import backbone_config
 
         return MotifCollator(
             pad_token_id=tokenizer.pad_token_id,
@@ -747,7 +703,7 @@ class MotifTask(Task):
         metrics = self._final.get(split, {})
         prefix = "test_" if split == "test" else "eval_"
         try:
-            from ..viz import plot_bars, show_heatmaps
+            from ...viz import plot_bars, show_heatmaps
         except ImportError as e:  # pragma: no cover - matplotlib missing
             logger.warning("motif plots skipped: %s", e)
             return extras

@@ -3,7 +3,7 @@
 Scores are those of ``rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"],
 use_stemmer=...)``: lowercase, non-alphanumerics become spaces, Porter stemming of words longer than
 3 characters. ``rougeLsum`` in ``rouge_score`` treats each line as a sentence, so both texts are first
-split with :func:`~hf_sparse.metrics.sentences.split_sentences` and re-joined with ``"\\n"`` (inner
+split with :func:`~hf_sparse.tasks.summarization.sentences.split_sentences` and re-joined with ``"\\n"`` (inner
 line breaks of a sentence become spaces); pass ``sentence_split=False`` to use the texts' own lines.
 
 Several references per example (SQuALITY has 4): each ROUGE type is scored against every reference
@@ -29,7 +29,7 @@ def _require_rouge_score():
         from rouge_score import rouge_scorer, tokenize
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "hf_sparse.metrics.rouge needs the rouge-score package: pip install 'hf-sparse[train]'"
+            "hf_sparse.tasks.summarization.rouge needs the rouge-score package: pip install 'hf-sparse[train]'"
         ) from e
     return rouge_scorer, tokenize
 

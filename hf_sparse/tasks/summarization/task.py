@@ -1,13 +1,13 @@
 """Long-document summarization fine-tuning tasks on ScisummNet, QMSum, SQuALITY (or any data in their format).
 
 Data: ``data_dir`` holds ``train.jsonl``, ``validation.jsonl`` and (optionally) ``test.jsonl`` with
-``document`` and ``summary`` per row (``hf_sparse.data.summarization.read_summarization_jsonl``); rows with
+``document`` and ``summary`` per row (``hf_sparse.tasks.summarization.data.read_summarization_jsonl``); rows with
 ``references`` (SQuALITY's four) are scored against all of them (ROUGE takes the best reference per
 example); ``query_mode`` turns QMSum's queries into query-focused examples.
 
 - ``extractive-summarization``: ``LongformerForExtractiveSummarization``. Each document is split into
-  sentences (``hf_sparse.metrics.split_sentences``), labelled with the greedy ROUGE oracle
-  (``hf_sparse.metrics.oracle_labels``, ``oracle_sentences`` sentences by ``oracle_metric``) and encoded in
+  sentences (``hf_sparse.tasks.summarization.sentences.split_sentences``), labelled with the greedy ROUGE oracle
+  (``hf_sparse.tasks.summarization.metrics.oracle_labels``, ``oracle_sentences`` sentences by ``oracle_metric``) and encoded in
   chunks of whole sentences (every sentence scored). A training example is one document: its chunks share a
   batch, so the listwise loss ranks all of a document's sentences together (``max_train_samples`` counts
   documents); evaluation examples are chunks (``eval_loss`` ranks within a chunk), scored per document.
@@ -29,11 +29,16 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from ..data.summarization import (
+from ...training import Task, path_field
+from ...training.recipe import require_path
+from ...training.tasks import metric_prefix
+from ..arguments import BackboneArguments
+from .data import (
     QUERY_MODES,
     SENTENCE_FEATURES,
     ExtractiveCollator,
@@ -44,12 +49,9 @@ from ..data.summarization import (
     sentence_features,
     train_summarization_tokenizer,
 )
-from ..metrics.rouge import rouge
-from ..metrics.sentences import split_sentences
-from ..metrics.summarization import ORACLE_METRICS, oracle_labels, select_in_order
-from ..training import Task, path_field, register_task
-from ..training.recipe import require_path
-from ..training.tasks import metric_prefix
+from .metrics import ORACLE_METRICS, oracle_labels, select_in_order
+from .rouge import rouge
+from .sentences import split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ def _positive(name: str, value, allow_none: bool = False) -> None:
 
 
 @dataclass
-class SummarizationArguments:
+class SummarizationArguments(BackboneArguments):
     """Recipe keys shared by both summarization tasks."""
 
     data_dir: str = path_field(
@@ -91,12 +93,7 @@ class SummarizationArguments:
     )
     vocab_min_frequency: int = field(default=2, metadata={"help": "Built tokenizer: minimum word count."})
     vocab_size: int | None = field(default=None, metadata={"help": "Built tokenizer: vocabulary cap."})
-    hidden_size: int = field(default=64, metadata={"help": "New model: hidden size (d_model)."})
-    num_hidden_layers: int = field(default=2, metadata={"help": "New model: encoder layers."})
-    num_attention_heads: int = field(default=4, metadata={"help": "New model: attention heads."})
     intermediate_size: int = field(default=128, metadata={"help": "New model: feed-forward size."})
-    attention_window: int = field(default=64, metadata={"help": "New model: sliding-window size (even)."})
-    dropout: float = field(default=0.1, metadata={"help": "New model: dropout."})
     max_train_documents: int | None = field(
         default=None, metadata={"help": "Use only the first N training documents (quick runs)."}
     )
@@ -105,23 +102,16 @@ class SummarizationArguments:
     )
 
     def __post_init__(self):
+        super().__post_init__()
         if not self.data_dir:
             raise ValueError(
                 "data_dir is required: the folder with train.jsonl / validation.jsonl / test.jsonl"
             )
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {self.query_mode!r}")
-        for name in ("vocab_min_frequency", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "attention_window"):  # fmt: skip
-            _positive(name, getattr(self, name))
+        _positive("vocab_min_frequency", self.vocab_min_frequency)
         for name in ("vocab_size", "max_train_documents", "max_eval_documents"):
             _positive(name, getattr(self, name), allow_none=True)
-        if self.attention_window % 2:
-            raise ValueError(f"attention_window must be even, got {self.attention_window}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
 
 @dataclass
@@ -134,13 +124,6 @@ class ExtractiveArguments(SummarizationArguments):
     max_sentence_tokens: int = field(
         default=24,
         metadata={"help": "Tokens kept per sentence in the encoding (the summary keeps it whole)."},
-    )
-    backbone_type: str = field(
-        default="longformer", metadata={"help": "New model's encoder: 'longformer' or 'sparse_transformer'."}
-    )
-    attention_pattern: dict | None = field(
-        default=None,
-        metadata={"help": "sparse_transformer backbone: pattern spec; None: {type: longformer, window}."},
     )
     sentence_features: list[str] = field(
         default_factory=lambda: list(SENTENCE_FEATURES),
@@ -174,10 +157,6 @@ class ExtractiveArguments(SummarizationArguments):
             _positive(name, getattr(self, name), allow_none=True)
         if self.eval_max_sentences is None and self.eval_max_words is None:
             raise ValueError("give eval_max_sentences or eval_max_words (the evaluation summary budget)")
-        if self.backbone_type not in ("longformer", "sparse_transformer"):
-            raise ValueError(
-                f"backbone_type must be 'longformer' or 'sparse_transformer', got {self.backbone_type!r}"
-            )
         if self.loss not in ("bce", "listwise"):
             raise ValueError(f"loss must be 'bce' or 'listwise', got {self.loss!r}")
         if self.oracle_metric not in ORACLE_METRICS:
@@ -209,9 +188,10 @@ class AbstractiveArguments(SummarizationArguments):
         default_factory=lambda: ["first"],
         metadata={"help": "Global tokens the model builds: 'first', 'sentences', 'query'."},
     )
-    encoder_attention_pattern: dict | None = field(
-        default=None,
-        metadata={"help": "hf-sparse pattern spec for the encoder (None: LED's own attention)."},
+    backbones: ClassVar[tuple[str, ...]] = ("led",)
+    backbone: str = field(default="led", metadata={"help": "New model: 'led' (an LED encoder-decoder)."})
+    attention_dropout: float | None = field(
+        default=0.0, metadata={"help": "New model: dropout on the attention probabilities (LED's default 0)."}
     )
 
     def __post_init__(self):
@@ -224,6 +204,10 @@ class AbstractiveArguments(SummarizationArguments):
         if self.min_target_length > self.max_target_length:
             raise ValueError(
                 f"min_target_length ({self.min_target_length}) > max_target_length ({self.max_target_length})"
+            )
+        if self.position_embedding_type != "absolute":
+            raise ValueError(
+                f"position_embedding_type must be 'absolute' for an LED model, got {self.position_embedding_type!r}"
             )
         bad = [g for g in self.global_attention if g not in ("first", "sentences", "query")]
         if bad:
@@ -264,7 +248,6 @@ def _first_documents(examples: list[dict], limit: int | None) -> list[dict]:
 
 
 class _SummarizationTask(Task):
-    card_task = "summarization"
     model_type = ""
 
     def __init__(self):
@@ -340,7 +323,6 @@ class _SummarizationTask(Task):
 # --------------------------------------------------------------------------------------- extractive
 
 
-@register_task("extractive-summarization")
 class ExtractiveSummarizationTask(_SummarizationTask):
     """Sentence scoring with ``LongformerForExtractiveSummarization`` on greedy ROUGE-oracle labels."""
 
@@ -358,29 +340,18 @@ class ExtractiveSummarizationTask(_SummarizationTask):
         return True, args.query_mode != "none"
 
     def _backbone(self, args, tokenizer) -> dict:
-        pad = tokenizer.pad_token_id
-        common = {
-            "vocab_size": len(tokenizer), "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.num_hidden_layers, "num_attention_heads": args.num_attention_heads,
-            "intermediate_size": args.intermediate_size, "hidden_dropout_prob": args.dropout,
-            "attention_probs_dropout_prob": args.dropout, "pad_token_id": pad,
-        }  # fmt: skip
-        if args.backbone_type == "longformer":
-            return {"model_type": "longformer", **common, "attention_window": args.attention_window,
-                    "max_position_embeddings": args.max_length + pad + 1, "type_vocab_size": 1}  # fmt: skip
-        pattern = args.attention_pattern or {"type": "longformer", "window": args.attention_window}
-        return {"model_type": "sparse_transformer", **common, "max_position_embeddings": args.max_length,
-                "attention_pattern": pattern, "global_projections": True}  # fmt: skip
+        config = args.encoder_config(len(tokenizer), tokenizer.pad_token_id, args.max_length)
+        if config["model_type"] == "sparse_transformer":
+            config["global_projections"] = True
+        return config
 
     def build_model(self, args, tokenizer):
         from transformers import AutoConfig, AutoModel
 
-        from ..models.longformer_tasks import (
-            LongformerExtractiveSummarizationConfig,
-            LongformerForExtractiveSummarization,
-            block_multiple,
-        )
-        from ..models.longformer_tasks.backbone import BACKBONES, backbone_config
+        from ...models.longformer_tasks import block_multiple
+        from ...models.longformer_tasks.backbone import BACKBONES, backbone_config
+        from .configuration_summarization import LongformerExtractiveSummarizationConfig
+        from .modeling_summarization import LongformerForExtractiveSummarization
 
         path = args.model_name_or_path
         ids = add_summarization_tokens(tokenizer, True, args.query_mode != "none")
@@ -389,7 +360,7 @@ class ExtractiveSummarizationTask(_SummarizationTask):
             "query_separator_token_id": ids["query_separator_token_id"],
             "sentence_features": list(args.sentence_features),
             "head_hidden_size": args.head_hidden_size,
-            "classifier_dropout": args.dropout,
+            "classifier_dropout": args.classifier_dropout,
             "loss": args.loss,
             "positive_weight": args.positive_weight,
             "max_sentence_tokens": args.max_sentence_tokens,
@@ -527,7 +498,6 @@ def _seq2seq_classes():
     return Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 
-@register_task("abstractive-summarization")
 class AbstractiveSummarizationTask(_SummarizationTask):
     """Abstractive summarization with ``LEDForSummarization`` (generation-based ROUGE evaluation)."""
 
@@ -542,7 +512,8 @@ class AbstractiveSummarizationTask(_SummarizationTask):
     def build_model(self, args, tokenizer):
         from transformers import AutoConfig
 
-        from ..models.longformer_tasks import LEDForSummarization, LEDSummarizationConfig
+        from .configuration_summarization import LEDSummarizationConfig
+        from .modeling_summarization import LEDForSummarization
 
         path = args.model_name_or_path
         ids = add_summarization_tokens(tokenizer, *self._uses(args))
@@ -556,7 +527,7 @@ class AbstractiveSummarizationTask(_SummarizationTask):
                 )
             model = LEDForSummarization.from_led(
                 path, tokenizer=tokenizer, global_attention=args.global_attention,
-                encoder_attention_pattern=args.encoder_attention_pattern,
+                encoder_attention_pattern=args.attention_pattern,
             )  # fmt: skip
         else:
             config = LEDSummarizationConfig(
@@ -565,11 +536,12 @@ class AbstractiveSummarizationTask(_SummarizationTask):
                 decoder_attention_heads=args.num_attention_heads, encoder_ffn_dim=args.intermediate_size,
                 decoder_ffn_dim=args.intermediate_size, attention_window=args.attention_window,
                 max_encoder_position_embeddings=args.max_source_length,
-                max_decoder_position_embeddings=args.max_decoder_positions, dropout=args.dropout,
+                max_decoder_position_embeddings=args.max_decoder_positions, dropout=args.hidden_dropout_prob,
+                attention_dropout=args.attention_dropout_prob, encoder_attention_backend=args.attention_backend,
                 pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
                 eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
                 global_attention=args.global_attention, **ids,
-                encoder_attention_pattern=args.encoder_attention_pattern,
+                encoder_attention_pattern=args.attention_pattern,
             )  # fmt: skip
             model = LEDForSummarization(config)
         if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
@@ -652,12 +624,12 @@ class AbstractiveSummarizationTask(_SummarizationTask):
         info["extra"] = {
             "global attention": ", ".join(args.global_attention),
             "encoder attention": "LED (Longformer)"
-            if args.encoder_attention_pattern is None
+            if args.attention_pattern is None
             else "hf-sparse kernels",
             "max_source_length": args.max_source_length,
         }
-        if args.encoder_attention_pattern is not None:
-            info["pattern"] = args.encoder_attention_pattern
+        if args.attention_pattern is not None:
+            info["pattern"] = args.attention_pattern
         return info
 
 

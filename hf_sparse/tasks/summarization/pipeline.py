@@ -4,7 +4,7 @@ transformers v5 removed its ``summarization`` pipeline task; this one takes docu
 works with three kinds of model:
 
 - **abstractive** (``LEDForSummarization``, model_type ``led_summarization``, or a plain LED): the text is
-  encoded as in training (``hf_sparse.data.summarization.encode_abstractive``: sentence markers and a query
+  encoded as in training (``hf_sparse.tasks.summarization.data.encode_abstractive``: sentence markers and a query
   prefix when the model's config uses them) and ``generate`` writes the summary. Global attention is built
   by the model itself (for a plain LED the pipeline passes ``global_attention_mask`` on the first token).
   Generation options: ``num_beams``, ``min_length``, ``max_length``, ``no_repeat_ngram_size``,
@@ -37,11 +37,11 @@ import numpy as np
 import torch
 from transformers.pipelines.base import Pipeline
 
-from ..data.summarization import ExtractiveCollator, encode_abstractive, encode_extractive, sentence_features
-from ..metrics.sentences import split_sentences
-from ..metrics.summarization import select_in_order
-from ..models.longformer_tasks.backbone import backbone_config, block_multiple
-from .progress import check_progress, progress_bar
+from ...models.longformer_tasks.backbone import backbone_config, block_multiple
+from ...pipelines.progress import check_progress, progress_bar
+from .data import ExtractiveCollator, encode_abstractive, encode_extractive, sentence_features
+from .metrics import select_in_order
+from .sentences import split_sentences
 
 ABSTRACTIVE_TYPES = ("led_summarization", "led")
 EXTRACTIVE_TYPES = ("longformer_extractive_summarization",)

@@ -2,7 +2,7 @@
 
 - ``dialogue-response-selection``: for every response-speaker turn, rank the true response among
   ``n_negatives`` (default 9) responses of *other* dialogues drawn with a fixed seed
-  (:func:`hf_sparse.data.build_selection_examples`). Training uses ``train_negatives`` sampled negatives per
+  (:func:`hf_sparse.tasks.dialogue.data.build_selection_examples`). Training uses ``train_negatives`` sampled negatives per
   example, drawn the same way with another seed; the loss is the cross-entropy over each example's
   candidates. Metrics: recall@1/2/5 and MRR over the 1 + ``n_negatives`` candidates (R10@k for 9).
 - ``dialogue-state-tracking``: per-turn dialogue acts (multi-label) and the active intent of every user turn,
@@ -30,34 +30,32 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..data.dialogue import (
-    IGNORE_INDEX,
-    DialogueFormatter,
+from ...training import Task, path_field
+from ...training.recipe import require_path
+from ...training.tasks import metric_prefix
+from ..arguments import BackboneArguments
+from .collator import DialogueTrackingCollator, ResponseSelectionCollator
+from .configuration_dialogue import TURN_POOLING
+from .data import (
     DialogueLabels,
-    DialogueTrackingCollator,
-    ResponseSelectionCollator,
     build_selection_examples,
     build_tracking_examples,
     read_sgd,
     train_dialogue_tokenizer,
 )
-from ..metrics.dialogue import dialogue_act_f1, intent_accuracy
-from ..metrics.ranking import ranking_metrics
-from ..models.longformer_tasks.configuration_dialogue import TURN_POOLING
-from ..training import Task, path_field, register_task
-from ..training.recipe import require_path
-from ..training.tasks import metric_prefix
+from .formatter import IGNORE_INDEX, DialogueFormatter
+from .metrics import dialogue_act_f1, intent_accuracy
+from .ranking import ranking_metrics
 
 SPLITS = ("train", "validation", "test")
-_POSITIVE_INT_KEYS = ("max_length", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                      "intermediate_size", "attention_window", "vocab_min_frequency")  # fmt: skip
+_POSITIVE_INT_KEYS = ("max_length", "vocab_min_frequency")
 
 
 # --------------------------------------------------------------------------------------- arguments
 
 
 @dataclass
-class DialogueArguments:
+class DialogueArguments(BackboneArguments):
     """Recipe keys shared by both dialogue tasks."""
 
     data_dir: str = path_field(
@@ -105,16 +103,8 @@ class DialogueArguments:
         default_factory=lambda: ["cls", "separators", "latest_turn", "candidate"],
         metadata={"help": "Global attention on: cls, separators, latest_turn, candidate."},
     )
-    backbone_type: str = field(
-        default="longformer", metadata={"help": "New model's encoder: 'longformer' or 'sparse_transformer'."}
-    )
     hidden_size: int = field(default=128, metadata={"help": "New model: hidden size."})
-    num_hidden_layers: int = field(default=2, metadata={"help": "New model: layers."})
-    num_attention_heads: int = field(default=4, metadata={"help": "New model: attention heads."})
     intermediate_size: int = field(default=512, metadata={"help": "New model: feed-forward size."})
-    attention_window: int = field(
-        default=64, metadata={"help": "New model: sliding-window size (Longformer window / pattern window)."}
-    )
     attention_windows: list[int] | None = field(
         default=None,
         metadata={
@@ -129,20 +119,6 @@ class DialogueArguments:
             "relative offsets are easy to read from the start (no pretrained positions to start from)."
         },
     )
-    attention_pattern: dict | None = field(
-        default=None,
-        metadata={"help": "sparse_transformer backbone: pattern spec; None: {type: longformer, window}."},
-    )
-    attention_backend: str = field(
-        default="auto",
-        metadata={
-            "help": "sparse_transformer backbone: attention kernel (auto, sdpa, blocked, flex, dense)."
-        },
-    )
-    position_embedding_type: str = field(
-        default="absolute",
-        metadata={"help": "sparse_transformer backbone: 'absolute' (learned table) or 'rotary'."},
-    )
     turn_pooling: str = field(
         default="separator",
         metadata={
@@ -150,15 +126,6 @@ class DialogueArguments:
             "'separator+mean' (also the mean of the turn's / candidate's token states)."
         },
     )
-    hidden_dropout_prob: float = field(default=0.1, metadata={"help": "New model: dropout."})
-    attention_dropout: float | None = field(
-        default=None,
-        metadata={
-            "help": "New model: dropout on the attention probabilities (None: hidden_dropout_prob). 0 keeps "
-            "torch's fused attention kernel on CPU (with dropout it falls back to an explicit softmax)."
-        },
-    )
-    classifier_dropout: float = field(default=0.1, metadata={"help": "Dropout before the heads."})
     long_history_check: bool = field(
         default=True,
         metadata={"help": "After training: last-turn results on test, full history vs the last 2 turns."},
@@ -171,25 +138,20 @@ class DialogueArguments:
     )
 
     def __post_init__(self):
+        super().__post_init__()
         if not self.data_dir:
             raise ValueError(
                 "data_dir is required: the folder with train.jsonl / validation.jsonl / test.jsonl"
             )
         if self.tokenizer_kind not in ("word", "wordpiece"):
             raise ValueError(f"tokenizer_kind must be 'word' or 'wordpiece', got {self.tokenizer_kind!r}")
-        if self.backbone_type not in ("longformer", "sparse_transformer"):
-            raise ValueError(
-                f"backbone_type must be 'longformer' or 'sparse_transformer', got {self.backbone_type!r}"
-            )
         for name in _POSITIVE_INT_KEYS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.backbone_type == "longformer" and self.attention_window % 2:
-            raise ValueError(f"attention_window must be even for Longformer, got {self.attention_window}")
         if self.attention_windows is not None:
-            if self.backbone_type != "longformer":
-                raise ValueError("attention_windows (one window per layer) needs backbone_type: longformer")
+            if self.backbone != "longformer":
+                raise ValueError("attention_windows (one window per layer) needs backbone: longformer")
             if len(self.attention_windows) != self.num_hidden_layers or any(
                 isinstance(w, bool) or not isinstance(w, int) or w < 2 or w % 2
                 for w in self.attention_windows
@@ -200,10 +162,6 @@ class DialogueArguments:
                 )
         if self.turn_pooling not in TURN_POOLING:
             raise ValueError(f"turn_pooling must be one of {TURN_POOLING}, got {self.turn_pooling!r}")
-        for name in ("hidden_dropout_prob", "attention_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
         for name in ("max_train_dialogues", "max_eval_dialogues", "vocab_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -368,8 +326,6 @@ def _trainer_class(label_names: tuple[str, ...]):
 class _DialogueTask(Task):
     """Data, tokenizer and model building shared by both dialogue tasks."""
 
-    card_task = "dialogue"
-
     def __init__(self):
         self._splits: dict[str, list[dict]] | None = None
         self._pad_multiple: int | None = 64
@@ -417,36 +373,12 @@ class _DialogueTask(Task):
         )
 
     def _backbone(self, args, tokenizer) -> dict:
-        pad = tokenizer.pad_token_id
-        common = {
-            "vocab_size": len(tokenizer),
-            "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.num_hidden_layers,
-            "num_attention_heads": args.num_attention_heads,
-            "intermediate_size": args.intermediate_size,
-            "hidden_dropout_prob": args.hidden_dropout_prob,
-            "attention_probs_dropout_prob": (
-                args.hidden_dropout_prob if args.attention_dropout is None else args.attention_dropout
-            ),
-            "pad_token_id": pad,
-        }
-        if args.backbone_type == "longformer":
-            return {
-                "model_type": "longformer",
-                **common,
-                "attention_window": args.attention_windows or args.attention_window,
-                "max_position_embeddings": args.max_length + pad + 1,  # RoBERTa-style positions from pad + 1
-                "type_vocab_size": 1,
-            }
-        return {
-            "model_type": "sparse_transformer",
-            **common,
-            "max_position_embeddings": args.max_length,
-            "attention_pattern": args.attention_pattern
-            or {"type": "longformer", "window": args.attention_window},
-            "attention_backend": args.attention_backend,
-            "position_embedding_type": args.position_embedding_type,
-        }
+        if args.backbone == "longformer":
+            return args.encoder_config(
+                len(tokenizer), tokenizer.pad_token_id, args.max_length,
+                attention_window=args.attention_windows or args.attention_window,
+            )  # fmt: skip
+        return args.encoder_config(len(tokenizer), tokenizer.pad_token_id, args.max_length)
 
     def _heads(self, args) -> dict:
         raise NotImplementedError
@@ -454,8 +386,10 @@ class _DialogueTask(Task):
     def build_model(self, args, tokenizer):
         from transformers import AutoConfig, LongformerModel
 
-        from ..models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue, block_multiple
-        from ..models.longformer_tasks.backbone import backbone_config
+        from ...models.longformer_tasks import block_multiple
+        from ...models.longformer_tasks.backbone import backbone_config
+        from .configuration_dialogue import LongformerDialogueConfig
+        from .modeling_dialogue import LongformerForDialogue
 
         path = args.model_name_or_path
         common = {
@@ -519,7 +453,6 @@ def ranking_scores(scores, labels) -> dict[str, float]:
     return {"recall@1": out["r@1"], "recall@2": out["r@2"], "recall@5": out["r@5"], "mrr": out["mrr"]}
 
 
-@register_task("dialogue-response-selection")
 class DialogueSelectionTask(_DialogueTask):
     """Response selection: rank the true next response among responses of other dialogues."""
 
@@ -669,11 +602,9 @@ def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold
     return out
 
 
-@register_task("dialogue-state-tracking")
 class DialogueTrackingTask(_DialogueTask):
     """Per-turn dialogue acts and active intents of user turns, read from each turn's separator."""
 
-    card_task = "dialogue_tracking"
     Arguments = TrackingArguments
     trainer_class = _trainer_class(("act_labels", "intent_labels"))
 

@@ -1,0 +1,372 @@
+"""Pushing a saved folder: :func:`push_to_hub` is ``HfApi.create_repo`` + ``upload_folder`` of the
+:func:`upload_file_list` allow-list, after checking that no file holds the token. Without a network it
+raises one :class:`HubUnavailableError` saying that the local folder is intact and which command pushes
+it later; rejected credentials raise :class:`HubAuthError`. The token is never printed or logged.
+
+Command line: ``python -m hf_sparse.hub FOLDER REPO_ID [--private] [--token-env NAME]`` (also
+``scripts/push_to_hub.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shlex
+import socket
+import sys
+from pathlib import Path
+
+from .bundle import BUNDLE_MANIFEST
+from .common import _check_repo_id
+
+logger = logging.getLogger(__name__)
+
+PUSH_COMMAND = "python -m hf_sparse.hub"
+
+
+class HubError(RuntimeError):
+    """Pushing to the Hub failed; the local folder is untouched."""
+
+
+class HubUnavailableError(HubError):
+    """The Hub could not be reached (offline mode, no network, DNS failure, timeout, 5xx)."""
+
+
+class HubAuthError(HubError):
+    """The Hub rejected the credentials (no token, invalid or expired token, no write access)."""
+
+
+_TRUE = {"1", "on", "yes", "true"}
+
+# What an upload sends: an ALLOW-list (a model folder also holds checkpoints with pickled optimizer
+# states and training arguments, TensorBoard runs, logs; none of them belongs on the Hub).
+_UPLOAD_NAMES = frozenset(
+    {
+        # model
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        # tokenizer / processor
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.txt",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.model",
+        "spiece.model",
+        "sentencepiece.bpe.model",
+        "chat_template.jinja",
+        "chat_template.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+        # card, remote-code manifest, results (the runner writes them without secrets)
+        "README.md",
+        BUNDLE_MANIFEST,
+        "all_results.json",
+        "log_history.json",
+    }
+)
+_UPLOAD_PATTERNS = (re.compile(r"^model-\d+-of-\d+\.safetensors$"), re.compile(r"^[\w.-]+\.png$"))
+_UPLOAD_ADAPTER = frozenset({"adapter_config.json", "adapter_model.safetensors", "README.md"})
+_BINARY_SUFFIXES = (".safetensors", ".png", ".model")
+
+
+def _remote_code_files(folder: Path) -> set[str]:
+    """The ``.py`` files of the remote-code bundle (from its manifest) and those ``auto_map`` names."""
+    names: set[str] = set()
+    try:
+        manifest = json.loads((folder / BUNDLE_MANIFEST).read_text(encoding="utf-8"))
+        names.update(n for n in manifest.get("files", {}) if isinstance(n, str))
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        refs = list((config.get("auto_map") or {}).values())
+    except (OSError, ValueError, AttributeError):
+        refs = []
+    for ref in refs:
+        for item in ref if isinstance(ref, list) else [ref]:
+            if isinstance(item, str) and "." in item:
+                names.add(item.split("--")[-1].rsplit(".", 1)[0] + ".py")
+    return {n for n in names if "/" not in n and n.endswith(".py")}
+
+
+def upload_file_list(folder: str | os.PathLike) -> list[str]:
+    """The files :func:`push_to_hub` sends from ``folder`` (paths relative to it, sorted).
+
+    An allow-list: the model (``config.json``, safetensors weights), tokenizer and processor files,
+    the card ``README.md``, the remote-code bundle (the ``.py`` files its manifest or ``auto_map``
+    names, and the manifest), results (``all_results.json``, ``log_history.json``, ``*.png``) and a
+    LoRA adapter in ``adapter/``. Everything else stays local: ``checkpoint-*/``, ``runs/``,
+    ``training_args.bin`` and any other pickle, temporary and hidden files.
+    """
+    folder = Path(folder)
+    code = _remote_code_files(folder)
+    files = []
+    for entry in sorted(folder.iterdir()):
+        name = entry.name
+        if not entry.is_file() or name.startswith("."):
+            continue
+        if name in _UPLOAD_NAMES or name in code or any(p.match(name) for p in _UPLOAD_PATTERNS):
+            files.append(name)
+    adapter = folder / "adapter"
+    if adapter.is_dir():
+        files += [f"adapter/{n}" for n in sorted(_UPLOAD_ADAPTER) if (adapter / n).is_file()]
+    return files
+
+
+def _check_no_secrets(folder: Path, files: list[str], token: str | None) -> None:
+    """Refuse to upload a file that holds the token (or any ``hf_...`` token or secret env value)."""
+    from ..training.secrets import find_secrets
+
+    for name in files:
+        if name.endswith(_BINARY_SUFFIXES):
+            continue
+        if find_secrets((folder / name).read_bytes(), [token] if token else []):
+            raise HubError(
+                f"Refusing to push {folder}: {name} contains a token or secret; remove it from the "
+                "file (or leave the file out of the folder) and push again. Nothing was uploaded."
+            )
+
+
+def _check_folder(folder) -> Path:
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"folder {str(folder)!r} does not exist or is not a directory")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"folder {str(folder)!r} has no config.json; save the model there first")
+    return path
+
+
+def _push_command(folder, repo_id, private, revision, token_env) -> str:
+    cmd = f"{PUSH_COMMAND} {shlex.quote(str(folder))} {shlex.quote(repo_id)}"
+    if private:
+        cmd += " --private"
+    if revision:
+        cmd += f" --revision {shlex.quote(revision)}"
+    if token_env != "HF_TOKEN":
+        cmd += f" --token-env {shlex.quote(token_env)}"
+    return cmd
+
+
+def _scrub(text: str, token: str | None) -> str:
+    """One line of at most 300 characters with the token (and any ``hf_...`` token) masked."""
+    if token:
+        text = text.replace(token, "***")
+    text = re.sub(r"\bhf_[A-Za-z0-9]{8,}", "hf_***", text)
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _network_error_types() -> tuple[type, ...]:
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    types: list[type] = [OfflineModeIsEnabled, ConnectionError, TimeoutError, socket.gaierror]
+    for module, names in (
+        ("httpx2", ("TransportError",)),  # huggingface_hub >= 2
+        ("httpx", ("TransportError",)),  # huggingface_hub 1.x
+        ("requests.exceptions", ("ConnectionError", "Timeout")),  # huggingface_hub < 1
+    ):
+        try:
+            mod = __import__(module, fromlist=list(names))
+        except ImportError:
+            continue
+        types.extend(getattr(mod, n) for n in names if isinstance(getattr(mod, n, None), type))
+    return tuple(types)
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _offline_reason() -> str | None:
+    from huggingface_hub import constants
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in _TRUE:
+            return f"offline mode is on: {var}={os.environ[var]}"
+    if constants.HF_HUB_OFFLINE:
+        return "offline mode is on (HF_HUB_OFFLINE was set when huggingface_hub was imported)"
+    return None
+
+
+def push_to_hub(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool = False,
+    commit_message: str = "Upload hf-sparse model",
+    revision: str | None = None,
+    token_env: str = "HF_TOKEN",
+    endpoint: str | None = None,
+) -> str:
+    """Create ``repo_id`` (if needed) and upload ``folder`` to it; return the repo URL.
+
+    Args:
+        folder: a saved model folder (must contain ``config.json``); it is only read.
+        repo_id: ``"user/name"`` or ``"org/name"``.
+        token: a Hub token with write access. Default: the environment variable ``token_env``,
+            then huggingface_hub's own lookup (``HF_TOKEN``, the token saved by ``hf auth login``).
+            The token is never printed, logged or put in an error message.
+        private: create the repo private (ignored if it already exists).
+        commit_message: message of the upload commit.
+        revision: branch to push to (created from the default branch if missing).
+        token_env: environment variable to read the token from.
+        endpoint: Hub URL (default: ``HF_ENDPOINT`` or https://huggingface.co).
+
+    Raises:
+        ValueError: a malformed ``repo_id``, or a ``folder`` that is missing or has no config.json.
+        HubUnavailableError: the Hub cannot be reached (``HF_HUB_OFFLINE=1``, no network, DNS
+            failure, timeout, 5xx); the message names the intact local folder and the command that
+            pushes it later.
+        HubAuthError: no token, or the Hub answered 401/403.
+        HubError: any other refusal by the Hub.
+    """
+    repo_id = _check_repo_id(repo_id)
+    path = _check_folder(folder)
+    if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+        raise ValueError(f"revision must be a branch name, got {revision!r}")
+    if not isinstance(token_env, str) or not token_env:
+        raise ValueError(f"token_env must name an environment variable, got {token_env!r}")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise ValueError("token must be a non-empty str")  # never echo a token, even a bad one
+    token = token or os.environ.get(token_env) or None
+    command = _push_command(path, repo_id, private, revision, token_env)
+    intact = f"the local output at {path} is intact; push it later with: {command}"
+
+    def unavailable(reason: str) -> HubUnavailableError:
+        return HubUnavailableError(
+            f"Could not reach the Hugging Face Hub to push to {repo_id} ({_scrub(reason, token)}); {intact}"
+        )
+
+    reason = _offline_reason()
+    if reason is not None:
+        raise unavailable(reason)
+
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if token is None and get_token() is None:
+        raise HubAuthError(
+            f"No Hugging Face token found to push to {repo_id}: pass token=..., set {token_env}, "
+            f"or run `hf auth login`; {intact}"
+        )
+
+    files = upload_file_list(path)
+    _check_no_secrets(path, files, token)
+    api = HfApi(endpoint=endpoint, token=token)
+    network_errors = _network_error_types()
+    try:
+        api.create_repo(repo_id, exist_ok=True, private=private, token=token)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True, token=token)
+        info = api.upload_folder(
+            folder_path=str(path),
+            repo_id=repo_id,
+            commit_message=commit_message,
+            revision=revision,
+            token=token,
+            allow_patterns=files,  # exact relative paths: the allow-list, nothing else
+        )
+    except Exception as e:  # classify; never let the token or a multi-line trace through
+        http = next((x for x in _chain(e) if isinstance(x, HfHubHTTPError)), None)
+        status = getattr(getattr(http, "response", None), "status_code", None)
+        if status in (401, 403):
+            hint = (
+                "the token is missing, invalid or expired"
+                if status == 401
+                else "the token has no write access to this namespace"
+            )
+            raise HubAuthError(
+                f"The Hugging Face Hub rejected the credentials for {repo_id} (HTTP {status}: {hint}; "
+                f"use a write token in {token_env} or token=...); {intact}"
+            ) from None
+        if status is not None and (status >= 500 or status in (408, 429)):
+            raise unavailable(f"the Hub answered HTTP {status}") from None
+        net = next((x for x in _chain(e) if isinstance(x, network_errors)), None)
+        if net is not None and http is None:
+            raise unavailable(f"{type(net).__name__}: {net}") from None
+        if http is not None:
+            raise HubError(
+                f"The Hugging Face Hub refused the upload to {repo_id} (HTTP {status}: "
+                f"{_scrub(str(http), token)}); {intact}"
+            ) from None
+        if token and token in str(e):
+            raise HubError(f"Pushing to {repo_id} failed: {_scrub(str(e), token)}; {intact}") from None
+        raise
+    url = str(getattr(info, "repo_url", "") or f"{api.endpoint}/{repo_id}")
+    logger.info("pushed %d files of %s to %s: %s", len(files), path, url, ", ".join(files))
+    return url
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Arguments of ``python -m hf_sparse.hub`` / ``scripts/push_to_hub.py``."""
+    parser = argparse.ArgumentParser(
+        prog="push_to_hub",
+        description="Upload a saved hf-sparse model folder to the Hugging Face Hub.",
+    )
+    parser.add_argument("folder", help="saved model folder (with config.json); it is only read")
+    parser.add_argument("repo_id", help="target repository, 'user/name' or 'org/name'")
+    parser.add_argument("--private", action="store_true", help="create the repository private")
+    parser.add_argument(
+        "--token-env",
+        default="HF_TOKEN",
+        metavar="NAME",
+        help="environment variable holding the Hub token (default: HF_TOKEN, then the token saved "
+        "by `hf auth login`); the token is never printed",
+    )
+    parser.add_argument("--revision", default=None, help="branch to push to (created if missing)")
+    parser.add_argument(
+        "--commit-message", default="Upload hf-sparse model", help="message of the upload commit"
+    )
+    parser.add_argument("--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    """Push a folder; print its URL. A one-line ``error:`` message and exit code 2 for invalid
+    arguments (folder, repo id, an unset ``--token-env``), 1 when the Hub is unreachable or refuses."""
+    args = parse_args(argv)
+    if args.token_env != "HF_TOKEN" and not os.environ.get(args.token_env):
+        print(f"error: environment variable {args.token_env} (--token-env) is not set", file=sys.stderr)
+        return 2
+    try:
+        url = push_to_hub(
+            args.folder,
+            args.repo_id,
+            private=args.private,
+            commit_message=args.commit_message,
+            revision=args.revision,
+            token_env=args.token_env,
+            endpoint=args.endpoint,
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except HubError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(url)
+    return 0
+
+
+__all__ = [
+    "PUSH_COMMAND",
+    "HubAuthError",
+    "HubError",
+    "HubUnavailableError",
+    "main",
+    "parse_args",
+    "push_to_hub",
+    "upload_file_list",
+]

@@ -1,0 +1,263 @@
+"""Task descriptors: everything the package registers for one task, under one name.
+
+A task folder (``hf_sparse/tasks/<task>/``, or any package of your own) defines one
+:class:`TaskDescriptor` per task and :func:`register` makes it known everywhere at once:
+
+- the model: ``AutoConfig`` / the Auto model classes (``auto_classes``), peft's default LoRA targets,
+  the tokenizer with ``AutoTokenizer``, and the remote-code bundle ``save_pretrained`` writes (the
+  modules of the model and of its pipeline, ``auto_map``, ``custom_pipelines``);
+- the inference pipeline: ``transformers``' ``PIPELINE_REGISTRY`` under ``pipeline``;
+- the recipes: ``task: <name>`` runs ``task_class`` (a :class:`hf_sparse.training.Task`, imported on
+  first use) with its ``Arguments`` dataclass;
+- the model card: ``card`` (template, title, description, Hub pipeline tag, tags, citations).
+
+The name is the one a recipe's ``task:`` and the card use; where the task has an inference pipeline of
+its own the name is the pipeline task's (``dna-motif-detection``). Two tasks may share a pipeline (the
+abstractive and extractive summarizers both serve ``long-document-summarization``) and a configuration
+class (both dialogue tasks train ``LongformerDialogueConfig``). The ``model_type`` a configuration
+writes into ``config.json`` is its own identifier and never changes, so saved models keep loading.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_DESCRIPTORS: dict[str, TaskDescriptor] = {}
+
+
+@dataclass(frozen=True)
+class CardInfo:
+    """What a model card says about a task.
+
+    Attributes:
+        template: a template file name in the package's ``model_cards/`` (``"dna-motif-detection.jinja"``), or the
+            path of a template of your own (it may ``{% extends "_base.jinja" %}``).
+        title: the task's title (``"DNA motif detection"``).
+        description: the card's first paragraph.
+        hub_pipeline_tag: the Hub's pipeline tag (``"token-classification"``), or None.
+        tags: extra Hub tags.
+        citations: keys of :data:`hf_sparse.hub.cards.CITATIONS` the card cites.
+    """
+
+    template: str
+    title: str
+    description: str
+    hub_pipeline_tag: str | None = None
+    tags: tuple[str, ...] = ()
+    citations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskDescriptor:
+    """One task: its name, model, inference pipeline, recipe task and model card.
+
+    Attributes:
+        name: lowercase, hyphenated (``"dna-motif-detection"``): the recipes' ``task:`` and the card's.
+        config_class: the model's ``PretrainedConfig`` subclass (its ``model_type`` is what
+            ``config.json`` stores).
+        auto_classes: Auto class name -> model class, e.g. ``{"AutoModelForTokenClassification":
+            LongformerForMotifDetection}``; the first is the one the model card's snippet loads with.
+        task_class: ``"package.module:ClassName"`` of the :class:`hf_sparse.training.Task` that
+            recipes run (imported on first use, so ``import hf_sparse`` does not load the training stack).
+        card: the model card (:class:`CardInfo`).
+        pipeline: the inference pipeline's task name for ``pipeline(...)``, or None.
+        pipeline_class: the ``transformers.Pipeline`` subclass of ``pipeline``.
+        pipeline_auto_classes: the Auto class names the pipeline loads models with (default: the
+            first of ``auto_classes``).
+        lora_target_modules: peft's default LoRA targets for the model type.
+        tokenizer_class: a slow tokenizer to register with ``AutoTokenizer`` for the config, or None.
+    """
+
+    name: str
+    config_class: type
+    auto_classes: Mapping[str, type]
+    task_class: str
+    card: CardInfo
+    pipeline: str | None = None
+    pipeline_class: type | None = None
+    pipeline_auto_classes: tuple[str, ...] = ()
+    lora_target_modules: tuple[str, ...] = ()
+    tokenizer_class: type | None = field(default=None)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ValueError(
+                f"name must be a lowercase hyphenated name such as 'dna-motif-detection', got {self.name!r}"
+            )
+        if not isinstance(self.config_class, type) or not getattr(self.config_class, "model_type", ""):
+            raise TypeError(
+                f"config_class must be a PretrainedConfig subclass with a model_type, got {self.config_class!r}"
+            )
+        if not isinstance(self.auto_classes, Mapping) or not self.auto_classes:
+            raise ValueError(
+                f"auto_classes must map Auto class names to model classes, got {self.auto_classes!r}"
+            )
+        import transformers
+
+        for auto, model_cls in self.auto_classes.items():
+            if not isinstance(auto, str) or not auto.startswith("Auto") or not hasattr(transformers, auto):
+                raise ValueError(f"auto_classes keys must be transformers Auto class names, got {auto!r}")
+            if not isinstance(model_cls, type):
+                raise TypeError(f"auto_classes[{auto!r}] must be a model class, got {model_cls!r}")
+        if not isinstance(self.task_class, str) or self.task_class.count(":") != 1:
+            raise ValueError(f"task_class must be 'package.module:ClassName', got {self.task_class!r}")
+        if not isinstance(self.card, CardInfo):
+            raise TypeError(f"card must be a CardInfo, got {type(self.card).__name__}")
+        if (self.pipeline is None) != (self.pipeline_class is None):
+            raise ValueError(
+                f"pipeline and pipeline_class go together, got {self.pipeline!r} and {self.pipeline_class!r}"
+            )
+        if self.pipeline is not None and not _NAME_RE.match(self.pipeline):
+            raise ValueError(f"pipeline must be a lowercase hyphenated task name, got {self.pipeline!r}")
+        if self.pipeline is not None and not self.pipeline_auto_classes:
+            object.__setattr__(self, "pipeline_auto_classes", (next(iter(self.auto_classes)),))
+        object.__setattr__(self, "auto_classes", dict(self.auto_classes))
+        object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
+
+    @property
+    def model_type(self) -> str:
+        return self.config_class.model_type
+
+    @property
+    def auto_class(self) -> str:
+        """The Auto class name a user loads the model with (the first of ``auto_classes``)."""
+        return next(iter(self.auto_classes))
+
+    def load_task_class(self) -> type:
+        """The :class:`hf_sparse.training.Task` subclass (imports its module), named after this task."""
+        module_name, _, attr = self.task_class.partition(":")
+        cls = getattr(importlib.import_module(module_name), attr, None)
+        if cls is None:
+            raise KeyError(f"task {self.name!r}: module {module_name!r} has no attribute {attr!r}")
+        if cls.__dict__.get("descriptor") not in (None, self):  # a second task runs the same class
+            return type(
+                cls.__name__, (cls,), {"name": self.name, "descriptor": self, "__module__": cls.__module__}
+            )
+        cls.name, cls.descriptor = self.name, self
+        return cls
+
+
+def register(descriptor: TaskDescriptor) -> TaskDescriptor:
+    """Register a task with transformers (Auto classes, tokenizer, pipeline, remote code) and the
+    recipes and cards (by ``descriptor.name``). Idempotent for the same descriptor.
+
+    Raises:
+        TypeError: ``descriptor`` is not a :class:`TaskDescriptor`.
+        KeyError: another task has this name, or this pipeline task with another class.
+    """
+    if not isinstance(descriptor, TaskDescriptor):
+        raise TypeError(f"register takes a TaskDescriptor, got {type(descriptor).__name__}")
+    old = _DESCRIPTORS.get(descriptor.name)
+    if old is not None and old != descriptor:
+        raise KeyError(f"task {descriptor.name!r} is already registered (model type {old.model_type!r})")
+    if descriptor.pipeline is not None:
+        for other in _DESCRIPTORS.values():
+            if (
+                other.pipeline == descriptor.pipeline
+                and other.pipeline_class is not descriptor.pipeline_class
+            ):
+                raise KeyError(
+                    f"pipeline task {descriptor.pipeline!r} is already registered with "
+                    f"{other.pipeline_class.__qualname__} (task {other.name!r})"
+                )
+    _DESCRIPTORS[descriptor.name] = descriptor
+    _register_model(descriptor.config_class)
+    if descriptor.pipeline is not None:
+        register_pipeline(descriptor.pipeline)
+    return descriptor
+
+
+def _register_model(config_class: type) -> None:
+    """Auto classes, LoRA targets, tokenizer and remote-code hook of a configuration, from every
+    registered task that trains it (one model type may serve several tasks)."""
+    import transformers
+
+    from ..models import register_auto, register_tokenizer
+
+    tasks = [d for d in _DESCRIPTORS.values() if d.config_class is config_class]
+    mapping, lora, pipelines = {}, [], {}
+    for d in tasks:
+        mapping.update({getattr(transformers, auto): cls for auto, cls in d.auto_classes.items()})
+        lora += [m for m in d.lora_target_modules if m not in lora]
+        if d.pipeline is not None:
+            pipelines[d.pipeline] = (d.pipeline_class, pipeline_auto_classes(d.pipeline))
+    register_auto(config_class, mapping, lora or None, pipelines=pipelines)
+    for d in tasks:
+        if d.tokenizer_class is not None:
+            register_tokenizer(config_class, d.tokenizer_class)
+
+
+def get(name: str) -> TaskDescriptor:
+    """The registered task called ``name`` (``KeyError`` listing the registered ones)."""
+    if name not in _DESCRIPTORS:
+        raise KeyError(
+            f"unknown task {name!r}; registered tasks: {', '.join(sorted(_DESCRIPTORS)) or 'none'}"
+        )
+    return _DESCRIPTORS[name]
+
+
+def names() -> list[str]:
+    """The registered task names, sorted."""
+    return sorted(_DESCRIPTORS)
+
+
+def pipeline_tasks() -> dict[str, list[TaskDescriptor]]:
+    """Pipeline task name -> the registered tasks that serve it."""
+    out: dict[str, list[TaskDescriptor]] = {}
+    for d in _DESCRIPTORS.values():
+        if d.pipeline is not None:
+            out.setdefault(d.pipeline, []).append(d)
+    return out
+
+
+def _serving(task: str) -> list[TaskDescriptor]:
+    serving = pipeline_tasks().get(task)
+    if not serving:
+        raise KeyError(f"unknown hf-sparse pipeline task {task!r}; known: {sorted(pipeline_tasks())}")
+    return serving
+
+
+def pipeline_class(task: str) -> type:
+    """The ``Pipeline`` subclass of a registered pipeline task."""
+    return _serving(task)[0].pipeline_class
+
+
+def pipeline_auto_classes(task: str) -> tuple[str, ...]:
+    """The Auto class names the models of a pipeline task load with (over every task serving it)."""
+    autos: list[str] = []
+    for d in _serving(task):
+        autos += [a for a in d.pipeline_auto_classes if a not in autos]
+    return tuple(autos)
+
+
+def register_pipeline(task: str) -> None:
+    """Register a pipeline task of the registered descriptors with transformers' ``PIPELINE_REGISTRY``
+    (idempotent; a second task serving it updates its Auto classes quietly)."""
+    import transformers
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    cls = pipeline_class(task)
+    pt = tuple(getattr(transformers, a) for a in pipeline_auto_classes(task))
+    current = PIPELINE_REGISTRY.supported_tasks.get(task, {})
+    if current.get("impl") is cls:
+        if tuple(current.get("pt", ())) == pt:
+            return
+        del PIPELINE_REGISTRY.supported_tasks[task]
+    PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=cls, pt_model=pt, type="text")
+
+
+__all__ = [
+    "CardInfo",
+    "TaskDescriptor",
+    "get",
+    "names",
+    "pipeline_auto_classes",
+    "pipeline_class",
+    "pipeline_tasks",
+    "register",
+    "register_pipeline",
+]
