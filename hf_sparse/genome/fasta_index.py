@@ -297,4 +297,39 @@ class FastaFile:
                 yield name, start, b"".join(parts).decode("ascii")
 
 
-__all__ = ["FaiRecord", "FastaFile", "build_fai", "parse_lines", "read_fai", "write_fai"]
+class MemoryFasta:
+    """Records held as strings, with the reading interface of :class:`FastaFile` (``records``, ``fetch``,
+    ``iter_chunks``): scanning a sequence "as one string" goes through the same code as a file."""
+
+    kind = "memory"
+
+    def __init__(self, records: list[tuple[str, str]]):
+        if not records:
+            raise ValueError("records must hold at least one (name, sequence) pair")
+        self._seqs = {}
+        for name, seq in records:
+            if not isinstance(name, str) or not isinstance(seq, str):
+                raise TypeError(f"records must be (str, str) pairs, got ({type(name).__name__}, {type(seq).__name__})")
+            if name in self._seqs:
+                raise ValueError(f"duplicate record name {name!r}")
+            bad = seq.encode("utf-8").translate(None, _VALID)
+            if bad:
+                raise ValueError(f"record {name!r}: invalid character {chr(bad[0])!r} at {seq.index(chr(bad[0]))}")
+            self._seqs[name] = seq
+        self.records = [FaiRecord(n, len(s), 0, len(s), len(s) + 1) for n, s in self._seqs.items()]
+        self.names = list(self._seqs)
+
+    def fetch(self, name: str, start: int = 0, end: int | None = None) -> str:
+        seq = self._seqs[name]
+        end = len(seq) if end is None else end
+        if not 0 <= start <= end <= len(seq):
+            raise ValueError(f"range [{start}, {end}) is outside record {name!r} of length {len(seq)}")
+        return seq[start:end]
+
+    def iter_chunks(self, size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, str]]:
+        for name, seq in self._seqs.items():
+            for start in range(0, len(seq), size):
+                yield name, start, seq[start : start + size]
+
+
+__all__ = ["FaiRecord", "FastaFile", "MemoryFasta", "build_fai", "parse_lines", "read_fai", "write_fai"]

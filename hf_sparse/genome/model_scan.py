@@ -1,0 +1,182 @@
+"""Run a motif token-classification model over a whole genome: windows streamed from the FASTA, batched
+through the model, merged exactly once (:mod:`.decode`), hits out in genome coordinates.
+
+Positions: a model with rotary positions (the motif recipes' SparseTransformer) sees only relative
+distances, so a window may be longer than the length it was trained on (``max_position_embeddings``);
+with sliding-window attention every base's local context is exactly as in training and only the global
+tokens (every ``global_every``-th) see further. A model with a learned position table (absolute
+positions, Longformer) is capped at its table: longer windows are a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from itertools import islice
+
+import numpy as np
+import torch
+
+from ..pipelines.progress import check_progress, wants_progress
+from ..tokenization_dna import AMBIGUITY_CODES
+from .decode import SpanDecoder, WindowMerger
+from .fasta_index import DEFAULT_CHUNK, FastaFile, MemoryFasta
+from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
+
+#: Default window (bases) for models without a position table; chosen from benchmarks/genome_scan.md.
+DEFAULT_WINDOW = 4096
+#: Default overlap between windows: a quarter of the window, at most this many bases.
+MAX_DEFAULT_OVERLAP = 256
+
+
+def max_window(config) -> int | None:
+    """The most bases one window may hold (None: no position table, any length)."""
+    bb = config.backbone
+    absolute = bb.get("model_type") == "longformer" or bb.get("position_embedding_type", "absolute") == "absolute"
+    if not absolute:
+        return None
+    limit = bb["max_position_embeddings"]
+    if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
+        limit -= bb.get("pad_token_id", 1) + 1
+    return limit - 2  # [CLS] and [SEP]
+
+
+def default_stride(window: int) -> int:
+    return window - min(window // 4, MAX_DEFAULT_OVERLAP)
+
+
+class GenomeScanner:
+    """Motif hits of a token-classification motif model over FASTA files or long strings.
+
+    Args:
+        model: a motif model (``LongformerForMotifDetection``, loaded e.g. with
+            ``AutoModelForTokenClassification``) with single-nucleotide tokens.
+        tokenizer: its :class:`~hf_sparse.DNATokenizer`.
+        window: bases per window (default :data:`DEFAULT_WINDOW`, capped at the position table).
+        stride: bases between window starts (default ``window - min(window // 4, 256)``).
+        batch_size: windows per forward pass.
+        skip_n: runs of at least this many N are not scanned.
+        min_score: drop hits whose mean tag probability is lower.
+        span_decoding: ``"bio"`` or ``"fixed_length"`` (default the model's).
+        device: where the model runs (default: where it is).
+
+    Hits are dicts ``{"chrom", "start", "end", "motif", "score", "strand"}`` (0-based, half-open, genome
+    coordinates; ``score`` the mean probability of the span's tags; ``strand`` the strand on which the
+    motif's PWM in the config scores the span higher), in file order and by position within a record.
+    """
+
+    def __init__(self, model, tokenizer, window: int | None = None, stride: int | None = None,
+                 batch_size: int = 8, skip_n: int = DEFAULT_SKIP_N, min_score: float = 0.0,
+                 span_decoding: str | None = None, device=None):  # fmt: skip
+        cfg = model.config
+        if int(getattr(cfg, "kmer", 1)) != 1:
+            raise ValueError(f"genome scanning needs a single-nucleotide model (kmer=1), got kmer={cfg.kmer}")
+        if not getattr(cfg, "motif_names", None):
+            raise ValueError("the model has no motif tagging head (config.motif_names is empty)")
+        limit = max_window(cfg)
+        if window is None:
+            window = DEFAULT_WINDOW if limit is None else min(DEFAULT_WINDOW, limit)
+        self.window = check_positive("window", window)
+        if limit is not None and self.window > limit:
+            raise ValueError(
+                f"window={window} is longer than the model's position table allows ({limit} bases); "
+                "use a smaller window (windows overlap, nothing is lost)"
+            )
+        self.stride = check_positive("stride", default_stride(self.window) if stride is None else stride)
+        if self.stride > self.window:
+            raise ValueError(f"stride must be <= window, got stride={stride}, window={self.window}")
+        self.batch_size = check_positive("batch_size", batch_size)
+        self.skip_n = check_positive("skip_n", skip_n)
+        if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not 0 <= min_score <= 1:
+            raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
+        self.min_score, self.span_decoding = float(min_score), span_decoding
+        self.model, self.tokenizer = model.eval(), tokenizer
+        if device is not None:
+            self.model.to(device)
+        self.device = next(model.parameters()).device
+        lut = np.full(256, -1, dtype=np.int64)
+        for b in "ACGTN":
+            lut[ord(b)] = lut[ord(b.lower())] = tokenizer.convert_tokens_to_ids(b)
+        for b in AMBIGUITY_CODES:
+            lut[ord(b)] = lut[ord(b.lower())] = tokenizer.convert_tokens_to_ids("N")
+        self._lut = lut
+        self._specials = (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+
+    def encode(self, windows: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[CLS] bases [SEP]`` ids and attention mask of a batch, padded (the tokenizer's ids)."""
+        cls, sep, pad = self._specials
+        width = max(len(w) for w in windows) + 2
+        ids = np.full((len(windows), width), pad, dtype=np.int64)  # (B, N)
+        mask = np.zeros((len(windows), width), dtype=np.int64)
+        for k, w in enumerate(windows):
+            codes = self._lut[np.frombuffer(w.encode("ascii"), dtype=np.uint8)]
+            if (codes < 0).any():
+                bad = int(np.flatnonzero(codes < 0)[0])
+                raise ValueError(f"invalid base {w[bad]!r} in a window")
+            ids[k, 0], ids[k, 1 : len(w) + 1], ids[k, len(w) + 1] = cls, codes, sep
+            mask[k, : len(w) + 2] = 1
+        return torch.from_numpy(ids), torch.from_numpy(mask)
+
+    @torch.inference_mode()
+    def predict(self, windows: list[str]) -> list[np.ndarray]:
+        """Per-base tag probabilities ``(len, tags)`` of each window (one forward pass)."""
+        ids, mask = self.encode(windows)
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+        probs = torch.softmax(logits.float(), -1).cpu().numpy()  # (B, N, tags)
+        return [probs[k, 1 : len(w) + 1].astype(np.float64) for k, w in enumerate(windows)]
+
+    def scan(self, fasta, progress=None, chunk: int = DEFAULT_CHUNK) -> Iterator[dict]:
+        """Hits of every record of ``fasta`` (a path, a :class:`FastaFile` or a :class:`MemoryFasta`),
+        streamed; ``progress``: a bar in bases (None: when there are many windows)."""
+        progress = check_progress(progress)
+        if not isinstance(fasta, (FastaFile, MemoryFasta)):
+            fasta = FastaFile(fasta)
+        offsets, total = {}, 0  # bases before each record, for the progress bar
+        for r in fasta.records:
+            offsets[r.name], total = total, total + r.length
+        bar = None
+        if wants_progress(progress, math.ceil(total / self.stride)):
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, desc="scan", unit="bp", unit_scale=True, dynamic_ncols=True)
+        windows = iter_windows(fasta, self.window, self.stride, self.skip_n, chunk)
+        merger = decoder = None
+        tags = len(self.model.config.id2label)
+        done = 0
+        try:
+            while batch := list(islice(windows, self.batch_size)):
+                for (w, bases), probs in zip(batch, self.predict([b for _, b in batch])):
+                    if w.start == w.seg_start:
+                        merger = WindowMerger(w.seg_start, tags)
+                        decoder = SpanDecoder(self.model.config, w.seg_start, self.span_decoding, self.min_score)
+                    spans = decoder.push(*merger.add(w, probs, bases))
+                    if w.last:
+                        spans += decoder.finish()
+                    for s in spans:
+                        yield {"chrom": w.record, **s}
+                    if bar is not None:
+                        # bases settled so far, N runs included, so the bar ends at the genome's length
+                        bar.update(max(0, offsets[w.record] + w.final - done))
+                        done = max(done, offsets[w.record] + w.final)
+        finally:
+            if bar is not None:
+                bar.update(total - done)
+                bar.close()
+
+    def scan_sequence(self, sequence: str, name: str = "sequence") -> list[dict]:
+        """Hits of one in-memory sequence (the same windows, merge and decoding as :meth:`scan`)."""
+        return list(self.scan(MemoryFasta([(name, sequence)]), progress=False))
+
+
+def load_scanner(model_path: str, device=None, **kwargs) -> GenomeScanner:
+    """A :class:`GenomeScanner` for a saved motif model (folder or Hub id), loaded with
+    ``AutoModelForTokenClassification`` and ``AutoTokenizer``."""
+    import hf_sparse  # noqa: F401  (registers the motif model and the DNA tokenizer)
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    model = AutoModelForTokenClassification.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    return GenomeScanner(model, tokenizer, device=device, **kwargs)
+
+
+__all__ = ["DEFAULT_WINDOW", "GenomeScanner", "load_scanner", "max_window"]
