@@ -57,7 +57,12 @@ class WindowMerger:
         self.margin[idx[take]] = m[take]
         k, first = w.final - self.start, self.start
         out = (first, self.probs[:k], self.bases[:k])
-        self.probs, self.margin, self.bases, self.start = self.probs[k:], self.margin[k:], self.bases[k:], w.final
+        self.probs, self.margin, self.bases, self.start = (
+            self.probs[k:],
+            self.margin[k:],
+            self.bases[k:],
+            w.final,
+        )
         return out
 
 
@@ -126,7 +131,9 @@ class SpanDecoder:
                 continue
             counts = (cfg.motifs or {}).get(motif)
             strand = strand_of(bases[s:e].upper(), counts) if counts else None
-            spans.append({"motif": motif, "start": a + s, "end": a + e, "strand": strand, "score": round(score, 4)})
+            spans.append(
+                {"motif": motif, "start": a + s, "end": a + e, "strand": strand, "score": round(score, 4)}
+            )
         return spans
 
     def _advance(self, final: bool) -> list[dict]:
@@ -163,7 +170,9 @@ class SpanDecoder:
         """Add the settled bases ``[start, start + len(bases))`` (contiguous with the previous push) and
         return the spans that are now final."""
         if start != self.buf_start + len(self.bases):
-            raise ValueError(f"bases must arrive in order: got {start}, expected {self.buf_start + len(self.bases)}")
+            raise ValueError(
+                f"bases must arrive in order: got {start}, expected {self.buf_start + len(self.bases)}"
+            )
         self.probs = probs.copy() if self.probs is None else np.concatenate([self.probs, probs])
         self.bases += bases
         return self._advance(final=False)

@@ -108,7 +108,11 @@ def parse_lines(stream: IO[bytes], where: str) -> Iterator[tuple[str, object, in
             raise ValueError(f"{where}:{lineno}: blank line inside record {name!r} (only allowed at its end)")
         if line_bases == 0:
             line_bases, line_bytes = len(line), len(raw)
-        elif short or len(line) > line_bases or (len(line) == line_bases and raw.endswith(b"\n") and len(raw) != line_bytes):
+        elif (
+            short
+            or len(line) > line_bases
+            or (len(line) == line_bases and raw.endswith(b"\n") and len(raw) != line_bytes)
+        ):
             raise ValueError(
                 f"{where}:{lineno}: record {name!r} has lines of different lengths ({len(line)} bases here, "
                 f"{line_bases} on its first line); all lines but the last must be equally long for the index"
@@ -142,11 +146,15 @@ def read_fai(path: PathLike) -> list[FaiRecord]:
         for lineno, line in enumerate(f, start=1):
             fields = line.rstrip("\n").split("\t")
             if len(fields) != 5:
-                raise ValueError(f"{os.fspath(path)}:{lineno}: expected 5 tab-separated fields, got {len(fields)}")
+                raise ValueError(
+                    f"{os.fspath(path)}:{lineno}: expected 5 tab-separated fields, got {len(fields)}"
+                )
             try:
                 records.append(FaiRecord(fields[0], *(int(x) for x in fields[1:])))
             except ValueError:
-                raise ValueError(f"{os.fspath(path)}:{lineno}: fields 2-5 must be integers: {line!r}") from None
+                raise ValueError(
+                    f"{os.fspath(path)}:{lineno}: fields 2-5 must be integers: {line!r}"
+                ) from None
     return records
 
 
@@ -231,7 +239,9 @@ class FastaFile:
     def _record(self, name: str) -> FaiRecord:
         if name not in self._by_name:
             known = self.names
-            raise KeyError(f"{self.path}: no record {name!r}; records: {known[:10]}{' ...' if len(known) > 10 else ''}")
+            raise KeyError(
+                f"{self.path}: no record {name!r}; records: {known[:10]}{' ...' if len(known) > 10 else ''}"
+            )
         return self._by_name[name]
 
     def _read(self, offset: int, size: int) -> bytes:
@@ -309,12 +319,16 @@ class MemoryFasta:
         self._seqs = {}
         for name, seq in records:
             if not isinstance(name, str) or not isinstance(seq, str):
-                raise TypeError(f"records must be (str, str) pairs, got ({type(name).__name__}, {type(seq).__name__})")
+                raise TypeError(
+                    f"records must be (str, str) pairs, got ({type(name).__name__}, {type(seq).__name__})"
+                )
             if name in self._seqs:
                 raise ValueError(f"duplicate record name {name!r}")
             bad = seq.encode("utf-8").translate(None, _VALID)
             if bad:
-                raise ValueError(f"record {name!r}: invalid character {chr(bad[0])!r} at {seq.index(chr(bad[0]))}")
+                raise ValueError(
+                    f"record {name!r}: invalid character {chr(bad[0])!r} at {seq.index(chr(bad[0]))}"
+                )
             self._seqs[name] = seq
         self.records = [FaiRecord(n, len(s), 0, len(s), len(s) + 1) for n, s in self._seqs.items()]
         self.names = list(self._seqs)

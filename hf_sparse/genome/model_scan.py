@@ -32,7 +32,9 @@ MAX_DEFAULT_OVERLAP = 256
 def max_window(config) -> int | None:
     """The most bases one window may hold (None: no position table, any length)."""
     bb = config.backbone
-    absolute = bb.get("model_type") == "longformer" or bb.get("position_embedding_type", "absolute") == "absolute"
+    absolute = (
+        bb.get("model_type") == "longformer" or bb.get("position_embedding_type", "absolute") == "absolute"
+    )
     if not absolute:
         return None
     limit = bb["max_position_embeddings"]
@@ -148,7 +150,9 @@ class GenomeScanner:
                 for (w, bases), probs in zip(batch, self.predict([b for _, b in batch])):
                     if w.start == w.seg_start:
                         merger = WindowMerger(w.seg_start, tags)
-                        decoder = SpanDecoder(self.model.config, w.seg_start, self.span_decoding, self.min_score)
+                        decoder = SpanDecoder(
+                            self.model.config, w.seg_start, self.span_decoding, self.min_score
+                        )
                     spans = decoder.push(*merger.add(w, probs, bases))
                     if w.last:
                         spans += decoder.finish()
@@ -171,8 +175,9 @@ class GenomeScanner:
 def load_scanner(model_path: str, device=None, **kwargs) -> GenomeScanner:
     """A :class:`GenomeScanner` for a saved motif model (folder or Hub id), loaded with
     ``AutoModelForTokenClassification`` and ``AutoTokenizer``."""
-    import hf_sparse  # noqa: F401  (registers the motif model and the DNA tokenizer)
     from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    import hf_sparse  # noqa: F401  (registers the motif model and the DNA tokenizer)
 
     model = AutoModelForTokenClassification.from_pretrained(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -35,7 +35,7 @@ def n_runs(chunks: Iterable[tuple[str, int, str]], min_run: int) -> dict[str, li
     name, open_start, pos = None, None, 0  # open_start: a run reaching the end of the last chunk
 
     for rec, start, bases in chunks:
-        if rec != name or open_start is not None and not bases[:1] in ("N", "n"):
+        if rec != name or open_start is not None and bases[:1] not in ("N", "n"):
             if open_start is not None and pos - open_start >= min_run:
                 runs[name].append((open_start, pos))
             open_start = None
