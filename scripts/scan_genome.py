@@ -58,7 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--stride",
         type=int,
         default=None,
-        help="Bases between window starts (default: window - min(window // 4, 256)).",
+        help="Bases between window starts (default: window - min(window // 4, 128)).",
     )
     p.add_argument("--batch-size", type=int, default=8, help="Windows per forward pass.")
     p.add_argument("--skip-n", type=int, default=DEFAULT_SKIP_N, help="Skip runs of at least this many N.")

@@ -25,8 +25,8 @@ from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
 
 #: Default window (bases) for models without a position table; chosen from benchmarks/genome_scan.md.
 DEFAULT_WINDOW = 4096
-#: Default overlap between windows: a quarter of the window, at most this many bases.
-MAX_DEFAULT_OVERLAP = 256
+#: Default overlap between windows: a quarter of the window, at most this many bases (the model's local receptive field is ~40).
+MAX_DEFAULT_OVERLAP = 128
 
 
 def max_window(config) -> int | None:
@@ -55,7 +55,7 @@ class GenomeScanner:
             ``AutoModelForTokenClassification``) with single-nucleotide tokens.
         tokenizer: its :class:`~hf_sparse.DNATokenizer`.
         window: bases per window (default :data:`DEFAULT_WINDOW`, capped at the position table).
-        stride: bases between window starts (default ``window - min(window // 4, 256)``).
+        stride: bases between window starts (default ``window - min(window // 4, 128)``).
         batch_size: windows per forward pass.
         skip_n: runs of at least this many N are not scanned.
         min_score: drop hits whose mean tag probability is lower.
