@@ -66,6 +66,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--min-score", type=float, default=0.0, help="Drop model hits with a lower mean tag probability."
     )
     p.add_argument("--device", default=None, help="Torch device for the model (default: cpu).")
+    p.add_argument(
+        "--attention-backend",
+        default=None,
+        help="SparseTransformer attention kernel for the scan (auto, sdpa, blocked, flex, dense; all exact).",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's).")
     p.add_argument("--pwm", help="JASPAR or TRANSFAC matrix file for the PWM reference scan.")
     p.add_argument(
@@ -127,13 +132,15 @@ def main(argv=None) -> dict:
         if args.threads:
             torch.set_num_threads(args.threads)
         scanner = load_scanner(args.model, device=args.device, window=args.window, stride=args.stride,
-                               batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score)  # fmt: skip
+                               batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
+                               attention_backend=args.attention_backend)  # fmt: skip
         names = scanner.model.config.motif_names
         t = time.perf_counter()
         n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
         wall = time.perf_counter() - t
         summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
-                            "stride": scanner.stride, "batch_size": scanner.batch_size, "scan_s": round(wall, 2),
+                            "stride": scanner.stride, "batch_size": scanner.batch_size,
+                            "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
                             "bases_per_s": round(total / wall)}  # fmt: skip
     if args.pwm:
         motifs = select_motifs(args.pwm, args.motif_ids, names)

@@ -61,6 +61,9 @@ class GenomeScanner:
         min_score: drop hits whose mean tag probability is lower.
         span_decoding: ``"bio"`` or ``"fixed_length"`` (default the model's).
         device: where the model runs (default: where it is).
+        attention_backend: a SparseTransformer backbone's attention kernel for this scan (``"sdpa"``,
+            ``"blocked"``, ...; all exact; default the model's). Dense ``"sdpa"`` is the fastest on CPU up
+            to about 1k-base windows (benchmarks/genome_scan.md) but grows with the window squared.
 
     Hits are dicts ``{"chrom", "start", "end", "motif", "score", "strand"}`` (0-based, half-open, genome
     coordinates; ``score`` the mean probability of the span's tags; ``strand`` the strand on which the
@@ -69,7 +72,7 @@ class GenomeScanner:
 
     def __init__(self, model, tokenizer, window: int | None = None, stride: int | None = None,
                  batch_size: int = 8, skip_n: int = DEFAULT_SKIP_N, min_score: float = 0.0,
-                 span_decoding: str | None = None, device=None):  # fmt: skip
+                 span_decoding: str | None = None, device=None, attention_backend: str | None = None):  # fmt: skip
         cfg = model.config
         if int(getattr(cfg, "kmer", 1)) != 1:
             raise ValueError(f"genome scanning needs a single-nucleotide model (kmer=1), got kmer={cfg.kmer}")
@@ -93,6 +96,16 @@ class GenomeScanner:
             raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
         self.min_score, self.span_decoding = float(min_score), span_decoding
         self.model, self.tokenizer = model.eval(), tokenizer
+        if attention_backend is not None:
+            from ..attention.dispatch import BACKENDS
+
+            backbone_config = getattr(getattr(model, "backbone", None), "config", None)
+            if attention_backend not in BACKENDS or not hasattr(backbone_config, "attention_backend"):
+                raise ValueError(
+                    f"attention_backend must be one of {BACKENDS} for a SparseTransformer backbone, got "
+                    f"{attention_backend!r} for {type(backbone_config).__name__}"
+                )
+            backbone_config.attention_backend = attention_backend
         if device is not None:
             self.model.to(device)
         self.device = next(model.parameters()).device

@@ -147,6 +147,17 @@ def test_window_limits_and_bad_arguments():
         GenomeScanner(motif_model(), tok, window=10, stride=11)
     with pytest.raises(ValueError, match="min_score must be a number in"):
         GenomeScanner(motif_model(), tok, min_score=2)
+    with pytest.raises(ValueError, match="attention_backend must be one of"):
+        GenomeScanner(motif_model(), tok, attention_backend="fast")
+
+
+def test_attention_backends_give_the_same_hits():
+    motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
+    model = motif_model(max_tokens=130, motifs=motifs, span_decoding="fixed_length")
+    seq = dict(planted_genome(seed=3))["chr1"]
+    runs = [GenomeScanner(model, DNATokenizer(), window=300, attention_backend=b).scan_sequence(seq)
+            for b in ("blocked", "sdpa")]  # fmt: skip
+    assert len(runs[0]) > 5 and [h["start"] for h in runs[0]] == [h["start"] for h in runs[1]]
 
 
 def test_pwm_scan_finds_planted_sites_on_both_strands_once(tmp_path):
