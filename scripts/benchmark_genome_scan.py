@@ -47,6 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--window", type=int, default=None, help="Model window for chr22 and E. coli (default: the script's)."
     )
+    p.add_argument(
+        "--attention-backend", default=None, help="Attention kernel for the chr22 and E. coli model runs."
+    )
     p.add_argument("--windows", type=int, nargs="+", default=[254, 1024, 4096, 16384],
                    help="Window lengths of the table; the first is the trained length.")  # fmt: skip
     p.add_argument("--slice", type=int, default=100_000, help="Bases of chr22 for the window table.")
@@ -71,10 +74,13 @@ def timed(cmd: list[str], log: str) -> dict:
             "load_after": [round(x, 1) for x in os.getloadavg()], "summary": summary}  # fmt: skip
 
 
-def scan(args, fasta: str, out: str, model: bool, window: int | None = None) -> dict:
+def scan(
+    args, fasta: str, out: str, model: bool, window: int | None = None, backend: str | None = None
+) -> dict:
     cmd = [sys.executable, os.path.join(REPO, "scripts", "scan_genome.py")]
     if model:
         cmd += [args.model, fasta, "--out", out] + (["--window", str(window)] if window else [])
+        cmd += ["--attention-backend", backend] if backend else []
     else:
         cmd += [fasta, "--pwm", JASPAR, "--motif-ids", "MA0139.2", "--out", out]
     return timed(cmd + ["--no-progress"], out + ".log")
@@ -103,7 +109,9 @@ def main(argv=None):
     w = lambda name: os.path.join(args.work, name)  # noqa: E731
     if "chr22" in args.parts:
         pwm = scan(args, CHR22, w("chr22_pwm.bed"), model=False)
-        model = scan(args, CHR22, w("chr22_model.bed"), model=True, window=args.window)
+        model = scan(
+            args, CHR22, w("chr22_model.bed"), model=True, window=args.window, backend=args.attention_backend
+        )
         results["chr22"] = {"pwm": pwm, "model": model, "vs_pwm": agreement(w("chr22_pwm.bed"), w("chr22_model.bed")),
                             "bed": check_bed(w("chr22_model.bed"), CHR22)}  # fmt: skip
         json.dump(results, open(path, "w"), indent=1)
@@ -124,7 +132,9 @@ def main(argv=None):
             results["windows"] = {"slice": args.slice, **{str(k): v for k, v in rows.items()}}
             json.dump(results, open(path, "w"), indent=1)
     if "ecoli" in args.parts:
-        model = scan(args, ECOLI, w("ecoli_model.bed"), model=True, window=args.window)
+        model = scan(
+            args, ECOLI, w("ecoli_model.bed"), model=True, window=args.window, backend=args.attention_backend
+        )
         pwm = scan(args, ECOLI, w("ecoli_pwm.bed"), model=False)
         results["ecoli"] = {"model": model, "pwm": pwm, "bed": check_bed(w("ecoli_model.bed"), ECOLI)}
         json.dump(results, open(path, "w"), indent=1)
