@@ -100,6 +100,52 @@ def agreement(reference: str, predicted: str) -> dict:
     return compare_tracks(resolve_overlaps(read_bed(reference)), read_bed(predicted))
 
 
+def _f(x) -> str:
+    return f"{x:.3f}"
+
+
+def _run_row(name: str, r: dict) -> str:
+    part = r["summary"].get("model") or r["summary"]["pwm"]
+    return (f"| {name} | {r['summary']['bases']:,} | {part['hits']} | {r['wall_s']} | {part['scan_s']} | "
+            f"{part['bases_per_s']:,} | {r['peak_rss_mb']} | {r['load_before'][0]} / {r['load_after'][0]} |")  # fmt: skip
+
+
+def markdown(results: dict) -> str:
+    """The tables of genome_scan.md from the results (the prose around them is written by hand)."""
+    head = ("| run | bases | hits | wall s (process) | scan s | bases/s (scan) | peak RSS MB | load 1-min before / after |\n"
+            "|---|---|---|---|---|---|---|---|")  # fmt: skip
+    out = []
+    if "chr22" in results:
+        c = results["chr22"]
+        out += ["### chr22 fragment (1 Mb)", "", head, _run_row("PWM MA0139.2", c["pwm"]),
+                _run_row("model", c["model"]), "", "| model vs PWM | precision | recall | F1 | PWM sites | model hits |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        for kind in ("exact", "overlap"):
+            v = c["vs_pwm"][kind]
+            out.append(
+                f"| {kind} spans | {_f(v['precision'])} | {_f(v['recall'])} | {_f(v['f1'])} | {v['n_true']} | {v['n_pred']} |"
+            )
+        out += ["", f"Model BED check: {c['bed']}", ""]
+    if "windows" in results:
+        wnd = results["windows"]
+        out += [f"### Window length (first {wnd['slice']:,} bases of the fragment)", "",
+                "| window | stride | scan s | bases/s (scan) | peak RSS MB | F1 vs PWM exact | F1 vs PWM overlap | "
+                "agreement with the trained length (exact F1) | hits |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for k, r in wnd.items():
+            if k in ("slice", "pwm"):
+                continue
+            m = r["summary"]["model"]
+            out.append(f"| {k} | {m['stride']} | {m['scan_s']} | {m['bases_per_s']:,} | {r['peak_rss_mb']} | "
+                       f"{_f(r['vs_pwm']['exact']['f1'])} | {_f(r['vs_pwm']['overlap']['f1'])} | "
+                       f"{_f(r['vs_trained_length']['exact']['f1'])} | {m['hits']} |")  # fmt: skip
+        out.append("")
+    if "ecoli" in results:
+        e = results["ecoli"]
+        out += ["### E. coli K-12 MG1655 (4.64 Mb, gzip FASTA)", "", head, _run_row("model", e["model"]),
+                _run_row("PWM MA0139.2", e["pwm"]), "", f"Model BED check: {e['bed']}", ""]  # fmt: skip
+    return "\n".join(out)
+
+
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
@@ -138,7 +184,7 @@ def main(argv=None):
         pwm = scan(args, ECOLI, w("ecoli_pwm.bed"), model=False)
         results["ecoli"] = {"model": model, "pwm": pwm, "bed": check_bed(w("ecoli_model.bed"), ECOLI)}
         json.dump(results, open(path, "w"), indent=1)
-    print(json.dumps(results, indent=1))
+    print(markdown(results))
 
 
 if __name__ == "__main__":
