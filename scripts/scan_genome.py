@@ -52,8 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--gff", help="Also write the model's hits (PWM's without a model) as GFF3 here.")
     p.add_argument("--window", type=int, default=None,
-                   help="Bases per window (default: hf_sparse.genome.model_scan.DEFAULT_WINDOW, capped by the "
-                        "model's position table).")  # fmt: skip
+                   help="Bases per window (default: the length the model was trained on; longer only with rotary "
+                        "positions).")  # fmt: skip
     p.add_argument(
         "--stride",
         type=int,

@@ -23,24 +23,30 @@ from .decode import SpanDecoder, WindowMerger
 from .fasta_index import DEFAULT_CHUNK, FastaFile, MemoryFasta
 from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
 
-#: Default window (bases) for models without a position table; chosen from benchmarks/genome_scan.md.
-DEFAULT_WINDOW = 4096
-#: Default overlap between windows: a quarter of the window, at most this many bases (the model's local receptive field is ~40).
+#: Default overlap between windows: a quarter of the window, at most this many bases (the CTCF recipe
+#: model's convolutions and sliding-window attention see about 40 bases to each side).
 MAX_DEFAULT_OVERLAP = 128
 
 
-def max_window(config) -> int | None:
-    """The most bases one window may hold (None: no position table, any length)."""
+def trained_window(config) -> int:
+    """Bases per window at the length the model was built for: its position range less [CLS] and [SEP]
+    (the default window: benchmarks/genome_scan.md measures longer windows of the CTCF recipe model
+    agreeing less and less with it, and no faster per base on CPU)."""
     bb = config.backbone
-    absolute = (
-        bb.get("model_type") == "longformer" or bb.get("position_embedding_type", "absolute") == "absolute"
-    )
-    if not absolute:
-        return None
     limit = bb["max_position_embeddings"]
     if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
         limit -= bb.get("pad_token_id", 1) + 1
     return limit - 2  # [CLS] and [SEP]
+
+
+def max_window(config) -> int | None:
+    """The most bases one window may hold: the trained length for a learned position table, None (any
+    length) for rotary positions."""
+    bb = config.backbone
+    absolute = (
+        bb.get("model_type") == "longformer" or bb.get("position_embedding_type", "absolute") == "absolute"
+    )
+    return trained_window(config) if absolute else None
 
 
 def default_stride(window: int) -> int:
@@ -54,7 +60,7 @@ class GenomeScanner:
         model: a motif model (``LongformerForMotifDetection``, loaded e.g. with
             ``AutoModelForTokenClassification``) with single-nucleotide tokens.
         tokenizer: its :class:`~hf_sparse.DNATokenizer`.
-        window: bases per window (default :data:`DEFAULT_WINDOW`, capped at the position table).
+        window: bases per window (default :func:`trained_window`; longer only with rotary positions).
         stride: bases between window starts (default ``window - min(window // 4, 128)``).
         batch_size: windows per forward pass.
         skip_n: runs of at least this many N are not scanned.
@@ -80,7 +86,7 @@ class GenomeScanner:
             raise ValueError("the model has no motif tagging head (config.motif_names is empty)")
         limit = max_window(cfg)
         if window is None:
-            window = DEFAULT_WINDOW if limit is None else min(DEFAULT_WINDOW, limit)
+            window = trained_window(cfg)
         self.window = check_positive("window", window)
         if limit is not None and self.window > limit:
             raise ValueError(
@@ -197,4 +203,4 @@ def load_scanner(model_path: str, device=None, **kwargs) -> GenomeScanner:
     return GenomeScanner(model, tokenizer, device=device, **kwargs)
 
 
-__all__ = ["DEFAULT_WINDOW", "GenomeScanner", "load_scanner", "max_window"]
+__all__ = ["GenomeScanner", "load_scanner", "max_window", "trained_window"]

@@ -142,7 +142,9 @@ def test_window_limits_and_bad_arguments():
     assert GenomeScanner(absolute, tok).window == 128  # capped at the position table
     with pytest.raises(ValueError, match="longer than the model's position table allows"):
         GenomeScanner(absolute, tok, window=500)
-    assert GenomeScanner(motif_model(max_tokens=130), tok, window=4096).window == 4096  # rotary: any length
+    rotary = motif_model(max_tokens=130)
+    assert GenomeScanner(rotary, tok).window == 128  # the trained length by default
+    assert GenomeScanner(rotary, tok, window=4096).window == 4096  # rotary: any length on request
     with pytest.raises(ValueError, match="stride must be <= window"):
         GenomeScanner(motif_model(), tok, window=10, stride=11)
     with pytest.raises(ValueError, match="min_score must be a number in"):
