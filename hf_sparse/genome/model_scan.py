@@ -31,7 +31,7 @@ MAX_DEFAULT_OVERLAP = 128
 def trained_window(config) -> int:
     """Bases per window at the length the model was built for: its position range less [CLS] and [SEP]
     (the default window: benchmarks/genome_scan.md measures longer windows of the CTCF recipe model
-    agreeing less and less with it, and no faster per base on CPU)."""
+    agreeing less and less with it, for at most about twice the bases per second on CPU)."""
     bb = config.backbone
     limit = bb["max_position_embeddings"]
     if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
