@@ -83,7 +83,8 @@ def build_gzi(path: PathLike) -> list[tuple[int, int]]:
 
 def read_gzi(path: PathLike) -> list[tuple[int, int]]:
     """Entries of a ``.gzi`` file (htslib format), with the implicit first block ``(0, 0)`` put back."""
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     if len(data) < 8:
         raise ValueError(f"{os.fspath(path)}: too short for a .gzi index ({len(data)} bytes)")
     (n,) = struct.unpack_from("<Q", data)

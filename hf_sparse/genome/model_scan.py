@@ -151,7 +151,9 @@ class GenomeScanner:
         streamed; ``progress``: a bar in bases (None: when there are many windows)."""
         progress = check_progress(progress)
         if not isinstance(fasta, (FastaFile, MemoryFasta)):
-            fasta = FastaFile(fasta)
+            with FastaFile(fasta) as opened:
+                yield from self.scan(opened, progress, chunk)
+            return
         offsets, total = {}, 0  # bases before each record, for the progress bar
         for r in fasta.records:
             offsets[r.name], total = total, total + r.length

@@ -60,7 +60,9 @@ def pwm_scan(fasta, motifs: Sequence[Motif], threshold: float = DEFAULT_THRESHOL
     chunk = check_positive("chunk", chunk)
     progress = check_progress(progress)
     if not isinstance(fasta, (FastaFile, MemoryFasta)):
-        fasta = FastaFile(fasta)
+        with FastaFile(fasta) as opened:
+            yield from pwm_scan(opened, motifs, threshold, skip_n, chunk, progress)
+        return
     span = max(len(m) for m in motifs)
     ranges = {m.name: _relative(m) for m in motifs}
     total = sum(r.length for r in fasta.records)
