@@ -1,0 +1,349 @@
+"""Indexed FASTA: a samtools-compatible ``.fai`` index, random access to any ``[start, end)`` of any record
+without loading the record, for plain and BGZF-compressed files; sequential streaming for plain gzip.
+
+Formats (detected from the content, not the file name):
+
+- **plain** text: random access through the ``.fai``.
+- **BGZF** (``bgzip``): random access through the ``.fai`` (uncompressed offsets, as samtools writes them)
+  and the ``.gzi`` block index (read when present, else built from the block headers; see :mod:`.bgzf`).
+- **plain gzip** (not BGZF): a gzip stream cannot be entered in the middle, so :meth:`FastaFile.fetch`
+  raises; :meth:`FastaFile.iter_chunks` (all that a genome scan needs) streams it. Recompress with
+  ``bgzip`` for random access.
+
+An existing ``.fai`` (``<path>.fai`` or ``index_path``) no older than the FASTA is trusted, as samtools
+does; otherwise the index is built in one pass that also checks the file (below) and, with
+``write_index=True``, saved. Validation rules (``ValueError`` naming the file and the 1-based line):
+
+- the file has at least one record; nothing but blank lines before the first ``>`` header;
+- a header names the record (``>name description``: the name is the first word) and names are unique;
+- sequence lines hold only IUPAC nucleotide codes (``ACGTN`` and ``RYSWKMBDHV``, either case);
+- within a record every line has the same length except the last, which may be shorter (the rule that makes
+  ``.fai`` offsets computable); blank lines only at the end of a record.
+
+Coordinates are 0-based, half-open; sequences come back with their case as in the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from .bgzf import BgzfReader, build_gzi, is_bgzf, read_gzi, write_gzi
+
+PathLike = str | os.PathLike
+
+_VALID = b"ACGTNRYSWKMBDHVacgtnryswkmbdhv"
+_NEWLINES = b"\r\n"
+DEFAULT_CHUNK = 1 << 20  # bases per chunk when streaming
+
+
+@dataclass(frozen=True)
+class FaiRecord:
+    """One line of a ``.fai``: name, length in bases, byte offset of the first base, bases per line,
+    bytes per line (newline included)."""
+
+    name: str
+    length: int
+    offset: int
+    line_bases: int
+    line_bytes: int
+
+    def byte_offset(self, position: int) -> int:
+        """Byte offset (uncompressed) of base ``position`` of this record."""
+        if self.line_bases == 0:
+            return self.offset
+        return self.offset + (position // self.line_bases) * self.line_bytes + position % self.line_bases
+
+
+def _check_path(path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such FASTA file: {os.fspath(path)!r}")
+    return os.fspath(path)
+
+
+def _bad_character(line: bytes, where: str, lineno: int) -> ValueError:
+    col = next(i for i, c in enumerate(line) if c not in _VALID)
+    return ValueError(
+        f"{where}:{lineno}: invalid character {chr(line[col])!r} at column {col + 1} of a sequence line "
+        "(allowed: IUPAC nucleotide codes ACGTN RYSWKMBDHV, either case)"
+    )
+
+
+def parse_lines(stream: IO[bytes], where: str) -> Iterator[tuple[str, object, int, int, int]]:
+    """Check a FASTA byte stream line by line and yield its events: ``("record", name, lineno, offset
+    after the header line, 0)`` and ``("bases", line without newline, lineno, offset, bytes with
+    newline)``; ``ValueError`` naming ``where`` and the line on anything the module docstring rules out."""
+    offset, names = 0, set()
+    name, line_bases, line_bytes, short, blank = None, 0, 0, False, False
+    lineno = 0
+    for lineno, raw in enumerate(stream, start=1):
+        offset += len(raw)
+        line = raw.rstrip(_NEWLINES)
+        if not line.strip():
+            if line:
+                raise ValueError(f"{where}:{lineno}: line of only whitespace")
+            blank = name is not None
+            continue
+        if line.startswith(b">"):
+            words = line[1:].split()
+            if not words:
+                raise ValueError(f"{where}:{lineno}: header without a record name")
+            name = words[0].decode("utf-8", errors="replace")
+            if name in names:
+                raise ValueError(f"{where}:{lineno}: duplicate record name {name!r}")
+            names.add(name)
+            line_bases, line_bytes, short, blank = 0, 0, False, False
+            yield "record", name, lineno, offset, 0
+            continue
+        if name is None:
+            raise ValueError(f"{where}:{lineno}: sequence data before the first '>' header: {line[:40]!r}")
+        if line.translate(None, _VALID):
+            raise _bad_character(line, where, lineno)
+        if blank:
+            raise ValueError(f"{where}:{lineno}: blank line inside record {name!r} (only allowed at its end)")
+        if line_bases == 0:
+            line_bases, line_bytes = len(line), len(raw)
+        elif (
+            short
+            or len(line) > line_bases
+            or (len(line) == line_bases and raw.endswith(b"\n") and len(raw) != line_bytes)
+        ):
+            raise ValueError(
+                f"{where}:{lineno}: record {name!r} has lines of different lengths ({len(line)} bases here, "
+                f"{line_bases} on its first line); all lines but the last must be equally long for the index"
+            )
+        short = len(line) < line_bases
+        yield "bases", line, lineno, offset - len(raw), len(raw)
+    if not names:
+        raise ValueError(f"{where}: no FASTA records ({'empty file' if lineno == 0 else 'no > header'})")
+
+
+def build_fai(stream: IO[bytes], where: str) -> list[FaiRecord]:
+    """The ``.fai`` records of a FASTA byte stream (validated as :func:`parse_lines` does)."""
+    records, current = [], None
+    for kind, value, _, offset, nbytes in parse_lines(stream, where):
+        if kind == "record":
+            if current is not None:
+                records.append(FaiRecord(**current))
+            current = {"name": value, "length": 0, "offset": offset, "line_bases": 0, "line_bytes": 0}
+            continue
+        if current["line_bases"] == 0:
+            current.update(offset=offset, line_bases=len(value), line_bytes=nbytes)
+        current["length"] += len(value)
+    records.append(FaiRecord(**current))
+    return records
+
+
+def read_fai(path: PathLike) -> list[FaiRecord]:
+    """Records of a ``.fai`` file (5 tab-separated columns); ``ValueError`` naming file and line otherwise."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 5:
+                raise ValueError(
+                    f"{os.fspath(path)}:{lineno}: expected 5 tab-separated fields, got {len(fields)}"
+                )
+            try:
+                records.append(FaiRecord(fields[0], *(int(x) for x in fields[1:])))
+            except ValueError:
+                raise ValueError(
+                    f"{os.fspath(path)}:{lineno}: fields 2-5 must be integers: {line!r}"
+                ) from None
+    return records
+
+
+def write_fai(records: list[FaiRecord], path: PathLike) -> None:
+    """Write ``records`` as a samtools ``.fai``."""
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(f"{r.name}\t{r.length}\t{r.offset}\t{r.line_bases}\t{r.line_bytes}\n")
+
+
+def _open_stream(path: str, kind: str) -> IO[bytes]:
+    return gzip.open(path, "rb") if kind in ("gzip", "bgzf") else open(path, "rb")
+
+
+def _is_fresh(index: str, path: str) -> bool:
+    return os.path.isfile(index) and os.path.getmtime(index) >= os.path.getmtime(path)
+
+
+class FastaFile:
+    """A FASTA file (plain, BGZF or gzip; one or many records) read through its index.
+
+    Args:
+        path: the FASTA file.
+        index_path: the ``.fai`` to read or write (default ``<path>.fai``).
+        write_index: save a built ``.fai`` (and, for BGZF, ``<path>.gzi``) for the next run; by default an
+            index that is missing or older than the file is built in memory only.
+
+    Attributes:
+        kind: ``"plain"``, ``"bgzf"`` or ``"gzip"``.
+        records: the :class:`FaiRecord` of every record, in file order.
+
+    Example::
+
+        fa = FastaFile("genome.fa.gz")                   # bgzip'ed: random access
+        fa.fetch("chr22", 20_000_000, 20_000_100)         # 100 bases, the record is not loaded
+        for name, start, bases in fa.iter_chunks():       # the whole genome, 1 Mb at a time
+            ...
+    """
+
+    def __init__(self, path: PathLike, index_path: PathLike | None = None, write_index: bool = False):
+        self.path = _check_path(path)
+        with open(self.path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        self.kind = ("bgzf" if is_bgzf(self.path) else "gzip") if gz else "plain"
+        fai = os.fspath(index_path) if index_path is not None else self.path + ".fai"
+        if self.kind != "gzip" and _is_fresh(fai, self.path):
+            self.records = read_fai(fai)
+        else:
+            with _open_stream(self.path, self.kind) as stream:
+                self.records = build_fai(stream, self.path)
+            if write_index and self.kind != "gzip":
+                write_fai(self.records, fai)
+        self._by_name = {r.name: r for r in self.records}
+        self._reader = None
+        if self.kind == "bgzf":
+            gzi = self.path + ".gzi"
+            blocks = read_gzi(gzi) if _is_fresh(gzi, self.path) else build_gzi(self.path)
+            if write_index and not _is_fresh(gzi, self.path):
+                write_gzi(blocks, gzi)
+            self._reader = BgzfReader(self.path, blocks)
+        elif self.kind == "plain":
+            self._reader = open(self.path, "rb")
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.records]
+
+    def length(self, name: str) -> int:
+        """Length in bases of record ``name`` (``KeyError`` naming the known records otherwise)."""
+        return self._record(name).length
+
+    def _record(self, name: str) -> FaiRecord:
+        if name not in self._by_name:
+            known = self.names
+            raise KeyError(
+                f"{self.path}: no record {name!r}; records: {known[:10]}{' ...' if len(known) > 10 else ''}"
+            )
+        return self._by_name[name]
+
+    def _read(self, offset: int, size: int) -> bytes:
+        if self.kind == "bgzf":
+            return self._reader.read(offset, size)
+        self._reader.seek(offset)
+        return self._reader.read(size)
+
+    def fetch(self, name: str, start: int = 0, end: int | None = None) -> str:
+        """Bases ``[start, end)`` of record ``name`` (``end`` defaults to the record's length), reading only
+        the bytes that hold them. ``ValueError`` for a plain gzip file or a range outside the record."""
+        rec = self._record(name)
+        end = rec.length if end is None else end
+        for arg, value in (("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{arg} must be an int, got {type(value).__name__}")
+        if not 0 <= start <= end <= rec.length:
+            raise ValueError(f"range [{start}, {end}) is outside record {name!r} of length {rec.length}")
+        if self.kind == "gzip":
+            raise ValueError(
+                f"{self.path} is gzip but not BGZF, so it has no random access; stream it with iter_chunks() or "
+                "recompress it with `bgzip` (zcat file.gz | bgzip > file.bgz)"
+            )
+        if start == end:
+            return ""
+        first, last = rec.byte_offset(start), rec.byte_offset(end - 1) + 1
+        raw = self._read(first, last - first)
+        bases = raw.translate(None, _NEWLINES)
+        if len(bases) != end - start or bases.translate(None, _VALID):
+            bad = next((i for i, c in enumerate(bases) if c not in _VALID), len(bases))
+            raise ValueError(
+                f"{self.path}: record {name!r} does not match its index near base {start + bad} "
+                f"(byte {first + bad}): stale or foreign .fai, or an invalid character; delete the .fai to rebuild it"
+            )
+        return bases.decode("ascii")
+
+    def iter_chunks(self, size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, str]]:
+        """``(record name, start, bases)`` covering every record in file order, at most ``size`` bases each
+        (records of length 0 yield nothing). Indexed files are read through :meth:`fetch`; plain gzip is
+        decompressed once, sequentially, with the checks of :func:`parse_lines`."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int, got {size!r}")
+        if self.kind != "gzip":
+            for rec in self.records:
+                for start in range(0, rec.length, size):
+                    yield rec.name, start, self.fetch(rec.name, start, min(start + size, rec.length))
+            return
+        with _open_stream(self.path, "gzip") as stream:
+            name, start, parts, held = None, 0, [], 0
+            for kind, value, _, _, _ in parse_lines(stream, self.path):
+                if kind == "record":
+                    if held:
+                        yield name, start, b"".join(parts).decode("ascii")
+                    name, start, parts, held = value, 0, [], 0
+                    continue
+                parts.append(value)
+                held += len(value)
+                while held >= size:
+                    joined = b"".join(parts)
+                    yield name, start, joined[:size].decode("ascii")
+                    start, parts, held = start + size, [joined[size:]], held - size
+            if held:
+                yield name, start, b"".join(parts).decode("ascii")
+
+
+class MemoryFasta:
+    """Records held as strings, with the reading interface of :class:`FastaFile` (``records``, ``fetch``,
+    ``iter_chunks``): scanning a sequence "as one string" goes through the same code as a file."""
+
+    kind = "memory"
+
+    def __init__(self, records: list[tuple[str, str]]):
+        if not records:
+            raise ValueError("records must hold at least one (name, sequence) pair")
+        self._seqs = {}
+        for name, seq in records:
+            if not isinstance(name, str) or not isinstance(seq, str):
+                raise TypeError(
+                    f"records must be (str, str) pairs, got ({type(name).__name__}, {type(seq).__name__})"
+                )
+            if name in self._seqs:
+                raise ValueError(f"duplicate record name {name!r}")
+            bad = seq.encode("utf-8").translate(None, _VALID)
+            if bad:
+                raise ValueError(
+                    f"record {name!r}: invalid character {chr(bad[0])!r} at {seq.index(chr(bad[0]))}"
+                )
+            self._seqs[name] = seq
+        self.records = [FaiRecord(n, len(s), 0, len(s), len(s) + 1) for n, s in self._seqs.items()]
+        self.names = list(self._seqs)
+
+    def fetch(self, name: str, start: int = 0, end: int | None = None) -> str:
+        seq = self._seqs[name]
+        end = len(seq) if end is None else end
+        if not 0 <= start <= end <= len(seq):
+            raise ValueError(f"range [{start}, {end}) is outside record {name!r} of length {len(seq)}")
+        return seq[start:end]
+
+    def iter_chunks(self, size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, str]]:
+        for name, seq in self._seqs.items():
+            for start in range(0, len(seq), size):
+                yield name, start, seq[start : start + size]
+
+
+__all__ = ["FaiRecord", "FastaFile", "MemoryFasta", "build_fai", "parse_lines", "read_fai", "write_fai"]

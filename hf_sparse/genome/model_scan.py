@@ -1,0 +1,208 @@
+"""Run a motif token-classification model over a whole genome: windows streamed from the FASTA, batched
+through the model, merged exactly once (:mod:`.decode`), hits out in genome coordinates.
+
+Positions: a model with rotary positions (the motif recipes' SparseTransformer) sees only relative
+distances, so a window may be longer than the length it was trained on (``max_position_embeddings``);
+with sliding-window attention every base's local context is exactly as in training and only the global
+tokens (every ``global_every``-th) see further. A model with a learned position table (absolute
+positions, Longformer) is capped at its table: longer windows are a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from itertools import islice
+
+import numpy as np
+import torch
+
+from ..pipelines.progress import check_progress, wants_progress
+from ..tokenization_dna import AMBIGUITY_CODES
+from .decode import SpanDecoder, WindowMerger
+from .fasta_index import DEFAULT_CHUNK, FastaFile, MemoryFasta
+from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
+
+#: Default overlap between windows: a quarter of the window, at most this many bases (the CTCF recipe
+#: model's convolutions and sliding-window attention see about 40 bases to each side).
+MAX_DEFAULT_OVERLAP = 128
+
+
+def trained_window(config) -> int:
+    """Bases per window at the length the model was built for: its position range less [CLS] and [SEP]
+    (the default window: benchmarks/genome_scan.md measures longer windows of the CTCF recipe model
+    agreeing less and less with it, for at most about twice the bases per second on CPU)."""
+    bb = config.backbone
+    limit = bb["max_position_embeddings"]
+    if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
+        limit -= bb.get("pad_token_id", 1) + 1
+    return limit - 2  # [CLS] and [SEP]
+
+
+def max_window(config) -> int | None:
+    """The most bases one window may hold: the trained length for a learned position table, None (any
+    length) for rotary positions."""
+    bb = config.backbone
+    absolute = (
+        bb.get("model_type") == "longformer" or bb.get("position_embedding_type", "absolute") == "absolute"
+    )
+    return trained_window(config) if absolute else None
+
+
+def default_stride(window: int) -> int:
+    return window - min(window // 4, MAX_DEFAULT_OVERLAP)
+
+
+class GenomeScanner:
+    """Motif hits of a token-classification motif model over FASTA files or long strings.
+
+    Args:
+        model: a motif model (``LongformerForMotifDetection``, loaded e.g. with
+            ``AutoModelForTokenClassification``) with single-nucleotide tokens.
+        tokenizer: its :class:`~hf_sparse.DNATokenizer`.
+        window: bases per window (default :func:`trained_window`; longer only with rotary positions).
+        stride: bases between window starts (default ``window - min(window // 4, 128)``).
+        batch_size: windows per forward pass.
+        skip_n: runs of at least this many N are not scanned.
+        min_score: drop hits whose mean tag probability is lower.
+        span_decoding: ``"bio"`` or ``"fixed_length"`` (default the model's).
+        device: where the model runs (default: where it is).
+        attention_backend: a SparseTransformer backbone's attention kernel for this scan (``"sdpa"``,
+            ``"blocked"``, ...; all exact; default the model's). Dense ``"sdpa"`` is the fastest on CPU up
+            to about 1k-base windows (benchmarks/genome_scan.md) but grows with the window squared.
+
+    Hits are dicts ``{"chrom", "start", "end", "motif", "score", "strand"}`` (0-based, half-open, genome
+    coordinates; ``score`` the mean probability of the span's tags; ``strand`` the strand on which the
+    motif's PWM in the config scores the span higher), in file order and by position within a record.
+    """
+
+    def __init__(self, model, tokenizer, window: int | None = None, stride: int | None = None,
+                 batch_size: int = 8, skip_n: int = DEFAULT_SKIP_N, min_score: float = 0.0,
+                 span_decoding: str | None = None, device=None, attention_backend: str | None = None):  # fmt: skip
+        cfg = model.config
+        if int(getattr(cfg, "kmer", 1)) != 1:
+            raise ValueError(f"genome scanning needs a single-nucleotide model (kmer=1), got kmer={cfg.kmer}")
+        if not getattr(cfg, "motif_names", None):
+            raise ValueError("the model has no motif tagging head (config.motif_names is empty)")
+        limit = max_window(cfg)
+        if window is None:
+            window = trained_window(cfg)
+        self.window = check_positive("window", window)
+        if limit is not None and self.window > limit:
+            raise ValueError(
+                f"window={window} is longer than the model's position table allows ({limit} bases); "
+                "use a smaller window (windows overlap, nothing is lost)"
+            )
+        self.stride = check_positive("stride", default_stride(self.window) if stride is None else stride)
+        if self.stride > self.window:
+            raise ValueError(f"stride must be <= window, got stride={stride}, window={self.window}")
+        self.batch_size = check_positive("batch_size", batch_size)
+        self.skip_n = check_positive("skip_n", skip_n)
+        if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not 0 <= min_score <= 1:
+            raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
+        self.min_score, self.span_decoding = float(min_score), span_decoding
+        self.model, self.tokenizer = model.eval(), tokenizer
+        if attention_backend is not None:
+            from ..attention.dispatch import BACKENDS
+
+            backbone_config = getattr(getattr(model, "backbone", None), "config", None)
+            if attention_backend not in BACKENDS or not hasattr(backbone_config, "attention_backend"):
+                raise ValueError(
+                    f"attention_backend must be one of {BACKENDS} for a SparseTransformer backbone, got "
+                    f"{attention_backend!r} for {type(backbone_config).__name__}"
+                )
+            backbone_config.attention_backend = attention_backend
+        if device is not None:
+            self.model.to(device)
+        self.device = next(model.parameters()).device
+        lut = np.full(256, -1, dtype=np.int64)
+        for b in "ACGTN":
+            lut[ord(b)] = lut[ord(b.lower())] = tokenizer.convert_tokens_to_ids(b)
+        for b in AMBIGUITY_CODES:
+            lut[ord(b)] = lut[ord(b.lower())] = tokenizer.convert_tokens_to_ids("N")
+        self._lut = lut
+        self._specials = (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+
+    def encode(self, windows: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[CLS] bases [SEP]`` ids and attention mask of a batch, padded (the tokenizer's ids)."""
+        cls, sep, pad = self._specials
+        width = max(len(w) for w in windows) + 2
+        ids = np.full((len(windows), width), pad, dtype=np.int64)  # (B, N)
+        mask = np.zeros((len(windows), width), dtype=np.int64)
+        for k, w in enumerate(windows):
+            codes = self._lut[np.frombuffer(w.encode("ascii"), dtype=np.uint8)]
+            if (codes < 0).any():
+                bad = int(np.flatnonzero(codes < 0)[0])
+                raise ValueError(f"invalid base {w[bad]!r} in a window")
+            ids[k, 0], ids[k, 1 : len(w) + 1], ids[k, len(w) + 1] = cls, codes, sep
+            mask[k, : len(w) + 2] = 1
+        return torch.from_numpy(ids), torch.from_numpy(mask)
+
+    @torch.inference_mode()
+    def predict(self, windows: list[str]) -> list[np.ndarray]:
+        """Per-base tag probabilities ``(len, tags)`` of each window (one forward pass)."""
+        ids, mask = self.encode(windows)
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+        probs = torch.softmax(logits.float(), -1).cpu().numpy()  # (B, N, tags)
+        return [probs[k, 1 : len(w) + 1].astype(np.float64) for k, w in enumerate(windows)]
+
+    def scan(self, fasta, progress=None, chunk: int = DEFAULT_CHUNK) -> Iterator[dict]:
+        """Hits of every record of ``fasta`` (a path, a :class:`FastaFile` or a :class:`MemoryFasta`),
+        streamed; ``progress``: a bar in bases (None: when there are many windows)."""
+        progress = check_progress(progress)
+        if not isinstance(fasta, (FastaFile, MemoryFasta)):
+            with FastaFile(fasta) as opened:
+                yield from self.scan(opened, progress, chunk)
+            return
+        offsets, total = {}, 0  # bases before each record, for the progress bar
+        for r in fasta.records:
+            offsets[r.name], total = total, total + r.length
+        bar = None
+        if wants_progress(progress, math.ceil(total / self.stride)):
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, desc="scan", unit="bp", unit_scale=True, dynamic_ncols=True)
+        windows = iter_windows(fasta, self.window, self.stride, self.skip_n, chunk)
+        merger = decoder = None
+        tags = len(self.model.config.id2label)
+        done = 0
+        try:
+            while batch := list(islice(windows, self.batch_size)):
+                for (w, bases), probs in zip(batch, self.predict([b for _, b in batch])):
+                    if w.start == w.seg_start:
+                        merger = WindowMerger(w.seg_start, tags)
+                        decoder = SpanDecoder(
+                            self.model.config, w.seg_start, self.span_decoding, self.min_score
+                        )
+                    spans = decoder.push(*merger.add(w, probs, bases))
+                    if w.last:
+                        spans += decoder.finish()
+                    for s in spans:
+                        yield {"chrom": w.record, **s}
+                    if bar is not None:
+                        # bases settled so far, N runs included, so the bar ends at the genome's length
+                        bar.update(max(0, offsets[w.record] + w.final - done))
+                        done = max(done, offsets[w.record] + w.final)
+        finally:
+            if bar is not None:
+                bar.update(total - done)
+                bar.close()
+
+    def scan_sequence(self, sequence: str, name: str = "sequence") -> list[dict]:
+        """Hits of one in-memory sequence (the same windows, merge and decoding as :meth:`scan`)."""
+        return list(self.scan(MemoryFasta([(name, sequence)]), progress=False))
+
+
+def load_scanner(model_path: str, device=None, **kwargs) -> GenomeScanner:
+    """A :class:`GenomeScanner` for a saved motif model (folder or Hub id), loaded with
+    ``AutoModelForTokenClassification`` and ``AutoTokenizer``."""
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    import hf_sparse  # noqa: F401  (registers the motif model and the DNA tokenizer)
+
+    model = AutoModelForTokenClassification.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    return GenomeScanner(model, tokenizer, device=device, **kwargs)
+
+
+__all__ = ["GenomeScanner", "load_scanner", "max_window", "trained_window"]

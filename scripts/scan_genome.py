@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Scan a genome for motifs: FASTA in (plain, bgzip or gzip; any number of records), BED6 out.
+
+    # the model's track (a motif model saved by scripts/finetune.py, e.g. pipelines/motif/ctcf.yaml)
+    python scripts/scan_genome.py outputs/ctcf genome.fa.gz --out ctcf.bed --gff ctcf.gff3
+    # the PWM reference track alone (no model)
+    python scripts/scan_genome.py genome.fa.gz --pwm JASPAR.txt --motif-ids MA0139.2 --out pwm.bed
+    # both, from one read of the genome per track
+    python scripts/scan_genome.py outputs/ctcf genome.fa --out ctcf.bed --pwm JASPAR.txt --pwm-out pwm.bed
+
+Windows of ``--window`` bases, ``--stride`` apart, are streamed from an indexed reader (records are never
+loaded whole), runs of at least ``--skip-n`` N are skipped, and every base is predicted by the window in
+which it lies farthest from an edge (hf_sparse.genome). BED lines are 0-based, half-open, in FASTA order
+and by position; the score column is the hit's score x 1000 (model: mean tag probability; PWM: relative
+score). A JSON summary (bases, hits, wall time, bases per second, peak memory) goes to stdout and, with
+``--summary``, to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from hf_sparse.genome.fasta_index import FastaFile  # noqa: E402
+from hf_sparse.genome.pwm_scan import DEFAULT_THRESHOLD, pwm_scan, select_motifs  # noqa: E402
+from hf_sparse.genome.tracks import write_bed, write_gff3  # noqa: E402
+from hf_sparse.genome.windows import DEFAULT_SKIP_N  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Scan a genome FASTA with a motif model and/or a PWM; write BED6 (and GFF3).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="[MODEL] FASTA",
+        help="A saved motif model (folder) and the FASTA; the FASTA alone with --pwm scans the PWM only.",
+    )
+    p.add_argument(
+        "--out", required=True, help="BED6 file of the model's hits (of the PWM's without a model)."
+    )
+    p.add_argument("--gff", help="Also write the model's hits (PWM's without a model) as GFF3 here.")
+    p.add_argument("--window", type=int, default=None,
+                   help="Bases per window (default: the length the model was trained on; longer only with rotary "
+                        "positions).")  # fmt: skip
+    p.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="Bases between window starts (default: window - min(window // 4, 128)).",
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="Windows per forward pass.")
+    p.add_argument("--skip-n", type=int, default=DEFAULT_SKIP_N, help="Skip runs of at least this many N.")
+    p.add_argument(
+        "--min-score", type=float, default=0.0, help="Drop model hits with a lower mean tag probability."
+    )
+    p.add_argument("--device", default=None, help="Torch device for the model (default: cpu).")
+    p.add_argument(
+        "--attention-backend",
+        default=None,
+        help="SparseTransformer attention kernel for the scan (auto, sdpa, blocked, flex, dense; all exact).",
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's).")
+    p.add_argument("--pwm", help="JASPAR or TRANSFAC matrix file for the PWM reference scan.")
+    p.add_argument(
+        "--motif-ids",
+        nargs="+",
+        default=None,
+        help="Matrix ids to scan with --pwm (default: the model's motif names).",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help="PWM relative-score threshold (the ctcf recipe's scan_threshold).",
+    )
+    p.add_argument("--pwm-out", help="BED6 file of the PWM hits when a model is scanned too.")
+    p.add_argument(
+        "--write-index",
+        action="store_true",
+        help="Save the .fai (and .gzi) next to the FASTA for later runs.",
+    )
+    p.add_argument("--no-progress", action="store_true", help="No progress bar.")
+    p.add_argument("--summary", help="Also write the JSON summary to this file.")
+    args = p.parse_args(argv)
+    if len(args.inputs) > 2:
+        p.error(f"give [MODEL] FASTA, got {len(args.inputs)} positional arguments")
+    args.model, args.fasta = (None, args.inputs[0]) if len(args.inputs) == 1 else args.inputs
+    if args.model is None and not args.pwm:
+        p.error("without a MODEL, --pwm is required (the PWM scan is then the only track)")
+    if args.model is not None and args.pwm and not args.pwm_out:
+        p.error("with both a MODEL and --pwm, name the PWM track's file with --pwm-out")
+    if args.model is None and not args.motif_ids:
+        p.error("without a MODEL, choose the PWM's motifs with --motif-ids (e.g. MA0139.2)")
+    return args
+
+
+def _write(path: str, hits, gff: str | None, fasta: FastaFile, source: str) -> int:
+    hits = list(hits) if gff else hits
+    with open(path, "w", encoding="utf-8") as f:
+        n = write_bed(hits, f)
+    if gff:
+        with open(gff, "w", encoding="utf-8") as f:
+            write_gff3(hits, f, source, [(r.name, r.length) for r in fasta.records])
+    return n
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    progress = False if args.no_progress else None
+    fasta = FastaFile(args.fasta, write_index=args.write_index)
+    total = sum(r.length for r in fasta.records)
+    summary = {"fasta": args.fasta, "format": fasta.kind, "records": len(fasta.records), "bases": total}
+    names = None
+    if args.model is not None:
+        import torch
+
+        from hf_sparse.genome.model_scan import load_scanner
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        scanner = load_scanner(args.model, device=args.device, window=args.window, stride=args.stride,
+                               batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
+                               attention_backend=args.attention_backend)  # fmt: skip
+        names = scanner.model.config.motif_names
+        t = time.perf_counter()
+        n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
+        wall = time.perf_counter() - t
+        summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
+                            "stride": scanner.stride, "batch_size": scanner.batch_size,
+                            "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
+                            "bases_per_s": round(total / wall)}  # fmt: skip
+    if args.pwm:
+        motifs = select_motifs(args.pwm, args.motif_ids, names)
+        out = args.pwm_out or args.out
+        t = time.perf_counter()
+        hits = pwm_scan(fasta, motifs, args.threshold, args.skip_n, progress=progress)
+        n = _write(out, hits, args.gff if args.model is None else None, fasta, "pwm")
+        wall = time.perf_counter() - t
+        summary["pwm"] = {"motifs": [m.matrix_id for m in motifs], "threshold": args.threshold, "out": out,
+                          "hits": n, "scan_s": round(wall, 2), "bases_per_s": round(total / wall)}  # fmt: skip
+    fasta.close()
+    summary["wall_s"] = round(time.perf_counter() - t0, 2)
+    summary["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    summary["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.summary:
+        with open(args.summary, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""Genome scans end to end: a planted-motif FASTA of several records with N runs, through the model
+scanner, the PWM scan and scripts/scan_genome.py; plain, gzip and BGZF give the same BED, which is
+sorted, in bounds, strand-aware and identical to scanning each sequence as one string."""
+
+import gzip
+import importlib.util
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import pipeline
+
+import hf_sparse  # noqa: F401  (registers the model, tokenizer and pipeline)
+from hf_sparse.data.motifs import builtin_motifs, scan
+from hf_sparse.genome import FastaFile, GenomeScanner, MemoryFasta
+from hf_sparse.genome.bgzf import write_bgzf
+from hf_sparse.genome.pwm_scan import pwm_scan
+from hf_sparse.genome.tracks import compare_tracks, read_bed, resolve_overlaps
+from hf_sparse.genome.windows import find_segments
+from hf_sparse.tokenization_dna import DNATokenizer, reverse_complement
+from tests.models.motif_tiny import motif_model
+
+_spec = importlib.util.spec_from_file_location(
+    "scan_genome", Path(__file__).resolve().parents[2] / "scripts" / "scan_genome.py"
+)
+scan_genome = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(scan_genome)
+
+G = DNATokenizer().convert_tokens_to_ids("G")
+CTCF = builtin_motifs(["CTCF"])[0]
+
+
+def rule_model():
+    """Tags every G as CTCF (B- on the first G of a run in the window, I- after): the spans are G runs."""
+    model = motif_model(max_tokens=130)
+
+    def forward(input_ids=None, attention_mask=None, **_):
+        is_g = input_ids == G
+        prev = torch.cat([torch.zeros_like(is_g[:, :1]), is_g[:, :-1]], 1)
+        logits = torch.full((*input_ids.shape, 5), -5.0)
+        logits[..., 0] = 5.0
+        logits[is_g & ~prev] = torch.tensor([-5.0, 5.0, -5.0, -5.0, -5.0])
+        logits[is_g & prev] = torch.tensor([-5.0, -5.0, 5.0, -5.0, -5.0])
+        return type("Out", (), {"logits": logits})()
+
+    model.forward = forward
+    return model
+
+
+def planted_genome(seed=0):
+    """Records of A/C/T background with G runs (the rule model's motif) and CTCF sites on both strands at
+    record starts and ends, next to N runs, and every few dozen bases (so across window overlaps)."""
+    rng = random.Random(seed)
+    site = CTCF.consensus
+
+    def bg(n):
+        return "".join(rng.choice("ACT") for _ in range(n))
+
+    recs = []
+    for k in range(3):
+        parts = ["GGG" + bg(5), site]
+        for j in range(12):
+            parts += [bg(rng.randint(10, 60)), "G" * rng.randint(1, 9)]
+            parts += [bg(rng.randint(5, 30)), site if j % 2 else reverse_complement(site)]
+        parts += [bg(20), "N" * 150, "GG", bg(40).lower(), "NNN", bg(30), "N" * 120, bg(50), site, "GGGG"]
+        recs.append((f"chr{k + 1}", "".join(parts)))
+    recs.append(("tiny", "GAG"))
+    recs.append(("gap", "N" * 200))
+    return recs
+
+
+def write_fasta(tmp_path, records, width=60):
+    text = "".join(
+        f">{n}\n" + "".join(s[i : i + width] + "\n" for i in range(0, len(s), width)) for n, s in records
+    )
+    paths = {"plain": tmp_path / "g.fa", "gzip": tmp_path / "g.fa.gz", "bgzf": tmp_path / "g.fa.bgz"}
+    paths["plain"].write_text(text)
+    paths["gzip"].write_bytes(gzip.compress(text.encode()))
+    write_bgzf(text.encode(), paths["bgzf"])
+    return paths
+
+
+def g_runs(records, skip_n=100):
+    """Expected rule-model hits: G runs inside segments (runs of >= skip_n N are not scanned)."""
+    out = []
+    for rec, a, b in find_segments(MemoryFasta(records), skip_n):
+        seq = dict(records)[rec]
+        i = a
+        while i < b:
+            if seq[i] in "Gg":
+                j = i
+                while j < b and seq[j] in "Gg":
+                    j += 1
+                out.append((rec, i, j))
+                i = j
+            else:
+                i += 1
+    return out
+
+
+@pytest.mark.parametrize("kind", ["plain", "gzip", "bgzf"])
+def test_every_planted_run_found_once_across_windows_and_record_boundaries(tmp_path, kind):
+    records = planted_genome()
+    scanner = GenomeScanner(rule_model(), DNATokenizer(), window=40, stride=30, batch_size=5)
+    hits = list(scanner.scan(write_fasta(tmp_path, records)[kind]))
+    expected = g_runs(records)
+    assert len(expected) > 40 and any(s == 0 for _, s, _ in expected)  # runs at record starts ...
+    assert any(e == len(dict(records)[r]) for r, _, e in expected)  # ... and ends
+    assert [(h["chrom"], h["start"], h["end"]) for h in hits] == expected  # each exactly once, in order
+
+
+def test_scan_equals_the_pipeline_on_each_segment(tmp_path):
+    motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
+    model = motif_model(max_tokens=130, motifs=motifs, span_decoding="fixed_length")
+    records = planted_genome(seed=1)
+    path = write_fasta(tmp_path, records)["bgzf"]
+    hits = list(GenomeScanner(model, DNATokenizer(), window=96, stride=70, batch_size=3).scan(path))
+    pipe = pipeline("dna-motif-detection", model=model, tokenizer=DNATokenizer())
+    expected = []
+    for rec, a, b in find_segments(FastaFile(path)):
+        for s in pipe(dict(records)[rec][a:b], window=96, stride=70, progress=False)["spans"]:
+            expected.append((rec, a + s["start"], a + s["end"], s["motif"], s["strand"], s["score"]))
+    assert len(expected) > 10
+    got = [(h["chrom"], h["start"], h["end"], h["motif"], h["strand"], h["score"]) for h in hits]
+    assert got == expected
+
+
+def test_ids_are_the_tokenizers():
+    tok = DNATokenizer()
+    scanner = GenomeScanner(motif_model(max_tokens=130), tok, window=64)
+    seq = "ACGTNacgtnRYkm"
+    ids, mask = scanner.encode([seq, "AC"])
+    assert ids[0].tolist() == tok(seq)["input_ids"]
+    assert ids[1, :4].tolist() == tok("AC")["input_ids"] and mask[1].sum() == 4
+
+
+def test_window_limits_and_bad_arguments():
+    tok = DNATokenizer()
+    absolute = motif_model(max_tokens=130, backbone_overrides={"position_embedding_type": "absolute"})
+    assert GenomeScanner(absolute, tok).window == 128  # capped at the position table
+    with pytest.raises(ValueError, match="longer than the model's position table allows"):
+        GenomeScanner(absolute, tok, window=500)
+    rotary = motif_model(max_tokens=130)
+    assert GenomeScanner(rotary, tok).window == 128  # the trained length by default
+    assert GenomeScanner(rotary, tok, window=4096).window == 4096  # rotary: any length on request
+    with pytest.raises(ValueError, match="stride must be <= window"):
+        GenomeScanner(motif_model(), tok, window=10, stride=11)
+    with pytest.raises(ValueError, match="min_score must be a number in"):
+        GenomeScanner(motif_model(), tok, min_score=2)
+    with pytest.raises(ValueError, match="attention_backend must be one of"):
+        GenomeScanner(motif_model(), tok, attention_backend="fast")
+
+
+def test_attention_backends_give_the_same_hits():
+    motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
+    model = motif_model(max_tokens=130, motifs=motifs, span_decoding="fixed_length")
+    seq = dict(planted_genome(seed=3))["chr1"]
+    runs = [GenomeScanner(model, DNATokenizer(), window=300, attention_backend=b).scan_sequence(seq)
+            for b in ("blocked", "sdpa")]  # fmt: skip
+    assert len(runs[0]) > 5 and [h["start"] for h in runs[0]] == [h["start"] for h in runs[1]]
+
+
+def test_pwm_scan_finds_planted_sites_on_both_strands_once(tmp_path):
+    records = planted_genome()
+    path = write_fasta(tmp_path, records)["gzip"]
+    hits = list(pwm_scan(path, [CTCF], threshold=0.85, chunk=50))  # pieces much shorter than the records
+    expected = []
+    for rec, a, b in find_segments(MemoryFasta(records)):
+        for h in scan(dict(records)[rec][a:b], CTCF, 0.85):
+            expected.append((rec, a + h["start"], a + h["end"], h["strand"]))
+    assert [(h["chrom"], h["start"], h["end"], h["strand"]) for h in hits] == expected
+    for rec, seq in records:
+        for k in range(len(seq) - len(CTCF) + 1):
+            piece = seq[k : k + len(CTCF)]
+            for strand, want in (("+", CTCF.consensus), ("-", reverse_complement(CTCF.consensus))):
+                if piece == want:
+                    assert (
+                        sum(h["chrom"] == rec and h["start"] == k and h["strand"] == strand for h in hits)
+                        == 1
+                    )
+    assert {h["strand"] for h in hits} == {"+", "-"}
+    assert all(0.85 <= h["score"] <= 1 for h in hits)
+
+
+def save_model(tmp_path):
+    motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
+    folder = tmp_path / "model"
+    motif_model(max_tokens=130, motifs=motifs, span_decoding="fixed_length").save_pretrained(folder)
+    DNATokenizer(model_max_length=130).save_pretrained(folder)
+    return folder
+
+
+def test_script_writes_the_same_sorted_bed_for_plain_gzip_and_bgzip(tmp_path):
+    records = planted_genome(seed=2)
+    paths = write_fasta(tmp_path, records)
+    model = save_model(tmp_path)
+    beds = {}
+    for kind, path in paths.items():
+        out = tmp_path / f"{kind}.bed"
+        args = [
+            str(model),
+            str(path),
+            "--out",
+            str(out),
+            "--window",
+            "100",
+            "--stride",
+            "80",
+            "--no-progress",
+        ]
+        summary = scan_genome.main(args + ["--gff", str(tmp_path / f"{kind}.gff3")])
+        assert summary["model"]["hits"] > 0 and summary["format"] == kind
+        beds[kind] = out.read_text()
+    assert beds["plain"] == beds["gzip"] == beds["bgzf"]
+    hits = read_bed(tmp_path / "plain.bed")
+    lengths = dict((n, len(s)) for n, s in records)
+    order = [n for n, _ in records]
+    keys = [(order.index(h["chrom"]), h["start"], h["end"]) for h in hits]
+    assert keys == sorted(keys)  # FASTA order, then position
+    assert all(0 <= h["start"] < h["end"] <= lengths[h["chrom"]] for h in hits)
+    assert {h["strand"] for h in hits} <= {"+", "-"} and len({h["strand"] for h in hits}) == 2
+    # strand-aware: "-" hits are those whose reverse complement scores higher on the motif's PWM
+    from hf_sparse.pipelines.motif import strand_of
+
+    motifs = {m.name: m.counts for m in builtin_motifs(["CTCF", "SP1"])}
+    for h in hits:
+        assert h["strand"] == strand_of(
+            dict(records)[h["chrom"]][h["start"] : h["end"]].upper(), motifs[h["motif"]]
+        )
+    # identical to scanning each record as one in-memory string
+    from hf_sparse.genome import load_scanner
+
+    scanner = load_scanner(str(model), window=100, stride=80)
+    one = [h for n, s in records for h in scanner.scan_sequence(s, name=n)]
+    assert [(h["chrom"], h["start"], h["end"], h["motif"], h["strand"]) for h in one] == [
+        (h["chrom"], h["start"], h["end"], h["motif"], h["strand"]) for h in hits
+    ]
+    gff = (tmp_path / "plain.gff3").read_text().splitlines()
+    assert gff[0] == "##gff-version 3" and sum(not line.startswith("#") for line in gff) == len(hits)
+
+
+def test_script_pwm_track_and_agreement(tmp_path):
+    records = planted_genome()
+    path = write_fasta(tmp_path, records)["plain"]
+    jaspar = tmp_path / "m.jaspar"
+    rows = "\n".join(f"{b} [ {' '.join(str(int(x)) for x in CTCF.counts[i])} ]" for i, b in enumerate("ACGT"))
+    jaspar.write_text(f">MA0139.2 CTCF\n{rows}\n")
+    out = tmp_path / "pwm.bed"
+    summary = scan_genome.main([str(path), "--pwm", str(jaspar), "--motif-ids", "MA0139.2", "--out", str(out),
+                                "--no-progress"])  # fmt: skip
+    hits = read_bed(out)
+    assert summary["pwm"]["hits"] == len(hits) > 30
+    same = compare_tracks(resolve_overlaps(hits), hits)
+    assert same["overlap"]["recall"] == 1.0 and same["exact"]["recall"] == 1.0
+
+
+def test_script_help_and_argument_errors(capsys):
+    with pytest.raises(SystemExit) as e:
+        scan_genome.parse_args(["--help"])
+    assert e.value.code == 0 and "BED6" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        scan_genome.parse_args(["g.fa", "--out", "x.bed"])
+    assert "--pwm is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        scan_genome.parse_args(["model", "g.fa", "--out", "x.bed", "--pwm", "m.txt"])
+    assert "--pwm-out" in capsys.readouterr().err
+
+
+def test_resolve_overlaps_keeps_the_best_of_each_chain():
+    hits = [
+        {"chrom": "a", "start": 0, "end": 10, "motif": "M", "score": 0.9, "strand": "+"},
+        {"chrom": "a", "start": 0, "end": 10, "motif": "M", "score": 0.9, "strand": "-"},
+        {"chrom": "a", "start": 5, "end": 15, "motif": "M", "score": 0.95, "strand": "+"},
+        {"chrom": "a", "start": 12, "end": 22, "motif": "M", "score": 0.91, "strand": "+"},
+        {"chrom": "b", "start": 12, "end": 22, "motif": "M", "score": 0.5, "strand": "-"},
+    ]
+    assert [(h["chrom"], h["start"], h["strand"]) for h in resolve_overlaps(hits)] == [
+        ("a", 5, "+"),
+        ("b", 12, "-"),
+    ]
+    assert np.isclose(compare_tracks(hits[2:3], hits)["exact"]["precision"], 1 / 5)
