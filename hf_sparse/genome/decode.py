@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from ..pipelines.motif import decode_spans, strand_of
+from ..tasks.motif.pipeline import decode_spans, strand_of
 from .windows import Window
 
 MAX_PENDING = 1 << 20

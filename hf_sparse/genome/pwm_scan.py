@@ -1,11 +1,11 @@
 """PWM reference scan of a genome: JASPAR/TRANSFAC matrices, both strands, relative-score threshold.
 
-The same rule as the motif recipes' labels (:func:`hf_sparse.data.motifs.scan`, as ``pipelines/motif/ctcf.yaml``
+The same rule as the motif recipes' labels (:func:`hf_sparse.tasks.motif.data.scan`, as ``pipelines/motif/ctcf.yaml``
 uses it with ``scan_threshold: 0.85``): a site passes iff ``(score - min) / (max - min) >= threshold``, scores
 in bits of log-odds against a uniform background, N scoring 0. The genome is read in pieces of ``chunk``
 bases that overlap by the longest motif less one, over the same segments (N runs skipped) as the model
 scan; each site is reported once, by the piece in which it starts. Vectorised over positions
-(:func:`~hf_sparse.data.motifs.scan` sums the motif's columns over whole arrays).
+(:func:`~hf_sparse.tasks.motif.data.scan` sums the motif's columns over whole arrays).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 
-from ..data.motifs import Motif, read_motifs, scan
+from ..tasks.motif.data import Motif, read_motifs, scan
 from ..pipelines.progress import check_progress, wants_progress
 from .fasta_index import DEFAULT_CHUNK, FastaFile, MemoryFasta
 from .windows import DEFAULT_SKIP_N, check_positive, iter_windows

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import IO
 
-from ..metrics.spans import span_f1, span_overlap_f1
+from ..tasks.motif.metrics import span_f1, span_overlap_f1
 
 
 def bed_line(hit: dict) -> str:
@@ -86,7 +86,7 @@ def _clusters(hits: list[dict]) -> Iterator[list[dict]]:
 
 
 def resolve_overlaps(hits: Iterable[dict]) -> list[dict]:
-    """Non-overlapping hits as the motif recipes label them (:func:`hf_sparse.data.motifs.label_sequence`):
+    """Non-overlapping hits as the motif recipes label them (:func:`hf_sparse.tasks.motif.data.label_sequence`):
     greedily by decreasing score (``bits`` when there; ties: earlier start, motif name, ``+`` before ``-``), a hit kept only if none of
     its bases is taken. Done per chain of overlapping hits, which gives the same result as over the whole
     sequence. ``hits`` must be sorted by position within each chrom."""

@@ -13,7 +13,7 @@ import torch
 from transformers import pipeline
 
 import hf_sparse  # noqa: F401  (registers the model, tokenizer and pipeline)
-from hf_sparse.data.motifs import builtin_motifs, scan
+from hf_sparse.tasks.motif.data import builtin_motifs, scan
 from hf_sparse.genome import FastaFile, GenomeScanner, MemoryFasta
 from hf_sparse.genome.bgzf import write_bgzf
 from hf_sparse.genome.pwm_scan import pwm_scan
@@ -222,7 +222,7 @@ def test_script_writes_the_same_sorted_bed_for_plain_gzip_and_bgzip(tmp_path):
     assert all(0 <= h["start"] < h["end"] <= lengths[h["chrom"]] for h in hits)
     assert {h["strand"] for h in hits} <= {"+", "-"} and len({h["strand"] for h in hits}) == 2
     # strand-aware: "-" hits are those whose reverse complement scores higher on the motif's PWM
-    from hf_sparse.pipelines.motif import strand_of
+    from hf_sparse.tasks.motif.pipeline import strand_of
 
     motifs = {m.name: m.counts for m in builtin_motifs(["CTCF", "SP1"])}
     for h in hits:

@@ -17,7 +17,7 @@ from hf_sparse.genome.windows import (
     segments,
     window_starts,
 )
-from hf_sparse.pipelines.motif import decode_spans
+from hf_sparse.tasks.motif.pipeline import decode_spans
 from tests.models.motif_tiny import motif_config
 
 
@@ -79,7 +79,7 @@ def planted_probs(n, config, rng, spans):
 @pytest.mark.parametrize("how", ["bio", "fixed_length"])
 @pytest.mark.parametrize("seed", range(4))
 def test_streaming_decoder_equals_one_pass(how, seed):
-    from hf_sparse.data.motifs import builtin_motifs
+    from hf_sparse.tasks.motif.data import builtin_motifs
 
     motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
     cfg = motif_config(motifs=motifs, span_decoding=how)
