@@ -18,7 +18,8 @@ import json
 import os
 import re
 import shutil
-import uuid
+
+from ..utils.io import write_json_atomic
 
 __all__ = [
     "CheckpointError",
@@ -53,23 +54,6 @@ _HF_SPARSE_STATE = "hf_sparse_state.json"  # the loss sum up to this checkpoint 
 
 class CheckpointError(ValueError):
     """A checkpoint folder is incomplete or corrupt; the message names the folder and what is wrong."""
-
-
-def write_json_atomic(path, obj, **dump_kwargs) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary sibling + ``os.replace`` (never half-written)."""
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    dump_kwargs.setdefault("indent", 2)
-    dump_kwargs.setdefault("default", str)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, **dump_kwargs)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def make_shareable(folder) -> None:

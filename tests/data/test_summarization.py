@@ -14,9 +14,9 @@ from hf_sparse.tasks.summarization.data import (
     read_summarization_jsonl,
     sentence_features,
     synthetic_copy_documents,
-    write_jsonl,
 )
 from hf_sparse.tasks.summarization.sentences import split_sentences
+from hf_sparse.utils.io import write_jsonl
 from tests.models.summarization_tiny import tiny_tokenizer
 
 SENT, QSEP = 5, 6
@@ -189,7 +189,7 @@ def test_synthetic_copy_documents(tmp_path):
     for r in rows:
         sents = split_sentences(r["document"])
         assert 4 <= len(sents) <= 8 and sents[0] == r["summary"]
-    write_jsonl(rows, tmp_path / "x.jsonl")
+    write_jsonl(tmp_path / "x.jsonl", rows)
     assert [e["summary"] for e in read_summarization_jsonl(tmp_path / "x.jsonl")] == [
         r["summary"] for r in rows
     ]

@@ -45,8 +45,9 @@ from typing import Any
 import torch
 
 from ...data.fasta import PathLike, open_text
+from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_positive_int
 
-IGNORE_INDEX = -100
 NONE_INTENT = "NONE"
 GLOBAL_ON_NAMES = ("cls", "separators", "latest_turn", "candidate")
 DEFAULT_SPEAKER_TOKENS = {"USER": "[USR]", "SYSTEM": "[SYS]"}
@@ -63,13 +64,6 @@ def _check_str_list(name: str, values: Any) -> None:
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise TypeError(f"{name}[{i}] must be a str, got {type(v).__name__}: {v!r}")
-
-
-def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
 
 
 def _normalize_text(text: str) -> str:
@@ -144,7 +138,7 @@ class DialogueFormatter:
         self.suffix_ids = _first_id(tokenizer, ("sep_token_id", "eos_token_id"))
         self.separator_length = 1 if turn_separator is None else 2
         minimum = self.min_length
-        _check_positive_int("max_length", max_length)
+        check_positive_int("max_length", max_length)
         if max_length < minimum:
             raise ValueError(
                 f"max_length={max_length} is too small: a pair needs the prefix/suffix tokens, one turn "
@@ -414,8 +408,8 @@ def train_dialogue_tokenizer(
 
     if kind not in ("word", "wordpiece"):
         raise ValueError(f"kind must be 'word' or 'wordpiece', got {kind!r}")
-    _check_positive_int("min_frequency", min_frequency)
-    _check_positive_int("vocab_size", vocab_size, allow_none=True)
+    check_positive_int("min_frequency", min_frequency)
+    check_positive_int("vocab_size", vocab_size, allow_none=True)
     if isinstance(texts, str) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -747,8 +741,8 @@ def build_selection_examples(
     turn), ``speakers`` and ``turns`` (the history), ``candidates`` and ``labels``; with a ``formatter`` also the
     :meth:`DialogueFormatter.encode_candidates` fields (``turn_index`` in original dialogue indices).
     """
-    _check_positive_int("n_negatives", n_negatives)
-    _check_positive_int("history_window", history_window, allow_none=True)
+    check_positive_int("n_negatives", n_negatives)
+    check_positive_int("history_window", history_window, allow_none=True)
     is_step = isinstance(response_turns, int) and not isinstance(response_turns, bool) and response_turns >= 1
     if not (is_step or response_turns in ("all", "last")):
         raise ValueError(f"response_turns must be 'all', 'last' or a positive int, got {response_turns!r}")
@@ -866,7 +860,7 @@ def _check_pad_args(pad_token_id: Any, pad_to_multiple_of: Any) -> None:
             f"pad_token_id must be an int, got {pad_token_id!r} (a tokenizer without a pad token: set "
             "tokenizer.pad_token first, e.g. to its eos token)"
         )
-    _check_positive_int("pad_to_multiple_of", pad_to_multiple_of, allow_none=True)
+    check_positive_int("pad_to_multiple_of", pad_to_multiple_of, allow_none=True)
 
 
 @dataclass

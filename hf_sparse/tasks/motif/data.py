@@ -32,9 +32,12 @@ import numpy as np
 
 from ...data.fasta import PathLike, open_text, read_fasta
 from ...tokenization_dna import AMBIGUITY_CODES, IUPAC_CODES, reverse_complement
+from ...utils.validation import check_fraction, check_int
+from .pwm import DEFAULT_PSEUDOCOUNT
+from .pwm import log_odds as pwm_log_odds
+from .pwm import probabilities as pwm_probabilities
 
 BASES = "ACGT"
-DEFAULT_PSEUDOCOUNT = 0.25
 DEFAULT_THRESHOLD = 0.8
 _SCORE_TOLERANCE = 1e-9  # bits; lets threshold=1.0 find the consensus despite float rounding
 
@@ -80,21 +83,6 @@ def _background(background: Sequence[float] | Mapping[str, float] | np.ndarray |
             f"background must be 4 positive probabilities (A, C, G, T) summing to 1, got {background!r}"
         )
     return bg
-
-
-def _check_fraction(name: str, value: Any, *, closed_low: bool = True) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (0.0 <= value <= 1.0 if closed_low else 0.0 < value <= 1.0)
-    if not ok:
-        interval = "[0, 1]" if closed_low else "(0, 1]"
-        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
-    return float(value)
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _check_pseudocount(pseudocount: Any) -> float:
@@ -143,9 +131,7 @@ class Motif:
 
     def pwm(self, pseudocount: float = DEFAULT_PSEUDOCOUNT) -> np.ndarray:
         """``(4, L)`` probabilities: ``(counts + pseudocount) / (column total + 4 * pseudocount)``."""
-        pc = _check_pseudocount(pseudocount)
-        c = self.counts + pc
-        return c / c.sum(axis=0, keepdims=True)
+        return pwm_probabilities(self.counts, _check_pseudocount(pseudocount))
 
     def log_odds(
         self,
@@ -153,9 +139,7 @@ class Motif:
         pseudocount: float = DEFAULT_PSEUDOCOUNT,
     ) -> np.ndarray:
         """``(4, L)`` log2 odds ``log2(pwm(pseudocount) / background)``; ``-inf`` where a probability is 0."""
-        bg = _background(background)
-        with np.errstate(divide="ignore"):
-            return np.log2(self.pwm(pseudocount) / bg[:, None])
+        return pwm_log_odds(self.counts, _background(background), _check_pseudocount(pseudocount))
 
     @property
     def consensus(self) -> str:
@@ -416,7 +400,7 @@ def scan(
     if min_score is not None:
         cutoff = float(min_score)
     else:
-        t = _check_fraction("threshold", DEFAULT_THRESHOLD if threshold is None else threshold)
+        t = check_fraction("threshold", DEFAULT_THRESHOLD if threshold is None else threshold)
         best, worst = float(lo.max(axis=0).sum()), float(lo.min(axis=0).sum())
         if not math.isfinite(worst):
             raise ValueError(
@@ -606,9 +590,9 @@ class SyntheticMotifGenerator:
             raise ValueError(f"motif names must be unique, got {self.motif_names}")
         self.label_names = bio_label_names(self.motif_names)
         self.label2id = {name: i for i, name in enumerate(self.label_names)}
-        self.length = _check_int("length", length, 1)
-        self.min_instances = _check_int("min_instances", min_instances, 0)
-        self.max_instances = _check_int("max_instances", max_instances, self.min_instances)
+        self.length = check_int("length", length, 1)
+        self.min_instances = check_int("min_instances", min_instances, 0)
+        self.max_instances = check_int("max_instances", max_instances, self.min_instances)
         if poisson_mean is not None and (
             isinstance(poisson_mean, bool)
             or not isinstance(poisson_mean, (int, float))
@@ -616,10 +600,10 @@ class SyntheticMotifGenerator:
         ):
             raise ValueError(f"poisson_mean must be a positive number or None, got {poisson_mean!r}")
         self.poisson_mean = poisson_mean
-        self.reverse_prob = _check_fraction("reverse_prob", reverse_prob)
-        self.negative_fraction = _check_fraction("negative_fraction", negative_fraction)
+        self.reverse_prob = check_fraction("reverse_prob", reverse_prob)
+        self.negative_fraction = check_fraction("negative_fraction", negative_fraction)
         self.pseudocount = _check_pseudocount(pseudocount)
-        self.seed = _check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, 0)
         longest = max(len(m) for m in self.motifs)
         if self.max_instances * longest > self.length:
             raise ValueError(
@@ -627,7 +611,7 @@ class SyntheticMotifGenerator:
             )
         if background_fasta is not None and gc_content is not None:
             raise ValueError("pass gc_content (i.i.d. background) or background_fasta, not both")
-        self.gc_content = _check_fraction("gc_content", 0.41 if gc_content is None else gc_content)
+        self.gc_content = check_fraction("gc_content", 0.41 if gc_content is None else gc_content)
         self.background_fasta = background_fasta
         self._records: list[tuple[str, np.ndarray]] = []
         if background_fasta is not None:
@@ -672,7 +656,7 @@ class SyntheticMotifGenerator:
 
     def example(self, index: int) -> dict[str, Any]:
         """Example number ``index`` (``int >= 0``), deterministic for ``(seed, index)``."""
-        rng = np.random.default_rng([self.seed, _check_int("index", index, 0)])
+        rng = np.random.default_rng([self.seed, check_int("index", index, 0)])
         seq = self._draw_background(rng)
         k = self._num_instances(rng)
         which = rng.integers(len(self.motifs), size=k)
@@ -708,7 +692,7 @@ class SyntheticMotifGenerator:
 
     def generate(self, n: int, start: int = 0) -> list[dict[str, Any]]:
         """Examples ``start, ..., start + n - 1``."""
-        n, start = _check_int("n", n, 0), _check_int("start", start, 0)
+        n, start = check_int("n", n, 0), check_int("start", start, 0)
         return [self.example(i) for i in range(start, start + n)]
 
 

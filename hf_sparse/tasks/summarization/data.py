@@ -44,9 +44,10 @@ import numpy as np
 import torch
 
 from ...data.fasta import PathLike, open_text
+from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_positive_int
 from .sentences import split_sentences
 
-IGNORE_INDEX = -100
 SENTENCE_TOKEN = "<sent>"
 QUERY_SEPARATOR_TOKEN = "<query_sep>"
 #: Special tokens of :func:`train_summarization_tokenizer`, in id order (BART's first four ids).
@@ -57,13 +58,6 @@ _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
 # ---------------------------------------------------------------- validation helpers
-
-
-def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
 
 
 def _check_text(name: str, value: Any, allow_empty: bool = False) -> str:
@@ -154,8 +148,8 @@ def train_summarization_tokenizer(
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    _check_positive_int("min_frequency", min_frequency)
-    _check_positive_int("vocab_size", vocab_size, allow_none=True)
+    check_positive_int("min_frequency", min_frequency)
+    check_positive_int("vocab_size", vocab_size, allow_none=True)
     if isinstance(texts, str) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
     checked = (_check_text(f"texts[{i}]", t, allow_empty=True) for i, t in enumerate(texts))
@@ -301,9 +295,9 @@ def encode_extractive(
         ValueError: no sentences, a query without ``query_separator_token_id``, or ``max_length`` too
             small for the prefix, the query and one sentence of one token.
     """
-    _check_positive_int("max_length", max_length)
-    _check_positive_int("max_sentence_tokens", max_sentence_tokens)
-    _check_positive_int("max_query_tokens", max_query_tokens)
+    check_positive_int("max_length", max_length)
+    check_positive_int("max_sentence_tokens", max_sentence_tokens)
+    check_positive_int("max_query_tokens", max_query_tokens)
     if isinstance(sentences, str) or not sentences:
         raise ValueError("sentences must be a non-empty list of str")
     start, end = _affixes(tokenizer)
@@ -351,7 +345,7 @@ def encode_abstractive(
     ``max_length`` tokens), ``num_tokens`` (the length before truncation) and ``truncated`` (True when
     document tokens were cut from the end).
     """
-    _check_positive_int("max_length", max_length)
+    check_positive_int("max_length", max_length)
     _check_text("document", document)
     start, end = _affixes(tokenizer)
     prefix = list(start)
@@ -456,8 +450,8 @@ def synthetic_copy_documents(
     Words are ``w0 .. w{vocab_size-1}``; each sentence starts with a capitalised word and ends with a
     period, so :func:`split_sentences` finds the sentences. Deterministic for a ``seed``.
     """
-    _check_positive_int("n", n)
-    _check_positive_int("vocab_size", vocab_size)
+    check_positive_int("n", n)
+    check_positive_int("vocab_size", vocab_size)
     rng = random.Random(seed)
     rows = []
     for i in range(n):
@@ -467,16 +461,6 @@ def synthetic_copy_documents(
             sentences.append(words[0].capitalize() + " " + " ".join(words[1:]) + ".")
         rows.append({"id": f"copy-{seed}-{i}", "document": " ".join(sentences), "summary": sentences[0]})
     return rows
-
-
-def write_jsonl(rows: Iterable[dict], path: PathLike) -> None:
-    """Write rows as JSON Lines (atomically: a temporary file renamed into place)."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 __all__ = [
@@ -495,5 +479,4 @@ __all__ = [
     "sentence_features",
     "synthetic_copy_documents",
     "train_summarization_tokenizer",
-    "write_jsonl",
 ]

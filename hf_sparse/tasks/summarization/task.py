@@ -36,6 +36,7 @@ import torch
 from ...training import Task, path_field, register_task
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
+from ...utils.validation import check_positive_int
 from .data import (
     QUERY_MODES,
     SENTENCE_FEATURES,
@@ -55,13 +56,6 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-
-
-def _positive(name: str, value, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
 
 
 # --------------------------------------------------------------------------------------- arguments
@@ -113,9 +107,9 @@ class SummarizationArguments:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {self.query_mode!r}")
         for name in ("vocab_min_frequency", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "attention_window"):  # fmt: skip
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         for name in ("vocab_size", "max_train_documents", "max_eval_documents"):
-            _positive(name, getattr(self, name), allow_none=True)
+            check_positive_int(name, getattr(self, name), allow_none=True)
         if self.attention_window % 2:
             raise ValueError(f"attention_window must be even, got {self.attention_window}")
         if self.hidden_size % self.num_attention_heads:
@@ -169,9 +163,9 @@ class ExtractiveArguments(SummarizationArguments):
     def __post_init__(self):
         super().__post_init__()
         for name in ("max_length", "max_sentence_tokens", "head_hidden_size", "oracle_sentences"):
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         for name in ("eval_max_sentences", "eval_max_words"):
-            _positive(name, getattr(self, name), allow_none=True)
+            check_positive_int(name, getattr(self, name), allow_none=True)
         if self.eval_max_sentences is None and self.eval_max_words is None:
             raise ValueError("give eval_max_sentences or eval_max_words (the evaluation summary budget)")
         if self.backbone_type not in ("longformer", "sparse_transformer"):
@@ -218,7 +212,7 @@ class AbstractiveArguments(SummarizationArguments):
         super().__post_init__()
         for name in ("max_source_length", "max_target_length", "num_beams", "decoder_layers",
                      "max_decoder_positions"):  # fmt: skip
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if self.min_target_length < 0 or self.no_repeat_ngram_size < 0:
             raise ValueError("min_target_length and no_repeat_ngram_size must be >= 0")
         if self.min_target_length > self.max_target_length:
