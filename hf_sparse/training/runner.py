@@ -424,6 +424,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     if resume is not None:
         recipe_args.resume = bool(resume)
     task = get_task(recipe_args.task)()
+    task.num_proc = recipe_args.num_proc
     output_dir = training_args.output_dir
     push = training_args.push_to_hub
     training_args.push_to_hub = False  # pushed once at the end through hf_sparse.hub, not by the Trainer

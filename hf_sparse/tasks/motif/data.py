@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ...data.fasta import PathLike, open_text, read_fasta
+from ...data.fasta import PathLike, iter_fasta, open_text, read_fasta
 from ...tokenization_dna import AMBIGUITY_CODES, IUPAC_CODES, reverse_complement
 from ...utils.validation import check_fraction, check_int
 from .pwm import DEFAULT_PSEUDOCOUNT
@@ -701,12 +701,125 @@ def generate_motif_dataset(n: int, seed: int = 0, start: int = 0, **kwargs: Any)
     return SyntheticMotifGenerator(seed=seed, **kwargs).generate(n, start)
 
 
+# ---------------------------------------------------------------- recipe datasets (🤗 datasets)
+
+
+def _motif_features():
+    from datasets import Features, List, Value
+
+    span = {
+        "motif": Value("string"),
+        "start": Value("int64"),
+        "end": Value("int64"),
+        "strand": Value("string"),
+    }
+    return Features(
+        {
+            "sequence": Value("string"),
+            "tags": List(Value("string")),
+            "tag_ids": List(Value("int64")),
+            "spans": List(span),
+            "motif_labels": List(Value("int64")),
+        }
+    )
+
+
+def _synthetic_rows(params: dict[str, Any], start: int, n: int):
+    """Generator of :meth:`SyntheticMotifGenerator.example` ``start .. start + n - 1`` (motifs as dicts)."""
+    gen = SyntheticMotifGenerator([Motif.from_dict(m) for m in params["motifs"]], **params["kwargs"])
+    for i in range(start, start + n):
+        yield gen.example(i)
+
+
+def synthetic_dataset(motifs: Sequence[Motif], start: int, n: int, **kwargs: Any):
+    """Examples ``start .. start + n - 1`` of ``SyntheticMotifGenerator(motifs, **kwargs)`` as a
+    ``datasets.Dataset`` (``Dataset.from_generator``: written once to the datasets cache, keyed by
+    the motifs and the generator's arguments, and reused by the next run)."""
+    from datasets import Dataset
+
+    params = {"motifs": [m.to_dict() for m in motifs], "kwargs": kwargs}
+    SyntheticMotifGenerator(list(motifs), **kwargs)  # argument errors here, not inside the generator
+    return Dataset.from_generator(
+        _synthetic_rows, features=_motif_features(), gen_kwargs={"params": params, "start": start, "n": n}
+    )
+
+
+def _fasta_rows(path: str):
+    for record, (name, sequence) in enumerate(iter_fasta(path)):
+        yield {"record": record, "name": name, "sequence": sequence}
+
+
+def fasta_dataset(path: PathLike):
+    """The records of a FASTA file (plain or gzip) as a ``datasets.Dataset`` with columns ``record``
+    (0-based index), ``name`` and ``sequence`` (``Dataset.from_generator`` over :func:`iter_fasta`).
+    ``ValueError`` if the file has no records."""
+    from datasets import Dataset, Features, Value
+
+    features = Features({"record": Value("int64"), "name": Value("string"), "sequence": Value("string")})
+    path = os.path.abspath(os.fspath(path))
+    stat = os.stat(path)
+    try:
+        dataset = Dataset.from_generator(
+            _fasta_rows,
+            features=features,
+            gen_kwargs={"path": path},
+            # the cache key includes the file's size and time, so an edited file is read again
+            config_name=f"fasta-{stat.st_size}-{stat.st_mtime_ns}",
+        )
+    except Exception as e:
+        raise ValueError(f"{path}: cannot read FASTA records: {e.__cause__ or e}") from e
+    if len(dataset) == 0:
+        raise ValueError(f"fasta {path!r} has no records")
+    return dataset
+
+
+def scan_rows(
+    batch: dict[str, list],
+    *,
+    motifs: list[dict[str, Any]],
+    threshold: float,
+    shuffle_negatives: bool,
+    seed: int,
+) -> dict[str, list]:
+    """Batched ``map`` over FASTA records: each record (uppercased) labelled per base by scanning
+    ``motifs`` (:func:`label_sequence`, relative ``threshold``), ``label`` 1; with
+    ``shuffle_negatives`` followed by its dinucleotide shuffle (``default_rng([seed, record])``),
+    labelled by the same scan, ``label`` 0. Columns: ``sequence``, ``tags``, ``name``, ``label``,
+    ``motif_labels`` (1 where the motif's ``B-`` tag occurs)."""
+    found = [Motif.from_dict(m) for m in motifs]
+    out: dict[str, list] = {"sequence": [], "tags": [], "name": [], "label": [], "motif_labels": []}
+    for record, name, seq in zip(batch["record"], batch["name"], batch["sequence"]):
+        variants = [(seq.upper(), 1)]
+        if shuffle_negatives:
+            rng = np.random.default_rng([seed, int(record)])
+            variants.append((dinucleotide_shuffle(seq.upper(), rng), 0))
+        for s, is_peak in variants:
+            tags = label_sequence(s, found, threshold)
+            out["sequence"].append(s)
+            out["tags"].append(tags)
+            out["name"].append(name)
+            out["label"].append(is_peak)
+            out["motif_labels"].append([int(f"B-{m.name}" in tags) for m in found])
+    return out
+
+
+def check_classification_row(row: Mapping[str, Any], where: str) -> None:
+    """A sequence-classification row: ``sequence`` a str, ``label`` an int class id."""
+    if not isinstance(row.get("sequence"), str):
+        raise ValueError(f"{where}: field 'sequence' must be a str, got {row.get('sequence')!r:.60}")
+    label = row.get("label")
+    if isinstance(label, bool) or not isinstance(label, int):
+        raise ValueError(f"{where}: field 'label' must be an int class id, got {label!r}")
+
+
 __all__ = [
     "BASES",
     "Motif",
     "SyntheticMotifGenerator",
     "bio_label_names",
     "builtin_motifs",
+    "check_classification_row",
+    "fasta_dataset",
     "dinucleotide_shuffle",
     "encode_sequence",
     "generate_motif_dataset",
@@ -715,5 +828,7 @@ __all__ = [
     "read_motifs",
     "read_transfac",
     "scan",
+    "scan_rows",
     "spans_to_tags",
+    "synthetic_dataset",
 ]
