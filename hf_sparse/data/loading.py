@@ -16,6 +16,7 @@ extra.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +51,13 @@ def tokenizer_fingerprint(tokenizer) -> str:
         state = json.dumps(sorted(tokenizer.get_vocab().items()))
     special = sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", []))
     return fingerprint(type(tokenizer).__name__, state, special)
+
+
+def _callable_key(fn) -> list:
+    """A stable description of a function or a ``functools.partial`` of one (for fingerprints)."""
+    if isinstance(fn, functools.partial):
+        return [*_callable_key(fn.func), list(fn.args), fn.keywords]
+    return [fn.__module__, fn.__qualname__]
 
 
 def load_jsonl_splits(
@@ -104,7 +112,7 @@ def validate_rows(dataset, check: Callable[[dict, str], None], source: str):
     return dataset.map(
         run,
         with_indices=True,
-        new_fingerprint=fingerprint(dataset._fingerprint, "validate", check.__module__, check.__qualname__),
+        new_fingerprint=fingerprint(dataset._fingerprint, "validate", _callable_key(check)),
         desc=f"checking {os.path.basename(source)}",
     )
 

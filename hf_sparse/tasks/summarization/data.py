@@ -1,4 +1,4 @@
-"""Long-document summarization data: JSON Lines reader, tokenizers, sentence features, encoders, collators.
+"""Long-document summarization data: row checks and query expansion (for ``datasets.map``), tokenizers, sentence features, encoders, collators.
 
 Token layouts (exact). ``P`` is the tokenizer's prefix token (``bos_token``, else ``cls_token``, else
 nothing), ``S`` its suffix token (``eos_token``, else ``sep_token``, else nothing), ``<sent>`` the sentence
@@ -30,9 +30,7 @@ alphanumeric runs.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import re
 from collections import Counter
@@ -43,7 +41,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...data.fasta import PathLike, open_text
 from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
 from .sentences import split_sentences
@@ -68,66 +65,69 @@ def _check_text(name: str, value: Any, allow_empty: bool = False) -> str:
     return value
 
 
-# ---------------------------------------------------------------- reading
+# ---------------------------------------------------------------- rows (🤗 datasets)
 
 
-def read_summarization_jsonl(path: PathLike, query_mode: str = "none") -> list[dict[str, Any]]:
-    """Read a summarization JSON Lines file (plain or gzip) into examples.
+def check_summarization_row(row: dict[str, Any], where: str, query_mode: str = "none") -> None:
+    """A summarization row (``ValueError`` naming ``where`` and the field otherwise): ``document`` a
+    non-empty str, ``summary`` a str, ``references`` (optional) a list of str; ``query_mode``
+    ``"summary_query"`` needs a non-empty ``summary_query`` str, ``"specific"`` a ``specific_queries``
+    list of ``{"query": str, "answer": str}``."""
+    if query_mode not in QUERY_MODES:
+        raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
+    for key in ("document", "summary"):
+        if not isinstance(row.get(key), str):
+            raise ValueError(f"{where}: field {key!r} must be a string, got {row.get(key)!r:.60}")
+    if not row["document"].strip():
+        raise ValueError(f"{where}: field 'document' is empty")
+    refs = row.get("references") or [row["summary"]]
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise ValueError(f"{where}: field 'references' must be a list of strings")
+    if query_mode == "specific":
+        items = row.get("specific_queries")
+        if not isinstance(items, list):
+            raise ValueError(f"{where}: query_mode='specific' needs a 'specific_queries' list")
+        for k, item in enumerate(items):
+            if not (isinstance(item, dict) and isinstance(item.get("query"), str)
+                    and isinstance(item.get("answer"), str)):  # fmt: skip
+                raise ValueError(f"{where}: specific_queries[{k}] needs string 'query' and 'answer'")
+    if query_mode == "summary_query":
+        query = row.get("summary_query")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(f"{where}: query_mode='summary_query' needs a 'summary_query' string")
 
-    Every row needs ``document`` (non-empty str) and ``summary`` (str). Each example is a dict with
-    ``id`` (the row's ``id``, else its line number), ``document``, ``summary`` (the first reference),
-    ``references`` (the row's ``references`` list when present, e.g. SQuALITY's four, else
-    ``[summary]``) and ``query`` (None unless ``query_mode`` adds one):
+
+def summarization_examples(
+    batch: dict[str, list], indices: list[int], query_mode: str = "none"
+) -> dict[str, list]:
+    """Batched ``map`` (``with_indices=True``) from checked rows to examples ``{"id", "document",
+    "summary", "references", "query"}``: ``id`` is the row's ``id``, else its row number from 1;
+    ``references`` the row's list when present (SQuALITY's four), else ``[summary]``; ``query`` None
+    unless ``query_mode`` adds one:
 
     - ``"none"``: one example per row, no query;
     - ``"summary_query"``: one example per row with the row's ``summary_query`` (QMSum: "Summarize the
       whole meeting.") as query;
     - ``"specific"``: one example per ``specific_queries`` item (QMSum's query-focused pairs):
       ``query`` -> ``answer``, id ``<row id>/<k>``.
-
-    ``ValueError`` names the file, the line and the field of a malformed row.
     """
-    if query_mode not in QUERY_MODES:
-        raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
-    examples = []
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{os.fspath(path)}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON: {e}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            for key in ("document", "summary"):
-                if not isinstance(row.get(key), str):
-                    raise ValueError(f"{where}: field {key!r} must be a string, got {row.get(key)!r:.60}")
-            if not row["document"].strip():
-                raise ValueError(f"{where}: field 'document' is empty")
-            refs = row.get("references") or [row["summary"]]
-            if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
-                raise ValueError(f"{where}: field 'references' must be a list of strings")
-            base = {"id": str(row.get("id", lineno)), "document": row["document"]}
-            if query_mode == "specific":
-                items = row.get("specific_queries")
-                if not isinstance(items, list):
-                    raise ValueError(f"{where}: query_mode='specific' needs a 'specific_queries' list")
-                for k, item in enumerate(items):
-                    if not (isinstance(item, dict) and isinstance(item.get("query"), str)
-                            and isinstance(item.get("answer"), str)):  # fmt: skip
-                        raise ValueError(f"{where}: specific_queries[{k}] needs string 'query' and 'answer'")
-                    examples.append({**base, "id": f"{base['id']}/{k}", "query": item["query"],
-                                     "summary": item["answer"], "references": [item["answer"]]})  # fmt: skip
-                continue
-            query = None
-            if query_mode == "summary_query":
-                query = row.get("summary_query")
-                if not isinstance(query, str) or not query.strip():
-                    raise ValueError(f"{where}: query_mode='summary_query' needs a 'summary_query' string")
-            examples.append({**base, "summary": row["summary"], "references": list(refs), "query": query})
-    return examples
+    out: dict[str, list] = {"id": [], "document": [], "summary": [], "references": [], "query": []}
+
+    def add(id_, document, summary, references, query):
+        for key, value in zip(out, (id_, document, summary, references, query)):
+            out[key].append(value)
+
+    for j, index in enumerate(indices):
+        row = {key: values[j] for key, values in batch.items()}
+        row_id = row.get("id")
+        row_id = str(index + 1 if row_id is None else row_id)
+        if query_mode == "specific":
+            for k, item in enumerate(row["specific_queries"]):
+                add(f"{row_id}/{k}", row["document"], item["answer"], [item["answer"]], item["query"])
+            continue
+        query = row["summary_query"] if query_mode == "summary_query" else None
+        add(row_id, row["document"], row["summary"], list(row.get("references") or [row["summary"]]), query)
+    return out
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -475,8 +475,9 @@ __all__ = [
     "add_summarization_tokens",
     "encode_abstractive",
     "encode_extractive",
-    "read_summarization_jsonl",
+    "check_summarization_row",
     "sentence_features",
+    "summarization_examples",
     "synthetic_copy_documents",
     "train_summarization_tokenizer",
 ]
