@@ -106,7 +106,7 @@ def validate_rows(dataset, check: Callable[[dict, str], None], source: str):
     """
 
     def run(row, index):
-        check(row, f"{source}: row {index + 1}")
+        check(dict(row), f"{source}: row {index + 1}")
         return {}
 
     return dataset.map(
