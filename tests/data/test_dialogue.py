@@ -8,6 +8,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import BertTokenizer, PreTrainedTokenizerFast
 
+from hf_sparse.data.loading import load_jsonl_splits
 from hf_sparse.tasks.dialogue.data import (
     DialogueFormatter,
     DialogueLabels,
@@ -15,7 +16,7 @@ from hf_sparse.tasks.dialogue.data import (
     ResponseSelectionCollator,
     build_selection_examples,
     build_tracking_examples,
-    read_sgd,
+    check_sgd_record,
 )
 
 WORDS = "hi there hello book a table for two at noon what time please thanks yes no sure".split()
@@ -514,8 +515,25 @@ def test_sgd_train_labels_mark_unseen_validation_intents(sgd_dir):
     assert not set(unseen) & labels.seen_intents
 
 
-def test_read_sgd_names_file_and_line(tmp_path):
-    path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"dialogue_id": "x", "speakers": ["USER"], "turns": ["a", "b"]}) + "\n")
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: field 'speakers' has 1 entries for 2 turns"):
-        read_sgd(path)
+def read_sgd(path):
+    """The tasks' reading path: load_dataset json, every row checked in map."""
+    folder, name = os.path.split(path)
+    split = name.split(".")[0]
+    return load_jsonl_splits(folder, splits=(split,), optional=(), check=check_sgd_record)[split]
+
+
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        (
+            {"dialogue_id": "x", "speakers": ["USER"], "turns": ["a", "b"]},
+            "field 'speakers' has 1 entries for 2 turns",
+        ),
+        ({"dialogue_id": "x", "turns": ["a"]}, r"missing field\(s\) \['speakers'\]"),
+    ],
+)
+def test_read_sgd_names_file_row_and_field(tmp_path, row, match):
+    good = {"dialogue_id": "ok", "speakers": ["USER"], "turns": ["hi"]}
+    (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=f"train.jsonl: row 2: {match}"):
+        read_sgd(tmp_path / "train.jsonl")

@@ -1,18 +1,22 @@
 """Summarization data: reader, tokenizer, features, encoders (chunking, truncation), collator, synthetic data."""
 
+import functools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from hf_sparse.data.loading import load_jsonl_splits
 from hf_sparse.tasks.summarization.data import (
     ExtractiveCollator,
     add_summarization_tokens,
+    check_summarization_row,
     encode_abstractive,
     encode_extractive,
-    read_summarization_jsonl,
     sentence_features,
+    summarization_examples,
     synthetic_copy_documents,
 )
 from hf_sparse.tasks.summarization.sentences import split_sentences
@@ -30,6 +34,17 @@ def tok():
 def _write(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def read_summarization_jsonl(path, query_mode="none"):
+    """The task's reading path: load_dataset json, rows checked in map, expanded by query_mode."""
+    path = Path(path)
+    split = path.name.split(".")[0]
+    check = functools.partial(check_summarization_row, query_mode=query_mode)
+    ds = load_jsonl_splits(str(path.parent), splits=(split,), optional=(), check=check)[split]
+    ds = ds.map(summarization_examples, batched=True, with_indices=True, fn_kwargs={"query_mode": query_mode},
+                remove_columns=ds.column_names)  # fmt: skip
+    return list(ds)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -58,18 +73,18 @@ def test_reader_modes(tmp_path):
 @pytest.mark.parametrize(
     "line,match",
     [
-        ('{"document": "", "summary": "s"}', "'document' is empty"),
-        ('{"document": 3, "summary": "s"}', "'document' must be a string"),
-        ('{"document": "d"}', "'summary' must be a string"),
-        ('{"document": "d", "summary": "s", "references": "s"}', "'references' must be a list"),
-        ("[1, 2]", "expected a JSON object"),
-        ("{oops", "not valid JSON"),
+        ('{"document": "", "summary": "s"}', "row 2: field 'document' is empty"),
+        ('{"document": "d"}', "row 2: field 'summary' must be a string"),
+        ('{"document": "d", "summary": "s", "references": "s"}', "row 2: field 'references' must be a list"),
+        ('{"document": 3, "summary": "s"}', "row 2: field 'document' must be a string"),
+        ("[1, 2]", "not a readable JSON Lines file"),
+        ("{oops", "not a readable JSON Lines file"),
     ],
 )
 def test_reader_names_bad_rows(tmp_path, line, match):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"document": "ok.", "summary": "ok"}\n' + line + "\n")
-    with pytest.raises(ValueError, match=f"bad.jsonl:2: .*{match}"):
+    with pytest.raises(ValueError, match=f"bad.jsonl: .*{match}"):
         read_summarization_jsonl(path)
 
 
