@@ -148,7 +148,7 @@ def split_by_group(dataset, test_fraction: float, validation_fraction: float, se
         out["validation"], rest = parts["train"], parts["test"]
     out["train"] = rest
     return {
-        split: out[split].sort("_group").remove_columns("_group")
+        split: out[split].select(np.argsort(out[split]["_group"])).remove_columns("_group")
         for split in ("train", "validation", "test")
         if split in out
     }

@@ -81,22 +81,23 @@ def make_shareable(folder) -> None:
 
 
 def list_checkpoints(output_dir) -> list[str]:
-    """Paths of the ``checkpoint-N`` folders in ``output_dir``, sorted by step (staging folders excluded)."""
+    """Paths of the ``checkpoint-N`` folders in ``output_dir``, sorted by step (transformers'
+    ``sort_checkpoints``; staging folders and other ``checkpoint-*`` names excluded)."""
+    from transformers.trainer_utils import sort_checkpoints
+
     output_dir = os.fspath(output_dir)
     if not os.path.isdir(output_dir):
         return []
-    found = []
-    for entry in os.listdir(output_dir):
-        match = _CHECKPOINT_RE.match(entry)
-        if match and os.path.isdir(os.path.join(output_dir, entry)):
-            found.append((int(match.group(1)), os.path.join(output_dir, entry)))
-    return [path for _, path in sorted(found)]
+    return [p for p in sort_checkpoints(output_dir) if _CHECKPOINT_RE.match(os.path.basename(p))]
 
 
 def latest_checkpoint(output_dir) -> str | None:
-    """The ``checkpoint-N`` folder with the highest N in ``output_dir``, or None (also if it is missing)."""
-    checkpoints = list_checkpoints(output_dir)
-    return checkpoints[-1] if checkpoints else None
+    """The ``checkpoint-N`` folder with the highest N in ``output_dir`` (transformers'
+    ``get_last_checkpoint``), or None (also if ``output_dir`` is missing)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    output_dir = os.fspath(output_dir)
+    return get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
 
 
 def _check_safetensors(path: str) -> None:
