@@ -100,3 +100,18 @@ def test_second_build_reuses_the_cache():
         assert first._fingerprint == second._fingerprint
         assert first.cache_files and first.cache_files == second.cache_files
         assert first[:] == second[:]
+
+
+def test_hf_sparse_imports_without_datasets():
+    """datasets is a train extra: the package and its data modules import without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['datasets'] = None\n"  # makes `import datasets` raise ImportError
+        "import hf_sparse, hf_sparse.data.loading, hf_sparse.tasks.motif.data, hf_sparse.tasks.dialogue.data\n"
+        "import hf_sparse.tasks.summarization.data\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
