@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ...data.padding import padded_length
 from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
 
@@ -60,9 +61,7 @@ class MotifCollator:
         lengths = [len(f["input_ids"]) for f in features]
         if min(lengths) == 0:
             raise ValueError(f"example {lengths.index(0)} has no tokens")
-        n = max(lengths)
-        if self.pad_to_multiple_of:
-            n = -(-n // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        n = padded_length(max(lengths), self.pad_to_multiple_of)
         batch = len(features)
         input_ids = torch.full((batch, n), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((batch, n), dtype=torch.long)

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...data.padding import padded_length
 from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
 from .sentences import split_sentences
@@ -374,10 +375,6 @@ def encode_abstractive(
 # ---------------------------------------------------------------- collators
 
 
-def _padded_length(length: int, multiple: int | None) -> int:
-    return length if not multiple else -(-length // multiple) * multiple
-
-
 @dataclass
 class ExtractiveCollator:
     """Pads ``input_ids`` (with ``pad_token_id``; ``attention_mask`` 0 there) to the longest row, rounded
@@ -403,7 +400,7 @@ class ExtractiveCollator:
             batch = self(rows)
             batch["document_index"] = torch.tensor(owner, dtype=torch.long)
             return batch
-        length = _padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
+        length = padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
         ids = torch.full((len(features), length), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(features), length), dtype=torch.long)
         for b, f in enumerate(features):
