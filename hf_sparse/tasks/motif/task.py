@@ -1,19 +1,22 @@
 """DNA motif detection fine-tuning (``task: motif-detection``): per-base motif tags and a sequence head.
 
-Three data sources (recipe key ``data``):
+Three data sources (recipe key ``data``), each read into ``datasets.Dataset`` splits (cached by the
+datasets library; preprocessing in ``map`` with the recipe's ``num_proc``):
 
 - ``synthetic`` (no files needed): :class:`~hf_sparse.tasks.motif.data.SyntheticMotifGenerator` plants instances
   sampled from the built-in JASPAR motifs (``motifs``: a subset of their names) into i.i.d. background
   (or windows of ``background_fasta``). Splits are disjoint ranges of example indices of one seeded
-  generator. Per-base BIO tags + multi-hot motif presence.
+  generator (``Dataset.from_generator``). Per-base BIO tags + multi-hot motif presence.
 - ``classification``: ``data_dir`` with ``train/validation/test.jsonl`` rows ``{"sequence", "label"}``
-  (int class id; ``label_name`` optional), e.g. Genomic Benchmarks human non-TATA promoters. A
+  (int class id; ``label_name`` optional; ``load_dataset("json")``, rows checked with errors naming file,
+  row and field), e.g. Genomic Benchmarks human non-TATA promoters. A
   sequence-level classifier only (no per-base head).
 - ``scan``: FASTA sequences (``fasta``, e.g. CTCF ChIP-seq peaks) labelled per base by scanning the
   motifs ``motif_ids`` of ``motif_file`` (JASPAR or TRANSFAC) with a relative ``scan_threshold``; with
   ``negatives: shuffle`` every sequence also gets a dinucleotide-shuffled copy (labelled by the same
-  scan), and the sequence head classifies peak vs shuffled. Split by a seeded permutation of the
-  records (a record and its shuffled copy stay in the same split).
+  scan), and the sequence head classifies peak vs shuffled. The records are split first (seeded
+  ``train_test_split`` of the records, :func:`hf_sparse.data.loading.split_by_group`), then labelled, so
+  a record and its shuffled copy stay in the same split.
 
 Metrics (each evaluation; ``eval_``/``test_`` prefixes added by the runner):
 
