@@ -4,7 +4,8 @@ seeded splits by group, and deterministic ``map`` fingerprints (so a second run 
 ``datasets`` is imported inside the functions: importing ``hf_sparse`` does not need the ``train``
 extra.
 
-- :func:`load_jsonl_splits`: ``{split}.jsonl`` of a folder with ``load_dataset("json", ...)``.
+- :func:`load_jsonl_splits`: ``{split}.jsonl`` of a folder, each with :func:`load_jsonl`
+  (``load_dataset("json", ...)``).
 - :func:`validate_rows`: ``dataset.map(check)`` where ``check(row, where)`` raises ``ValueError``;
   ``where`` is ``"<file>: row <n>"`` (``n`` counts the file's rows from 1, blank lines skipped),
   so every error names the file, the row and (by the check) the field.
@@ -60,22 +61,14 @@ def _callable_key(fn) -> list:
     return [fn.__module__, fn.__qualname__]
 
 
-def load_jsonl_splits(
+def jsonl_files(
     data_dir: str,
     splits: Sequence[str] = ("train", "validation", "test"),
     optional: Sequence[str] = ("test",),
     key: str = "data_dir",
-    check: Callable[[dict, str], None] | None = None,
-) -> dict[str, Any]:
-    """``{split: datasets.Dataset}`` of ``data_dir/{split}.jsonl`` (plain or ``.jsonl.gz``), every
-    row checked with ``check`` (:func:`validate_rows`) when given.
-
-    A split in ``optional`` may be missing; any other missing file is ``FileNotFoundError`` naming
-    ``key`` and the folder. A file ``load_dataset`` cannot read (invalid JSON, a field whose type
-    changes between rows) is ``ValueError`` naming the file.
-    """
-    from datasets import load_dataset
-
+) -> dict[str, str]:
+    """``{split: path}`` of ``data_dir/{split}.jsonl`` (or ``.jsonl.gz``). A split in ``optional`` may
+    be missing; any other missing file is ``FileNotFoundError`` naming ``key`` and the folder."""
     files = {}
     for split in splits:
         for name in (f"{split}.jsonl", f"{split}.jsonl.gz"):
@@ -85,16 +78,36 @@ def load_jsonl_splits(
         else:
             if split not in optional:
                 raise FileNotFoundError(f"{key}={data_dir!r} has no {split}.jsonl")
-    out = {}
-    for split, path in files.items():
-        try:
-            out[split] = load_dataset("json", data_files={split: path}, split=split)
-        except Exception as e:  # datasets wraps JSON and Arrow errors in its own types
-            cause = e.__cause__ or e
-            raise ValueError(f"{path}: not a readable JSON Lines file: {cause}") from e
-        if check is not None:
-            out[split] = validate_rows(out[split], check, path)
-    return out
+    return files
+
+
+def load_jsonl_splits(
+    data_dir: str,
+    splits: Sequence[str] = ("train", "validation", "test"),
+    optional: Sequence[str] = ("test",),
+    key: str = "data_dir",
+    check: Callable[[dict, str], None] | None = None,
+) -> dict[str, Any]:
+    """``{split: datasets.Dataset}`` of the :func:`jsonl_files` of ``data_dir``, each read with
+    :func:`load_jsonl` (rows checked with ``check`` when given)."""
+    return {
+        split: load_jsonl(path, check) for split, path in jsonl_files(data_dir, splits, optional, key).items()
+    }
+
+
+def load_jsonl(path: str, check: Callable[[dict, str], None] | None = None):
+    """One JSON Lines file (plain or gzip) as a ``datasets.Dataset`` (``load_dataset("json")``), every
+    row checked with ``check`` (:func:`validate_rows`) when given. ``ValueError`` naming the file if
+    ``load_dataset`` cannot read it."""
+    from datasets import load_dataset
+
+    path = os.path.abspath(os.fspath(path))
+    try:
+        dataset = load_dataset("json", data_files={"rows": path}, split="rows")
+    except Exception as e:  # datasets wraps JSON and Arrow errors in its own types
+        cause = e.__cause__ or e
+        raise ValueError(f"{path}: not a readable JSON Lines file: {cause}") from e
+    return dataset if check is None else validate_rows(dataset, check, path)
 
 
 def validate_rows(dataset, check: Callable[[dict, str], None], source: str):
@@ -157,6 +170,8 @@ def split_by_group(dataset, test_fraction: float, validation_fraction: float, se
 __all__ = [
     "DEFAULT_NUM_PROC",
     "fingerprint",
+    "jsonl_files",
+    "load_jsonl",
     "load_jsonl_splits",
     "num_proc_for",
     "split_by_group",

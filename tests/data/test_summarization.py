@@ -1,22 +1,18 @@
 """Summarization data: reader, tokenizer, features, encoders (chunking, truncation), collator, synthetic data."""
 
-import functools
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from hf_sparse.data.loading import load_jsonl_splits
 from hf_sparse.tasks.summarization.data import (
     ExtractiveCollator,
     add_summarization_tokens,
-    check_summarization_row,
     encode_abstractive,
     encode_extractive,
+    load_summarization_examples,
     sentence_features,
-    summarization_examples,
     synthetic_copy_documents,
 )
 from hf_sparse.tasks.summarization.sentences import split_sentences
@@ -37,14 +33,7 @@ def _write(path, rows):
 
 
 def read_summarization_jsonl(path, query_mode="none"):
-    """The task's reading path: load_dataset json, rows checked in map, expanded by query_mode."""
-    path = Path(path)
-    split = path.name.split(".")[0]
-    check = functools.partial(check_summarization_row, query_mode=query_mode)
-    ds = load_jsonl_splits(str(path.parent), splits=(split,), optional=(), check=check)[split]
-    ds = ds.map(summarization_examples, batched=True, with_indices=True, fn_kwargs={"query_mode": query_mode},
-                remove_columns=ds.column_names)  # fmt: skip
-    return list(ds)
+    return list(load_summarization_examples(path, query_mode))
 
 
 # ------------------------------------------------------------------------------------------ reading

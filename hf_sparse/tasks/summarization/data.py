@@ -30,7 +30,9 @@ alphanumeric runs.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import random
 import re
 from collections import Counter
@@ -129,6 +131,24 @@ def summarization_examples(
         query = row["summary_query"] if query_mode == "summary_query" else None
         add(row_id, row["document"], row["summary"], list(row.get("references") or [row["summary"]]), query)
     return out
+
+
+def load_summarization_examples(path: str | os.PathLike, query_mode: str = "none", limit: int | None = None):
+    """The examples of one summarization JSON Lines file (a ``datasets.Dataset``): rows read with
+    ``load_dataset("json")`` and checked (:func:`check_summarization_row`: ``ValueError`` naming file,
+    row and field), the first ``limit`` rows (documents) kept, then expanded by ``query_mode``
+    (:func:`summarization_examples`)."""
+    from ...data.loading import fingerprint, load_jsonl
+
+    check = functools.partial(check_summarization_row, query_mode=query_mode)
+    rows = load_jsonl(path, check)
+    if limit and limit < len(rows):
+        rows = rows.select(range(limit))
+    return rows.map(
+        summarization_examples, batched=True, with_indices=True, fn_kwargs={"query_mode": query_mode},
+        remove_columns=rows.column_names, desc=f"examples of {os.path.basename(os.fspath(path))}",
+        new_fingerprint=fingerprint(rows._fingerprint, "summarization_examples", query_mode),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -472,6 +492,7 @@ __all__ = [
     "add_summarization_tokens",
     "encode_abstractive",
     "encode_extractive",
+    "load_summarization_examples",
     "check_summarization_row",
     "sentence_features",
     "summarization_examples",

@@ -1,7 +1,7 @@
 """Long-document summarization fine-tuning tasks on ScisummNet, QMSum, SQuALITY (or any data in their format).
 
 Data: ``data_dir`` holds ``train.jsonl``, ``validation.jsonl`` and (optionally) ``test.jsonl`` with
-``document`` and ``summary`` per row, read with ``datasets`` (``hf_sparse.tasks.summarization.data.check_summarization_row``); rows with
+``document`` and ``summary`` per row, read with ``datasets`` (``hf_sparse.tasks.summarization.data.load_summarization_examples``); rows with
 ``references`` (SQuALITY's four) are scored against all of them (ROUGE takes the best reference per
 example); ``query_mode`` turns QMSum's queries into query-focused examples.
 
@@ -26,14 +26,13 @@ with the ``<sent>`` / ``<query_sep>`` markers; nothing is downloaded.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...data.loading import fingerprint, load_jsonl_splits, num_proc_for, tokenizer_fingerprint
+from ...data.loading import fingerprint, jsonl_files, num_proc_for, tokenizer_fingerprint
 from ...training import Task, path_field, register_task
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
@@ -43,11 +42,10 @@ from .data import (
     SENTENCE_FEATURES,
     ExtractiveCollator,
     add_summarization_tokens,
-    check_summarization_row,
     encode_abstractive,
     encode_extractive,
+    load_summarization_examples,
     sentence_features,
-    summarization_examples,
     train_summarization_tokenizer,
 )
 from .metrics import ORACLE_METRICS, oracle_labels, select_in_order
@@ -306,18 +304,10 @@ class _SummarizationTask(Task):
         """The examples of each split (``datasets.Dataset``, read once): the first
         ``max_train_documents`` / ``max_eval_documents`` rows, expanded by ``query_mode``."""
         if self._rows is None:
-            check = functools.partial(check_summarization_row, query_mode=args.query_mode)
             rows = {}
-            for split, ds in load_jsonl_splits(args.data_dir, check=check).items():
+            for split, path in jsonl_files(args.data_dir).items():
                 limit = args.max_train_documents if split == "train" else args.max_eval_documents
-                if limit and limit < len(ds):
-                    ds = ds.select(range(limit))
-                rows[split] = ds.map(
-                    summarization_examples, batched=True, with_indices=True,
-                    fn_kwargs={"query_mode": args.query_mode}, remove_columns=ds.column_names,
-                    new_fingerprint=fingerprint(ds._fingerprint, "summarization_examples", args.query_mode),
-                    desc=f"{split} examples",
-                )  # fmt: skip
+                rows[split] = load_summarization_examples(path, args.query_mode, limit)
             self._rows = rows
         return self._rows
 
