@@ -484,7 +484,7 @@ def sgd_dir(shared_data):
 
 
 def test_sgd_validation_every_user_turn_has_an_intent_id(sgd_dir):
-    dialogues = read_sgd(os.path.join(sgd_dir, "validation.jsonl"))
+    dialogues = _dialogues_of(os.path.join(sgd_dir, "validation.jsonl"))
     assert len(dialogues) == 300
     labels = DialogueLabels.from_dialogues(dialogues)
     assert labels.n_acts == 18 and labels.n_intents > 1 and labels.intents[0] == "NONE"
@@ -500,10 +500,10 @@ def test_sgd_validation_every_user_turn_has_an_intent_id(sgd_dir):
 
 
 def test_sgd_train_labels_mark_unseen_validation_intents(sgd_dir):
-    train = read_sgd(os.path.join(sgd_dir, "train.jsonl"))
+    train = _dialogues_of(os.path.join(sgd_dir, "train.jsonl"))
     labels = DialogueLabels.from_dialogues(train)
     assert labels.n_acts == 18 and labels.n_intents == 37  # 36 intents + NONE (README)
-    validation = read_sgd(os.path.join(sgd_dir, "validation.jsonl"))
+    validation = _dialogues_of(os.path.join(sgd_dir, "validation.jsonl"))
     user = [
         (intent, labels.intent_id(intent))
         for d in validation
@@ -515,7 +515,7 @@ def test_sgd_train_labels_mark_unseen_validation_intents(sgd_dir):
     assert not set(unseen) & labels.seen_intents
 
 
-def read_sgd(path):
+def _dialogues_of(path):
     """The tasks' reading path: load_dataset json, every row checked in map."""
     folder, name = os.path.split(path)
     split = name.split(".")[0]
@@ -536,4 +536,4 @@ def test_read_sgd_names_file_row_and_field(tmp_path, row, match):
     good = {"dialogue_id": "ok", "speakers": ["USER"], "turns": ["hi"]}
     (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(ValueError, match=f"train.jsonl: row 2: {match}"):
-        read_sgd(tmp_path / "train.jsonl")
+        _dialogues_of(tmp_path / "train.jsonl")

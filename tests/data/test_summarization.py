@@ -32,7 +32,7 @@ def _write(path, rows):
     return path
 
 
-def read_summarization_jsonl(path, query_mode="none"):
+def _examples_of(path, query_mode="none"):
     return list(load_summarization_examples(path, query_mode))
 
 
@@ -45,18 +45,18 @@ def test_reader_modes(tmp_path):
     path = _write(
         tmp_path / "d.jsonl", [row, {"document": "X.", "summary": "Y.", "references": ["Y.", "Z."]}]
     )
-    plain = read_summarization_jsonl(path)
+    plain = _examples_of(path)
     assert [e["references"] for e in plain] == [["They met."], ["Y.", "Z."]]
     assert plain[0]["query"] is None and plain[1]["id"] == "2"
     with pytest.raises(ValueError, match="summary_query"):
-        read_summarization_jsonl(path, "summary_query")  # row 2 has none
-    specific = read_summarization_jsonl(_write(tmp_path / "s.jsonl", [row]), "specific")
+        _examples_of(path, "summary_query")  # row 2 has none
+    specific = _examples_of(_write(tmp_path / "s.jsonl", [row]), "specific")
     assert [(e["id"], e["query"], e["summary"]) for e in specific] == [
         ("m1/0", "Who left?", "B."),
         ("m1/1", "Who came?", "A."),
     ]
     with pytest.raises(ValueError, match="query_mode"):
-        read_summarization_jsonl(path, "all")
+        _examples_of(path, "all")
 
 
 @pytest.mark.parametrize(
@@ -74,11 +74,11 @@ def test_reader_names_bad_rows(tmp_path, line, match):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"document": "ok.", "summary": "ok"}\n' + line + "\n")
     with pytest.raises(ValueError, match=f"bad.jsonl: .*{match}"):
-        read_summarization_jsonl(path)
+        _examples_of(path)
 
 
 def test_shared_squality_has_four_references(shared_data):
-    rows = read_summarization_jsonl(f"{shared_data}/summarization/squality/validation.jsonl")
+    rows = _examples_of(f"{shared_data}/summarization/squality/validation.jsonl")
     assert len(rows) == 25 and all(len(r["references"]) == 4 for r in rows)
 
 
@@ -194,6 +194,4 @@ def test_synthetic_copy_documents(tmp_path):
         sents = split_sentences(r["document"])
         assert 4 <= len(sents) <= 8 and sents[0] == r["summary"]
     write_jsonl(tmp_path / "x.jsonl", rows)
-    assert [e["summary"] for e in read_summarization_jsonl(tmp_path / "x.jsonl")] == [
-        r["summary"] for r in rows
-    ]
+    assert [e["summary"] for e in _examples_of(tmp_path / "x.jsonl")] == [r["summary"] for r in rows]
