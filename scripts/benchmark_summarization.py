@@ -199,7 +199,7 @@ def write_markdown(result: dict, path: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from hf_sparse.tasks.summarization.data import read_summarization_jsonl
+    from hf_sparse.tasks.summarization.data import load_summarization_examples
 
     started = time.perf_counter()
     try:
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         "datasets": {},
     }
     for ds in args.datasets:
-        rows = read_summarization_jsonl(os.path.join(args.data_root, ds, "test.jsonl"))
+        rows = list(load_summarization_examples(os.path.join(args.data_root, ds, "test.jsonl")))
         entry = {"documents": len(rows), "baselines": baselines(rows)}
         print(ds, json.dumps(entry["baselines"]), flush=True)
         folder, entry["training"] = train(ds, args)

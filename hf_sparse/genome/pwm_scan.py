@@ -14,8 +14,8 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 
-from ..tasks.motif.data import Motif, read_motifs, scan
 from ..pipelines.progress import check_progress, wants_progress
+from ..tasks.motif.data import Motif, read_motifs, scan
 from .fasta_index import DEFAULT_CHUNK, FastaFile, MemoryFasta
 from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
 

@@ -2,41 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
-from pathlib import Path
+
+from ..utils.io import atomic_write as _atomic_write
 
 
 def _version() -> str:
     from .. import __version__
 
     return __version__
-
-
-def _file_mode() -> int:
-    """The mode ``open()`` gives a new file under the current umask (0644 under umask 022)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def _atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``:
-    readers see the old file or the new one, never half of one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            os.fchmod(f.fileno(), _file_mode())  # mkstemp makes 0600; a saved file follows the umask
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -60,4 +34,4 @@ def _check_repo_id(repo_id) -> str:
     return repo_id
 
 
-__all__ = ["_atomic_write", "_check_repo_id", "_file_mode", "_version"]
+__all__ = ["_atomic_write", "_check_repo_id", "_version"]

@@ -18,7 +18,8 @@ import json
 import os
 import re
 import shutil
-import uuid
+
+from ..utils.io import write_json_atomic
 
 __all__ = [
     "CheckpointError",
@@ -55,23 +56,6 @@ class CheckpointError(ValueError):
     """A checkpoint folder is incomplete or corrupt; the message names the folder and what is wrong."""
 
 
-def write_json_atomic(path, obj, **dump_kwargs) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary sibling + ``os.replace`` (never half-written)."""
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    dump_kwargs.setdefault("indent", 2)
-    dump_kwargs.setdefault("default", str)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, **dump_kwargs)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def make_shareable(folder) -> None:
     """Give files in ``folder`` (recursively; or the file ``folder``) that only their owner can read
     the mode the umask gives.
@@ -97,22 +81,23 @@ def make_shareable(folder) -> None:
 
 
 def list_checkpoints(output_dir) -> list[str]:
-    """Paths of the ``checkpoint-N`` folders in ``output_dir``, sorted by step (staging folders excluded)."""
+    """Paths of the ``checkpoint-N`` folders in ``output_dir``, sorted by step (transformers'
+    ``sort_checkpoints``; staging folders and other ``checkpoint-*`` names excluded)."""
+    from transformers.trainer_utils import sort_checkpoints
+
     output_dir = os.fspath(output_dir)
     if not os.path.isdir(output_dir):
         return []
-    found = []
-    for entry in os.listdir(output_dir):
-        match = _CHECKPOINT_RE.match(entry)
-        if match and os.path.isdir(os.path.join(output_dir, entry)):
-            found.append((int(match.group(1)), os.path.join(output_dir, entry)))
-    return [path for _, path in sorted(found)]
+    return [p for p in sort_checkpoints(output_dir) if _CHECKPOINT_RE.match(os.path.basename(p))]
 
 
 def latest_checkpoint(output_dir) -> str | None:
-    """The ``checkpoint-N`` folder with the highest N in ``output_dir``, or None (also if it is missing)."""
-    checkpoints = list_checkpoints(output_dir)
-    return checkpoints[-1] if checkpoints else None
+    """The ``checkpoint-N`` folder with the highest N in ``output_dir`` (transformers'
+    ``get_last_checkpoint``), or None (also if ``output_dir`` is missing)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    output_dir = os.fspath(output_dir)
+    return get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
 
 
 def _check_safetensors(path: str) -> None:

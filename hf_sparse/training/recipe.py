@@ -48,6 +48,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from ..tasks.arguments import RENAMED_KEYS
+from ..utils.validation import check_positive_int
 from .tasks import get_task
 
 __all__ = [
@@ -162,6 +163,13 @@ class RecipeArguments:
     max_test_samples: int | None = field(
         default=None, metadata={"help": "Use at most this many test examples (the first ones)."}
     )
+    num_proc: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes for the datasets.map preprocessing (tokenization, labelling); None: up to "
+            "4 (the machine's cores), only for splits large enough to gain; 1: in process."
+        },
+    )
     plots: bool = field(default=True, metadata={"help": "Write loss.png (train and eval loss curves)."})
     model_card: bool = field(
         default=True, metadata={"help": "Write README.md (model card via hf_sparse.hub) into output_dir."}
@@ -183,16 +191,13 @@ class RecipeArguments:
     def __post_init__(self):
         if not isinstance(self.task, str) or not self.task.strip():
             raise ValueError(f"task must be a non-empty string, got {self.task!r}")
-        if self.lora_r <= 0:
-            raise ValueError(f"lora_r must be a positive int, got {self.lora_r!r}")
+        check_positive_int("lora_r", self.lora_r)
         if self.lora_alpha <= 0:
             raise ValueError(f"lora_alpha must be positive, got {self.lora_alpha!r}")
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
-        for name in ("max_train_samples", "max_eval_samples", "max_test_samples"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "num_proc"):
+            check_positive_int(name, getattr(self, name), allow_none=True)
 
 
 # --- typed values -------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from typing import Any
 from .callbacks import LogHistoryCallback, loss_series
 from .checkpoints import (
     atomic_trainer_class,
+    latest_checkpoint,
     list_checkpoints,
     make_shareable,
     validate_checkpoint,
@@ -81,14 +82,15 @@ def _resume_checkpoint(recipe_args, training_args) -> str | None:
     Runs on every process without collectives, so a user error is raised by all of them alike.
     """
     output_dir = training_args.output_dir
-    existing = list_checkpoints(output_dir)
     if recipe_args.resume:
-        if not existing:
+        latest = latest_checkpoint(output_dir)  # transformers' get_last_checkpoint
+        if latest is None:
             logger.warning("resume: no checkpoint in %s yet; training from scratch", output_dir)
             return None
-        state = validate_checkpoint(existing[-1])
-        logger.warning("resuming from %s (step %s)", existing[-1], state.get("global_step"))
-        return existing[-1]
+        state = validate_checkpoint(latest)
+        logger.warning("resuming from %s (step %s)", latest, state.get("global_step"))
+        return latest
+    existing = list_checkpoints(output_dir)
     if existing and not recipe_args.overwrite_output_dir:
         names = ", ".join(os.path.basename(p) for p in existing)
         raise RecipeError(
@@ -424,6 +426,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     if resume is not None:
         recipe_args.resume = bool(resume)
     task = get_task(recipe_args.task)()
+    task.num_proc = recipe_args.num_proc
     output_dir = training_args.output_dir
     push = training_args.push_to_hub
     training_args.push_to_hub = False  # pushed once at the end through hf_sparse.hub, not by the Trainer

@@ -83,6 +83,9 @@ class Task:
     training_arguments_class: ClassVar[type | None] = None  # None: transformers.TrainingArguments
     lora_task_type: ClassVar[str | None] = None
     model_accepts_loss_kwargs: ClassVar[bool | None] = False
+    #: processes of the preprocessing ``datasets.map`` calls (the recipe's ``num_proc``, set by the
+    #: runner; None: :data:`hf_sparse.data.loading.DEFAULT_NUM_PROC` where a split is large enough).
+    num_proc: int | None = None
 
     # --- builders (every process) -------------------------------------------------------------
 

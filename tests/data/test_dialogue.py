@@ -8,12 +8,13 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import BertTokenizer, PreTrainedTokenizerFast
 
+from hf_sparse.data.loading import load_jsonl_splits
 from hf_sparse.tasks.dialogue.collator import DialogueTrackingCollator, ResponseSelectionCollator
 from hf_sparse.tasks.dialogue.data import (
     DialogueLabels,
     build_selection_examples,
     build_tracking_examples,
-    read_sgd,
+    check_sgd_record,
 )
 from hf_sparse.tasks.dialogue.formatter import DialogueFormatter
 
@@ -482,7 +483,7 @@ def sgd_dir(shared_data):
 
 
 def test_sgd_validation_every_user_turn_has_an_intent_id(sgd_dir):
-    dialogues = read_sgd(os.path.join(sgd_dir, "validation.jsonl"))
+    dialogues = _dialogues_of(os.path.join(sgd_dir, "validation.jsonl"))
     assert len(dialogues) == 300
     labels = DialogueLabels.from_dialogues(dialogues)
     assert labels.n_acts == 18 and labels.n_intents > 1 and labels.intents[0] == "NONE"
@@ -498,10 +499,10 @@ def test_sgd_validation_every_user_turn_has_an_intent_id(sgd_dir):
 
 
 def test_sgd_train_labels_mark_unseen_validation_intents(sgd_dir):
-    train = read_sgd(os.path.join(sgd_dir, "train.jsonl"))
+    train = _dialogues_of(os.path.join(sgd_dir, "train.jsonl"))
     labels = DialogueLabels.from_dialogues(train)
     assert labels.n_acts == 18 and labels.n_intents == 37  # 36 intents + NONE (README)
-    validation = read_sgd(os.path.join(sgd_dir, "validation.jsonl"))
+    validation = _dialogues_of(os.path.join(sgd_dir, "validation.jsonl"))
     user = [
         (intent, labels.intent_id(intent))
         for d in validation
@@ -513,8 +514,25 @@ def test_sgd_train_labels_mark_unseen_validation_intents(sgd_dir):
     assert not set(unseen) & labels.seen_intents
 
 
-def test_read_sgd_names_file_and_line(tmp_path):
-    path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"dialogue_id": "x", "speakers": ["USER"], "turns": ["a", "b"]}) + "\n")
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: field 'speakers' has 1 entries for 2 turns"):
-        read_sgd(path)
+def _dialogues_of(path):
+    """The tasks' reading path: load_dataset json, every row checked in map."""
+    folder, name = os.path.split(path)
+    split = name.split(".")[0]
+    return load_jsonl_splits(folder, splits=(split,), optional=(), check=check_sgd_record)[split]
+
+
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        (
+            {"dialogue_id": "x", "speakers": ["USER"], "turns": ["a", "b"]},
+            "field 'speakers' has 1 entries for 2 turns",
+        ),
+        ({"dialogue_id": "x", "turns": ["a"]}, r"missing field\(s\) \['speakers'\]"),
+    ],
+)
+def test_read_sgd_names_file_row_and_field(tmp_path, row, match):
+    good = {"dialogue_id": "ok", "speakers": ["USER"], "turns": ["hi"]}
+    (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=f"train.jsonl: row 2: {match}"):
+        _dialogues_of(tmp_path / "train.jsonl")

@@ -11,12 +11,12 @@ from hf_sparse.tasks.summarization.data import (
     add_summarization_tokens,
     encode_abstractive,
     encode_extractive,
-    read_summarization_jsonl,
+    load_summarization_examples,
     sentence_features,
     synthetic_copy_documents,
-    write_jsonl,
 )
 from hf_sparse.tasks.summarization.sentences import split_sentences
+from hf_sparse.utils.io import write_jsonl
 from tests.models.summarization_tiny import tiny_tokenizer
 
 SENT, QSEP = 5, 6
@@ -32,6 +32,10 @@ def _write(path, rows):
     return path
 
 
+def _examples_of(path, query_mode="none"):
+    return list(load_summarization_examples(path, query_mode))
+
+
 # ------------------------------------------------------------------------------------------ reading
 
 
@@ -41,40 +45,40 @@ def test_reader_modes(tmp_path):
     path = _write(
         tmp_path / "d.jsonl", [row, {"document": "X.", "summary": "Y.", "references": ["Y.", "Z."]}]
     )
-    plain = read_summarization_jsonl(path)
+    plain = _examples_of(path)
     assert [e["references"] for e in plain] == [["They met."], ["Y.", "Z."]]
     assert plain[0]["query"] is None and plain[1]["id"] == "2"
     with pytest.raises(ValueError, match="summary_query"):
-        read_summarization_jsonl(path, "summary_query")  # row 2 has none
-    specific = read_summarization_jsonl(_write(tmp_path / "s.jsonl", [row]), "specific")
+        _examples_of(path, "summary_query")  # row 2 has none
+    specific = _examples_of(_write(tmp_path / "s.jsonl", [row]), "specific")
     assert [(e["id"], e["query"], e["summary"]) for e in specific] == [
         ("m1/0", "Who left?", "B."),
         ("m1/1", "Who came?", "A."),
     ]
     with pytest.raises(ValueError, match="query_mode"):
-        read_summarization_jsonl(path, "all")
+        _examples_of(path, "all")
 
 
 @pytest.mark.parametrize(
     "line,match",
     [
-        ('{"document": "", "summary": "s"}', "'document' is empty"),
-        ('{"document": 3, "summary": "s"}', "'document' must be a string"),
-        ('{"document": "d"}', "'summary' must be a string"),
-        ('{"document": "d", "summary": "s", "references": "s"}', "'references' must be a list"),
-        ("[1, 2]", "expected a JSON object"),
-        ("{oops", "not valid JSON"),
+        ('{"document": "", "summary": "s"}', "row 2: field 'document' is empty"),
+        ('{"document": "d"}', "row 2: field 'summary' must be a string"),
+        ('{"document": "d", "summary": "s", "references": "s"}', "row 2: field 'references' must be a list"),
+        ('{"document": 3, "summary": "s"}', "row 2: field 'document' must be a string"),
+        ("[1, 2]", "not a readable JSON Lines file"),
+        ("{oops", "not a readable JSON Lines file"),
     ],
 )
 def test_reader_names_bad_rows(tmp_path, line, match):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"document": "ok.", "summary": "ok"}\n' + line + "\n")
-    with pytest.raises(ValueError, match=f"bad.jsonl:2: .*{match}"):
-        read_summarization_jsonl(path)
+    with pytest.raises(ValueError, match=f"bad.jsonl: .*{match}"):
+        _examples_of(path)
 
 
 def test_shared_squality_has_four_references(shared_data):
-    rows = read_summarization_jsonl(f"{shared_data}/summarization/squality/validation.jsonl")
+    rows = _examples_of(f"{shared_data}/summarization/squality/validation.jsonl")
     assert len(rows) == 25 and all(len(r["references"]) == 4 for r in rows)
 
 
@@ -189,7 +193,5 @@ def test_synthetic_copy_documents(tmp_path):
     for r in rows:
         sents = split_sentences(r["document"])
         assert 4 <= len(sents) <= 8 and sents[0] == r["summary"]
-    write_jsonl(rows, tmp_path / "x.jsonl")
-    assert [e["summary"] for e in read_summarization_jsonl(tmp_path / "x.jsonl")] == [
-        r["summary"] for r in rows
-    ]
+    write_jsonl(tmp_path / "x.jsonl", rows)
+    assert [e["summary"] for e in _examples_of(tmp_path / "x.jsonl")] == [r["summary"] for r in rows]

@@ -13,12 +13,12 @@ import torch
 from transformers import pipeline
 
 import hf_sparse  # noqa: F401  (registers the model, tokenizer and pipeline)
-from hf_sparse.tasks.motif.data import builtin_motifs, scan
 from hf_sparse.genome import FastaFile, GenomeScanner, MemoryFasta
 from hf_sparse.genome.bgzf import write_bgzf
 from hf_sparse.genome.pwm_scan import pwm_scan
 from hf_sparse.genome.tracks import compare_tracks, read_bed, resolve_overlaps
 from hf_sparse.genome.windows import find_segments
+from hf_sparse.tasks.motif.data import builtin_motifs, scan
 from hf_sparse.tokenization_dna import DNATokenizer, reverse_complement
 from tests.models.motif_tiny import motif_model
 

@@ -1,34 +1,10 @@
-"""BIO decoding, exact and overlap span F1, per-base F1 with -100 positions."""
+"""Exact and overlap span F1, per-base F1 with -100 positions."""
 
 import numpy as np
 import pytest
 import torch
 
-from hf_sparse.tasks.motif.metrics import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
-
-
-@pytest.mark.parametrize(
-    "tags, expected",
-    [
-        (["O", "B-TF", "I-TF", "O"], [("TF", 1, 3)]),
-        (["B-TF", "I-TF"], [("TF", 0, 2)]),
-        (["B-A", "B-A", "I-A"], [("A", 0, 1), ("A", 1, 3)]),
-        (["I-A", "I-A", "O", "I-A"], [("A", 0, 2), ("A", 3, 4)]),  # I- without B- starts a span
-        (["B-A", "I-B", "I-B"], [("A", 0, 1), ("B", 1, 3)]),  # type change starts a span
-        (["B", "I", "O"], [("", 0, 2)]),
-        ([], []),
-        (["O", "O"], []),
-    ],
-)
-def test_spans_from_bio(tags, expected):
-    assert spans_from_bio(tags) == expected
-
-
-def test_spans_from_bio_rejects_bad_tags():
-    with pytest.raises(ValueError, match=r"tags\[1\] is not a BIO tag"):
-        spans_from_bio(["O", "X-A"])
-    with pytest.raises(TypeError, match=r"tags\[0\] must be a str"):
-        spans_from_bio([0, 1])
+from hf_sparse.tasks.motif.metrics import per_base_f1, span_f1, span_overlap_f1
 
 
 def test_span_f1_hand_case():

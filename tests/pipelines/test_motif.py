@@ -14,11 +14,11 @@ from transformers import pipeline
 import hf_sparse  # noqa: F401  (registers the pipeline)
 from hf_sparse.tasks.motif.pipeline import (
     DNAMotifDetectionPipeline,
-    decode_bio,
     fixed_length_spans,
     strand_of,
 )
 from hf_sparse.tokenization_dna import DNATokenizer
+from hf_sparse.utils.labels import spans_from_bio
 from tests.models.motif_tiny import motif_model
 
 G = 7  # token id of G in DNATokenizer(kmer=1)
@@ -153,7 +153,7 @@ def test_fixed_length_decoding_takes_the_best_motif_length_spans():
     probs[2] = [0.05, 0.9, 0.02, 0.02, 0.01]
     probs[3:6, 2], probs[3:6, 0] = 0.9, 0.05
     probs[5, 2], probs[5, 0] = 0.5, 0.45
-    assert decode_bio([id2label[i] for i in probs.argmax(-1)]) == [("X", 2, 6)]
+    assert spans_from_bio([id2label[i] for i in probs.argmax(-1)]) == [("X", 2, 6)]
     assert fixed_length_spans(np.log(probs), id2label, {"X": 3, "Y": 2}) == [("X", 2, 5)]
     assert fixed_length_spans(np.log(probs), id2label, {"X": 30, "Y": 20}) == []  # longer than the sequence
     with pytest.raises(ValueError, match="missing"):
@@ -190,11 +190,6 @@ def test_pipeline_fixed_length_decoding_from_the_config():
     assert [(s["start"], s["end"]) for s in pipe("AAGGGGGGGAA", span_decoding="bio")["spans"]] == [(2, 9)]
     with pytest.raises(ValueError, match="span_decoding"):
         pipe("ACGT", span_decoding="greedy")
-
-
-def test_decode_bio():
-    assert decode_bio(["O", "B-A", "I-A", "I-B", "O", "I-A"]) == [("A", 1, 3), ("B", 3, 4), ("A", 5, 6)]
-    assert decode_bio([]) == []
 
 
 @pytest.mark.parametrize(

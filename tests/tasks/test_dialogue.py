@@ -277,14 +277,15 @@ def test_sinusoidal_init_fills_the_table():
 
 
 def test_evaluation_keeps_the_dataset_order_under_group_by_length(tmp_path):
-    """Predictions are scored against ``dataset.examples`` by index: a length-grouped eval order would pair
+    """Predictions are scored against the dataset's rows by index: a length-grouped eval order would pair
     each prediction with another example's labels."""
+    from datasets import Dataset
     from transformers import TrainingArguments
 
-    from hf_sparse.tasks.dialogue.task import ExampleDataset, _trainer_class
+    from hf_sparse.tasks.dialogue.task import _trainer_class
 
     lengths = [5, 60, 2, 33, 17, 4, 48, 9]
-    dataset = ExampleDataset([{"input_ids": [1] * n} for n in lengths])
+    dataset = Dataset.from_list([{"input_ids": [1] * n} for n in lengths])
     args = TrainingArguments(
         str(tmp_path),
         train_sampling_strategy="group_by_length",

@@ -10,10 +10,11 @@ import torch
 from transformers import EvalPrediction, pipeline
 
 import hf_sparse  # noqa: F401
-from hf_sparse.tasks.summarization.data import synthetic_copy_documents, write_jsonl
+from hf_sparse.tasks.summarization.data import synthetic_copy_documents
 from hf_sparse.tasks.summarization.rouge import rouge
 from hf_sparse.tasks.summarization.task import AbstractiveArguments, ExtractiveArguments
 from hf_sparse.training import get_task, load_recipe, run
+from hf_sparse.utils.io import write_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPES = os.path.join(ROOT, "pipelines", "summarization")
@@ -32,7 +33,7 @@ def _one_thread():
 def copy_data(folder, n_train, seed=0):
     os.makedirs(folder, exist_ok=True)
     for split, n, s in (("train", n_train, seed), ("validation", 16, seed + 1), ("test", 16, seed + 2)):
-        write_jsonl(synthetic_copy_documents(n, seed=s), os.path.join(folder, f"{split}.jsonl"))
+        write_jsonl(os.path.join(folder, f"{split}.jsonl"), synthetic_copy_documents(n, seed=s))
     return str(folder)
 
 

@@ -9,23 +9,11 @@ from typing import Any
 
 import torch
 
-from .formatter import IGNORE_INDEX, _check_positive_int
+from ...data.padding import pad_rows, padded_length
+from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_positive_int
 
 # ---------------------------------------------------------------- collators
-
-
-def _padded_length(length: int, multiple: int | None) -> int:
-    if not multiple:
-        return length
-    return -(-length // multiple) * multiple
-
-
-def _pad_rows(rows: Sequence[Sequence[int]], length: int, value: int) -> torch.Tensor:
-    """``(len(rows), length)`` int64 tensor, each row right-padded with ``value``."""
-    out = torch.full((len(rows), length), value, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.as_tensor(list(row), dtype=torch.long)
-    return out
 
 
 def _check_pad_args(pad_token_id: Any, pad_to_multiple_of: Any) -> None:
@@ -34,7 +22,7 @@ def _check_pad_args(pad_token_id: Any, pad_to_multiple_of: Any) -> None:
             f"pad_token_id must be an int, got {pad_token_id!r} (a tokenizer without a pad token: set "
             "tokenizer.pad_token first, e.g. to its eos token)"
         )
-    _check_positive_int("pad_to_multiple_of", pad_to_multiple_of, allow_none=True)
+    check_positive_int("pad_to_multiple_of", pad_to_multiple_of, allow_none=True)
 
 
 @dataclass
@@ -58,16 +46,16 @@ class DialogueTrackingCollator:
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if len(features) == 0:
             raise ValueError("features is empty: cannot collate an empty batch")
-        length = _padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
+        length = padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
         batch = {
-            "input_ids": _pad_rows([f["input_ids"] for f in features], length, self.pad_token_id),
-            "attention_mask": _pad_rows([f["attention_mask"] for f in features], length, 0),
-            "global_attention_mask": _pad_rows([f["global_attention_mask"] for f in features], length, 0),
+            "input_ids": pad_rows([f["input_ids"] for f in features], length, self.pad_token_id),
+            "attention_mask": pad_rows([f["attention_mask"] for f in features], length, 0),
+            "global_attention_mask": pad_rows([f["global_attention_mask"] for f in features], length, 0),
         }
         n_turns = max(len(f["turn_positions"]) for f in features)
-        batch["turn_positions"] = _pad_rows([f["turn_positions"] for f in features], n_turns, -1)
+        batch["turn_positions"] = pad_rows([f["turn_positions"] for f in features], n_turns, -1)
         if all("intent_labels" in f for f in features):
-            batch["intent_labels"] = _pad_rows(
+            batch["intent_labels"] = pad_rows(
                 [f["intent_labels"] for f in features], n_turns, self.label_pad_id
             )
         if all("act_labels" in f for f in features):
@@ -109,7 +97,7 @@ class ResponseSelectionCollator:
                     f"features[{i}] has {len(f['input_ids'])} candidates, features[0] has {n_candidates}: "
                     "every example in a batch needs the same number of candidates"
                 )
-        length = _padded_length(
+        length = padded_length(
             max(len(ids) for f in features for ids in f["input_ids"]), self.pad_to_multiple_of
         )
         batch = {}
@@ -119,7 +107,7 @@ class ResponseSelectionCollator:
             ("global_attention_mask", 0),
         ):
             rows = [row for f in features for row in f[key]]
-            batch[key] = _pad_rows(rows, length, value).view(len(features), n_candidates, length)  # (B, C, L)
+            batch[key] = pad_rows(rows, length, value).view(len(features), n_candidates, length)  # (B, C, L)
         batch["candidate_positions"] = torch.tensor(
             [list(f["candidate_positions"]) for f in features], dtype=torch.long
         )  # (B, C)

@@ -4,21 +4,18 @@ by :class:`~.formatter.DialogueFormatter`; batched by :mod:`.collator`)."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...data.fasta import PathLike, open_text
+from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_positive_int
 from .formatter import (
     _PARALLEL_FIELDS,
-    IGNORE_INDEX,
     NONE_INTENT,
     SGD_FIELDS,
     DialogueFormatter,
-    _check_positive_int,
     _group,
     _normalize_text,
 )
@@ -51,8 +48,8 @@ def train_dialogue_tokenizer(
 
     if kind not in ("word", "wordpiece"):
         raise ValueError(f"kind must be 'word' or 'wordpiece', got {kind!r}")
-    _check_positive_int("min_frequency", min_frequency)
-    _check_positive_int("vocab_size", vocab_size, allow_none=True)
+    check_positive_int("min_frequency", min_frequency)
+    check_positive_int("vocab_size", vocab_size, allow_none=True)
     if isinstance(texts, str) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -98,40 +95,23 @@ def _checked_text(i: int, text: Any) -> str:
     return text
 
 
-# ---------------------------------------------------------------- SGD reader and labels
+# ---------------------------------------------------------------- SGD rows and labels
 
 
-def read_sgd(path: PathLike) -> list[dict[str, Any]]:
-    """Read a Schema-Guided Dialogue JSON Lines file (plain or gzip): one dialogue dict per non-blank line.
-
-    Each dialogue must have ``dialogue_id``, ``speakers`` and ``turns``; the per-turn fields that are present
-    (``speakers``, ``turns``, ``acts``, ``act_slots``, ``active_intent``, ``services_per_turn``) must have the
-    same length. ``ValueError`` names the file, the line and the field otherwise.
-    """
-    dialogues = []
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{os.fspath(path)}:{lineno}"
-            try:
-                dialogue = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON: {e}") from None
-            _check_sgd_record(dialogue, where)
-            dialogues.append(dialogue)
-    return dialogues
-
-
-def _check_sgd_record(dialogue: Any, where: str) -> None:
+def check_sgd_record(dialogue: Any, where: str) -> None:
+    """A Schema-Guided Dialogue row (``ValueError`` naming ``where`` and the field otherwise): it has
+    ``dialogue_id``, ``speakers`` and ``turns``, and the per-turn fields that are present
+    (``speakers``, ``turns``, ``acts``, ``act_slots``, ``active_intent``, ``services_per_turn``) have one
+    entry per turn. A field that is null counts as absent (``datasets`` fills a field some rows lack
+    with null)."""
     if not isinstance(dialogue, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(dialogue).__name__}")
-    missing = [k for k in SGD_FIELDS if k not in dialogue]
+    missing = [k for k in SGD_FIELDS if dialogue.get(k) is None]
     if missing:
         raise ValueError(f"{where}: missing field(s) {missing}")
     n = len(dialogue["turns"])
     for name in _PARALLEL_FIELDS:
-        if name in dialogue and len(dialogue[name]) != n:
+        if dialogue.get(name) is not None and len(dialogue[name]) != n:
             raise ValueError(f"{where}: field {name!r} has {len(dialogue[name])} entries for {n} turns")
 
 
@@ -366,6 +346,7 @@ def build_selection_examples(
     response_turns: str | int = "all",
     history_window: int | None = None,
     response_speaker: str = "SYSTEM",
+    pool: Sequence[tuple[str, int, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Response-selection examples: a history, the true next response and ``n_negatives`` negatives.
 
@@ -379,25 +360,23 @@ def build_selection_examples(
     their content: adding dialogues changes the pool). Dialogues are told apart by ``dialogue_id`` (their index
     when it is missing), so two dialogues with the same id count as the same dialogue.
     ``history_window=k`` keeps only the last ``k`` turns before the response (``None``: the full history).
+    ``pool`` (:func:`selection_pool` of a larger set of dialogues) draws the negatives from those instead of
+    ``dialogues``: the examples of a batch of dialogues then equal those of the whole set.
 
     Each example has ``dialogue_id``, ``response_turn``, ``history_start`` (original index of the first history
     turn), ``speakers`` and ``turns`` (the history), ``candidates`` and ``labels``; with a ``formatter`` also the
     :meth:`DialogueFormatter.encode_candidates` fields (``turn_index`` in original dialogue indices).
     """
-    _check_positive_int("n_negatives", n_negatives)
-    _check_positive_int("history_window", history_window, allow_none=True)
+    check_positive_int("n_negatives", n_negatives)
+    check_positive_int("history_window", history_window, allow_none=True)
     is_step = isinstance(response_turns, int) and not isinstance(response_turns, bool) and response_turns >= 1
     if not (is_step or response_turns in ("all", "last")):
         raise ValueError(f"response_turns must be 'all', 'last' or a positive int, got {response_turns!r}")
     if len(dialogues) == 0:
         raise ValueError("dialogues is empty: there is nothing to build examples from")
-    keys = [str(dialogue.get("dialogue_id", d)) for d, dialogue in enumerate(dialogues)]
-    pool = sorted(  # canonical order: draws do not depend on the order of `dialogues`
-        (key, t, text)
-        for key, dialogue in zip(keys, dialogues)
-        for t, (speaker, text) in enumerate(zip(dialogue["speakers"], dialogue["turns"]))
-        if speaker == response_speaker
-    )
+    keys = [_dialogue_key(dialogue, d) for d, dialogue in enumerate(dialogues)]
+    if pool is None:
+        pool = selection_pool(dialogues, response_speaker)
     tokenized = _tokenize_dialogues(formatter, dialogues) if formatter is not None else None
     text_ids = {}  # every candidate is some dialogue's turn: look its ids up instead of re-tokenizing
     for dialogue, turn_ids in zip(dialogues, tokenized or ()):
@@ -423,6 +402,9 @@ def build_selection_examples(
                 "labels": candidates.index(positive),
             }
             if formatter is not None:
+                missing = [c for c in dict.fromkeys(candidates) if c not in text_ids]
+                if missing:  # negatives from dialogues outside `dialogues` (a shared pool)
+                    text_ids.update(zip(missing, formatter.tokenize_turns(missing)))
                 history = tokenized[d][start:t]
                 encoded = _group(
                     [formatter.pack(example["speakers"], history, text_ids[c]) for c in candidates]
@@ -431,6 +413,24 @@ def build_selection_examples(
                 example.update(encoded)
             examples.append(example)
     return examples
+
+
+def _dialogue_key(dialogue: Mapping[str, Any], index: int) -> str:
+    dialogue_id = dialogue.get("dialogue_id")
+    return str(index if dialogue_id is None else dialogue_id)
+
+
+def selection_pool(
+    dialogues: Iterable[Mapping[str, Any]], response_speaker: str = "SYSTEM"
+) -> list[tuple[str, int, str]]:
+    """The negatives pool of :func:`build_selection_examples`: ``(dialogue_id, turn, text)`` of every
+    ``response_speaker`` turn, sorted (so draws do not depend on the order of the dialogues)."""
+    return sorted(
+        (_dialogue_key(dialogue, d), t, text)
+        for d, dialogue in enumerate(dialogues)
+        for t, (speaker, text) in enumerate(zip(dialogue["speakers"], dialogue["turns"]))
+        if speaker == response_speaker
+    )
 
 
 def _response_points(speakers: Sequence[str], response_speaker: str, response_turns: str | int) -> list[int]:
@@ -484,6 +484,7 @@ __all__ = [
     "DialogueLabels",
     "build_selection_examples",
     "build_tracking_examples",
-    "read_sgd",
+    "check_sgd_record",
+    "selection_pool",
     "train_dialogue_tokenizer",
 ]

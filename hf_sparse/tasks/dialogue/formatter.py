@@ -38,7 +38,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-IGNORE_INDEX = -100
+from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_positive_int
+
 NONE_INTENT = "NONE"
 GLOBAL_ON_NAMES = ("cls", "separators", "latest_turn", "candidate")
 DEFAULT_SPEAKER_TOKENS = {"USER": "[USR]", "SYSTEM": "[SYS]"}
@@ -55,13 +57,6 @@ def _check_str_list(name: str, values: Any) -> None:
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise TypeError(f"{name}[{i}] must be a str, got {type(v).__name__}: {v!r}")
-
-
-def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
 
 
 def _normalize_text(text: str) -> str:
@@ -136,7 +131,7 @@ class DialogueFormatter:
         self.suffix_ids = _first_id(tokenizer, ("sep_token_id", "eos_token_id"))
         self.separator_length = 1 if turn_separator is None else 2
         minimum = self.min_length
-        _check_positive_int("max_length", max_length)
+        check_positive_int("max_length", max_length)
         if max_length < minimum:
             raise ValueError(
                 f"max_length={max_length} is too small: a pair needs the prefix/suffix tokens, one turn "

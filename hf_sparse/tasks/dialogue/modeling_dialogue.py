@@ -11,9 +11,8 @@ from transformers.utils import ModelOutput
 
 from ...models.longformer_tasks.backbone import backbone_config, build_backbone
 from ...models.longformer_tasks.remote_code import LongformerTaskPreTrainedModel
+from ...utils.labels import IGNORE_INDEX
 from .configuration_dialogue import LongformerDialogueConfig
-
-IGNORE_INDEX = -100
 
 
 @dataclass

@@ -23,13 +23,13 @@ and from only the last 2 turns; the results are in ``all_results.json`` under ``
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from ...data.loading import fingerprint, load_jsonl_splits, num_proc_for, tokenizer_fingerprint
 from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
@@ -40,7 +40,8 @@ from .data import (
     DialogueLabels,
     build_selection_examples,
     build_tracking_examples,
-    read_sgd,
+    check_sgd_record,
+    selection_pool,
     train_dialogue_tokenizer,
 )
 from .formatter import IGNORE_INDEX, DialogueFormatter
@@ -237,43 +238,45 @@ class TrackingArguments(DialogueArguments):
 # --------------------------------------------------------------------------------------- data
 
 
-class ExampleDataset(torch.utils.data.Dataset):
-    """A list of example dicts; ``lengths`` (tokens per example, the longest candidate's for selection) lets
-    the trainer group examples of similar length (``train_sampling_strategy: group_by_length``)."""
-
-    def __init__(self, examples: list[dict]):
-        self.examples = examples
-        self.lengths = [_length(e) for e in examples]
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.examples[i]
-
-    def select(self, indices) -> ExampleDataset:
-        """The examples at ``indices``, still an ``ExampleDataset`` (the runner's ``max_*_samples`` use it, and
-        evaluation reads ``examples``)."""
-        return ExampleDataset([self.examples[i] for i in indices])
+def _length(input_ids: list) -> int:
+    """Tokens of an example (of its longest candidate for selection)."""
+    return max(map(len, input_ids)) if input_ids and isinstance(input_ids[0], list) else len(input_ids)
 
 
-def _length(example: dict) -> int:
-    ids = example["input_ids"]
-    return max(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
+def _rows(batch: dict[str, list]) -> list[dict]:
+    return [dict(zip(batch, values)) for values in zip(*batch.values())]
 
 
-def read_splits(data_dir: str, max_train: int | None = None, max_eval: int | None = None) -> dict[str, list]:
-    """``{"train", "validation"[, "test"]}`` dialogues of an SGD-format folder (``test.jsonl`` optional)."""
+def _columns(examples: list[dict]) -> dict[str, list]:
+    keys = list(dict.fromkeys(k for e in examples for k in e))
+    return {k: [e.get(k) for e in examples] for k in keys}
+
+
+def tracking_rows(
+    batch, *, formatter, labels, mode: str, prefixes_per_dialogue: int = 0, prefix_seed: int = 0
+):
+    """Batched ``map`` over dialogues: :func:`build_tracking_examples` of the batch in ``mode``; with
+    ``prefixes_per_dialogue`` the examples of :func:`prefixes` of the batch instead."""
+    dialogues = _rows(batch)
+    if prefixes_per_dialogue:
+        dialogues = prefixes(dialogues, prefixes_per_dialogue, prefix_seed)
+    return _columns(build_tracking_examples(dialogues, formatter, labels, mode=mode))
+
+
+def selection_rows(batch, *, formatter, pool, **kwargs):
+    """Batched ``map`` over dialogues: :func:`build_selection_examples` of the batch, negatives drawn
+    from ``pool`` (the whole split's :func:`selection_pool`), so batches give the examples of the whole."""
+    return _columns(build_selection_examples(_rows(batch), formatter=formatter, pool=pool, **kwargs))
+
+
+def load_splits(data_dir: str, max_train: int | None = None, max_eval: int | None = None) -> dict:
+    """``{"train", "validation"[, "test"]}`` dialogues (``datasets.Dataset``) of an SGD-format folder
+    (``test.jsonl`` optional), every row checked (:func:`check_sgd_record`); the first ``max_train`` /
+    ``max_eval`` dialogues."""
     out = {}
-    for split in SPLITS:
-        path = os.path.join(data_dir, f"{split}.jsonl")
-        if not os.path.isfile(path):
-            if split == "test":
-                continue
-            raise FileNotFoundError(f"data_dir={data_dir!r} has no {split}.jsonl")
-        dialogues = read_sgd(path)
+    for split, dialogues in load_jsonl_splits(data_dir, check=check_sgd_record).items():
         limit = max_train if split == "train" else max_eval
-        out[split] = dialogues[:limit] if limit else dialogues
+        out[split] = dialogues.select(range(limit)) if limit and limit < len(dialogues) else dialogues
     return out
 
 
@@ -291,7 +294,7 @@ def sinusoidal_init(table: torch.Tensor, scale: float = 0.5) -> None:
 def _trainer_class(label_names: tuple[str, ...]):
     """A Trainer that knows the task's label names (the model's forward takes all three kinds, and the
     Trainer would otherwise wait for all of them), groups training examples by
-    :attr:`ExampleDataset.lengths` under ``train_sampling_strategy: group_by_length`` and evaluates in dataset
+    their token counts under ``train_sampling_strategy: group_by_length`` and evaluates in dataset
     order whatever the strategy."""
     from transformers import Trainer
     from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -305,13 +308,13 @@ def _trainer_class(label_names: tuple[str, ...]):
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
             strategy = getattr(self.args.train_sampling_strategy, "value", self.args.train_sampling_strategy)
-            if strategy == "group_by_length" and isinstance(dataset, ExampleDataset):
+            if strategy == "group_by_length" and dataset is not None:
                 batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
-                return LengthGroupedSampler(batch, lengths=dataset.lengths)
+                return LengthGroupedSampler(batch, lengths=[_length(ids) for ids in dataset["input_ids"]])
             return super()._get_train_sampler(train_dataset)
 
         def _get_eval_sampler(self, eval_dataset):
-            # The task scores predictions against ``dataset.examples`` by index, so evaluation keeps the
+            # The task scores predictions against the dataset's rows by index, so evaluation keeps the
             # dataset's order (transformers would group it by length under group_by_length).
             if eval_dataset is None or self.args.world_size > 1:
                 return None  # accelerate shards the dataloader in order and gathers in order
@@ -335,7 +338,7 @@ class _DialogueTask(Task):
 
     def data(self, args) -> dict[str, list[dict]]:
         if self._splits is None:
-            self._splits = read_splits(args.data_dir, args.max_train_dialogues, args.max_eval_dialogues)
+            self._splits = load_splits(args.data_dir, args.max_train_dialogues, args.max_eval_dialogues)
         return self._splits
 
     @staticmethod
@@ -354,7 +357,7 @@ class _DialogueTask(Task):
         elif args.tokenizer_name:
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
         else:
-            texts = (t for d in self.data(args)["train"] for t in d["turns"])
+            texts = (t for turns in self.data(args)["train"]["turns"] for t in turns)
             tokenizer = train_dialogue_tokenizer(
                 texts,
                 kind=args.tokenizer_kind,
@@ -468,23 +471,28 @@ class DialogueSelectionTask(_DialogueTask):
             "seen_intents": [],
         }
 
-    def examples(self, args, tokenizer, dialogues, split: str, **kwargs) -> list[dict]:
-        """Encoded selection examples: training ones with ``train_negatives`` (seed ``selection_seed + 1``),
-        evaluation ones with ``n_negatives`` (seed ``selection_seed``)."""
+    def examples(self, args, tokenizer, dialogues, split: str, **kwargs):
+        """Encoded selection examples (a ``datasets.Dataset``): training ones with ``train_negatives`` (seed
+        ``selection_seed + 1``), evaluation ones with ``n_negatives`` (seed ``selection_seed``)."""
         formatter = self.formatter(args, tokenizer)
         if split == "train":
             turns = args.train_response_turns
-            return build_selection_examples(
-                dialogues, n_negatives=args.train_negatives, seed=args.selection_seed + 1, formatter=formatter,
-                response_turns=int(turns) if turns.isdigit() else turns, **kwargs,
-            )  # fmt: skip
-        return build_selection_examples(
-            dialogues, n_negatives=args.n_negatives, seed=args.selection_seed, formatter=formatter, **kwargs
-        )
+            kwargs = {"n_negatives": args.train_negatives, "seed": args.selection_seed + 1,
+                      "response_turns": int(turns) if turns.isdigit() else turns, **kwargs}  # fmt: skip
+        else:
+            kwargs = {"n_negatives": args.n_negatives, "seed": args.selection_seed, **kwargs}
+        pool = selection_pool(_rows(dialogues.select_columns(["dialogue_id", "speakers", "turns"])[:]))
+        key = {**kwargs, "formatter": formatter.to_dict(), "tokenizer": tokenizer_fingerprint(tokenizer),
+               "pool": fingerprint(pool)}  # fmt: skip
+        return dialogues.map(
+            selection_rows, batched=True, batch_size=64, fn_kwargs={"formatter": formatter, "pool": pool, **kwargs},
+            remove_columns=dialogues.column_names, num_proc=num_proc_for(self.num_proc, len(dialogues), 100),
+            new_fingerprint=fingerprint(dialogues._fingerprint, "selection_rows", key), desc=f"{split} examples",
+        )  # fmt: skip
 
     def build_datasets(self, args, tokenizer):
         return {
-            split: ExampleDataset(self.examples(args, tokenizer, dialogues, split))
+            split: self.examples(args, tokenizer, dialogues, split)
             for split, dialogues in self.data(args).items()
         }
 
@@ -510,7 +518,7 @@ class DialogueSelectionTask(_DialogueTask):
                 response_turns="last",
                 history_window=window,
             )
-            out = trainer.predict(ExampleDataset(examples), metric_key_prefix="long_history")
+            out = trainer.predict(examples, metric_key_prefix="long_history")
             result[name] = {**ranking_scores(out.predictions, out.label_ids), "n": len(examples)}
         return result
 
@@ -630,18 +638,37 @@ class DialogueTrackingTask(_DialogueTask):
             "act_thresholds": None,  # tuned again on this run's validation split
         }
 
-    def examples(self, args, tokenizer, dialogues, split: str) -> list[dict]:
-        """Training: whole dialogues + ``train_prefixes`` seeded prefixes each; evaluation: ``eval_mode``."""
+    def examples(self, args, tokenizer, dialogues, split: str):
+        """Training: whole dialogues + ``train_prefixes`` seeded prefixes each (after all the whole ones);
+        evaluation: ``eval_mode``. A ``datasets.Dataset``."""
+        from datasets import concatenate_datasets
+
         formatter, labels = self.formatter(args, tokenizer), self.labels(args)
-        if split != "train":
-            return build_tracking_examples(dialogues, formatter, labels, mode=args.eval_mode)
-        dialogues = list(dialogues) + prefixes(dialogues, args.train_prefixes, args.prefix_seed)
-        return build_tracking_examples(dialogues, formatter, labels, mode="dialogue")
+        key = {"formatter": formatter.to_dict(), "tokenizer": tokenizer_fingerprint(tokenizer),
+               "labels": labels.to_dict()}  # fmt: skip
+        runs = [{"mode": args.eval_mode if split != "train" else "dialogue"}]
+        if split == "train" and args.train_prefixes:
+            runs.append({"mode": "dialogue", "prefixes_per_dialogue": args.train_prefixes,
+                         "prefix_seed": args.prefix_seed})  # fmt: skip
+        parts = [
+            dialogues.map(
+                tracking_rows,
+                batched=True,
+                batch_size=64,
+                remove_columns=dialogues.column_names,
+                fn_kwargs={"formatter": formatter, "labels": labels, **run},
+                num_proc=num_proc_for(self.num_proc, len(dialogues), 100),
+                new_fingerprint=fingerprint(dialogues._fingerprint, "tracking_rows", key, run),
+                desc=f"{split} examples",
+            )  # fmt: skip
+            for run in runs
+        ]
+        return parts[0] if len(parts) == 1 else concatenate_datasets(parts)
 
     def build_datasets(self, args, tokenizer):
         self._args = args
         return {
-            split: ExampleDataset(self.examples(args, tokenizer, dialogues, split))
+            split: self.examples(args, tokenizer, dialogues, split)
             for split, dialogues in self.data(args).items()
         }
 
@@ -670,17 +697,17 @@ class DialogueTrackingTask(_DialogueTask):
         metrics = dict(out.metrics)
         act_logits, intent_logits = out.predictions
         config = _unwrap(trainer.model).config
-        scores = tracking_scores(dataset.examples, act_logits, intent_logits, config)
+        scores = tracking_scores(dataset, act_logits, intent_logits, config)
         default = [config.act_threshold] * len(config.act_labels)
-        at_default = tracking_scores(dataset.examples, act_logits, intent_logits, config, default)
+        at_default = tracking_scores(dataset, act_logits, intent_logits, config, default)
         scores.update(
             {f"{k}_at_default": at_default[k] for k in ("act_micro_f1", "act_macro_f1") if k in at_default}
         )
         args = self._args
         if split == "validation" and args.tune_act_thresholds and config.act_labels:
-            true, probs, _, _ = labelled_turns(dataset.examples, act_logits, intent_logits, config)
+            true, probs, _, _ = labelled_turns(dataset, act_logits, intent_logits, config)
             config.act_thresholds = tune_thresholds(true, probs, config.act_threshold)
-            tuned = tracking_scores(dataset.examples, act_logits, intent_logits, config)
+            tuned = tracking_scores(dataset, act_logits, intent_logits, config)
             scores.update(act_micro_f1_tuned=tuned["act_micro_f1"], act_macro_f1_tuned=tuned["act_macro_f1"])
         metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
         return metrics
@@ -694,7 +721,9 @@ class DialogueTrackingTask(_DialogueTask):
             examples = build_tracking_examples(cut, formatter, self.labels(args), mode="dialogue")
             for example, dialogue in zip(examples, cut):
                 example["turn"] = len(dialogue["turns"]) - 1  # score only the last (user) turn
-            out = trainer.predict(ExampleDataset(examples), metric_key_prefix="long_history")
+            from datasets import Dataset
+
+            out = trainer.predict(Dataset.from_list(examples), metric_key_prefix="long_history")
             result[name] = {**tracking_scores(examples, *out.predictions, config), "n": len(examples)}
         return result
 
@@ -739,13 +768,12 @@ __all__ = [
     "DialogueArguments",
     "DialogueSelectionTask",
     "DialogueTrackingTask",
-    "ExampleDataset",
     "SelectionArguments",
     "TrackingArguments",
     "last_user_turn",
     "prefixes",
     "ranking_scores",
-    "read_splits",
+    "load_splits",
     "sinusoidal_init",
     "labelled_turns",
     "tracking_scores",

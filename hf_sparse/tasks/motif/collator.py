@@ -7,15 +7,9 @@ from typing import Any
 
 import torch
 
-IGNORE_INDEX = -100
-
-
-def _check_positive(name: str, value: Any, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
-    return value
+from ...data.padding import padded_length
+from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_positive_int
 
 
 class MotifCollator:
@@ -45,7 +39,9 @@ class MotifCollator:
         if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
         self.pad_token_id = pad_token_id
-        self.pad_to_multiple_of = _check_positive("pad_to_multiple_of", pad_to_multiple_of, allow_none=True)
+        self.pad_to_multiple_of = check_positive_int(
+            "pad_to_multiple_of", pad_to_multiple_of, allow_none=True
+        )
         if global_every is not None and (
             isinstance(global_every, bool) or not isinstance(global_every, int) or global_every < 0
         ):
@@ -65,9 +61,7 @@ class MotifCollator:
         lengths = [len(f["input_ids"]) for f in features]
         if min(lengths) == 0:
             raise ValueError(f"example {lengths.index(0)} has no tokens")
-        n = max(lengths)
-        if self.pad_to_multiple_of:
-            n = -(-n // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        n = padded_length(max(lengths), self.pad_to_multiple_of)
         batch = len(features)
         input_ids = torch.full((batch, n), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((batch, n), dtype=torch.long)

@@ -7,6 +7,7 @@ import math
 from transformers import PretrainedConfig
 
 from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
+from ...utils.validation import check_int
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
 MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
@@ -32,11 +33,6 @@ def _check_motifs(motifs, motif_names: list[str]) -> dict[str, list[list[float]]
             raise ValueError(f"motifs[{name!r}] must hold finite counts >= 0")
         out[name] = rows
     return out
-
-
-def _check_int_in(name: str, value, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
-        raise ValueError(f"{name} must be an int in [0, {high}], got {value!r}")
 
 
 class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
@@ -213,7 +209,7 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
         if isinstance(kmer, bool) or not isinstance(kmer, int) or kmer < 1:
             raise ValueError(f"kmer must be a positive int, got {kmer!r}")
         self.kmer = kmer
-        _check_int_in(name="kmer_embedding", value=kmer_embedding, high=MAX_KMER_EMBEDDING)
+        check_int("kmer_embedding", kmer_embedding, 0, MAX_KMER_EMBEDDING)
         if kmer_embedding and kmer != 1:
             raise ValueError(
                 f"kmer_embedding={kmer_embedding} reads overlapping k-mers of single-base tokens; "
@@ -231,7 +227,7 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
                 )
         if kmer_embedding and base_token_ids is None:
             raise ValueError(f"kmer_embedding={kmer_embedding} needs base_token_ids (the ids of A, C, G, T)")
-        _check_int_in(name="kmer_spectrum", value=kmer_spectrum, high=MAX_KMER_SPECTRUM)
+        check_int("kmer_spectrum", kmer_spectrum, 0, MAX_KMER_SPECTRUM)
         if kmer_spectrum:
             if kmer != 1 or base_token_ids is None:
                 raise ValueError(

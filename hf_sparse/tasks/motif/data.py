@@ -30,11 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from ...data.fasta import PathLike, open_text, read_fasta
+from ...data.fasta import PathLike, iter_fasta, open_text, read_fasta
 from ...tokenization_dna import AMBIGUITY_CODES, IUPAC_CODES, reverse_complement
+from ...utils.validation import check_fraction, check_int
+from .pwm import DEFAULT_PSEUDOCOUNT
+from .pwm import log_odds as pwm_log_odds
+from .pwm import probabilities as pwm_probabilities
 
 BASES = "ACGT"
-DEFAULT_PSEUDOCOUNT = 0.25
 DEFAULT_THRESHOLD = 0.8
 _SCORE_TOLERANCE = 1e-9  # bits; lets threshold=1.0 find the consensus despite float rounding
 
@@ -80,21 +83,6 @@ def _background(background: Sequence[float] | Mapping[str, float] | np.ndarray |
             f"background must be 4 positive probabilities (A, C, G, T) summing to 1, got {background!r}"
         )
     return bg
-
-
-def _check_fraction(name: str, value: Any, *, closed_low: bool = True) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (0.0 <= value <= 1.0 if closed_low else 0.0 < value <= 1.0)
-    if not ok:
-        interval = "[0, 1]" if closed_low else "(0, 1]"
-        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
-    return float(value)
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _check_pseudocount(pseudocount: Any) -> float:
@@ -143,9 +131,7 @@ class Motif:
 
     def pwm(self, pseudocount: float = DEFAULT_PSEUDOCOUNT) -> np.ndarray:
         """``(4, L)`` probabilities: ``(counts + pseudocount) / (column total + 4 * pseudocount)``."""
-        pc = _check_pseudocount(pseudocount)
-        c = self.counts + pc
-        return c / c.sum(axis=0, keepdims=True)
+        return pwm_probabilities(self.counts, _check_pseudocount(pseudocount))
 
     def log_odds(
         self,
@@ -153,9 +139,7 @@ class Motif:
         pseudocount: float = DEFAULT_PSEUDOCOUNT,
     ) -> np.ndarray:
         """``(4, L)`` log2 odds ``log2(pwm(pseudocount) / background)``; ``-inf`` where a probability is 0."""
-        bg = _background(background)
-        with np.errstate(divide="ignore"):
-            return np.log2(self.pwm(pseudocount) / bg[:, None])
+        return pwm_log_odds(self.counts, _background(background), _check_pseudocount(pseudocount))
 
     @property
     def consensus(self) -> str:
@@ -416,7 +400,7 @@ def scan(
     if min_score is not None:
         cutoff = float(min_score)
     else:
-        t = _check_fraction("threshold", DEFAULT_THRESHOLD if threshold is None else threshold)
+        t = check_fraction("threshold", DEFAULT_THRESHOLD if threshold is None else threshold)
         best, worst = float(lo.max(axis=0).sum()), float(lo.min(axis=0).sum())
         if not math.isfinite(worst):
             raise ValueError(
@@ -606,9 +590,9 @@ class SyntheticMotifGenerator:
             raise ValueError(f"motif names must be unique, got {self.motif_names}")
         self.label_names = bio_label_names(self.motif_names)
         self.label2id = {name: i for i, name in enumerate(self.label_names)}
-        self.length = _check_int("length", length, 1)
-        self.min_instances = _check_int("min_instances", min_instances, 0)
-        self.max_instances = _check_int("max_instances", max_instances, self.min_instances)
+        self.length = check_int("length", length, 1)
+        self.min_instances = check_int("min_instances", min_instances, 0)
+        self.max_instances = check_int("max_instances", max_instances, self.min_instances)
         if poisson_mean is not None and (
             isinstance(poisson_mean, bool)
             or not isinstance(poisson_mean, (int, float))
@@ -616,10 +600,10 @@ class SyntheticMotifGenerator:
         ):
             raise ValueError(f"poisson_mean must be a positive number or None, got {poisson_mean!r}")
         self.poisson_mean = poisson_mean
-        self.reverse_prob = _check_fraction("reverse_prob", reverse_prob)
-        self.negative_fraction = _check_fraction("negative_fraction", negative_fraction)
+        self.reverse_prob = check_fraction("reverse_prob", reverse_prob)
+        self.negative_fraction = check_fraction("negative_fraction", negative_fraction)
         self.pseudocount = _check_pseudocount(pseudocount)
-        self.seed = _check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, 0)
         longest = max(len(m) for m in self.motifs)
         if self.max_instances * longest > self.length:
             raise ValueError(
@@ -627,7 +611,7 @@ class SyntheticMotifGenerator:
             )
         if background_fasta is not None and gc_content is not None:
             raise ValueError("pass gc_content (i.i.d. background) or background_fasta, not both")
-        self.gc_content = _check_fraction("gc_content", 0.41 if gc_content is None else gc_content)
+        self.gc_content = check_fraction("gc_content", 0.41 if gc_content is None else gc_content)
         self.background_fasta = background_fasta
         self._records: list[tuple[str, np.ndarray]] = []
         if background_fasta is not None:
@@ -672,7 +656,7 @@ class SyntheticMotifGenerator:
 
     def example(self, index: int) -> dict[str, Any]:
         """Example number ``index`` (``int >= 0``), deterministic for ``(seed, index)``."""
-        rng = np.random.default_rng([self.seed, _check_int("index", index, 0)])
+        rng = np.random.default_rng([self.seed, check_int("index", index, 0)])
         seq = self._draw_background(rng)
         k = self._num_instances(rng)
         which = rng.integers(len(self.motifs), size=k)
@@ -708,7 +692,7 @@ class SyntheticMotifGenerator:
 
     def generate(self, n: int, start: int = 0) -> list[dict[str, Any]]:
         """Examples ``start, ..., start + n - 1``."""
-        n, start = _check_int("n", n, 0), _check_int("start", start, 0)
+        n, start = check_int("n", n, 0), check_int("start", start, 0)
         return [self.example(i) for i in range(start, start + n)]
 
 
@@ -717,12 +701,125 @@ def generate_motif_dataset(n: int, seed: int = 0, start: int = 0, **kwargs: Any)
     return SyntheticMotifGenerator(seed=seed, **kwargs).generate(n, start)
 
 
+# ---------------------------------------------------------------- recipe datasets (🤗 datasets)
+
+
+def _motif_features():
+    from datasets import Features, List, Value
+
+    span = {
+        "motif": Value("string"),
+        "start": Value("int64"),
+        "end": Value("int64"),
+        "strand": Value("string"),
+    }
+    return Features(
+        {
+            "sequence": Value("string"),
+            "tags": List(Value("string")),
+            "tag_ids": List(Value("int64")),
+            "spans": List(span),
+            "motif_labels": List(Value("int64")),
+        }
+    )
+
+
+def _synthetic_rows(params: dict[str, Any], start: int, n: int):
+    """Generator of :meth:`SyntheticMotifGenerator.example` ``start .. start + n - 1`` (motifs as dicts)."""
+    gen = SyntheticMotifGenerator([Motif.from_dict(m) for m in params["motifs"]], **params["kwargs"])
+    for i in range(start, start + n):
+        yield gen.example(i)
+
+
+def synthetic_dataset(motifs: Sequence[Motif], start: int, n: int, **kwargs: Any):
+    """Examples ``start .. start + n - 1`` of ``SyntheticMotifGenerator(motifs, **kwargs)`` as a
+    ``datasets.Dataset`` (``Dataset.from_generator``: written once to the datasets cache, keyed by
+    the motifs and the generator's arguments, and reused by the next run)."""
+    from datasets import Dataset
+
+    params = {"motifs": [m.to_dict() for m in motifs], "kwargs": kwargs}
+    SyntheticMotifGenerator(list(motifs), **kwargs)  # argument errors here, not inside the generator
+    return Dataset.from_generator(
+        _synthetic_rows, features=_motif_features(), gen_kwargs={"params": params, "start": start, "n": n}
+    )
+
+
+def _fasta_rows(path: str):
+    for record, (name, sequence) in enumerate(iter_fasta(path)):
+        yield {"record": record, "name": name, "sequence": sequence}
+
+
+def fasta_dataset(path: PathLike):
+    """The records of a FASTA file (plain or gzip) as a ``datasets.Dataset`` with columns ``record``
+    (0-based index), ``name`` and ``sequence`` (``Dataset.from_generator`` over :func:`iter_fasta`).
+    ``ValueError`` if the file has no records."""
+    from datasets import Dataset, Features, Value
+
+    features = Features({"record": Value("int64"), "name": Value("string"), "sequence": Value("string")})
+    path = os.path.abspath(os.fspath(path))
+    stat = os.stat(path)
+    try:
+        dataset = Dataset.from_generator(
+            _fasta_rows,
+            features=features,
+            gen_kwargs={"path": path},
+            # the cache key includes the file's size and time, so an edited file is read again
+            config_name=f"fasta-{stat.st_size}-{stat.st_mtime_ns}",
+        )
+    except Exception as e:
+        raise ValueError(f"{path}: cannot read FASTA records: {e.__cause__ or e}") from e
+    if len(dataset) == 0:
+        raise ValueError(f"fasta {path!r} has no records")
+    return dataset
+
+
+def scan_rows(
+    batch: dict[str, list],
+    *,
+    motifs: list[dict[str, Any]],
+    threshold: float,
+    shuffle_negatives: bool,
+    seed: int,
+) -> dict[str, list]:
+    """Batched ``map`` over FASTA records: each record (uppercased) labelled per base by scanning
+    ``motifs`` (:func:`label_sequence`, relative ``threshold``), ``label`` 1; with
+    ``shuffle_negatives`` followed by its dinucleotide shuffle (``default_rng([seed, record])``),
+    labelled by the same scan, ``label`` 0. Columns: ``sequence``, ``tags``, ``name``, ``label``,
+    ``motif_labels`` (1 where the motif's ``B-`` tag occurs)."""
+    found = [Motif.from_dict(m) for m in motifs]
+    out: dict[str, list] = {"sequence": [], "tags": [], "name": [], "label": [], "motif_labels": []}
+    for record, name, seq in zip(batch["record"], batch["name"], batch["sequence"]):
+        variants = [(seq.upper(), 1)]
+        if shuffle_negatives:
+            rng = np.random.default_rng([seed, int(record)])
+            variants.append((dinucleotide_shuffle(seq.upper(), rng), 0))
+        for s, is_peak in variants:
+            tags = label_sequence(s, found, threshold)
+            out["sequence"].append(s)
+            out["tags"].append(tags)
+            out["name"].append(name)
+            out["label"].append(is_peak)
+            out["motif_labels"].append([int(f"B-{m.name}" in tags) for m in found])
+    return out
+
+
+def check_classification_row(row: Mapping[str, Any], where: str) -> None:
+    """A sequence-classification row: ``sequence`` a str, ``label`` an int class id."""
+    if not isinstance(row.get("sequence"), str):
+        raise ValueError(f"{where}: field 'sequence' must be a str, got {row.get('sequence')!r:.60}")
+    label = row.get("label")
+    if isinstance(label, bool) or not isinstance(label, int):
+        raise ValueError(f"{where}: field 'label' must be an int class id, got {label!r}")
+
+
 __all__ = [
     "BASES",
     "Motif",
     "SyntheticMotifGenerator",
     "bio_label_names",
     "builtin_motifs",
+    "check_classification_row",
+    "fasta_dataset",
     "dinucleotide_shuffle",
     "encode_sequence",
     "generate_motif_dataset",
@@ -731,5 +828,7 @@ __all__ = [
     "read_motifs",
     "read_transfac",
     "scan",
+    "scan_rows",
     "spans_to_tags",
+    "synthetic_dataset",
 ]

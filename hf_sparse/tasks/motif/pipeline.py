@@ -15,21 +15,11 @@ from transformers.pipelines.base import ChunkPipeline
 
 from ...pipelines.progress import check_progress, progress_bar
 from ...tokenization_dna import normalize_sequence, reverse_complement
+from ...utils.labels import spans_from_bio
+from ...utils.validation import check_int
+from .pwm import log_odds
 
 _CODES = {"A": 0, "C": 1, "G": 2, "T": 3}
-
-
-def decode_bio(tags: list[str]) -> list[tuple[str, int, int]]:
-    """BIO tags -> (type, start, end) spans, end exclusive; an I- that continues nothing opens a span."""
-    spans, cur = [], None
-    for i, t in enumerate([*tags, "O"]):
-        kind, _, name = t.partition("-")
-        if cur is not None and not (kind == "I" and name == cur[0]):
-            spans.append((cur[0], cur[1], i))
-            cur = None
-        if kind in ("B", "I") and cur is None:
-            cur = (name, i)
-    return spans
 
 
 def fixed_length_spans(
@@ -88,7 +78,7 @@ def decode_spans(probs: np.ndarray, config, span_decoding: str | None = None) ->
         return fixed_length_spans(np.log(np.clip(probs, 1e-12, None)), config.id2label, config.motif_lengths)
     if how != "bio":
         raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {how!r}")
-    return decode_bio([config.id2label[int(i)] for i in probs.argmax(-1)])
+    return spans_from_bio([config.id2label[int(i)] for i in probs.argmax(-1)])
 
 
 def strand_of(seq: str, counts) -> str | None:
@@ -97,18 +87,12 @@ def strand_of(seq: str, counts) -> str | None:
     m = np.asarray(counts, dtype=float)
     if m.ndim != 2 or m.shape[0] != 4 or m.shape[1] != len(seq):
         return None
-    lo = np.log2((m + 0.25) / (m + 0.25).sum(0, keepdims=True) / 0.25)
+    lo = log_odds(m)  # (4, L) bits, pseudocount 0.25, uniform background
 
     def score(s):
         return sum(lo[_CODES[b], i] for i, b in enumerate(s) if b in _CODES)
 
     return "+" if score(seq) >= score(reverse_complement(seq)) else "-"
-
-
-def _check_int(name: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    return int(value)
 
 
 class DNAMotifDetectionPipeline(ChunkPipeline):
@@ -210,10 +194,10 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         if not seq:
             raise ValueError("sequence is empty (no A/C/G/T/N bases)")
         limit = self.max_bases()
-        window = _check_int("window", limit if window is None else window, 1, limit)
+        window = check_int("window", limit if window is None else window, 1, limit)
         if window >= self.kmer:
             window -= window % self.kmer  # whole k-mers per window
-        stride = _check_int("stride", max(1, (3 * window) // 4) if stride is None else stride, 1, window)
+        stride = check_int("stride", max(1, (3 * window) // 4) if stride is None else stride, 1, window)
         starts = list(range(0, max(len(seq) - window, 0) + 1, stride))
         if starts[-1] + window < len(seq):
             starts.append(len(seq) - window)
@@ -307,4 +291,4 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         return result
 
 
-__all__ = ["DNAMotifDetectionPipeline", "decode_bio", "decode_spans", "fixed_length_spans", "strand_of"]
+__all__ = ["DNAMotifDetectionPipeline", "decode_spans", "fixed_length_spans", "strand_of"]

@@ -1,19 +1,22 @@
 """DNA motif detection fine-tuning (``task: dna-motif-detection``): per-base motif tags and a sequence head.
 
-Three data sources (recipe key ``data``):
+Three data sources (recipe key ``data``), each read into ``datasets.Dataset`` splits (cached by the
+datasets library; preprocessing in ``map`` with the recipe's ``num_proc``):
 
 - ``synthetic`` (no files needed): :class:`~hf_sparse.tasks.motif.data.SyntheticMotifGenerator` plants instances
   sampled from the built-in JASPAR motifs (``motifs``: a subset of their names) into i.i.d. background
   (or windows of ``background_fasta``). Splits are disjoint ranges of example indices of one seeded
-  generator. Per-base BIO tags + multi-hot motif presence.
+  generator (``Dataset.from_generator``). Per-base BIO tags + multi-hot motif presence.
 - ``classification``: ``data_dir`` with ``train/validation/test.jsonl`` rows ``{"sequence", "label"}``
-  (int class id; ``label_name`` optional), e.g. Genomic Benchmarks human non-TATA promoters. A
+  (int class id; ``label_name`` optional; ``load_dataset("json")``, rows checked with errors naming file,
+  row and field), e.g. Genomic Benchmarks human non-TATA promoters. A
   sequence-level classifier only (no per-base head).
 - ``scan``: FASTA sequences (``fasta``, e.g. CTCF ChIP-seq peaks) labelled per base by scanning the
   motifs ``motif_ids`` of ``motif_file`` (JASPAR or TRANSFAC) with a relative ``scan_threshold``; with
   ``negatives: shuffle`` every sequence also gets a dinucleotide-shuffled copy (labelled by the same
-  scan), and the sequence head classifies peak vs shuffled. Split by a seeded permutation of the
-  records (a record and its shuffled copy stay in the same split).
+  scan), and the sequence head classifies peak vs shuffled. The records are split first (seeded
+  ``train_test_split`` of the records, :func:`hf_sparse.data.loading.split_by_group`), then labelled, so
+  a record and its shuffled copy stay in the same split.
 
 Metrics (each evaluation; ``eval_``/``test_`` prefixes added by the runner):
 
@@ -32,7 +35,6 @@ layer on one test sequence).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -41,22 +43,30 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...data.fasta import read_fasta
+from ...data.loading import (
+    fingerprint,
+    load_jsonl_splits,
+    num_proc_for,
+    split_by_group,
+    tokenizer_fingerprint,
+)
 from ...metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
 from ...tokenization_dna import normalize_sequence, reverse_complement
 from ...training import Task, path_field
 from ...training.recipe import require_path
+from ...utils.labels import IGNORE_INDEX, spans_from_bio
 from ..arguments import BackboneArguments
-from .collator import IGNORE_INDEX, MotifCollator
+from .collator import MotifCollator
 from .data import (
-    SyntheticMotifGenerator,
     builtin_motifs,
-    dinucleotide_shuffle,
-    label_sequence,
+    check_classification_row,
+    fasta_dataset,
     read_motifs,
+    scan_rows,
     spans_to_tags,
+    synthetic_dataset,
 )
-from .metrics import per_base_f1, span_f1, span_overlap_f1, spans_from_bio
+from .metrics import per_base_f1, span_f1, span_overlap_f1
 from .pipeline import decode_spans
 
 logger = logging.getLogger(__name__)
@@ -244,19 +254,6 @@ class MotifArguments(BackboneArguments):
 # --------------------------------------------------------------------------------------- data
 
 
-class ExampleDataset(torch.utils.data.Dataset):
-    """A list of tokenized examples (dicts) as a torch Dataset."""
-
-    def __init__(self, examples: list[dict]):
-        self.examples = examples
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.examples[i]
-
-
 def mirror_spans(spans: list[dict], length: int) -> list[dict]:
     """Spans of a sequence of ``length`` bases in its reverse complement (strands swapped)."""
     flip = {"+": "-", "-": "+"}
@@ -264,6 +261,55 @@ def mirror_spans(spans: list[dict], length: int) -> list[dict]:
         {**s, "start": length - s["end"], "end": length - s["start"], "strand": flip.get(s.get("strand"))}
         for s in spans
     ]
+
+
+def encode_rows(
+    batch: dict[str, list],
+    *,
+    tokenizer,
+    max_length: int,
+    kmer: int,
+    label2id: dict[str, int] | None,
+    sequence_task: str,
+    augment: bool,
+) -> dict[str, list]:
+    """Batched ``map``: tokenized examples ``{"input_ids", ["labels"], "sequence_labels"}`` of raw rows
+    (``sequence``, ``tags`` when ``label2id``, ``label`` or ``motif_labels``). With ``augment`` each
+    row is followed by its reverse complement (spans mirrored). ``[CLS]``/``[SEP]`` get ``-100``.
+    ``ValueError`` for a sequence longer than ``max_length`` tokens allow (never truncated)."""
+    max_bases = (max_length - 2) * kmer
+    rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
+    out: dict[str, list] = {"input_ids": [], "sequence_labels": []}
+    if label2id:
+        out["labels"] = []
+    for row in rows:
+        variants = [row]
+        if augment:
+            seq = normalize_sequence(row["sequence"])
+            mirrored = {**row, "sequence": reverse_complement(seq)}
+            if row.get("tags") is not None:
+                spans = [{"motif": m, "start": a, "end": b} for m, a, b in spans_from_bio(row["tags"])]
+                mirrored["tags"] = spans_to_tags(len(seq), mirror_spans(spans, len(seq)))
+            variants.append(mirrored)
+        for r in variants:
+            seq = r["sequence"]
+            if len(normalize_sequence(seq)) > max_bases:
+                raise ValueError(
+                    f"a sequence of {len(seq)} bases is longer than max_length={max_length} tokens "
+                    f"allow ({max_bases} bases); raise max_length (nothing is truncated silently)"
+                )
+            input_ids = tokenizer(seq)["input_ids"]
+            out["input_ids"].append(input_ids)
+            if label2id:
+                ids = [label2id[t] for t in r["tags"]]
+                if len(ids) + 2 != len(input_ids):
+                    raise ValueError(f"{len(ids)} tags for a sequence of {len(input_ids) - 2} tokens")
+                out["labels"].append([IGNORE_INDEX, *ids, IGNORE_INDEX])
+            if sequence_task == "classification":
+                out["sequence_labels"].append(int(r["label"]))
+            else:
+                out["sequence_labels"].append([float(v) for v in r["motif_labels"]])
+    return out
 
 
 def _resolve_motif_ids(motifs, wanted: list[str], source: str):
@@ -429,7 +475,7 @@ class MotifTask(Task):
     def __init__(self):
         self.config = None
         self._final: dict[str, dict] = {}
-        self._data: dict[str, list[dict]] | None = None
+        self._data: dict | None = None
         self._motifs = None
 
     def check_arguments(self, args):
@@ -465,90 +511,56 @@ class MotifTask(Task):
             return None
         names: dict[int, str] = {}
         for split in SPLITS:
-            for row in self.raw(args).get(split, []):
-                names.setdefault(row["label"], row.get("label_name") or str(row["label"]))
+            rows = self.raw(args).get(split)
+            if rows is None:
+                continue
+            given = rows["label_name"] if "label_name" in rows.column_names else [None] * len(rows)
+            for label, name in zip(rows["label"], given):
+                names.setdefault(label, name or str(label))
         if sorted(names) != list(range(len(names))) or len(names) < 2:
             raise ValueError(
                 f"{args.data_dir}: labels must be the ints 0 .. n-1 with n >= 2, got {sorted(names)}"
             )
         return [names[i] for i in range(len(names))]
 
-    def raw(self, args) -> dict[str, list[dict]]:
-        """``{split: [{"sequence", "tags"?, "spans"?, "motif_labels"?, "label"?}]}`` before tokenization."""
+    def raw(self, args) -> dict:
+        """``{split: datasets.Dataset}`` of rows ``{"sequence", "tags"?, "spans"?, "motif_labels"?, "label"?}``
+        before tokenization."""
         if self._data is None:
-            self._data = {"synthetic": self._synthetic, "classification": self._jsonl, "scan": self._scan}[
-                args.data
-            ](args)
+            loaders = {"synthetic": self._synthetic, "classification": self._jsonl, "scan": self._scan}
+            self._data = loaders[args.data](args)
         return self._data
 
     def _synthetic(self, args):
-        gen = SyntheticMotifGenerator(
-            self.motifs(args),
-            length=args.sequence_length,
-            min_instances=args.min_instances,
-            max_instances=args.max_instances,
-            negative_fraction=args.negative_fraction,
-            gc_content=args.gc_content,
-            background_fasta=args.background_fasta,
-            seed=args.dataset_seed,
-        )
+        kwargs = {"length": args.sequence_length, "min_instances": args.min_instances,
+                  "max_instances": args.max_instances, "negative_fraction": args.negative_fraction,
+                  "gc_content": args.gc_content, "background_fasta": args.background_fasta,
+                  "seed": args.dataset_seed}  # fmt: skip
         out, start = {}, 0
         for split, n in zip(SPLITS, (args.num_train, args.num_validation, args.num_test)):
             if n:
-                out[split] = gen.generate(n, start)
+                out[split] = synthetic_dataset(self.motifs(args), start, n, **kwargs)
             start += n
         return out
 
     def _jsonl(self, args):
-        out = {}
-        for split in SPLITS:
-            path = os.path.join(args.data_dir, f"{split}.jsonl")
-            if not os.path.isfile(path):
-                if split == "test":
-                    continue
-                raise FileNotFoundError(f"data_dir {args.data_dir!r} has no {split}.jsonl")
-            rows = []
-            with open(path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, start=1):
-                    if not line.strip():
-                        continue
-                    row = json.loads(line)
-                    if (
-                        not isinstance(row.get("sequence"), str)
-                        or isinstance(row.get("label"), bool)
-                        or not (isinstance(row.get("label"), int))
-                    ):
-                        raise ValueError(f"{path}:{lineno}: rows need a str 'sequence' and an int 'label'")
-                    rows.append(row)
-            out[split] = rows
-        return out
+        return load_jsonl_splits(args.data_dir, check=check_classification_row)
 
     def _scan(self, args):
-        motifs = self.motifs(args)
-        records = read_fasta(args.fasta)
-        if not records:
-            raise ValueError(f"fasta {args.fasta!r} has no records")
-        rng = np.random.default_rng(args.dataset_seed)
-        order = rng.permutation(len(records))
-        n_test = int(round(args.test_fraction * len(records)))
-        n_val = int(round(args.validation_fraction * len(records)))
-        parts = {"test": order[:n_test], "validation": order[n_test : n_test + n_val],
-                 "train": order[n_test + n_val :]}  # fmt: skip
+        """Split the FASTA records (peaks) first, then label each and add its shuffled copy, so a
+        peak and its shuffle are always in the same split."""
+        records = fasta_dataset(args.fasta)
+        kwargs = {"motifs": [m.to_dict() for m in self.motifs(args)], "threshold": args.scan_threshold,
+                  "shuffle_negatives": args.negatives == "shuffle", "seed": args.dataset_seed}  # fmt: skip
         out = {}
-        for split in SPLITS:
-            rows = []
-            for i in sorted(parts[split].tolist()):
-                name, seq = records[i]
-                variants = [(seq.upper(), 1)]
-                if args.negatives == "shuffle":
-                    shuffle_rng = np.random.default_rng([args.dataset_seed, int(i)])
-                    variants.append((dinucleotide_shuffle(seq.upper(), shuffle_rng), 0))
-                for s, is_peak in variants:
-                    tags = label_sequence(s, motifs, args.scan_threshold)
-                    rows.append({"sequence": s, "tags": tags, "name": name, "label": is_peak,
-                                 "motif_labels": [int(f"B-{m.name}" in tags) for m in motifs]})  # fmt: skip
-            if rows:
-                out[split] = rows
+        for split, part in split_by_group(
+            records, args.test_fraction, args.validation_fraction, args.dataset_seed
+        ).items():
+            out[split] = part.map(
+                scan_rows, batched=True, batch_size=64, fn_kwargs=kwargs, remove_columns=part.column_names,
+                num_proc=num_proc_for(self.num_proc, len(part), 100),
+                new_fingerprint=fingerprint(part._fingerprint, "scan_rows", kwargs), desc=f"scanning {split}",
+            )  # fmt: skip
         return out
 
     # --- Task hooks ----------------------------------------------------------------------------
@@ -611,51 +623,21 @@ class MotifTask(Task):
         self.trainer_class = _trainer_class(label_keys)
         return model
 
-    def _examples(self, args, tokenizer, rows: list[dict], augment: bool) -> list[dict]:
-        cfg = self.config
-        max_bases = (args.max_length - 2) * args.kmer
-        out = []
-        for row in rows:
-            variants = [row]
-            if augment:
-                seq = normalize_sequence(row["sequence"])
-                mirrored = {**row, "sequence": reverse_complement(seq)}
-                if "tags" in row:
-                    spans = [{"motif": m, "start": a, "end": b} for m, a, b in spans_from_bio(row["tags"])]
-                    mirrored["tags"] = spans_to_tags(len(seq), mirror_spans(spans, len(seq)))
-                variants.append(mirrored)
-            for r in variants:
-                seq = r["sequence"]
-                if len(normalize_sequence(seq)) > max_bases:
-                    raise ValueError(
-                        f"a sequence of {len(seq)} bases is longer than max_length={args.max_length} tokens "
-                        f"allow ({max_bases} bases); raise max_length (nothing is truncated silently)"
-                    )
-                ex = {"input_ids": tokenizer(seq)["input_ids"]}
-                if cfg.motif_names:
-                    ids = [cfg.label2id[t] for t in r["tags"]]
-                    if len(ids) + 2 != len(ex["input_ids"]):
-                        raise ValueError(
-                            f"{len(ids)} tags for a sequence of {len(ex['input_ids']) - 2} tokens"
-                        )
-                    ex["labels"] = [IGNORE_INDEX, *ids, IGNORE_INDEX]
-                if cfg.sequence_task == "classification":
-                    ex["sequence_labels"] = int(r["label"])
-                else:
-                    ex["sequence_labels"] = [float(v) for v in r["motif_labels"]]
-                out.append(ex)
-        return out
-
     def build_datasets(self, args, tokenizer):
-        raw = self.raw(args)
-        return {
-            split: ExampleDataset(
-                self._examples(
-                    args, tokenizer, rows, augment=split == "train" and args.reverse_complement_augment
-                )
-            )
-            for split, rows in raw.items()
-        }
+        cfg = self.config
+        out = {}
+        for split, rows in self.raw(args).items():
+            kwargs = {"tokenizer": tokenizer, "max_length": args.max_length, "kmer": args.kmer,
+                      "label2id": dict(cfg.label2id) if cfg.motif_names else None,
+                      "sequence_task": cfg.sequence_task,
+                      "augment": split == "train" and args.reverse_complement_augment}  # fmt: skip
+            key = {**kwargs, "tokenizer": tokenizer_fingerprint(tokenizer)}
+            out[split] = rows.map(
+                encode_rows, batched=True, fn_kwargs=kwargs, remove_columns=rows.column_names,
+                num_proc=num_proc_for(self.num_proc, len(rows)),
+                new_fingerprint=fingerprint(rows._fingerprint, "encode_rows", key), desc=f"tokenizing {split}",
+            )  # fmt: skip
+        return out
 
     def data_collator(self, args, tokenizer):
         from ...models.longformer_tasks import block_multiple

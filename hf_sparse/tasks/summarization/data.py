@@ -1,4 +1,4 @@
-"""Long-document summarization data: JSON Lines reader, tokenizers, sentence features, encoders, collators.
+"""Long-document summarization data: row checks and query expansion (for ``datasets.map``), tokenizers, sentence features, encoders, collators.
 
 Token layouts (exact). ``P`` is the tokenizer's prefix token (``bos_token``, else ``cls_token``, else
 nothing), ``S`` its suffix token (``eos_token``, else ``sep_token``, else nothing), ``<sent>`` the sentence
@@ -30,7 +30,7 @@ alphanumeric runs.
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
 import random
@@ -43,10 +43,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...data.fasta import PathLike, open_text
+from ...data.padding import padded_length
+from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_positive_int
 from .sentences import split_sentences
 
-IGNORE_INDEX = -100
 SENTENCE_TOKEN = "<sent>"
 QUERY_SEPARATOR_TOKEN = "<query_sep>"
 #: Special tokens of :func:`train_summarization_tokenizer`, in id order (BART's first four ids).
@@ -59,13 +60,6 @@ _WORD_RE = re.compile(r"[a-z0-9]+")
 # ---------------------------------------------------------------- validation helpers
 
 
-def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
-
-
 def _check_text(name: str, value: Any, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -74,66 +68,87 @@ def _check_text(name: str, value: Any, allow_empty: bool = False) -> str:
     return value
 
 
-# ---------------------------------------------------------------- reading
+# ---------------------------------------------------------------- rows (🤗 datasets)
 
 
-def read_summarization_jsonl(path: PathLike, query_mode: str = "none") -> list[dict[str, Any]]:
-    """Read a summarization JSON Lines file (plain or gzip) into examples.
+def check_summarization_row(row: dict[str, Any], where: str, query_mode: str = "none") -> None:
+    """A summarization row (``ValueError`` naming ``where`` and the field otherwise): ``document`` a
+    non-empty str, ``summary`` a str, ``references`` (optional) a list of str; ``query_mode``
+    ``"summary_query"`` needs a non-empty ``summary_query`` str, ``"specific"`` a ``specific_queries``
+    list of ``{"query": str, "answer": str}``."""
+    if query_mode not in QUERY_MODES:
+        raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
+    for key in ("document", "summary"):
+        if not isinstance(row.get(key), str):
+            raise ValueError(f"{where}: field {key!r} must be a string, got {row.get(key)!r:.60}")
+    if not row["document"].strip():
+        raise ValueError(f"{where}: field 'document' is empty")
+    refs = row.get("references") or [row["summary"]]
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise ValueError(f"{where}: field 'references' must be a list of strings")
+    if query_mode == "specific":
+        items = row.get("specific_queries")
+        if not isinstance(items, list):
+            raise ValueError(f"{where}: query_mode='specific' needs a 'specific_queries' list")
+        for k, item in enumerate(items):
+            if not (isinstance(item, dict) and isinstance(item.get("query"), str)
+                    and isinstance(item.get("answer"), str)):  # fmt: skip
+                raise ValueError(f"{where}: specific_queries[{k}] needs string 'query' and 'answer'")
+    if query_mode == "summary_query":
+        query = row.get("summary_query")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(f"{where}: query_mode='summary_query' needs a 'summary_query' string")
 
-    Every row needs ``document`` (non-empty str) and ``summary`` (str). Each example is a dict with
-    ``id`` (the row's ``id``, else its line number), ``document``, ``summary`` (the first reference),
-    ``references`` (the row's ``references`` list when present, e.g. SQuALITY's four, else
-    ``[summary]``) and ``query`` (None unless ``query_mode`` adds one):
+
+def summarization_examples(
+    batch: dict[str, list], indices: list[int], query_mode: str = "none"
+) -> dict[str, list]:
+    """Batched ``map`` (``with_indices=True``) from checked rows to examples ``{"id", "document",
+    "summary", "references", "query"}``: ``id`` is the row's ``id``, else its row number from 1;
+    ``references`` the row's list when present (SQuALITY's four), else ``[summary]``; ``query`` None
+    unless ``query_mode`` adds one:
 
     - ``"none"``: one example per row, no query;
     - ``"summary_query"``: one example per row with the row's ``summary_query`` (QMSum: "Summarize the
       whole meeting.") as query;
     - ``"specific"``: one example per ``specific_queries`` item (QMSum's query-focused pairs):
       ``query`` -> ``answer``, id ``<row id>/<k>``.
-
-    ``ValueError`` names the file, the line and the field of a malformed row.
     """
-    if query_mode not in QUERY_MODES:
-        raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {query_mode!r}")
-    examples = []
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{os.fspath(path)}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON: {e}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            for key in ("document", "summary"):
-                if not isinstance(row.get(key), str):
-                    raise ValueError(f"{where}: field {key!r} must be a string, got {row.get(key)!r:.60}")
-            if not row["document"].strip():
-                raise ValueError(f"{where}: field 'document' is empty")
-            refs = row.get("references") or [row["summary"]]
-            if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
-                raise ValueError(f"{where}: field 'references' must be a list of strings")
-            base = {"id": str(row.get("id", lineno)), "document": row["document"]}
-            if query_mode == "specific":
-                items = row.get("specific_queries")
-                if not isinstance(items, list):
-                    raise ValueError(f"{where}: query_mode='specific' needs a 'specific_queries' list")
-                for k, item in enumerate(items):
-                    if not (isinstance(item, dict) and isinstance(item.get("query"), str)
-                            and isinstance(item.get("answer"), str)):  # fmt: skip
-                        raise ValueError(f"{where}: specific_queries[{k}] needs string 'query' and 'answer'")
-                    examples.append({**base, "id": f"{base['id']}/{k}", "query": item["query"],
-                                     "summary": item["answer"], "references": [item["answer"]]})  # fmt: skip
-                continue
-            query = None
-            if query_mode == "summary_query":
-                query = row.get("summary_query")
-                if not isinstance(query, str) or not query.strip():
-                    raise ValueError(f"{where}: query_mode='summary_query' needs a 'summary_query' string")
-            examples.append({**base, "summary": row["summary"], "references": list(refs), "query": query})
-    return examples
+    out: dict[str, list] = {"id": [], "document": [], "summary": [], "references": [], "query": []}
+
+    def add(id_, document, summary, references, query):
+        for key, value in zip(out, (id_, document, summary, references, query)):
+            out[key].append(value)
+
+    for j, index in enumerate(indices):
+        row = {key: values[j] for key, values in batch.items()}
+        row_id = row.get("id")
+        row_id = str(index + 1 if row_id is None else row_id)
+        if query_mode == "specific":
+            for k, item in enumerate(row["specific_queries"]):
+                add(f"{row_id}/{k}", row["document"], item["answer"], [item["answer"]], item["query"])
+            continue
+        query = row["summary_query"] if query_mode == "summary_query" else None
+        add(row_id, row["document"], row["summary"], list(row.get("references") or [row["summary"]]), query)
+    return out
+
+
+def load_summarization_examples(path: str | os.PathLike, query_mode: str = "none", limit: int | None = None):
+    """The examples of one summarization JSON Lines file (a ``datasets.Dataset``): rows read with
+    ``load_dataset("json")`` and checked (:func:`check_summarization_row`: ``ValueError`` naming file,
+    row and field), the first ``limit`` rows (documents) kept, then expanded by ``query_mode``
+    (:func:`summarization_examples`)."""
+    from ...data.loading import fingerprint, load_jsonl
+
+    check = functools.partial(check_summarization_row, query_mode=query_mode)
+    rows = load_jsonl(path, check)
+    if limit and limit < len(rows):
+        rows = rows.select(range(limit))
+    return rows.map(
+        summarization_examples, batched=True, with_indices=True, fn_kwargs={"query_mode": query_mode},
+        remove_columns=rows.column_names, desc=f"examples of {os.path.basename(os.fspath(path))}",
+        new_fingerprint=fingerprint(rows._fingerprint, "summarization_examples", query_mode),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -154,8 +169,8 @@ def train_summarization_tokenizer(
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    _check_positive_int("min_frequency", min_frequency)
-    _check_positive_int("vocab_size", vocab_size, allow_none=True)
+    check_positive_int("min_frequency", min_frequency)
+    check_positive_int("vocab_size", vocab_size, allow_none=True)
     if isinstance(texts, str) or not isinstance(texts, Iterable):
         raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
     checked = (_check_text(f"texts[{i}]", t, allow_empty=True) for i, t in enumerate(texts))
@@ -301,9 +316,9 @@ def encode_extractive(
         ValueError: no sentences, a query without ``query_separator_token_id``, or ``max_length`` too
             small for the prefix, the query and one sentence of one token.
     """
-    _check_positive_int("max_length", max_length)
-    _check_positive_int("max_sentence_tokens", max_sentence_tokens)
-    _check_positive_int("max_query_tokens", max_query_tokens)
+    check_positive_int("max_length", max_length)
+    check_positive_int("max_sentence_tokens", max_sentence_tokens)
+    check_positive_int("max_query_tokens", max_query_tokens)
     if isinstance(sentences, str) or not sentences:
         raise ValueError("sentences must be a non-empty list of str")
     start, end = _affixes(tokenizer)
@@ -351,7 +366,7 @@ def encode_abstractive(
     ``max_length`` tokens), ``num_tokens`` (the length before truncation) and ``truncated`` (True when
     document tokens were cut from the end).
     """
-    _check_positive_int("max_length", max_length)
+    check_positive_int("max_length", max_length)
     _check_text("document", document)
     start, end = _affixes(tokenizer)
     prefix = list(start)
@@ -380,10 +395,6 @@ def encode_abstractive(
 # ---------------------------------------------------------------- collators
 
 
-def _padded_length(length: int, multiple: int | None) -> int:
-    return length if not multiple else -(-length // multiple) * multiple
-
-
 @dataclass
 class ExtractiveCollator:
     """Pads ``input_ids`` (with ``pad_token_id``; ``attention_mask`` 0 there) to the longest row, rounded
@@ -409,7 +420,7 @@ class ExtractiveCollator:
             batch = self(rows)
             batch["document_index"] = torch.tensor(owner, dtype=torch.long)
             return batch
-        length = _padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
+        length = padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
         ids = torch.full((len(features), length), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(features), length), dtype=torch.long)
         for b, f in enumerate(features):
@@ -456,8 +467,8 @@ def synthetic_copy_documents(
     Words are ``w0 .. w{vocab_size-1}``; each sentence starts with a capitalised word and ends with a
     period, so :func:`split_sentences` finds the sentences. Deterministic for a ``seed``.
     """
-    _check_positive_int("n", n)
-    _check_positive_int("vocab_size", vocab_size)
+    check_positive_int("n", n)
+    check_positive_int("vocab_size", vocab_size)
     rng = random.Random(seed)
     rows = []
     for i in range(n):
@@ -467,16 +478,6 @@ def synthetic_copy_documents(
             sentences.append(words[0].capitalize() + " " + " ".join(words[1:]) + ".")
         rows.append({"id": f"copy-{seed}-{i}", "document": " ".join(sentences), "summary": sentences[0]})
     return rows
-
-
-def write_jsonl(rows: Iterable[dict], path: PathLike) -> None:
-    """Write rows as JSON Lines (atomically: a temporary file renamed into place)."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 __all__ = [
@@ -491,9 +492,10 @@ __all__ = [
     "add_summarization_tokens",
     "encode_abstractive",
     "encode_extractive",
-    "read_summarization_jsonl",
+    "load_summarization_examples",
+    "check_summarization_row",
     "sentence_features",
+    "summarization_examples",
     "synthetic_copy_documents",
     "train_summarization_tokenizer",
-    "write_jsonl",
 ]

@@ -24,9 +24,9 @@ from transformers.utils import ModelOutput
 from ...attention.dispatch import sparse_attention
 from ...models.longformer_tasks.backbone import backbone_config, build_backbone
 from ...models.longformer_tasks.remote_code import ExportCodeMixin, LongformerTaskPreTrainedModel
+from ...utils.labels import IGNORE_INDEX
 from .configuration_summarization import LEDSummarizationConfig, LongformerExtractiveSummarizationConfig
 
-IGNORE_INDEX = -100
 PADDING_SCORE = -1.0e4  # logits of padding sentences
 
 

@@ -39,6 +39,7 @@ from transformers.pipelines.base import Pipeline
 
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
 from ...pipelines.progress import check_progress, progress_bar
+from ...utils.validation import check_int, check_positive_int
 from .data import ExtractiveCollator, encode_abstractive, encode_extractive, sentence_features
 from .metrics import select_in_order
 from .sentences import split_sentences
@@ -48,14 +49,6 @@ EXTRACTIVE_TYPES = ("longformer_extractive_summarization",)
 GENERATION_OPTIONS = ("num_beams", "min_length", "max_length", "no_repeat_ngram_size", "length_penalty")
 BUDGET_OPTIONS = ("max_sentences", "max_words")
 DEFAULT_MAX_SENTENCES = 3
-
-
-def _positive_int(name: str, value, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < (0 if allow_zero else 1):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
-    return int(value)
 
 
 class LongDocumentSummarizationPipeline(Pipeline):
@@ -145,7 +138,7 @@ class LongDocumentSummarizationPipeline(Pipeline):
                 )
             for name, value in budget.items():
                 if value is not None:
-                    post[name] = _positive_int(name, value)
+                    post[name] = check_positive_int(name, value)
             return pre, fwd, post
         bad = sorted(k for k, v in budget.items() if v is not None)
         if bad:
@@ -155,7 +148,7 @@ class LongDocumentSummarizationPipeline(Pipeline):
             )
         if max_input_length is not None:
             limit = self.max_input_tokens()
-            value = _positive_int("max_input_length", max_input_length)
+            value = check_positive_int("max_input_length", max_input_length)
             if value > limit:
                 raise ValueError(
                     f"max_input_length must be <= {limit} (the model's encoder limit), got {value}"
@@ -163,10 +156,10 @@ class LongDocumentSummarizationPipeline(Pipeline):
             pre["max_input_length"] = value
         for name in ("num_beams", "max_length"):
             if generation.get(name) is not None:
-                fwd[name] = _positive_int(name, generation[name])
+                fwd[name] = check_positive_int(name, generation[name])
         for name in ("min_length", "no_repeat_ngram_size"):
             if generation.get(name) is not None:
-                fwd[name] = _positive_int(name, generation[name], allow_zero=True)
+                fwd[name] = check_int(name, generation[name], 0)
         if generation.get("length_penalty") is not None:
             lp = generation["length_penalty"]
             if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not np.isfinite(lp):

@@ -1,7 +1,7 @@
 """Long-document summarization fine-tuning tasks on ScisummNet, QMSum, SQuALITY (or any data in their format).
 
 Data: ``data_dir`` holds ``train.jsonl``, ``validation.jsonl`` and (optionally) ``test.jsonl`` with
-``document`` and ``summary`` per row (``hf_sparse.tasks.summarization.data.read_summarization_jsonl``); rows with
+``document`` and ``summary`` per row, read with ``datasets`` (``hf_sparse.tasks.summarization.data.load_summarization_examples``); rows with
 ``references`` (SQuALITY's four) are scored against all of them (ROUGE takes the best reference per
 example); ``query_mode`` turns QMSum's queries into query-focused examples.
 
@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-import torch
 
+from ...data.loading import fingerprint, jsonl_files, num_proc_for, tokenizer_fingerprint
 from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
+from ...utils.validation import check_positive_int
 from ..arguments import BackboneArguments
 from .data import (
     QUERY_MODES,
@@ -45,7 +46,7 @@ from .data import (
     add_summarization_tokens,
     encode_abstractive,
     encode_extractive,
-    read_summarization_jsonl,
+    load_summarization_examples,
     sentence_features,
     train_summarization_tokenizer,
 )
@@ -57,13 +58,6 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-
-
-def _positive(name: str, value, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}")
 
 
 # --------------------------------------------------------------------------------------- arguments
@@ -109,9 +103,9 @@ class SummarizationArguments(BackboneArguments):
             )
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {self.query_mode!r}")
-        _positive("vocab_min_frequency", self.vocab_min_frequency)
+        check_positive_int("vocab_min_frequency", self.vocab_min_frequency)
         for name in ("vocab_size", "max_train_documents", "max_eval_documents"):
-            _positive(name, getattr(self, name), allow_none=True)
+            check_positive_int(name, getattr(self, name), allow_none=True)
 
 
 @dataclass
@@ -152,9 +146,9 @@ class ExtractiveArguments(SummarizationArguments):
     def __post_init__(self):
         super().__post_init__()
         for name in ("max_length", "max_sentence_tokens", "head_hidden_size", "oracle_sentences"):
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         for name in ("eval_max_sentences", "eval_max_words"):
-            _positive(name, getattr(self, name), allow_none=True)
+            check_positive_int(name, getattr(self, name), allow_none=True)
         if self.eval_max_sentences is None and self.eval_max_words is None:
             raise ValueError("give eval_max_sentences or eval_max_words (the evaluation summary budget)")
         if self.loss not in ("bce", "listwise"):
@@ -198,7 +192,7 @@ class AbstractiveArguments(SummarizationArguments):
         super().__post_init__()
         for name in ("max_source_length", "max_target_length", "num_beams", "decoder_layers",
                      "max_decoder_positions"):  # fmt: skip
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if self.min_target_length < 0 or self.no_repeat_ngram_size < 0:
             raise ValueError("min_target_length and no_repeat_ngram_size must be >= 0")
         if self.min_target_length > self.max_target_length:
@@ -219,31 +213,61 @@ class AbstractiveArguments(SummarizationArguments):
 # --------------------------------------------------------------------------------------- shared
 
 
-class ExampleDataset(torch.utils.data.Dataset):
-    """A list of example dicts (already tokenized)."""
+def extractive_documents(
+    batch: dict[str, list],
+    *,
+    tokenizer,
+    chunk_length: int,
+    sentence_token_id: int,
+    query_separator_token_id: int | None,
+    max_sentence_tokens: int,
+    sentence_feature_names: list[str],
+    oracle_sentences: int,
+    oracle_metric: str,
+    split: str,
+) -> dict[str, list]:
+    """Batched ``map`` over examples: each document split into sentences, labelled with the greedy
+    ROUGE oracle and encoded in chunks of whole sentences. Columns: ``sentences``, ``input_ids`` /
+    ``labels`` / ``sentence_features`` (one list per chunk), ``sentence_indices`` (per chunk) and
+    ``positives`` (oracle sentences)."""
+    out: dict[str, list] = {
+        "sentences": [],
+        "input_ids": [],
+        "labels": [],
+        "sentence_indices": [],
+        "positives": [],
+    }
+    if sentence_feature_names:
+        out["sentence_features"] = []
+    for id_, document, references, query in zip(
+        batch["id"], batch["document"], batch["references"], batch["query"]
+    ):
+        sentences = split_sentences(document)
+        if not sentences:
+            raise ValueError(f"{split} document {id_!r} has no sentences")
+        labels = oracle_labels(sentences, references, oracle_sentences, oracle_metric)
+        feats = sentence_features(sentences, query, sentence_feature_names)
+        chunks = encode_extractive(
+            tokenizer, sentences, query, max_length=chunk_length, sentence_token_id=sentence_token_id,
+            query_separator_token_id=query_separator_token_id, max_sentence_tokens=max_sentence_tokens,
+        )  # fmt: skip
+        out["sentences"].append(sentences)
+        out["input_ids"].append([c.input_ids for c in chunks])
+        out["labels"].append([labels[c.sentence_indices].astype(np.float32).tolist() for c in chunks])
+        out["sentence_indices"].append([c.sentence_indices for c in chunks])
+        out["positives"].append(int(labels.sum()))
+        if sentence_feature_names:
+            out["sentence_features"].append([feats[c.sentence_indices].tolist() for c in chunks])
+    return out
 
-    def __init__(self, examples: list[dict]):
-        self.examples = examples
 
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.examples[i]
-
-
-def _first_documents(examples: list[dict], limit: int | None) -> list[dict]:
-    """The examples of the first ``limit`` documents (a QMSum meeting has one example per query)."""
-    if not limit:
-        return examples
-    seen: list[str] = []
-    out = []
-    for ex in examples:
-        if not seen or ex["document"] is not seen[-1]:
-            if len(seen) == limit:
-                break
-            seen.append(ex["document"])
-        out.append(ex)
+def document_chunks(batch: dict[str, list]) -> dict[str, list]:
+    """Batched ``map``: one row per chunk of each document row (same columns, one chunk each)."""
+    out: dict[str, list] = {key: [] for key in batch}
+    for j in range(len(batch["input_ids"])):
+        for c in range(len(batch["input_ids"][j])):
+            for key in batch:
+                out[key].append(batch[key][j][c])
     return out
 
 
@@ -259,19 +283,14 @@ class _SummarizationTask(Task):
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
 
-    def data(self, args) -> dict[str, list[dict]]:
-        """The examples of each split (read once)."""
+    def data(self, args) -> dict:
+        """The examples of each split (``datasets.Dataset``, read once): the first
+        ``max_train_documents`` / ``max_eval_documents`` rows, expanded by ``query_mode``."""
         if self._rows is None:
             rows = {}
-            for split in SPLITS:
-                path = os.path.join(args.data_dir, f"{split}.jsonl")
-                if not os.path.isfile(path):
-                    if split == "test":
-                        continue
-                    raise FileNotFoundError(f"data_dir={args.data_dir!r} has no {split}.jsonl")
-                examples = read_summarization_jsonl(path, args.query_mode)
+            for split, path in jsonl_files(args.data_dir).items():
                 limit = args.max_train_documents if split == "train" else args.max_eval_documents
-                rows[split] = _first_documents(examples, limit)
+                rows[split] = load_summarization_examples(path, args.query_mode, limit)
             self._rows = rows
         return self._rows
 
@@ -295,8 +314,8 @@ class _SummarizationTask(Task):
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
         else:
             train = self.data(args)["train"]
-            texts = [e["document"] for e in train] + [e["summary"] for e in train]
-            texts += [e["query"] for e in train if e["query"]]
+            texts = list(train["document"]) + list(train["summary"])
+            texts += [q for q in train["query"] if q]
             tokenizer = train_summarization_tokenizer(
                 texts, min_frequency=args.vocab_min_frequency, vocab_size=args.vocab_size
             )
@@ -394,40 +413,37 @@ class ExtractiveSummarizationTask(_SummarizationTask):
         cfg = self._config
         out = {}
         for split, examples in self.data(args).items():
-            items, docs, chunks, refs = [], [], [], []
-            positives = 0
-            for d, ex in enumerate(examples):
-                sentences = split_sentences(ex["document"])
-                if not sentences:
-                    raise ValueError(f"{split} document {ex['id']!r} has no sentences")
-                labels = oracle_labels(sentences, ex["references"], args.oracle_sentences, args.oracle_metric)
-                positives += int(labels.sum())
-                feats = sentence_features(sentences, ex["query"], cfg.sentence_features)
-                item = {"input_ids": [], "labels": []}
-                if cfg.sentence_features:
-                    item["sentence_features"] = []
-                for chunk in encode_extractive(
-                    tokenizer, sentences, ex["query"], max_length=self._chunk_length,
-                    sentence_token_id=cfg.sentence_token_id, query_separator_token_id=cfg.query_separator_token_id,
-                    max_sentence_tokens=cfg.max_sentence_tokens,
-                ):  # fmt: skip
-                    idx = chunk.sentence_indices
-                    item["input_ids"].append(chunk.input_ids)
-                    item["labels"].append(labels[idx].astype(np.float32).tolist())
-                    if cfg.sentence_features:
-                        item["sentence_features"].append(feats[idx].tolist())
-                    chunks.append((d, idx))
-                if split == "train":  # one example per document: its chunks are ranked together
-                    items.append(item)
-                else:  # one example per chunk (evaluation gathers predictions per example)
-                    items += [{k: v[c] for k, v in item.items()} for c in range(len(item["input_ids"]))]
-                docs.append(sentences)
-                refs.append(ex["references"])
+            kwargs = {"tokenizer": tokenizer, "chunk_length": self._chunk_length,
+                      "sentence_token_id": cfg.sentence_token_id,
+                      "query_separator_token_id": cfg.query_separator_token_id,
+                      "max_sentence_tokens": cfg.max_sentence_tokens,
+                      "sentence_feature_names": list(cfg.sentence_features),
+                      "oracle_sentences": args.oracle_sentences, "oracle_metric": args.oracle_metric,
+                      "split": split}  # fmt: skip
+            key = {**kwargs, "tokenizer": tokenizer_fingerprint(tokenizer)}
+            docs = examples.map(
+                extractive_documents, batched=True, batch_size=16, fn_kwargs=kwargs,
+                remove_columns=examples.column_names, num_proc=num_proc_for(self.num_proc, len(examples), 50),
+                new_fingerprint=fingerprint(examples._fingerprint, "extractive_documents", key),
+                desc=f"{split} oracle labels and chunks",
+            )  # fmt: skip
+            indices = list(docs["sentence_indices"])
+            chunks = [(d, idx) for d, per_doc in enumerate(indices) for idx in per_doc]
             logger.info(
-                "%s: %d documents, %d chunks, %d oracle sentences", split, len(docs), len(chunks), positives
+                "%s: %d documents, %d chunks, %d oracle sentences",
+                split, len(docs), len(chunks), sum(docs["positives"]),
+            )  # fmt: skip
+            self.documents[split], self.chunks[split] = list(docs["sentences"]), chunks
+            self.references[split] = list(examples["references"])
+            items = docs.select_columns(
+                [c for c in ("input_ids", "labels", "sentence_features") if c in docs.column_names]
             )
-            self.documents[split], self.chunks[split], self.references[split] = docs, chunks, refs
-            out[split] = ExampleDataset(items)
+            if split != "train":  # one example per chunk (evaluation gathers predictions per example)
+                items = items.map(
+                    document_chunks, batched=True, new_fingerprint=fingerprint(items._fingerprint, "document_chunks"),
+                    desc=f"{split} chunks",
+                )  # fmt: skip
+            out[split] = items  # train: one example per document, its chunks ranked together
         return out
 
     def data_collator(self, args, tokenizer):
@@ -490,6 +506,26 @@ class ExtractiveSummarizationTask(_SummarizationTask):
 
 
 # --------------------------------------------------------------------------------------- abstractive
+
+
+def abstractive_example(
+    example: dict,
+    *,
+    tokenizer,
+    max_length: int,
+    max_target_length: int,
+    sentence_token_id: int | None,
+    query_separator_token_id: int | None,
+) -> dict:
+    """``map``: ``input_ids`` / ``attention_mask`` of the document (and query, :func:`encode_abstractive`),
+    ``labels`` (the summary, at most ``max_target_length`` tokens) and ``truncated``."""
+    enc = encode_abstractive(
+        tokenizer, example["document"], example["query"], max_length=max_length,
+        sentence_token_id=sentence_token_id, query_separator_token_id=query_separator_token_id,
+    )  # fmt: skip
+    labels = tokenizer(example["summary"], max_length=max_target_length, truncation=True)["input_ids"]
+    return {"input_ids": enc["input_ids"], "attention_mask": [1] * len(enc["input_ids"]), "labels": labels,
+            "truncated": enc["truncated"]}  # fmt: skip
 
 
 def _seq2seq_classes():
@@ -563,27 +599,25 @@ class AbstractiveSummarizationTask(_SummarizationTask):
         limit = min(args.max_source_length, cfg.max_encoder_position_embeddings)
         out = {}
         for split, examples in self.data(args).items():
-            items, truncated = [], 0
-            for ex in examples:
-                enc = encode_abstractive(
-                    tokenizer, ex["document"], ex["query"], max_length=limit,
-                    sentence_token_id=cfg.sentence_token_id if "sentences" in cfg.global_attention else None,
-                    query_separator_token_id=cfg.query_separator_token_id,
-                )  # fmt: skip
-                truncated += enc["truncated"]
-                labels = tokenizer(ex["summary"], max_length=args.max_target_length, truncation=True)[
-                    "input_ids"
-                ]
-                items.append({"input_ids": enc["input_ids"], "attention_mask": [1] * len(enc["input_ids"]),
-                              "labels": labels})  # fmt: skip
+            kwargs = {"tokenizer": tokenizer, "max_length": limit, "max_target_length": args.max_target_length,
+                      "sentence_token_id": cfg.sentence_token_id if "sentences" in cfg.global_attention else None,
+                      "query_separator_token_id": cfg.query_separator_token_id}  # fmt: skip
+            key = {**kwargs, "tokenizer": tokenizer_fingerprint(tokenizer)}
+            items = examples.map(
+                abstractive_example, fn_kwargs=kwargs, remove_columns=examples.column_names,
+                num_proc=num_proc_for(self.num_proc, len(examples), 50),
+                new_fingerprint=fingerprint(examples._fingerprint, "abstractive_example", key),
+                desc=f"tokenizing {split}",
+            )  # fmt: skip
+            truncated = int(sum(items["truncated"]))
             if truncated:
                 logger.warning(
                     "%s: %d of %d documents are longer than max_source_length=%d tokens and were truncated",
                     split, truncated, len(examples), limit,
                 )  # fmt: skip
             self.truncated[split] = truncated
-            self.references[split] = [ex["references"] for ex in examples]
-            out[split] = ExampleDataset(items)
+            self.references[split] = list(examples["references"])
+            out[split] = items.remove_columns("truncated")
         return out
 
     def data_collator(self, args, tokenizer):

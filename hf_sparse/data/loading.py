@@ -1,0 +1,180 @@
+"""The recipes' splits through 🤗 ``datasets``: JSON Lines folders, row validation inside ``map``,
+seeded splits by group, and deterministic ``map`` fingerprints (so a second run reuses the cache).
+
+``datasets`` is imported inside the functions: importing ``hf_sparse`` does not need the ``train``
+extra.
+
+- :func:`load_jsonl_splits`: ``{split}.jsonl`` of a folder, each with :func:`load_jsonl`
+  (``load_dataset("json", ...)``).
+- :func:`validate_rows`: ``dataset.map(check)`` where ``check(row, where)`` raises ``ValueError``;
+  ``where`` is ``"<file>: row <n>"`` (``n`` counts the file's rows from 1, blank lines skipped),
+  so every error names the file, the row and (by the check) the field.
+- :func:`split_by_group`: seeded test / validation / train split of a dataset of *groups* (e.g. one
+  row per ChIP-seq peak), before each group becomes rows, so a group never straddles two splits.
+- :func:`fingerprint`: a stable ``new_fingerprint`` for ``map`` from the input's fingerprint and
+  the JSON-able parameters of the step (a tokenizer enters through :func:`tokenizer_fingerprint`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+#: ``num_proc`` of the preprocessing ``map`` calls when a recipe does not set it: the machine's
+#: cores, at most 4 (small datasets gain nothing from more processes).
+DEFAULT_NUM_PROC = max(1, min(4, os.cpu_count() or 1))
+
+
+def num_proc_for(num_proc: int | None, rows: int, min_rows_per_proc: int = 200) -> int | None:
+    """``num_proc`` for ``map`` over ``rows`` rows: None (in process) when there are fewer than
+    ``min_rows_per_proc`` rows per process (starting processes costs more than it saves)."""
+    n = DEFAULT_NUM_PROC if num_proc is None else num_proc
+    n = min(n, rows // min_rows_per_proc)
+    return n if n > 1 else None
+
+
+def fingerprint(*parts: Any) -> str:
+    """A 16-hex-digit hash of JSON-able ``parts`` (the input dataset's ``_fingerprint`` first)."""
+    text = json.dumps(parts, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of what a tokenizer does: its full serialisation (fast) or vocabulary and settings."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = backend.to_str()
+    else:
+        state = json.dumps(sorted(tokenizer.get_vocab().items()))
+    special = sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", []))
+    return fingerprint(type(tokenizer).__name__, state, special)
+
+
+def _callable_key(fn) -> list:
+    """A stable description of a function or a ``functools.partial`` of one (for fingerprints)."""
+    if isinstance(fn, functools.partial):
+        return [*_callable_key(fn.func), list(fn.args), fn.keywords]
+    return [fn.__module__, fn.__qualname__]
+
+
+def jsonl_files(
+    data_dir: str,
+    splits: Sequence[str] = ("train", "validation", "test"),
+    optional: Sequence[str] = ("test",),
+    key: str = "data_dir",
+) -> dict[str, str]:
+    """``{split: path}`` of ``data_dir/{split}.jsonl`` (or ``.jsonl.gz``). A split in ``optional`` may
+    be missing; any other missing file is ``FileNotFoundError`` naming ``key`` and the folder."""
+    files = {}
+    for split in splits:
+        for name in (f"{split}.jsonl", f"{split}.jsonl.gz"):
+            if os.path.isfile(os.path.join(data_dir, name)):
+                files[split] = os.path.join(data_dir, name)
+                break
+        else:
+            if split not in optional:
+                raise FileNotFoundError(f"{key}={data_dir!r} has no {split}.jsonl")
+    return files
+
+
+def load_jsonl_splits(
+    data_dir: str,
+    splits: Sequence[str] = ("train", "validation", "test"),
+    optional: Sequence[str] = ("test",),
+    key: str = "data_dir",
+    check: Callable[[dict, str], None] | None = None,
+) -> dict[str, Any]:
+    """``{split: datasets.Dataset}`` of the :func:`jsonl_files` of ``data_dir``, each read with
+    :func:`load_jsonl` (rows checked with ``check`` when given)."""
+    return {
+        split: load_jsonl(path, check) for split, path in jsonl_files(data_dir, splits, optional, key).items()
+    }
+
+
+def load_jsonl(path: str, check: Callable[[dict, str], None] | None = None):
+    """One JSON Lines file (plain or gzip) as a ``datasets.Dataset`` (``load_dataset("json")``), every
+    row checked with ``check`` (:func:`validate_rows`) when given. ``ValueError`` naming the file if
+    ``load_dataset`` cannot read it."""
+    from datasets import load_dataset
+
+    path = os.path.abspath(os.fspath(path))
+    try:
+        dataset = load_dataset("json", data_files={"rows": path}, split="rows")
+    except Exception as e:  # datasets wraps JSON and Arrow errors in its own types
+        cause = e.__cause__ or e
+        raise ValueError(f"{path}: not a readable JSON Lines file: {cause}") from e
+    return dataset if check is None else validate_rows(dataset, check, path)
+
+
+def validate_rows(dataset, check: Callable[[dict, str], None], source: str):
+    """``check(row, where)`` on every row, inside ``dataset.map`` (cached under a fingerprint of
+    the data and the check, so a second run skips it); returns the (unchanged) rows.
+
+    ``where`` is ``"<source>: row <n>"`` with ``n`` from 1; ``check`` raises ``ValueError`` naming
+    the field.
+    """
+
+    def run(row, index):
+        check(dict(row), f"{source}: row {index + 1}")
+        return {}
+
+    return dataset.map(
+        run,
+        with_indices=True,
+        new_fingerprint=fingerprint(dataset._fingerprint, "validate", _callable_key(check)),
+        desc=f"checking {os.path.basename(source)}",
+    )
+
+
+def split_by_group(dataset, test_fraction: float, validation_fraction: float, seed: int) -> dict[str, Any]:
+    """Seeded ``{"train", "validation", "test"}`` split of a dataset with one row per group.
+
+    ``round(test_fraction * n)`` groups go to test and ``round(validation_fraction * n)`` to
+    validation: the first and the next ones of ``numpy.random.default_rng(seed).permutation(n)``
+    (``train_test_split``'s permutation), the rest to train; each split keeps the dataset's order.
+    Empty splits are left out.
+    """
+    import numpy as np
+
+    n = len(dataset)
+    n_test = int(round(test_fraction * n))
+    n_val = int(round(validation_fraction * n))
+    if n_test + n_val >= n:
+        raise ValueError(
+            f"test_fraction={test_fraction} and validation_fraction={validation_fraction} leave no training "
+            f"data of {n} groups"
+        )
+    dataset = dataset.add_column("_group", list(range(n)))
+    rest = dataset
+    out = {}
+    if n_test:
+        parts = dataset.train_test_split(test_size=n_test, seed=seed, shuffle=True)
+        out["test"], rest = parts["test"], parts["train"]
+    elif n_val:
+        rest = dataset.select(np.random.default_rng(seed).permutation(n))
+    if n_val:  # the validation groups are the next ones of the same permutation
+        parts = rest.train_test_split(train_size=n_val, shuffle=False)
+        out["validation"], rest = parts["train"], parts["test"]
+    out["train"] = rest
+    return {
+        split: out[split].select(np.argsort(out[split]["_group"])).remove_columns("_group")
+        for split in ("train", "validation", "test")
+        if split in out
+    }
+
+
+__all__ = [
+    "DEFAULT_NUM_PROC",
+    "fingerprint",
+    "jsonl_files",
+    "load_jsonl",
+    "load_jsonl_splits",
+    "num_proc_for",
+    "split_by_group",
+    "tokenizer_fingerprint",
+    "validate_rows",
+]

@@ -1,0 +1,117 @@
+"""hf_sparse.data.loading: JSON Lines splits, row checks naming file/row/field, seeded group splits
+(the permutation the recipes used before), deterministic map fingerprints (a second run hits the cache)."""
+
+import json
+
+import numpy as np
+import pytest
+from datasets import Dataset
+
+from hf_sparse.data.loading import (
+    fingerprint,
+    load_jsonl_splits,
+    num_proc_for,
+    split_by_group,
+    tokenizer_fingerprint,
+)
+from hf_sparse.tasks.motif.task import MotifArguments, MotifTask
+from hf_sparse.tokenization_dna import DNATokenizer
+
+
+def _old_split(n, test_fraction, validation_fraction, seed):
+    """The split code the motif scan data had before datasets (kept here as the reference)."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_test, n_val = int(round(test_fraction * n)), int(round(validation_fraction * n))
+    parts = {
+        "test": order[:n_test],
+        "validation": order[n_test : n_test + n_val],
+        "train": order[n_test + n_val :],
+    }
+    return {k: sorted(v.tolist()) for k, v in parts.items() if len(v)}
+
+
+@pytest.mark.parametrize(
+    "n, test_fraction, validation_fraction, seed",
+    [
+        (500, 0.2, 0.1, 0),
+        (20, 0.2, 0.2, 3),
+        (7, 0.0, 0.3, 1),
+        (7, 0.3, 0.0, 2),
+        (9, 0.0, 0.0, 0),
+        (101, 0.15, 0.05, 9),
+    ],
+)
+def test_split_by_group_is_the_old_permutation_split(n, test_fraction, validation_fraction, seed):
+    groups = Dataset.from_dict({"record": list(range(n))})
+    got = split_by_group(groups, test_fraction, validation_fraction, seed)
+    assert {k: v["record"] for k, v in got.items()} == _old_split(n, test_fraction, validation_fraction, seed)
+    assert all(v.column_names == ["record"] for v in got.values())
+
+
+def test_split_by_group_needs_training_data():
+    with pytest.raises(ValueError, match="leave no training data of 4 groups"):
+        split_by_group(Dataset.from_dict({"record": [0, 1, 2, 3]}), 0.5, 0.5, 0)
+
+
+def _check(row, where):
+    if not isinstance(row.get("x"), int):
+        raise ValueError(f"{where}: field 'x' must be an int, got {row.get('x')!r}")
+
+
+def test_load_jsonl_splits_checks_rows_and_names_file_row_field(tmp_path):
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"x": i}) + "\n" for i in range(3)))
+    (tmp_path / "validation.jsonl").write_text('{"x": 1}\n{"y": 2}\n')
+    with pytest.raises(ValueError, match=r"validation.jsonl: row 2: field 'x' must be an int, got None"):
+        load_jsonl_splits(str(tmp_path), check=_check)
+    (tmp_path / "validation.jsonl").write_text('{"x": 1}\n')
+    splits = load_jsonl_splits(str(tmp_path), check=_check)
+    assert sorted(splits) == ["train", "validation"] and splits["train"]["x"] == [0, 1, 2]  # test optional
+    with pytest.raises(FileNotFoundError, match="data_dir=.* has no test.jsonl"):
+        load_jsonl_splits(str(tmp_path), optional=())
+
+
+def test_num_proc_for():
+    assert num_proc_for(1, 10_000) is None
+    assert num_proc_for(4, 10_000) == 4
+    assert num_proc_for(4, 500, min_rows_per_proc=200) == 2  # no more processes than the rows justify
+    assert num_proc_for(None, 10) is None
+
+
+def test_fingerprints_are_stable():
+    assert fingerprint("a", {"b": 1, "c": [2]}) == fingerprint("a", {"c": [2], "b": 1})
+    assert fingerprint("a", 1) != fingerprint("a", 2)
+    assert tokenizer_fingerprint(DNATokenizer()) == tokenizer_fingerprint(DNATokenizer())
+    assert tokenizer_fingerprint(DNATokenizer()) != tokenizer_fingerprint(DNATokenizer(kmer=3))
+
+
+def test_second_build_reuses_the_cache():
+    """A second task built from the same arguments maps to the same fingerprints, so datasets loads the
+    cached Arrow files instead of preprocessing again."""
+    args = MotifArguments(motifs=["REST"], sequence_length=60, num_train=30, num_validation=10, num_test=0,
+                          max_length=64)  # fmt: skip
+    built = []
+    for _ in range(2):
+        task = MotifTask()
+        tok = task.build_tokenizer(args)
+        task.build_model(args, tok)
+        built.append(task.build_datasets(args, tok))
+    for split in ("train", "validation"):
+        first, second = built[0][split], built[1][split]
+        assert first._fingerprint == second._fingerprint
+        assert first.cache_files and first.cache_files == second.cache_files
+        assert first[:] == second[:]
+
+
+def test_hf_sparse_imports_without_datasets():
+    """datasets is a train extra: the package and its data modules import without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['datasets'] = None\n"  # makes `import datasets` raise ImportError
+        "import hf_sparse, hf_sparse.data.loading, hf_sparse.tasks.motif.data, hf_sparse.tasks.dialogue.data\n"
+        "import hf_sparse.tasks.summarization.data\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
