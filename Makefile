@@ -10,7 +10,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup_env.sh
+$(STAMP): pyproject.toml setup.py scripts/setup_env.sh
 	VENV=$(VENV) bash scripts/setup_env.sh
 	@touch $@
 

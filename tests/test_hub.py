@@ -22,7 +22,7 @@ from huggingface_hub import ModelCard, constants
 import hf_sparse
 from hf_sparse import hub
 from hf_sparse import patterns as P
-from hf_sparse.hub import common as hub_common
+from hf_sparse.utils import io as utils_io
 from hf_sparse.hub import push as hub_push
 
 REPO = Path(__file__).resolve().parents[1]
@@ -239,7 +239,7 @@ def test_save_model_card_is_atomic(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(hub_common.os, "replace", boom)
+    monkeypatch.setattr(utils_io.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
         hub.save_model_card(_card(), tmp_path)
     assert (tmp_path / "README.md").read_text() == "old card"
