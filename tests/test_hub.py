@@ -22,8 +22,8 @@ from huggingface_hub import ModelCard, constants
 import hf_sparse
 from hf_sparse import hub
 from hf_sparse import patterns as P
-from hf_sparse.utils import io as utils_io
 from hf_sparse.hub import push as hub_push
+from hf_sparse.utils import io as utils_io
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "hf_sEcReTtOkEn0123456789abcdefXYZ"
