@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ...metrics import load as load_metric
 from ...training import Task, path_field, register_task
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
@@ -48,7 +49,6 @@ from .data import (
     train_summarization_tokenizer,
 )
 from .metrics import ORACLE_METRICS, oracle_labels, select_in_order
-from .rouge import rouge
 from .sentences import split_sentences
 
 logger = logging.getLogger(__name__)
@@ -488,7 +488,7 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                     "document is needed for its summary"
                 )
             predictions = self.summaries(split, pred.predictions, args)
-            return rouge(predictions, self.references[split])
+            return load_metric("rouge").compute(predictions=predictions, references=self.references[split])
 
         return metrics
 
@@ -632,7 +632,9 @@ class AbstractiveSummarizationTask(_SummarizationTask):
             preds = np.where(preds < 0, self._tokenizer.pad_token_id, preds)
             texts = [t.strip() for t in self._tokenizer.batch_decode(preds, skip_special_tokens=True)]
             refs = self.references[self.metric_split][: len(texts)]
-            result = rouge([t if t else "" for t in texts], refs)
+            result = load_metric("rouge").compute(
+                predictions=[t if t else "" for t in texts], references=refs
+            )
             result["gen_len"] = float(
                 np.mean([np.count_nonzero(p != self._tokenizer.pad_token_id) for p in preds])
             )
