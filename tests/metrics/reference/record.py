@@ -311,9 +311,19 @@ def main():
         "rouge": rouge_cases(),
     }
     path = os.path.join(HERE, "reference.json")
-    with open(path, "w") as f:
-        json.dump(data, f, indent=1, default=lambda x: x.item() if hasattr(x, "item") else str(x))
+    write(data, path)
     print(f"wrote {path}: {sum(len(v) for v in data.values())} cases")
+
+
+def write(data: dict, path: str) -> None:
+    """JSON with one case per line (Python's float repr round-trips exactly)."""
+
+    def dump(x):
+        return json.dumps(x, default=lambda v: v.item() if hasattr(v, "item") else str(v))
+
+    groups = [f"{dump(g)}: [\n" + ",\n".join(dump(c) for c in cases) + "\n]" for g, cases in data.items()]
+    with open(path, "w") as f:
+        f.write("{\n" + ",\n".join(groups) + "\n}\n")
 
 
 if __name__ == "__main__":
