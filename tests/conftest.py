@@ -8,6 +8,7 @@ os.environ.update(
     HF_HUB_OFFLINE="1",
     TRANSFORMERS_OFFLINE="1",
     HF_DATASETS_OFFLINE="1",
+    HF_EVALUATE_OFFLINE="1",
     HF_HUB_DISABLE_TELEMETRY="1",
 )
 
@@ -24,6 +25,7 @@ def _offline_hf(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     yield
 

@@ -1,11 +1,16 @@
-"""Classification metrics in numpy: accuracy, precision/recall/F1, AUROC, multi-label F1.
+"""Classification metrics on scikit-learn: accuracy, precision/recall/F1, AUROC, multi-label F1.
 
-Conventions shared by every function here:
+The scores are scikit-learn's (``accuracy_score``, ``precision_recall_fscore_support``, ``f1_score``,
+``roc_auc_score``); this module adds the input checks (``ValueError``/``TypeError`` naming the argument),
+accepts torch tensors, and keeps two conventions of its own:
 
-- Inputs are array-likes (lists, numpy arrays, torch tensors) converted with ``np.asarray``.
-- ``zero_division`` (default 0.0, as scikit-learn) is returned for a precision, recall or F1 whose
-  denominator is zero.
-- F1 = 2·TP / (2·TP + FP + FN), which equals the harmonic mean of precision and recall.
+- AUROC of labels holding one class is ``nan`` with a ``RuntimeWarning`` (scikit-learn raises), so an
+  evaluation over many small groups can skip them with ``np.nanmean``.
+- Multi-label ``"macro"`` F1 and :func:`per_class_f1` of 0/1 matrices leave out (``nan``) a class with no
+  true and no predicted positive, instead of scoring it ``zero_division``.
+
+``zero_division`` (default 0.0, as scikit-learn) is returned for a precision, recall or F1 whose
+denominator is zero.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from sklearn import metrics as skm
+from sklearn.exceptions import UndefinedMetricWarning
 
 
 def _as_1d(name: str, values) -> np.ndarray:
@@ -41,32 +48,29 @@ def _as_indicator(name: str, values) -> np.ndarray:
         raise ValueError(f"{name} must be a 2-D 0/1 matrix (n_samples, n_classes), got shape {arr.shape}")
     if arr.size and not np.isin(arr, (0, 1)).all():
         raise ValueError(f"{name} must contain only 0 and 1 (or booleans)")
-    return arr.astype(bool)
+    return arr.astype(int)
 
 
-def _safe_div(num: float, den: float, zero_division: float) -> float:
-    return float(num) / float(den) if den else float(zero_division)
+def _indicator_pair(y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
+    t, p = _as_indicator("y_true", y_true), _as_indicator("y_pred", y_pred)
+    if t.shape != p.shape:
+        raise ValueError(f"y_true and y_pred differ in shape: {t.shape} != {p.shape}")
+    if t.size == 0:
+        raise ValueError(f"y_true is empty (shape {t.shape})")
+    return t, p
 
 
-def _prf(tp: float, fp: float, fn: float, zero_division: float) -> tuple[float, float, float]:
-    precision = _safe_div(tp, tp + fp, zero_division)
-    recall = _safe_div(tp, tp + fn, zero_division)
-    f1 = _safe_div(2 * tp, 2 * tp + fp + fn, zero_division)
-    return precision, recall, f1
+def _labels(a: np.ndarray, b: np.ndarray, labels) -> np.ndarray:
+    labels = np.unique(np.concatenate([a, b])) if labels is None else np.asarray(labels)
+    if labels.size == 0:
+        raise ValueError("labels is empty")
+    return labels
 
 
 def accuracy(y_true, y_pred) -> float:
     """Fraction of positions where ``y_pred == y_true`` (1-D, same shape, non-empty)."""
     a, b = _pair_1d(y_true, y_pred)
-    return float(np.mean(a == b))
-
-
-def _counts(a: np.ndarray, b: np.ndarray, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-label TP, FP, FN for single-label arrays ``a`` (truth) and ``b`` (prediction)."""
-    tp = np.array([np.sum((a == c) & (b == c)) for c in labels], dtype=np.float64)
-    fp = np.array([np.sum((a != c) & (b == c)) for c in labels], dtype=np.float64)
-    fn = np.array([np.sum((a == c) & (b != c)) for c in labels], dtype=np.float64)
-    return tp, fp, fn
+    return float(skm.accuracy_score(a, b))
 
 
 def precision_recall_f1(
@@ -81,42 +85,27 @@ def precision_recall_f1(
 
     Args:
         y_true, y_pred: 1-D arrays of class labels (ints or strings), same shape.
-        average:
-            - ``"binary"``: the scores of class ``pos_label`` alone (TP = truth and prediction are
-              ``pos_label``, ...).
-            - ``"macro"``: unweighted mean of the per-class scores over ``labels`` (default: every
-              label that occurs in ``y_true`` or ``y_pred``).
-            - ``"micro"``: scores from TP, FP, FN summed over ``labels``; with all labels this equals
-              accuracy.
-            - ``"weighted"``: per-class scores averaged with weights = support in ``y_true``.
-        pos_label: the positive class for ``"binary"``.
-        labels: the classes to average over (``macro``/``micro``/``weighted``).
+        average: ``"binary"`` (class ``pos_label`` alone), ``"macro"`` (unweighted mean over ``labels``),
+            ``"micro"`` (from TP, FP, FN summed over ``labels``; with all labels this is accuracy) or
+            ``"weighted"`` (mean weighted by support in ``y_true``), as scikit-learn.
+        pos_label: the positive class for ``"binary"`` (need not occur in the data).
+        labels: the classes to average over (default: every label in ``y_true`` or ``y_pred``).
         zero_division: value for a zero denominator.
     """
     a, b = _pair_1d(y_true, y_pred)
     if average == "binary":
-        tp, fp, fn = _counts(a, b, [pos_label])
-        p, r, f = _prf(tp[0], fp[0], fn[0], zero_division)
-        return {"precision": p, "recall": r, "f1": f}
-    if average not in ("macro", "micro", "weighted"):
+        # scikit-learn's "binary" refuses more than two classes or a pos_label absent from the data:
+        # the same scores are those of class pos_label alone.
+        labels, average = [pos_label], "micro"
+    elif average not in ("macro", "micro", "weighted"):
         raise ValueError(f"average must be 'binary', 'macro', 'micro' or 'weighted', got {average!r}")
-    labels = np.unique(np.concatenate([a, b])) if labels is None else np.asarray(labels)
-    if labels.size == 0:
-        raise ValueError("labels is empty")
-    tp, fp, fn = _counts(a, b, labels)
-    if average == "micro":
-        p, r, f = _prf(tp.sum(), fp.sum(), fn.sum(), zero_division)
-        return {"precision": p, "recall": r, "f1": f}
-    per_class = np.array([_prf(*c, zero_division) for c in zip(tp, fp, fn)])  # (n_labels, 3)
-    if average == "macro":
-        mean = per_class.mean(axis=0)
-    else:
-        support = tp + fn
-        if support.sum() == 0:
-            mean = np.full(3, float(zero_division))
-        else:
-            mean = (per_class * support[:, None]).sum(axis=0) / support.sum()
-    return {"precision": float(mean[0]), "recall": float(mean[1]), "f1": float(mean[2])}
+    labels = _labels(a, b, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        p, r, f, _ = skm.precision_recall_fscore_support(
+            a, b, labels=labels, average=average, zero_division=zero_division
+        )
+    return {"precision": float(p), "recall": float(r), "f1": float(f)}
 
 
 def per_class_f1(y_true, y_pred, labels=None, zero_division: float = 0.0) -> dict:
@@ -129,34 +118,35 @@ def per_class_f1(y_true, y_pred, labels=None, zero_division: float = 0.0) -> dic
     """
     if np.ndim(y_true) == 2 or np.ndim(y_pred) == 2:
         t, p = _indicator_pair(y_true, y_pred)
-        tp, fp, fn = _indicator_counts(t, p)
         names = range(t.shape[1]) if labels is None else list(labels)
         if len(names) != t.shape[1]:
             raise ValueError(f"labels has {len(names)} entries but the matrices have {t.shape[1]} columns")
-        return {
-            name: (
-                float("nan") if tp[j] + fp[j] + fn[j] == 0 else _prf(tp[j], fp[j], fn[j], zero_division)[2]
-            )
-            for j, name in enumerate(names)
-        }
+        return dict(zip(names, _multilabel_f1s(t, p, zero_division).tolist()))
     a, b = _pair_1d(y_true, y_pred)
-    labels = np.unique(np.concatenate([a, b])) if labels is None else np.asarray(labels)
-    tp, fp, fn = _counts(a, b, labels)
-    return {
-        label.item() if hasattr(label, "item") else label: _prf(*c, zero_division)[2]
-        for label, c in zip(labels, zip(tp, fp, fn))
-    }
+    labels = _labels(a, b, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        f1 = skm.f1_score(a, b, labels=labels, average=None, zero_division=zero_division)
+    return {label.item() if hasattr(label, "item") else label: float(v) for label, v in zip(labels, f1)}
+
+
+def _multilabel_f1s(t: np.ndarray, p: np.ndarray, zero_division: float) -> np.ndarray:
+    """Per-column F1, ``nan`` for a column with no true and no predicted positive."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        f1 = skm.f1_score(t, p, average=None, zero_division=zero_division)
+    present = (t | p).any(axis=0)
+    return np.where(present, f1, np.nan)
 
 
 def auroc(labels, scores) -> float:
     """Area under the ROC curve of binary ``labels`` (0/1 or bool) ranked by ``scores``.
 
-    Defined as the Mann-Whitney probability P(score of a random positive > score of a random
-    negative) + 0.5·P(equal), computed from midranks; this equals the trapezoidal area under the ROC
-    curve with tied scores forming one diagonal step. If ``labels`` holds a single class the AUROC
-    is undefined: the function returns ``nan`` and emits a ``RuntimeWarning`` (rather than raising,
-    so that an evaluation over many small groups can skip such groups with ``np.nanmean``).
-    NaN scores raise ``ValueError``.
+    scikit-learn's ``roc_auc_score``: the trapezoidal area, tied scores forming one diagonal step, which
+    equals P(score of a random positive > score of a random negative) + 0.5·P(equal). If ``labels``
+    holds a single class the AUROC is undefined: ``nan`` and a ``RuntimeWarning`` (rather than an error,
+    so that an evaluation over many small groups can skip such groups with ``np.nanmean``). NaN scores
+    raise ``ValueError``.
     """
     y, s = _pair_1d(labels, scores, ("labels", "scores"))
     if not np.isin(y, (0, 1)).all():
@@ -174,32 +164,7 @@ def auroc(labels, scores) -> float:
             stacklevel=2,
         )
         return float("nan")
-    # Midranks (1-based): tied scores share the mean of the ranks they occupy.
-    order = np.argsort(s, kind="mergesort")
-    sorted_s = s[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_s)) + 1]
-    ends = np.r_[starts[1:], s.size]
-    group_rank = (starts + ends + 1) / 2.0  # mean of ranks starts+1 .. ends
-    ranks = np.empty(s.size)
-    ranks[order] = np.repeat(group_rank, ends - starts)
-    u = ranks[y].sum() - n_pos * (n_pos + 1) / 2.0
-    return float(u / (n_pos * n_neg))
-
-
-def _indicator_pair(y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
-    t, p = _as_indicator("y_true", y_true), _as_indicator("y_pred", y_pred)
-    if t.shape != p.shape:
-        raise ValueError(f"y_true and y_pred differ in shape: {t.shape} != {p.shape}")
-    if t.size == 0:
-        raise ValueError(f"y_true is empty (shape {t.shape})")
-    return t, p
-
-
-def _indicator_counts(t: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    tp = (t & p).sum(axis=0).astype(np.float64)
-    fp = (~t & p).sum(axis=0).astype(np.float64)
-    fn = (t & ~p).sum(axis=0).astype(np.float64)
-    return tp, fp, fn
+    return float(skm.roc_auc_score(y, s))
 
 
 def multilabel_f1(y_true, y_pred, average: str = "micro", zero_division: float = 0.0) -> float:
@@ -212,17 +177,15 @@ def multilabel_f1(y_true, y_pred, average: str = "micro", zero_division: float =
       classes a split never uses do not drag the mean to 0); a class predicted but never true
       counts with F1 = 0. ``zero_division`` if no class is present.
     """
+    if average not in ("micro", "macro"):
+        raise ValueError(f"average must be 'micro' or 'macro', got {average!r}")
     t, p = _indicator_pair(y_true, y_pred)
-    tp, fp, fn = _indicator_counts(t, p)
     if average == "micro":
-        return _prf(tp.sum(), fp.sum(), fn.sum(), zero_division)[2]
-    if average == "macro":
-        present = (tp + fp + fn) > 0
-        if not present.any():
-            return float(zero_division)
-        f1 = 2 * tp[present] / (2 * tp[present] + fp[present] + fn[present])
-        return float(f1.mean())
-    raise ValueError(f"average must be 'micro' or 'macro', got {average!r}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UndefinedMetricWarning)
+            return float(skm.f1_score(t, p, average="micro", zero_division=zero_division))
+    f1 = _multilabel_f1s(t, p, zero_division)
+    return float(zero_division) if np.isnan(f1).all() else float(np.nanmean(f1))
 
 
 __all__ = ["accuracy", "auroc", "multilabel_f1", "per_class_f1", "precision_recall_f1"]

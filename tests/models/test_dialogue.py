@@ -14,6 +14,7 @@ from hf_sparse.tasks.dialogue.configuration_dialogue import LongformerDialogueCo
 from hf_sparse.tasks.dialogue.data import DialogueLabels, build_selection_examples, build_tracking_examples
 from hf_sparse.tasks.dialogue.modeling_dialogue import LongformerForDialogue, span_means
 from tests.models.dialogue_tiny import synthetic_dialogues, tiny_model, tokenizer_and_formatter
+from tests.pipelines.outputs import assert_same_outputs
 
 
 @pytest.fixture(autouse=True)
@@ -271,6 +272,8 @@ with torch.no_grad():
     torch.save(model(**batch).act_logits, {result!r})
 pipe = pipeline("dialogue-state-tracking", model={folder!r}, trust_remote_code=True)
 out = pipe({{"turns": ["find me a hotel please", "which city ?", "in paris"]}})
+many = [{{"turns": ["hi"]}}, {{"turns": ["find me a hotel please", "which city ?", "in paris"]}}, {{"turns": ["bye", "ok"]}}]
+print(json.dumps([pipe(many, batch_size=1), pipe(many, batch_size=3)]))
 print(json.dumps(out))
 print(type(model).__module__)
 """
@@ -298,6 +301,9 @@ def test_saved_folder_loads_and_runs_its_pipeline_without_the_package(tmp_path, 
     assert "hf_sparse unavailable" in lines and "transformers_modules" in lines[-1]
     out = json.loads(lines[-2])
     assert [t["turn"] for t in out["turns"]] == [0, 1, 2] and out["intent"] in model.config.intent_labels
+    one, batched = json.loads(lines[-3])  # the bundled pipeline batches through the Pipeline base too
+    assert len(one) == 3
+    assert_same_outputs(batched, one)
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=0, atol=1e-6)
 
 

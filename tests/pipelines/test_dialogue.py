@@ -7,6 +7,7 @@ from transformers import pipeline
 import hf_sparse  # noqa: F401  (registers the pipeline tasks)
 from hf_sparse.tasks.dialogue.pipeline import DialogueResponseSelectionPipeline, DialogueStateTrackingPipeline
 from tests.models.dialogue_tiny import ACTS, tiny_model, tokenizer_and_formatter
+from tests.pipelines.outputs import assert_same_outputs
 
 HISTORY = {
     "speakers": ["USER", "SYSTEM", "USER"],
@@ -89,7 +90,8 @@ def test_candidate_batches_and_call_arguments_do_not_change_scores(select):
     for a, b in zip(chunked["ranking"], whole["ranking"]):
         assert a["score"] == pytest.approx(b["score"], abs=1e-5)
     batch = select([{**HISTORY, "candidates": CANDIDATES}, {**HISTORY, "candidates": CANDIDATES[:2]}])
-    assert batch[0] == whole and len(batch[1]["ranking"]) == 2
+    assert_same_outputs(batch[0], whole)
+    assert len(batch[1]["ranking"]) == 2
 
 
 def test_speakers_default_to_alternating_user_first(select):
@@ -170,9 +172,60 @@ def test_bad_selection_input_names_the_field(select, inputs, kwargs, error, matc
         select(inputs, **kwargs)
 
 
-def test_batch_size_is_rejected_with_a_clear_error(select):
+# Dialogues of different lengths (turns, tokens, candidates): rows of different lengths share a batch.
+DIALOGUES = [
+    {**HISTORY, "candidates": CANDIDATES},
+    {"turns": ["hi"], "candidates": ["hello , how can i help ?", "bye"]},
+    {
+        "turns": [f"find me a restaurant please {i}" for i in range(9)],
+        "candidates": CANDIDATES[2:],
+    },  # truncated
+    {
+        "turns": ["i need a flight to oslo", "which day ?"],
+        "speakers": ["USER", "SYSTEM"],
+        "candidates": ["friday"],
+    },
+]
+
+
+def test_selection_batched_equals_unbatched(saved, select):
+    one = select(DIALOGUES, batch_size=1)
+    assert one[2]["truncated_turns"] > 0 and [len(o["ranking"]) for o in one] == [7, 2, 5, 1]
+    assert_same_outputs(select(DIALOGUES, batch_size=3), one)
+    assert_same_outputs(select(DIALOGUES), one)  # default: DEFAULT_BATCH_SIZE pairs per pass
+    for dialogue, expected in zip(DIALOGUES, one):  # a single dialogue is batched too
+        assert_same_outputs(select(dialogue, batch_size=3), expected)
+    built = pipeline("dialogue-response-selection", model=saved, trust_remote_code=True, batch_size=3)
+    assert built._batch_size == 3
+    assert_same_outputs(built(DIALOGUES), one)
+
+
+def test_tracking_batched_equals_unbatched(saved, track):
+    dialogues = [{k: v for k, v in d.items() if k != "candidates"} for d in DIALOGUES]
+    one = track(dialogues, batch_size=1)
+    assert [len(o["turns"]) for o in one] == [3, 1, 9 - one[2]["truncated_turns"], 2]
+    assert_same_outputs(track(dialogues, batch_size=3), one)
+    built = pipeline("dialogue-state-tracking", model=saved, trust_remote_code=True, batch_size=3)
+    assert_same_outputs(built(dialogues), one)
+
+
+def test_tracking_batched_equals_unbatched_with_turn_means():
+    """With mean-pooled turns a padding turn must not end the last real turn's span (padding is -1, not 0)."""
+    tokenizer, formatter = tokenizer_and_formatter(max_length=40)
+    torch.manual_seed(0)
+    model = tiny_model(tokenizer, formatter, act_labels=ACTS, intent_labels=["NONE", "FindRestaurants"],
+                       turn_pooling="separator+mean")  # fmt: skip
+    track = DialogueStateTrackingPipeline(model=model, tokenizer=tokenizer)
+    dialogues = [{k: v for k, v in d.items() if k != "candidates"} for d in DIALOGUES]
+    assert_same_outputs(track(dialogues, batch_size=3), track(dialogues, batch_size=1))
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"batch_size": 0}, {"batch_size": "2"}, {"candidate_batch_size": 2, "batch_size": 3}]
+)
+def test_bad_batch_size_names_it(select, kwargs):
     with pytest.raises(ValueError, match="batch_size"):
-        select([{**HISTORY, "candidates": CANDIDATES}], batch_size=2)
+        select([{**HISTORY, "candidates": CANDIDATES}], **kwargs)
 
 
 # ---------------------------------------------------------------- state tracking

@@ -20,6 +20,7 @@ from hf_sparse.tasks.motif.pipeline import (
 from hf_sparse.tokenization_dna import DNATokenizer
 from hf_sparse.utils.labels import spans_from_bio
 from tests.models.motif_tiny import motif_model
+from tests.pipelines.outputs import assert_same_outputs
 
 G = 7  # token id of G in DNATokenizer(kmer=1)
 
@@ -106,6 +107,26 @@ def test_short_sequence_is_one_window_and_batched_calls_agree():
     assert single[0]["windows"] == 1 and single[0]["spans"][0]["start"] == 2
     assert pipe(seqs) == single
     assert pipe(seqs, batch_size=3) == single
+
+
+@pytest.mark.parametrize("kind", ["sparse_transformer", "longformer"])
+@pytest.mark.parametrize("sequence_task", [None, "motif_presence"])
+def test_batched_equals_unbatched(kind, sequence_task):
+    """Windows of sequences of different lengths (one to several windows each) share forward passes."""
+    torch.manual_seed(0)
+    model = motif_model(kind, max_tokens=66, motif_names=["CTCF", "SP1"], sequence_task=sequence_task)
+    with torch.no_grad():  # a spread-out tag head, so that an untrained model predicts spans
+        for p in model.token_classifier.parameters():
+            p.normal_(0.0, 2.0)
+    tokenizer = DNATokenizer()
+    seqs = [random_seq(n, seed=n) for n in (7, 64, 150, 33, 301)]
+    one = make_pipe(model, tokenizer)(seqs, batch_size=1, min_score=0.0)
+    assert [o["windows"] for o in one] == [1, 1, 3, 1, 6]
+    assert any(o["spans"] for o in one)
+    assert_same_outputs(make_pipe(model, tokenizer)(seqs, batch_size=3, min_score=0.0), one)
+    built = pipeline("dna-motif-detection", model=model, tokenizer=tokenizer, batch_size=3)
+    assert_same_outputs(built(seqs), one)
+    assert_same_outputs(built(seqs[4]), one[4])  # one sequence's windows are batched too
 
 
 def test_sequence_scores_and_strand():

@@ -9,6 +9,7 @@ import hf_sparse  # noqa: F401  (registers the task)
 from hf_sparse.tasks.summarization.data import synthetic_copy_documents
 from hf_sparse.tasks.summarization.pipeline import LongDocumentSummarizationPipeline
 from tests.models.summarization_tiny import tiny_extractive, tiny_led, tiny_tokenizer
+from tests.pipelines.outputs import assert_same_outputs
 
 SENT, QSEP = 5, 6
 DOC = " ".join(synthetic_copy_documents(1, num_sentences=(8, 8), seed=7)[0]["document"].split())
@@ -62,6 +63,33 @@ def test_extractive_long_input_is_chunked_not_truncated(tok):
     assert all(s > -1e3 for s in out["scores"]) and len(out["sentences"]) == 4
 
 
+def _documents(n: int, seed: int) -> list[str]:
+    """Documents of different lengths (3 to 20 sentences)."""
+    docs = synthetic_copy_documents(n, num_sentences=(3, 20), seed=seed)
+    return [" ".join(d["document"].split()) for d in docs]
+
+
+@pytest.mark.parametrize("backbone_type", ["longformer", "sparse_transformer"])
+def test_extractive_batched_equals_unbatched(tok, backbone_type):
+    """Chunks of several documents share a forward pass; every chunk's sentence scores stay its own."""
+    torch.manual_seed(0)
+    model = tiny_extractive(tok, backbone_type, max_chunk_length=40)
+    docs = _documents(5, seed=3)
+    one = pipeline("long-document-summarization", model=model, tokenizer=tok)(docs, batch_size=1)
+    assert len({o["chunks"] for o in one}) > 1 and max(o["chunks"] for o in one) > 1
+    pipe = pipeline("long-document-summarization", model=model, tokenizer=tok, batch_size=3)
+    assert_same_outputs(pipe(docs), one)
+    assert_same_outputs(pipe(docs, batch_size=1), one)  # the call overrides the constructor
+    assert_same_outputs(pipe(docs[2]), one[2])  # a single document's chunks are batched too
+
+
+def test_abstractive_batched_equals_unbatched(abstractive):
+    docs = _documents(4, seed=4)
+    one = abstractive(docs, batch_size=1, max_length=8)
+    assert len({o["input_tokens"] for o in one}) == len(docs)
+    assert_same_outputs(abstractive(docs, batch_size=3, max_length=8), one)
+
+
 def test_abstractive_generation_options(abstractive):
     out = abstractive(
         DOC, num_beams=2, max_length=6, min_length=2, no_repeat_ngram_size=2, length_penalty=1.5
@@ -84,7 +112,7 @@ def test_abstractive_mask_reaches_the_encoder(abstractive):
         abstractive(DOC, query="w1 w2", max_length=4)
     finally:
         handle.remove()
-    ids = abstractive.preprocess(DOC, query="w1 w2")["input_ids"][0]
+    ids = next(iter(abstractive.preprocess(DOC, query="w1 w2")))["input_ids"][0]
     g = seen[0][: len(ids)]
     assert g[:4].all()  # <s>, query w1 w2, <query_sep>
     assert g[ids == SENT].all() and int(g.sum()) == 4 + int((ids == SENT).sum())

@@ -17,6 +17,10 @@ and ``turns`` of different lengths, a turn or candidate that is not a str or is 
 speaker or key.
 
 The model is put in eval mode when the pipeline is built, so scores are deterministic.
+
+Batching is transformers' ``Pipeline`` base's: ``batch_size=`` (in the constructor or the call) is the number
+of model rows per forward pass, one row per (history, candidate) pair for selection (pairs of several
+dialogues share a pass) and one per dialogue for tracking; outputs do not depend on it beyond float rounding.
 """
 
 from __future__ import annotations
@@ -24,14 +28,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
-from transformers.pipelines.base import Pipeline
+from transformers.pipelines.base import ChunkPipeline, Pipeline
 
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
+from ...pipelines.batching import pad_to_multiple, right_padded
 from ...pipelines.progress import check_progress, progress_bar
-from .collator import DialogueTrackingCollator, ResponseSelectionCollator
 from .formatter import DialogueFormatter
 
 _KEYS = ("turns", "speakers", "candidates")
+
+#: (history, candidate) pairs per forward pass of response selection when no ``batch_size`` is given
+DEFAULT_BATCH_SIZE = 16
 
 
 def formatter_for(model, tokenizer) -> DialogueFormatter:
@@ -46,6 +53,12 @@ def _default_speakers(config, n: int) -> list[str]:
     return [pair[i % 2] for i in range(n)]
 
 
+def _check_batch_size(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
 def _check_not_blank(name: str, texts: Sequence[str]) -> None:
     """An empty (or whitespace-only) turn or candidate has no words to score: a ValueError naming it."""
     for i, text in enumerate(texts):
@@ -53,7 +66,16 @@ def _check_not_blank(name: str, texts: Sequence[str]) -> None:
             raise ValueError(f"{name}[{i}] is empty ({text!r}): every {name[:-1]} needs some text")
 
 
-class _DialoguePipeline(Pipeline):
+def _row(ids, mask, global_mask) -> dict[str, torch.Tensor]:
+    """One model row as the base collate pads it: ``(1, seq)`` int64 tensors."""
+    return {
+        "input_ids": torch.tensor([ids], dtype=torch.long),
+        "attention_mask": torch.tensor([mask], dtype=torch.long),
+        "global_attention_mask": torch.tensor([global_mask], dtype=torch.long),
+    }
+
+
+class _DialogueMixin:
     """Shared input checks and layout; subclasses do the forward and the output."""
 
     _needs_candidates = False
@@ -71,18 +93,13 @@ class _DialoguePipeline(Pipeline):
         self.formatter = formatter_for(self.model, self.tokenizer)
         self.pad_multiple = block_multiple(backbone_config(self.model.config.backbone))
 
-    def __call__(self, inputs, *args, batch_size=None, progress=None, **kwargs):
-        if batch_size not in (None, 1):
-            raise ValueError(
-                f"batch_size={batch_size!r}: one dialogue is processed at a time (all its candidates in "
-                "batches of candidate_batch_size); pass a list of dialogues without batch_size"
-            )
+    def __call__(self, inputs, *args, progress=None, **kwargs):
         check_progress(progress)
         if isinstance(inputs, (list, tuple)):
             if not inputs:
                 raise ValueError("no dialogues: pass a dialogue (dict) or a non-empty list of them")
             bar = progress_bar(len(inputs), self.task or type(self).__name__, progress)
-            if bar is not None:
+            if bar is not None:  # one dialogue at a time, so the bar moves per dialogue
                 try:
                     results = []
                     for dialogue in inputs:
@@ -91,6 +108,7 @@ class _DialoguePipeline(Pipeline):
                     return results
                 finally:
                     bar.close()
+            inputs = list(inputs)  # the base batches lists (a tuple would be one input)
         return super().__call__(inputs, *args, **kwargs)
 
     def _dialogue(
@@ -139,7 +157,7 @@ class _DialoguePipeline(Pipeline):
         return list(speakers), turns, candidates
 
 
-class DialogueResponseSelectionPipeline(_DialoguePipeline):
+class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
     """Rank candidate responses to a dialogue history.
 
     Input: ``{"turns": [...], "speakers": [...], "candidates": [...]}``. Output::
@@ -154,9 +172,10 @@ class DialogueResponseSelectionPipeline(_DialoguePipeline):
     ``truncated_tokens`` is the most tokens any candidate's pairing cut from the newest turn (only when that
     turn alone is too long).
 
-    Call options: ``candidates``, ``speakers`` (instead of the dict keys), ``candidate_batch_size`` (pairs per
-    forward pass, default 16; does not change the scores beyond float rounding), ``progress`` (a bar over the
-    dialogues of a list: None = when there are many, True, False).
+    Call options: ``candidates``, ``speakers`` (instead of the dict keys), ``batch_size`` (pairs per forward
+    pass, default :data:`DEFAULT_BATCH_SIZE`; ``candidate_batch_size`` is its older name; neither changes the
+    scores beyond float rounding), ``progress`` (a bar over the dialogues of a list: None = when there are
+    many, True, False).
     """
 
     _needs_candidates = True
@@ -165,24 +184,32 @@ class DialogueResponseSelectionPipeline(_DialoguePipeline):
         super().__init__(*args, **kwargs)
         if not self.model.config.selection_head:
             raise ValueError("this model has no response-selection head (config.selection_head=False)")
+        if self._batch_size is None:
+            self._batch_size = DEFAULT_BATCH_SIZE
 
-    def _sanitize_parameters(self, candidates=None, speakers=None, candidate_batch_size=None, **kwargs):
-        pre, fwd = {}, {}
+    def __call__(self, inputs, *args, candidate_batch_size=None, **kwargs):
+        if candidate_batch_size is not None:
+            _check_batch_size("candidate_batch_size", candidate_batch_size)
+            if kwargs.get("batch_size") not in (None, candidate_batch_size):
+                raise ValueError(
+                    f"candidate_batch_size={candidate_batch_size} and batch_size={kwargs['batch_size']}: they are "
+                    "the same option (pairs per forward pass); give batch_size only"
+                )
+            kwargs["batch_size"] = candidate_batch_size
+        if kwargs.get("batch_size") is not None:
+            _check_batch_size("batch_size", kwargs["batch_size"])
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _sanitize_parameters(self, candidates=None, speakers=None, **kwargs):
+        pre = {}
         if candidates is not None:
             pre["candidates"] = candidates
         if speakers is not None:
             pre["speakers"] = speakers
-        if candidate_batch_size is not None:
-            if (
-                isinstance(candidate_batch_size, bool)
-                or not isinstance(candidate_batch_size, int)
-                or candidate_batch_size < 1
-            ):
-                raise ValueError(f"candidate_batch_size must be a positive int, got {candidate_batch_size!r}")  # fmt: skip
-            fwd["candidate_batch_size"] = candidate_batch_size
-        return pre, fwd, {}
+        return pre, {}, {}
 
     def preprocess(self, inputs, candidates=None, speakers=None):
+        """One row per (history, candidate) pair, the history the same for every candidate."""
         speakers, turns, candidates = self._dialogue(inputs, candidates, speakers)
         encoded = self.formatter.encode_candidates(speakers, turns, candidates)
         dropped = max(encoded["truncated_turns"])
@@ -190,34 +217,41 @@ class DialogueResponseSelectionPipeline(_DialoguePipeline):
             encoded = self.formatter.encode_candidates(speakers[dropped:], turns[dropped:], candidates)
             # counts of the re-encoding are relative to the shortened history (0 unless it still overflows)
             encoded["truncated_turns"] = [dropped + k for k in encoded["truncated_turns"]]
-        return {"encoded": encoded, "candidates": candidates}
+        truncated_turns, truncated_tokens = max(encoded["truncated_turns"]), max(encoded["truncated_tokens"])
+        for k, candidate in enumerate(candidates):
+            row = _row(
+                encoded["input_ids"][k], encoded["attention_mask"][k], encoded["global_attention_mask"][k]
+            )
+            yield {
+                **row,
+                "candidate_positions": torch.tensor(
+                    [encoded["candidate_positions"][k]], dtype=torch.long
+                ),  # (1,)
+                "candidate": candidate,
+                "truncated_turns": truncated_turns,
+                "truncated_tokens": truncated_tokens,
+                "is_last": k == len(candidates) - 1,
+            }
 
-    def _forward(self, model_inputs, candidate_batch_size=16):
-        encoded = model_inputs["encoded"]
-        collate = ResponseSelectionCollator(self.tokenizer.pad_token_id, self.pad_multiple)
-        n = len(model_inputs["candidates"])
-        scores = []
-        for start in range(0, n, candidate_batch_size):
-            part = {k: v[start : start + candidate_batch_size] for k, v in encoded.items()}
-            batch = collate([part])  # (1, c, L)
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            out = self.model(**batch)
-            scores.append(out.selection_logits[0].float().cpu())
-        return {
-            "scores": torch.cat(scores),
-            "candidates": model_inputs["candidates"],
-            "truncated_turns": max(encoded["truncated_turns"]),
-            "truncated_tokens": max(encoded["truncated_tokens"]),
-        }
+    def _forward(self, model_inputs):
+        batch = pad_to_multiple(model_inputs, self.pad_multiple, self.tokenizer.pad_token_id)
+        out = self.model(
+            input_ids=batch["input_ids"],  # (B, seq): one (history, candidate) pair per row
+            attention_mask=batch["attention_mask"],
+            global_attention_mask=batch["global_attention_mask"],
+            candidate_positions=batch["candidate_positions"],  # (B,)
+        )
+        meta = ("candidate", "truncated_turns", "truncated_tokens", "is_last")
+        return {"scores": out.selection_logits.float(), **{k: model_inputs[k] for k in meta}}  # scores (B,)
 
     def postprocess(self, model_outputs):
-        scores = model_outputs["scores"]
+        scores = torch.cat([o["scores"].reshape(1) for o in model_outputs])  # (n_candidates,)
         probs = torch.softmax(scores, 0)
         order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
         ranking = [
             {
                 "index": i,
-                "candidate": model_outputs["candidates"][i],
+                "candidate": model_outputs[i]["candidate"],
                 "score": float(scores[i]),
                 "probability": float(probs[i]),
             }
@@ -225,12 +259,12 @@ class DialogueResponseSelectionPipeline(_DialoguePipeline):
         ]
         return {
             "ranking": ranking,
-            "truncated_turns": int(model_outputs["truncated_turns"]),
-            "truncated_tokens": int(model_outputs["truncated_tokens"]),
+            "truncated_turns": int(model_outputs[0]["truncated_turns"]),
+            "truncated_tokens": int(model_outputs[0]["truncated_tokens"]),
         }
 
 
-class DialogueStateTrackingPipeline(_DialoguePipeline):
+class DialogueStateTrackingPipeline(_DialogueMixin, Pipeline):
     """Per-turn dialogue acts and the user's current active intent for a dialogue history.
 
     Input: ``{"turns": [...], "speakers": [...]}``. Output::
@@ -276,21 +310,33 @@ class DialogueStateTrackingPipeline(_DialoguePipeline):
     def preprocess(self, inputs, speakers=None):
         speakers, turns, _ = self._dialogue(inputs, None, speakers)
         encoded = self.formatter.encode_dialogue(speakers, turns)
-        return {"encoded": encoded, "speakers": speakers, "turns": turns}
+        return {
+            "n_turns": torch.tensor([len(encoded["turn_positions"])], dtype=torch.long),  # (1,)
+            **_row(encoded["input_ids"], encoded["attention_mask"], encoded["global_attention_mask"]),
+            "turn_positions": torch.tensor([encoded["turn_positions"]], dtype=torch.long),  # (1, n_turns)
+            "speakers": speakers,
+            "turns": turns,
+            "turn_index": encoded["turn_index"],
+            "truncated_turns": encoded["truncated_turns"],
+            "truncated_tokens": encoded["truncated_tokens"],
+        }
 
     def _forward(self, model_inputs):
-        encoded = model_inputs["encoded"]
-        batch = DialogueTrackingCollator(self.tokenizer.pad_token_id, self.pad_multiple)([encoded])
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        out = self.model(**batch)
-        res = {k: v for k, v in model_inputs.items() if k != "encoded"}
-        res["turn_index"] = encoded["turn_index"]
-        res["truncated_turns"] = encoded["truncated_turns"]
-        res["truncated_tokens"] = encoded["truncated_tokens"]
+        batch = pad_to_multiple(model_inputs, self.pad_multiple, self.tokenizer.pad_token_id)
+        out = self.model(
+            input_ids=batch["input_ids"],  # (B, seq)
+            attention_mask=batch["attention_mask"],
+            global_attention_mask=batch["global_attention_mask"],
+            turn_positions=right_padded(
+                batch["turn_positions"], batch["n_turns"]
+            ),  # (B, max_turns), -1 = none
+        )
+        res = {k: model_inputs[k] for k in ("n_turns", "speakers", "turns", "turn_index", "truncated_turns",
+                                            "truncated_tokens")}  # fmt: skip
         if out.act_logits is not None:
-            res["act_probs"] = torch.sigmoid(out.act_logits[0].float()).cpu()  # (T, A)
+            res["act_probs"] = torch.sigmoid(out.act_logits.float())  # (B, max_turns, A)
         if out.intent_logits is not None:
-            res["intent_probs"] = torch.softmax(out.intent_logits[0].float(), -1).cpu()  # (T, I)
+            res["intent_probs"] = torch.softmax(out.intent_logits.float(), -1)  # (B, max_turns, I)
         return res
 
     def postprocess(self, model_outputs, act_threshold=None):
@@ -301,13 +347,13 @@ class DialogueStateTrackingPipeline(_DialoguePipeline):
             speaker = model_outputs["speakers"][i]
             row = {"turn": i, "speaker": speaker, "text": model_outputs["turns"][i]}
             if "act_probs" in model_outputs:
-                p = model_outputs["act_probs"][k]
+                p = model_outputs["act_probs"][0, k]
                 row["acts"] = [a for a, v, t in zip(cfg.act_labels, p, thresholds) if float(v) >= t]
                 row["act_scores"] = {a: round(float(v), 4) for a, v in zip(cfg.act_labels, p)}
             if "intent_probs" in model_outputs:
                 row["intent"], row["intent_score"] = None, None
                 if speaker == cfg.user_speaker:
-                    p = model_outputs["intent_probs"][k]
+                    p = model_outputs["intent_probs"][0, k]
                     j = int(p.argmax())
                     row["intent"], row["intent_score"] = cfg.intent_labels[j], round(float(p[j]), 4)
                     current, current_score = row["intent"], row["intent_score"]
@@ -321,4 +367,9 @@ class DialogueStateTrackingPipeline(_DialoguePipeline):
         }
 
 
-__all__ = ["DialogueResponseSelectionPipeline", "DialogueStateTrackingPipeline", "formatter_for"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DialogueResponseSelectionPipeline",
+    "DialogueStateTrackingPipeline",
+    "formatter_for",
+]

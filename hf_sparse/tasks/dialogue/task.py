@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ...data.loading import fingerprint, load_jsonl_splits, num_proc_for, tokenizer_fingerprint
+from ...metrics import load as load_metric
 from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
@@ -45,8 +46,6 @@ from .data import (
     train_dialogue_tokenizer,
 )
 from .formatter import IGNORE_INDEX, DialogueFormatter
-from .metrics import dialogue_act_f1, intent_accuracy
-from .ranking import ranking_metrics
 
 SPLITS = ("train", "validation", "test")
 _POSITIVE_INT_KEYS = ("max_length", "vocab_min_frequency")
@@ -452,7 +451,10 @@ class _DialogueTask(Task):
 
 def ranking_scores(scores, labels) -> dict[str, float]:
     """``recall@1``, ``recall@2``, ``recall@5`` and ``mrr`` (pessimistic ties) of ``(n, n_candidates)`` scores."""
-    out = ranking_metrics(np.asarray(scores), np.asarray(labels).astype(np.int64).reshape(-1), ks=(1, 2, 5))
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels).astype(np.int64).reshape(-1)
+    out = load_metric("ranking").compute(
+        predictions=scores.tolist(), references=labels.tolist(), ks=(1, 2, 5)
+    )
     return {"recall@1": out["r@1"], "recall@2": out["r@2"], "recall@5": out["r@5"], "mrr": out["mrr"]}
 
 
@@ -562,10 +564,12 @@ def tracking_scores(examples, act_logits, intent_logits, config, thresholds=None
     out = {}
     if len(true):
         limits = np.asarray(config.thresholds() if thresholds is None else thresholds)
-        f1 = dialogue_act_f1(true, probs >= limits, config.act_labels)
+        f1 = _act_f1(true, probs >= limits, config.act_labels)
         out.update(act_micro_f1=f1["micro"], act_macro_f1=f1["macro"])
     if gold:
-        acc = intent_accuracy(pred, gold, config.seen_intents)
+        acc = load_metric("intent_accuracy").compute(
+            predictions=pred, references=gold, seen_intents=config.seen_intents
+        )
         out.update(intent_accuracy=acc["all"], n_intent_seen=acc["n_seen"], n_intent_unseen=acc["n_unseen"])
         for kind in ("seen", "unseen"):  # no accuracy (rather than NaN) without such turns
             if acc[f"n_{kind}"]:
@@ -591,6 +595,14 @@ def tune_thresholds(true: np.ndarray, probs: np.ndarray, default: float = 0.5) -
     return out
 
 
+def _act_f1(true: np.ndarray, pred: np.ndarray, labels=None) -> dict:
+    """The ``dialogue_act_f1`` module on 0/1 matrices ``(turns, acts)``."""
+    metric = load_metric("dialogue_act_f1", "multilabel")
+    return metric.compute(
+        predictions=pred.astype(int).tolist(), references=true.astype(int).tolist(), labels=labels
+    )
+
+
 def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold) -> dict[str, float]:
     """Per-epoch metrics from the Trainer's padded arrays (labelled turns only; unseen intents have no id)."""
     out = {}
@@ -599,7 +611,7 @@ def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold
         keep = rows[:, 0] != IGNORE_INDEX
         probs = 1 / (1 + np.exp(-act_logits.reshape(-1, act_logits.shape[-1])[keep].astype(np.float64)))
         if keep.any():
-            f1 = dialogue_act_f1(rows[keep].astype(bool), probs >= threshold)
+            f1 = _act_f1(rows[keep].astype(bool), probs >= threshold)
             out.update(act_micro_f1=f1["micro"], act_macro_f1=f1["macro"])
     if intent_labels is not None and intent_logits is not None:
         gold = intent_labels.reshape(-1)

@@ -136,9 +136,12 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
             if not inputs:
                 raise ValueError("no sequences: pass a DNA sequence (str) or a non-empty list of them")
             progress = check_progress(kwargs.get("progress"))
-            bar = None if kwargs.get("batch_size") not in (None, 1) else progress_bar(
-                len(inputs), "dna-motif-detection", progress
-            )  # fmt: skip
+            batch_size = kwargs.get("batch_size") or self._batch_size
+            bar = (
+                None
+                if batch_size not in (None, 1)
+                else progress_bar(len(inputs), "dna-motif-detection", progress)
+            )
             if bar is not None:  # one sequence at a time, so the bar moves per sequence
                 inner = {**kwargs, "progress": False}
                 try:

@@ -50,7 +50,9 @@ from ...data.loading import (
     split_by_group,
     tokenizer_fingerprint,
 )
+from ...metrics import load as load_metric
 from ...metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
+from ...metrics.spans import span_dicts
 from ...tokenization_dna import normalize_sequence, reverse_complement
 from ...training import Task, path_field
 from ...training.recipe import require_path
@@ -66,7 +68,6 @@ from .data import (
     spans_to_tags,
     synthetic_dataset,
 )
-from .metrics import per_base_f1, span_f1, span_overlap_f1
 from .pipeline import decode_spans
 
 logger = logging.getLogger(__name__)
@@ -352,16 +353,21 @@ def tag_metrics(logits: np.ndarray, labels: np.ndarray, config) -> dict:
         true_spans.append(spans_from_bio(tt))
         bio_spans.append(spans_from_bio(pt))
         pred_spans.append(decode_spans(probs, config))
-    exact = span_f1(true_spans, pred_spans)
+    truth = span_dicts(true_spans)
+    exact = load_metric("span_f1").compute(predictions=span_dicts(pred_spans), references=truth)
+    overlap = load_metric("span_overlap_f1").compute(predictions=span_dicts(pred_spans), references=truth)
+    per_base = load_metric("per_base_f1").compute(predictions=pred_tags, references=true_tags)
     out = {
         "span_f1": exact["f1"],
         "span_precision": exact["precision"],
         "span_recall": exact["recall"],
-        "span_overlap_f1": span_overlap_f1(true_spans, pred_spans)["f1"],
-        "per_base_f1": per_base_f1(true_tags, pred_tags)["f1"],
+        "span_overlap_f1": overlap["f1"],
+        "per_base_f1": per_base["f1"],
     }
     if getattr(config, "span_decoding", "bio") != "bio":
-        out["span_f1_bio"] = span_f1(true_spans, bio_spans)["f1"]
+        out["span_f1_bio"] = load_metric("span_f1").compute(
+            predictions=span_dicts(bio_spans), references=truth
+        )["f1"]
     for name in config.motif_names:
         out[f"span_f1_{name}"] = exact["per_type"].get(name, {}).get("f1", 0.0)
     return out

@@ -23,6 +23,10 @@ Inputs: a string, ``{"text": ..., "query": ...}``, or a list of those; ``query=`
 every input. Outputs: ``{"summary_text": str, ...}`` (one dict per input). ``progress`` (None: when there
 are many; True; False) shows a progress bar over the documents of a list and the chunks of a long document.
 
+Batching is transformers' ``ChunkPipeline`` base's: ``batch_size=`` (constructor or call) is the number of
+model rows per forward pass (chunks of one or several documents for extractive models, documents for
+abstractive ones); outputs do not depend on it beyond float rounding.
+
 Errors (raised before any model call): a non-string text or query (``TypeError``), an empty text, a text
 without sentences, a query for a model without query support, a budget ``<= 0``, an option of the other
 model kind, or an unknown option (``ValueError`` naming it).
@@ -35,12 +39,13 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
-from transformers.pipelines.base import Pipeline
+from transformers.pipelines.base import ChunkPipeline
 
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
+from ...pipelines.batching import pad_to_multiple
 from ...pipelines.progress import check_progress, progress_bar
 from ...utils.validation import check_int, check_positive_int
-from .data import ExtractiveCollator, encode_abstractive, encode_extractive, sentence_features
+from .data import encode_abstractive, encode_extractive, sentence_features
 from .metrics import select_in_order
 from .sentences import split_sentences
 
@@ -51,7 +56,7 @@ BUDGET_OPTIONS = ("max_sentences", "max_words")
 DEFAULT_MAX_SENTENCES = 3
 
 
-class LongDocumentSummarizationPipeline(Pipeline):
+class LongDocumentSummarizationPipeline(ChunkPipeline):
     """Summarize long documents (see the module docstring for inputs, options, outputs and long input).
 
     Example:
@@ -100,7 +105,8 @@ class LongDocumentSummarizationPipeline(Pipeline):
         if isinstance(inputs, (list, tuple)):
             if not inputs:
                 raise ValueError("no documents: pass a text (str or dict) or a non-empty list of them")
-            bar = None if kwargs.get("batch_size") not in (None, 1) else progress_bar(
+            batch_size = kwargs.get("batch_size") or self._batch_size
+            bar = None if batch_size not in (None, 1) else progress_bar(
                 len(inputs), "long-document-summarization", progress
             )  # fmt: skip
             if bar is not None:  # one document at a time, so the bar moves per document
@@ -112,6 +118,7 @@ class LongDocumentSummarizationPipeline(Pipeline):
                     return results
                 finally:
                     bar.close()
+            inputs = list(inputs)  # the base batches lists (a tuple would be one input)
         return super().__call__(inputs, *args, progress=progress, **kwargs)
 
     def _sanitize_parameters(
@@ -119,7 +126,7 @@ class LongDocumentSummarizationPipeline(Pipeline):
     ):
         pre, fwd, post = {}, {}, {}
         if progress is not None and self.kind == "extractive":
-            fwd["progress"] = progress
+            pre["progress"] = progress
         if query is not None:
             pre["query"] = query
         generation = {k: kwargs.pop(k) for k in GENERATION_OPTIONS if k in kwargs}
@@ -205,22 +212,13 @@ class LongDocumentSummarizationPipeline(Pipeline):
                 )
         return inputs, query
 
-    def preprocess(self, inputs, query=None, max_input_length=None):
+    def preprocess(self, inputs, query=None, max_input_length=None, progress=None):
+        """One model row per chunk of whole sentences (extractive) or the one encoded input (abstractive)."""
         text, query = self._text_and_query(inputs, query)
         cfg = self.model.config
         if self.kind == "extractive":
-            sentences = split_sentences(text)
-            if not sentences:
-                raise ValueError("text has no sentences")
-            chunks = encode_extractive(
-                self.tokenizer, sentences, query, max_length=cfg.chunk_length,
-                sentence_token_id=cfg.sentence_token_id, query_separator_token_id=cfg.query_separator_token_id,
-                max_sentence_tokens=cfg.max_sentence_tokens,
-            )  # fmt: skip
-            feats = (
-                sentence_features(sentences, query, cfg.sentence_features) if cfg.sentence_features else None
-            )
-            return {"sentences": sentences, "chunks": chunks, "features": feats}
+            yield from self._chunks(text, query, progress)
+            return
         limit = max_input_length or self.max_input_tokens()
         uses = getattr(cfg, "global_attention", ["first"])
         encoded = encode_abstractive(
@@ -237,68 +235,81 @@ class LongDocumentSummarizationPipeline(Pipeline):
                 UserWarning,
                 stacklevel=2,
             )
-        return {"input_ids": torch.tensor([encoded["input_ids"]]), "num_tokens": encoded["num_tokens"],
-                "truncated": encoded["truncated"]}  # fmt: skip
+        ids = torch.tensor([encoded["input_ids"]])  # (1, n)
+        yield {"input_ids": ids, "attention_mask": torch.ones_like(ids), "num_tokens": encoded["num_tokens"],
+               "truncated": encoded["truncated"], "is_last": True}  # fmt: skip
 
-    def _forward(self, model_inputs, progress=None, **generate_kwargs):
-        if self.kind == "extractive":
-            return self._score(model_inputs, progress)
-        ids = model_inputs["input_ids"].to(self.device)
-        mask = torch.ones_like(ids)
+    def _chunks(self, text, query, progress):
         cfg = self.model.config
+        sentences = split_sentences(text)
+        if not sentences:
+            raise ValueError("text has no sentences")
+        chunks = encode_extractive(
+            self.tokenizer, sentences, query, max_length=cfg.chunk_length,
+            sentence_token_id=cfg.sentence_token_id, query_separator_token_id=cfg.query_separator_token_id,
+            max_sentence_tokens=cfg.max_sentence_tokens,
+        )  # fmt: skip
+        feats = sentence_features(sentences, query, cfg.sentence_features) if cfg.sentence_features else None
+        bar = progress_bar(len(chunks), f"long-document-summarization ({len(chunks)} chunks)", progress)
+        try:
+            for k, chunk in enumerate(chunks):
+                ids = torch.tensor([chunk.input_ids])  # (1, n)
+                row = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+                if feats is not None:  # (1, sentences of the chunk, features)
+                    row["sentence_features"] = torch.as_tensor(
+                        np.asarray(feats[chunk.sentence_indices], dtype=np.float32)
+                    )[None]
+                yield {**row, "sentence_indices": list(chunk.sentence_indices), "sentences": sentences,
+                       "is_last": k == len(chunks) - 1}  # fmt: skip
+                if bar is not None:  # the chunk was consumed (forward done) before the next is asked for
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        if self.kind == "extractive":
+            return self._score(model_inputs)
+        cfg = self.model.config
+        multiple = None
         if getattr(cfg, "encoder_attention_pattern", None) is None:  # LED's own attention: pad to its window
             window = cfg.attention_window
             multiple = int(max(window) if isinstance(window, (list, tuple)) else window)
-            extra = -ids.shape[1] % multiple
-            ids = torch.nn.functional.pad(
-                ids, (0, extra), value=self.tokenizer.pad_token_id
-            )  # (1, n + extra)
-            mask = torch.nn.functional.pad(mask, (0, extra), value=0)
-        kwargs = {"input_ids": ids, "attention_mask": mask}
-        if self.model.config.model_type == "led":  # a plain LED does not build its global mask
-            g = torch.zeros_like(ids)
+        batch = pad_to_multiple(model_inputs, multiple, self.tokenizer.pad_token_id)
+        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # (B, n)
+        if cfg.model_type == "led":  # a plain LED does not build its global mask
+            g = torch.zeros_like(kwargs["input_ids"])
             g[:, 0] = 1
             kwargs["global_attention_mask"] = g
-        out = self.model.generate(**kwargs, **generate_kwargs)
-        return {"generated": out[0].cpu(), "num_tokens": model_inputs["num_tokens"],
-                "truncated": model_inputs["truncated"]}  # fmt: skip
+        out = self.model.generate(**kwargs, **generate_kwargs)  # (B, generated)
+        return {"generated": out, "num_tokens": model_inputs["num_tokens"], "truncated": model_inputs["truncated"],
+                "is_last": model_inputs["is_last"]}  # fmt: skip
 
-    def _score(self, model_inputs, progress=None):
+    def _score(self, model_inputs):
         cfg = self.model.config
-        collate = ExtractiveCollator(
-            self.tokenizer.pad_token_id, block_multiple(backbone_config(cfg.backbone))
+        batch = pad_to_multiple(
+            model_inputs, block_multiple(backbone_config(cfg.backbone)), self.tokenizer.pad_token_id
         )
-        feats = model_inputs["features"]
-        scores = np.zeros(len(model_inputs["sentences"]), dtype=np.float64)
-        chunks = model_inputs["chunks"]
-        bar = progress_bar(len(chunks), f"long-document-summarization ({len(chunks)} chunks)", progress)
-        for chunk in chunks:  # one chunk per forward: memory stays bounded
-            item = {"input_ids": chunk.input_ids, "labels": [0.0] * len(chunk.sentence_indices)}
-            if feats is not None:
-                item["sentence_features"] = feats[chunk.sentence_indices]
-            batch = collate([item])
-            batch.pop("labels")
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            logits = self.model(**batch).logits[0, : len(chunk.sentence_indices)]
-            scores[chunk.sentence_indices] = logits.float().cpu().numpy()
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.close()
-        return {
-            "scores": scores,
-            "sentences": model_inputs["sentences"],
-            "chunks": len(model_inputs["chunks"]),
-        }
+        logits = self.model(
+            input_ids=batch["input_ids"],  # (B, n): one chunk per row
+            attention_mask=batch["attention_mask"],
+            sentence_features=batch.get("sentence_features"),  # (B, sentences, features)
+        ).logits  # (B, sentences)
+        meta = ("sentence_indices", "sentences", "is_last")
+        return {"logits": logits.float(), **{k: model_inputs[k] for k in meta}}
 
     def postprocess(self, model_outputs, max_sentences=None, max_words=None):
         if self.kind == "abstractive":
-            text = self.tokenizer.decode(model_outputs["generated"], skip_special_tokens=True).strip()
-            return {"summary_text": text, "input_tokens": model_outputs["num_tokens"],
-                    "truncated": model_outputs["truncated"]}  # fmt: skip
+            (out,) = model_outputs
+            text = self.tokenizer.decode(out["generated"][0], skip_special_tokens=True).strip()
+            return {"summary_text": text, "input_tokens": out["num_tokens"], "truncated": out["truncated"]}
+        sentences = model_outputs[0]["sentences"]
+        scores = np.zeros(len(sentences), dtype=np.float64)
+        for out in model_outputs:  # one chunk each
+            indices = out["sentence_indices"]
+            scores[indices] = out["logits"][0, : len(indices)].numpy()
         if max_sentences is None and max_words is None:
             max_sentences = DEFAULT_MAX_SENTENCES
-        sentences, scores = model_outputs["sentences"], model_outputs["scores"]
         picked = select_in_order(scores, sentences, max_sentences, max_words, return_indices=True)
         chosen = [sentences[i] for i in picked]
         return {
@@ -307,7 +318,7 @@ class LongDocumentSummarizationPipeline(Pipeline):
             "sentence_indices": picked,
             "scores": [round(float(scores[i]), 4) for i in picked],
             "num_sentences": len(sentences),
-            "chunks": model_outputs["chunks"],
+            "chunks": len(model_outputs),
         }
 
 

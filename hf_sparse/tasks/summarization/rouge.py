@@ -136,14 +136,8 @@ def rouge_per_example(
     out = {f"{t}{s}": np.zeros(n) for t in ROUGE_TYPES for s in ("", "_precision", "_recall")}
     prep = lsum_text if sentence_split else (lambda x: x)
     for i, (pred, ref_list) in enumerate(zip(predictions, refs)):
-        pred_lsum = prep(pred)
-        best = {}
-        for ref in ref_list:
-            scores = scorer.score(ref, pred)
-            scores.update(lsum_scorer.score(prep(ref), pred_lsum))
-            for t in ROUGE_TYPES:
-                if t not in best or scores[t].fmeasure > best[t].fmeasure:
-                    best[t] = scores[t]
+        best = scorer.score_multi(ref_list, pred)  # per type, the first reference of highest F-measure
+        best.update(lsum_scorer.score_multi([prep(r) for r in ref_list], prep(pred)))
         for t in ROUGE_TYPES:
             out[t][i] = best[t].fmeasure
             out[f"{t}_precision"][i] = best[t].precision

@@ -34,6 +34,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...data.loading import fingerprint, jsonl_files, num_proc_for, tokenizer_fingerprint
+from ...metrics import load as load_metric
 from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
@@ -51,7 +52,6 @@ from .data import (
     train_summarization_tokenizer,
 )
 from .metrics import ORACLE_METRICS, oracle_labels, select_in_order
-from .rouge import rouge
 from .sentences import split_sentences
 
 logger = logging.getLogger(__name__)
@@ -477,7 +477,7 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                     "document is needed for its summary"
                 )
             predictions = self.summaries(split, pred.predictions, args)
-            return rouge(predictions, self.references[split])
+            return load_metric("rouge").compute(predictions=predictions, references=self.references[split])
 
         return metrics
 
@@ -639,7 +639,9 @@ class AbstractiveSummarizationTask(_SummarizationTask):
             preds = np.where(preds < 0, self._tokenizer.pad_token_id, preds)
             texts = [t.strip() for t in self._tokenizer.batch_decode(preds, skip_special_tokens=True)]
             refs = self.references[self.metric_split][: len(texts)]
-            result = rouge([t if t else "" for t in texts], refs)
+            result = load_metric("rouge").compute(
+                predictions=[t if t else "" for t in texts], references=refs
+            )
             result["gen_len"] = float(
                 np.mean([np.count_nonzero(p != self._tokenizer.pad_token_id) for p in preds])
             )

@@ -1,0 +1,50 @@
+"""Per-turn dialogue-act F1 (multi-label): an ``evaluate`` metric."""
+
+import datasets
+import evaluate
+
+from hf_sparse.tasks.dialogue.metrics import dialogue_act_f1
+
+_DESCRIPTION = """\
+Multi-label dialogue-act F1 over turns: micro (over all turn x act cells), macro (mean over the acts that
+occur in the references or the predictions) and the F1 of each act (nan for an act that occurs in
+neither). `hf_sparse.tasks.dialogue.metrics.dialogue_act_f1` on the same inputs.
+
+Configurations: "default" takes the act names of each turn; "multilabel" takes one 0/1 row per turn
+(columns in the order of `labels`).
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions: per turn, the predicted act names ("default") or a 0/1 row ("multilabel").
+    references: the true acts, same layout.
+    labels: the act inventory (default: every act seen in either input, sorted); an act outside it is a
+        ValueError. With "multilabel" it names the columns.
+Returns:
+    micro, macro, per_act: {act: f1}.
+Examples:
+    >>> import hf_sparse.metrics
+    >>> metric = hf_sparse.metrics.load("dialogue_act_f1")
+    >>> metric.compute(predictions=[["INFORM"], []], references=[["INFORM"], ["REQUEST"]])["micro"]
+    0.6666666666666666
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class DialogueActF1(evaluate.Metric):
+    def _info(self):
+        value = datasets.Value("int32" if self.config_name == "multilabel" else "string")
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation="",
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features(
+                {"predictions": datasets.Sequence(value), "references": datasets.Sequence(value)}
+            ),
+        )
+
+    def _compute(self, predictions, references, labels=None):
+        if self.config_name == "multilabel":
+            predictions = [[bool(v) for v in row] for row in predictions]
+            references = [[bool(v) for v in row] for row in references]
+        return dialogue_act_f1(references, predictions, labels=labels)

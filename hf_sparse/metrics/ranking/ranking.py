@@ -1,0 +1,46 @@
+"""Response-selection ranking: recall@k and mean reciprocal rank, an ``evaluate`` metric."""
+
+import datasets
+import evaluate
+
+from hf_sparse.tasks.dialogue.ranking import ranking_metrics
+
+_DESCRIPTION = """\
+Recall@k (the fraction of examples whose positive candidate ranks in the top k; R10@k with 10
+candidates) and mean reciprocal rank. Ties are broken pessimistically: the positive comes after every
+candidate with an equal score, so equal scores for all candidates give rank n_candidates.
+`hf_sparse.tasks.dialogue.ranking.ranking_metrics` on the same inputs.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions: per example, the scores of its candidates (higher = better; the same number per example).
+    references: per example, the index of the correct candidate.
+    ks: the k of each recall@k (default (1, 2, 5)).
+Returns:
+    r@k for each k, and mrr.
+Examples:
+    >>> import hf_sparse.metrics
+    >>> metric = hf_sparse.metrics.load("ranking")
+    >>> metric.compute(predictions=[[0.9, 0.1, 0.3], [0.2, 0.8, 0.5]], references=[0, 0], ks=[1, 2])
+    {'r@1': 0.5, 'r@2': 0.5, 'mrr': 0.6666666666666666}
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class Ranking(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation="",
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("float64")),
+                    "references": datasets.Value("int64"),
+                }
+            ),
+        )
+
+    def _compute(self, predictions, references, ks=(1, 2, 5)):
+        return ranking_metrics(predictions, references, ks=ks)

@@ -1,0 +1,153 @@
+"""The ``evaluate`` modules of ``hf_sparse/metrics/``: offline loading from a fresh cache, ``evaluate.combine``,
+argument errors, and shipping in a wheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import hf_sparse.metrics as metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPAN = [[{"type": "CTCF", "start": 3, "end": 9}], [{"type": "SP1", "start": 0, "end": 4}]]
+SHIFTED = [[{"type": "CTCF", "start": 4, "end": 10}], []]
+
+# Loads and computes every module in a process whose Hugging Face cache is empty and offline: evaluate reads
+# HF_EVALUATE_OFFLINE / HF_HUB_OFFLINE when imported, so this needs its own process.
+_LOAD_ALL = """
+import json, sys
+import hf_sparse.metrics as m
+inputs = {
+    "span_f1": dict(predictions=[[{"type": "A", "start": 0, "end": 2}]], references=[[{"type": "A", "start": 0, "end": 2}]]),
+    "span_overlap_f1": dict(predictions=[[{"type": "A", "start": 1, "end": 3}]], references=[[{"type": "A", "start": 0, "end": 2}]]),
+    "per_base_f1": dict(predictions=[["B-A", "I-A"]], references=[["B-A", "I-A"]]),
+    "dialogue_act_f1": dict(predictions=[["INFORM"]], references=[["INFORM"]]),
+    "intent_accuracy": dict(predictions=["x"], references=["x"], seen_intents=["x"]),
+    "ranking": dict(predictions=[[2.0, 1.0]], references=[0], ks=[1]),
+    "rouge": dict(predictions=["the cat sat"], references=[["the cat sat", "a dog"]]),
+}
+out = {name: m.load(name).compute(**inputs[name]) for name in m.MODULES}
+json.dump({k: v.get("f1", v.get("all", v.get("micro", v.get("mrr", v.get("rouge1"))))) for k, v in out.items()}, sys.stdout)
+"""
+
+
+def _run_offline(tmp_path, code, pythonpath=None):
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_EVALUATE_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    env.pop("HF_HUB_CACHE", None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+
+
+def test_every_module_loads_and_computes_offline_in_a_fresh_cache(tmp_path):
+    proc = _run_offline(tmp_path, _LOAD_ALL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == '{"dialogue_act_f1": 1.0, "intent_accuracy": 1.0, "per_base_f1": 1.0, "ranking": 1.0, "rouge": 1.0, "span_f1": 1.0, "span_overlap_f1": 1.0}'  # fmt: skip
+    assert not os.path.exists(tmp_path / "hf_home" / "hub"), (
+        "loading a local module must not touch the Hub cache"
+    )
+
+
+def test_modules_combine_with_evaluate_combine():
+    import evaluate
+
+    combined = evaluate.combine([metrics.load("span_f1"), metrics.load("span_overlap_f1")])
+    out = combined.compute(predictions=SHIFTED, references=SPAN)
+    assert out["span_f1_f1"] == 0.0  # no span matches exactly
+    assert out["span_overlap_f1_precision"] == 1.0  # the one prediction overlaps its true span
+    assert out["span_overlap_f1_recall"] == 0.5  # one of two true spans is hit
+    assert out["span_f1_n_true"] == out["span_overlap_f1_n_true"] == 2
+
+
+def test_modules_accumulate_batches():
+    metric = metrics.load("ranking")
+    metric.add_batch(predictions=[[0.9, 0.1]], references=[0])
+    metric.add_batch(predictions=[[0.9, 0.1]], references=[1])
+    assert metric.compute(ks=[1]) == {"r@1": 0.5, "mrr": 0.75}
+
+
+def test_dialogue_act_f1_multilabel_configuration_equals_act_names():
+    names = metrics.load("dialogue_act_f1").compute(
+        predictions=[["INFORM"], ["REQUEST"]], references=[["INFORM", "REQUEST"], ["REQUEST"]]
+    )
+    rows = metrics.load("dialogue_act_f1", "multilabel").compute(
+        predictions=[[1, 0], [0, 1]], references=[[1, 1], [0, 1]], labels=["INFORM", "REQUEST"]
+    )
+    assert rows == names
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: metrics.load("bleu"), ValueError, "unknown hf-sparse metric 'bleu'"),
+        (lambda: metrics.module_path("rouge/../span_f1"), ValueError, "unknown hf-sparse metric"),
+        (
+            lambda: metrics.load("intent_accuracy").compute(predictions=["a"], references=["a"]),
+            ValueError,
+            "seen_intents",
+        ),
+        (
+            lambda: metrics.load("ranking").compute(predictions=[[0.1, 0.2]], references=[2]),
+            ValueError,
+            "positive_index",
+        ),
+        (
+            lambda: metrics.load("span_f1").compute(
+                predictions=[[{"type": "A", "start": 5, "end": 2}]], references=[[]]
+            ),
+            ValueError,
+            "start >= end",
+        ),
+    ],
+)
+def test_bad_arguments_raise_naming_them(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_modules_and_they_load_from_the_install(tmp_path):
+    """Build the wheel, check the module scripts are in it, and load them from an install of it (offline)."""
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            REPO,
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("hf_sparse-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"hf_sparse/metrics/{m}/{m}.py" for m in metrics.MODULES} <= names
+    target = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    code = (
+        f"import hf_sparse.metrics as m; assert m.__file__.startswith({str(target)!r}), m.__file__\n"
+        + _LOAD_ALL
+    )
+    proc = _run_offline(tmp_path, code, pythonpath=str(target))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert '"rouge": 1.0' in proc.stdout
