@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
 
 NONE_INTENT = "NONE"
@@ -373,4 +372,4 @@ def _group(encodings: Sequence[Mapping[str, Any]]) -> dict[str, list]:
     return {rename.get(k, k): [e[k] for e in encodings] for k in encodings[0]}
 
 
-__all__ = ["DEFAULT_SPEAKER_TOKENS", "GLOBAL_ON_NAMES", "IGNORE_INDEX", "NONE_INTENT", "DialogueFormatter"]
+__all__ = ["DEFAULT_SPEAKER_TOKENS", "GLOBAL_ON_NAMES", "NONE_INTENT", "DialogueFormatter"]

@@ -34,6 +34,7 @@ from ...metrics import load as load_metric
 from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
+from ...utils.labels import IGNORE_INDEX
 from ..arguments import BackboneArguments
 from .collator import DialogueTrackingCollator, ResponseSelectionCollator
 from .configuration_dialogue import TURN_POOLING
@@ -45,7 +46,7 @@ from .data import (
     selection_pool,
     train_dialogue_tokenizer,
 )
-from .formatter import IGNORE_INDEX, DialogueFormatter
+from .formatter import DialogueFormatter
 
 SPLITS = ("train", "validation", "test")
 _POSITIVE_INT_KEYS = ("max_length", "vocab_min_frequency")
