@@ -1,7 +1,8 @@
 """DNA motif detection: a Longformer/SparseTransformer that tags motif instances per base and scores the
-sequence (``configuration_motif``, ``modeling_motif``), TF motifs and synthetic data (``data``), the
-BIO collator (``collator``), span F1 (``metrics``), the ``dna-motif-detection`` pipeline
-(``pipeline``) and the recipes' ``dna-motif-detection`` task (``task``)."""
+sequence (``configuration_motif``, ``modeling_motif``), TF motifs (``motifs``), the PWM scan and BIO
+labels (``scanning``), synthetic data (``synthetic``), the recipes' FASTA data (``data``), the BIO
+collator (``collator``), span F1 (``metrics``), the ``dna-motif-detection`` pipeline (``pipeline``)
+and the recipes' ``dna-motif-detection`` task (``task``)."""
 
 from ...tokenization_dna import DNATokenizer
 from ..registry import CardInfo, TaskDescriptor

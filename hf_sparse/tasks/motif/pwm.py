@@ -1,5 +1,5 @@
 """Position weight matrices: counts -> probabilities -> log-odds (bits), the one definition that the
-motif data code (:class:`~hf_sparse.tasks.motif.data.Motif`, the scanner) and the inference
+motif data code (:class:`~hf_sparse.tasks.motif.motifs.Motif`, the scanner) and the inference
 pipeline (strand of a found span) share.
 
 - ``probabilities(counts, pseudocount)``: ``p[b, i] = (counts[b, i] + pseudocount) /

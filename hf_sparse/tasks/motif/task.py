@@ -3,7 +3,7 @@
 Three data sources (recipe key ``data``), each read into ``datasets.Dataset`` splits (cached by the
 datasets library; preprocessing in ``map`` with the recipe's ``num_proc``):
 
-- ``synthetic`` (no files needed): :class:`~hf_sparse.tasks.motif.data.SyntheticMotifGenerator` plants instances
+- ``synthetic`` (no files needed): :class:`~hf_sparse.tasks.motif.synthetic.SyntheticMotifGenerator` plants instances
   sampled from the built-in JASPAR motifs (``motifs``: a subset of their names) into i.i.d. background
   (or windows of ``background_fasta``). Splits are disjoint ranges of example indices of one seeded
   generator (``Dataset.from_generator``). Per-base BIO tags + multi-hot motif presence.
@@ -59,16 +59,11 @@ from ...training.recipe import require_path
 from ...utils.labels import IGNORE_INDEX, spans_from_bio
 from ..arguments import BackboneArguments
 from .collator import MotifCollator
-from .data import (
-    builtin_motifs,
-    check_classification_row,
-    fasta_dataset,
-    read_motifs,
-    scan_rows,
-    spans_to_tags,
-    synthetic_dataset,
-)
+from .data import check_classification_row, fasta_dataset, scan_rows
+from .motifs import builtin_motifs, read_motifs
 from .pipeline import decode_spans
+from .scanning import spans_to_tags
+from .synthetic import synthetic_dataset
 
 logger = logging.getLogger(__name__)
 
