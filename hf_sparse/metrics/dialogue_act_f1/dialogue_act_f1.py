@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.dialogue.metrics import dialogue_act_f1
 
 _DESCRIPTION = """\
@@ -34,14 +35,7 @@ Examples:
 class DialogueActF1(evaluate.Metric):
     def _info(self):
         value = datasets.Value("int32" if self.config_name == "multilabel" else "string")
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Sequence(value), "references": datasets.Sequence(value)}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Sequence(value))
 
     def _compute(self, predictions, references, labels=None):
         if self.config_name == "multilabel":

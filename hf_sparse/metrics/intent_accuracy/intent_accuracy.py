@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.dialogue.metrics import intent_accuracy
 
 _DESCRIPTION = """\
@@ -30,14 +31,7 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class IntentAccuracy(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Value("string"))
 
     def _compute(self, predictions, references, seen_intents=None):
         if seen_intents is None:

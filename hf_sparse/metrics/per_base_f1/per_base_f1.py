@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.motif.metrics import per_base_f1
 
 _DESCRIPTION = """\
@@ -32,17 +33,7 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class PerBaseF1(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("string")),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Sequence(datasets.Value("string")))
 
     def _compute(self, predictions, references, outside="O", zero_division=0.0):
         return per_base_f1(references, predictions, outside=outside, zero_division=zero_division)

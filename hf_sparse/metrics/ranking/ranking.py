@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.dialogue.ranking import ranking_metrics
 
 _DESCRIPTION = """\
@@ -30,17 +31,8 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Ranking(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("float64")),
-                    "references": datasets.Value("int64"),
-                }
-            ),
-        )
+        scores, true_index = datasets.Sequence(datasets.Value("float64")), datasets.Value("int64")
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, scores, true_index)
 
     def _compute(self, predictions, references, ks=(1, 2, 5)):
         return ranking_metrics(predictions, references, ks=ks)

@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.summarization.rouge import rouge
 
 _DESCRIPTION = """\
@@ -34,22 +35,9 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Rouge(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string"),
-                        "references": datasets.Sequence(datasets.Value("string")),
-                    }
-                ),
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-                ),
-            ],
-        )
+        text = datasets.Value("string")
+        # several references per example, or one
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, text, datasets.Sequence(text), text)
 
     def _compute(
         self, predictions, references, use_stemmer=True, sentence_split=True, precision_recall=False
