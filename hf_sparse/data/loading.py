@@ -26,6 +26,9 @@ from typing import Any
 
 #: ``num_proc`` of the preprocessing ``map`` calls when a recipe does not set it: the machine's
 #: cores, at most 4 (small datasets gain nothing from more processes).
+#: the recipes' split names, in order
+SPLITS = ("train", "validation", "test")
+
 DEFAULT_NUM_PROC = max(1, min(4, os.cpu_count() or 1))
 
 
@@ -63,7 +66,7 @@ def _callable_key(fn) -> list:
 
 def jsonl_files(
     data_dir: str,
-    splits: Sequence[str] = ("train", "validation", "test"),
+    splits: Sequence[str] = SPLITS,
     optional: Sequence[str] = ("test",),
     key: str = "data_dir",
 ) -> dict[str, str]:
@@ -83,7 +86,7 @@ def jsonl_files(
 
 def load_jsonl_splits(
     data_dir: str,
-    splits: Sequence[str] = ("train", "validation", "test"),
+    splits: Sequence[str] = SPLITS,
     optional: Sequence[str] = ("test",),
     key: str = "data_dir",
     check: Callable[[dict, str], None] | None = None,
@@ -162,13 +165,14 @@ def split_by_group(dataset, test_fraction: float, validation_fraction: float, se
     out["train"] = rest
     return {
         split: out[split].select(np.argsort(out[split]["_group"])).remove_columns("_group")
-        for split in ("train", "validation", "test")
+        for split in SPLITS
         if split in out
     }
 
 
 __all__ = [
     "DEFAULT_NUM_PROC",
+    "SPLITS",
     "fingerprint",
     "jsonl_files",
     "load_jsonl",

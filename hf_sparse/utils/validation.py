@@ -53,17 +53,23 @@ def check_positive_int(name: str, value: Any, *, allow_none: bool = False) -> in
     return check_int(name, value, 1, allow_none=allow_none)
 
 
-def check_fraction(name: str, value: Any, *, closed_low: bool = True) -> float:
-    """``value`` as a ``float`` in ``[0, 1]`` (``(0, 1]`` with ``closed_low=False``).
+def check_fraction(name: str, value: Any, *, closed_low: bool = True, closed_high: bool = True) -> float:
+    """``value`` as a ``float`` in ``[0, 1]``; ``closed_low=False`` leaves 0 out, ``closed_high=False``
+    leaves 1 out (``(0, 1)`` a threshold, ``[0, 1)`` a dropout probability).
 
     Raises:
         ValueError: not a finite number in the interval, e.g. ``"gc_content must be a number in
             [0, 1], got 1.5"``.
     """
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-    ok = ok and math.isfinite(value) and (0.0 <= value <= 1.0 if closed_low else 0.0 < value <= 1.0)
+    ok = ok and math.isfinite(value)
+    ok = (
+        ok
+        and (0.0 <= value if closed_low else 0.0 < value)
+        and (value <= 1.0 if closed_high else value < 1.0)
+    )
     if not ok:
-        interval = "[0, 1]" if closed_low else "(0, 1]"
+        interval = ("[" if closed_low else "(") + "0, 1" + ("]" if closed_high else ")")
         raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
     return float(value)
 

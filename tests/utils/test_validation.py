@@ -19,6 +19,8 @@ from hf_sparse.utils.validation import check_fraction, check_int, check_positive
         (lambda: check_fraction("p", 0), 0.0),
         (lambda: check_fraction("p", np.float32(0.5)), 0.5),
         (lambda: check_fraction("p", 1, closed_low=False), 1.0),
+        (lambda: check_fraction("p", 0.999, closed_low=False, closed_high=False), 0.999),
+        (lambda: check_fraction("dropout", 0, closed_high=False), 0.0),
     ],
 )
 def test_accepts(call, expected):
@@ -41,6 +43,14 @@ def test_accepts(call, expected):
         (lambda: check_fraction("gc", math.nan), r"gc must be a number in \[0, 1\], got nan"),
         (lambda: check_fraction("gc", False), r"gc must be a number in \[0, 1\], got False"),
         (lambda: check_fraction("p", 0, closed_low=False), r"p must be a number in \(0, 1\], got 0"),
+        (
+            lambda: check_fraction("dropout", 1.0, closed_high=False),
+            r"dropout must be a number in \[0, 1\), got 1.0",
+        ),
+        (
+            lambda: check_fraction("act_threshold", 1, closed_low=False, closed_high=False),
+            r"act_threshold must be a number in \(0, 1\), got 1",
+        ),
     ],
 )
 def test_rejects_with_name_and_value(call, message):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
+from ...utils.validation import check_fraction
+from .formatter import GLOBAL_ON_NAMES
 
-GLOBAL_ON_NAMES = ("cls", "separators", "latest_turn", "candidate")
 TURN_POOLING = ("separator", "separator+mean")
 DEFAULT_FORMATTER = {
     "max_length": 4096,
@@ -192,9 +193,9 @@ class LongformerDialogueConfig(BackboneConfigMixin, PretrainedConfig):
                 raise ValueError(
                     f"speaker {name!r} has no token in formatter['speaker_tokens']={self.formatter['speaker_tokens']}"
                 )
-        if not 0.0 < float(act_threshold) < 1.0:
-            raise ValueError(f"act_threshold must be in (0, 1), got {act_threshold!r}")
-        self.act_threshold = float(act_threshold)
+        self.act_threshold = check_fraction(
+            "act_threshold", act_threshold, closed_low=False, closed_high=False
+        )
         if act_thresholds is not None:
             if isinstance(act_thresholds, str) or not isinstance(act_thresholds, (list, tuple)):
                 raise TypeError(f"act_thresholds must be a list of floats, got {act_thresholds!r}")
@@ -202,19 +203,17 @@ class LongformerDialogueConfig(BackboneConfigMixin, PretrainedConfig):
                 raise ValueError(
                     f"act_thresholds has {len(act_thresholds)} values for {len(self.act_labels)} act_labels"
                 )
-            for i, t in enumerate(act_thresholds):
-                if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t < 1.0:
-                    raise ValueError(f"act_thresholds[{i}] must be in (0, 1), got {t!r}")
-            act_thresholds = [float(t) for t in act_thresholds]
+            act_thresholds = [
+                check_fraction(f"act_thresholds[{i}]", t, closed_low=False, closed_high=False)
+                for i, t in enumerate(act_thresholds)
+            ]
         self.act_thresholds = act_thresholds
         for name, value in (("act_loss_weight", act_loss_weight), ("intent_loss_weight", intent_loss_weight)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
         self.act_loss_weight = float(act_loss_weight)
         self.intent_loss_weight = float(intent_loss_weight)
-        if not 0.0 <= float(classifier_dropout) < 1.0:
-            raise ValueError(f"classifier_dropout must be in [0, 1), got {classifier_dropout!r}")
-        self.classifier_dropout = float(classifier_dropout)
+        self.classifier_dropout = check_fraction("classifier_dropout", classifier_dropout, closed_high=False)
         if turn_pooling not in TURN_POOLING:
             raise ValueError(f"turn_pooling must be one of {TURN_POOLING}, got {turn_pooling!r}")
         self.turn_pooling = turn_pooling

@@ -33,6 +33,7 @@ from transformers.pipelines.base import ChunkPipeline, Pipeline
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
 from ...pipelines.batching import pad_to_multiple, right_padded
 from ...pipelines.progress import check_progress, progress_bar
+from ...utils.validation import check_fraction
 from .formatter import DialogueFormatter
 
 _KEYS = ("turns", "speakers", "candidates")
@@ -298,13 +299,9 @@ class DialogueStateTrackingPipeline(_DialogueMixin, Pipeline):
         if speakers is not None:
             pre["speakers"] = speakers
         if act_threshold is not None:
-            if (
-                isinstance(act_threshold, bool)
-                or not isinstance(act_threshold, (int, float))
-                or not 0 < act_threshold < 1
-            ):
-                raise ValueError(f"act_threshold must be a number in (0, 1), got {act_threshold!r}")  # fmt: skip
-            post["act_threshold"] = float(act_threshold)
+            post["act_threshold"] = check_fraction(
+                "act_threshold", act_threshold, closed_low=False, closed_high=False
+            )
         return pre, {}, post
 
     def preprocess(self, inputs, speakers=None):

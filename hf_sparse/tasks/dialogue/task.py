@@ -35,6 +35,7 @@ from ...training import Task, path_field
 from ...training.recipe import require_path
 from ...training.tasks import metric_prefix
 from ...utils.labels import IGNORE_INDEX
+from ...utils.validation import check_fraction
 from ..arguments import BackboneArguments
 from .collator import DialogueTrackingCollator, ResponseSelectionCollator
 from .configuration_dialogue import TURN_POOLING
@@ -48,7 +49,6 @@ from .data import (
 )
 from .formatter import DialogueFormatter
 
-SPLITS = ("train", "validation", "test")
 _POSITIVE_INT_KEYS = ("max_length", "vocab_min_frequency")
 
 
@@ -231,8 +231,7 @@ class TrackingArguments(DialogueArguments):
             raise ValueError(f"eval_mode must be 'prefix' or 'dialogue', got {self.eval_mode!r}")
         if self.train_prefixes < 0:
             raise ValueError(f"train_prefixes must be >= 0, got {self.train_prefixes!r}")
-        if not 0.0 < self.act_threshold < 1.0:
-            raise ValueError(f"act_threshold must be in (0, 1), got {self.act_threshold!r}")
+        check_fraction("act_threshold", self.act_threshold, closed_low=False, closed_high=False)
 
 
 # --------------------------------------------------------------------------------------- data
@@ -435,6 +434,20 @@ class _DialogueTask(Task):
     def long_history(self, trainer, args, dialogues) -> dict:
         raise NotImplementedError
 
+    def examples(self, args, tokenizer, dialogues, split: str):
+        """The model inputs of one split's ``dialogues`` (a ``datasets.Dataset``)."""
+        raise NotImplementedError
+
+    def build_datasets(self, args, tokenizer):
+        self._args = args  # evaluate() reads the recipe
+        return {
+            split: self.examples(args, tokenizer, dialogues, split)
+            for split, dialogues in self.data(args).items()
+        }
+
+    def data_collator(self, args, tokenizer):
+        return self.collator_class(tokenizer.pad_token_id, self._pad_multiple)
+
     def card_info(self, args, metrics):
         return {
             "dataset_name": "Schema-Guided Dialogue (DSTC8) sample",
@@ -464,6 +477,7 @@ class DialogueSelectionTask(_DialogueTask):
 
     Arguments = SelectionArguments
     trainer_class = _trainer_class(("labels",))
+    collator_class = ResponseSelectionCollator
 
     def _heads(self, args) -> dict:
         return {
@@ -492,15 +506,6 @@ class DialogueSelectionTask(_DialogueTask):
             remove_columns=dialogues.column_names, num_proc=num_proc_for(self.num_proc, len(dialogues), 100),
             new_fingerprint=fingerprint(dialogues._fingerprint, "selection_rows", key), desc=f"{split} examples",
         )  # fmt: skip
-
-    def build_datasets(self, args, tokenizer):
-        return {
-            split: self.examples(args, tokenizer, dialogues, split)
-            for split, dialogues in self.data(args).items()
-        }
-
-    def data_collator(self, args, tokenizer):
-        return ResponseSelectionCollator(tokenizer.pad_token_id, self._pad_multiple)
 
     def compute_metrics(self, args):
         def metrics(pred):
@@ -628,6 +633,7 @@ class DialogueTrackingTask(_DialogueTask):
 
     Arguments = TrackingArguments
     trainer_class = _trainer_class(("act_labels", "intent_labels"))
+    collator_class = DialogueTrackingCollator
 
     def __init__(self):
         super().__init__()
@@ -677,16 +683,6 @@ class DialogueTrackingTask(_DialogueTask):
             for run in runs
         ]
         return parts[0] if len(parts) == 1 else concatenate_datasets(parts)
-
-    def build_datasets(self, args, tokenizer):
-        self._args = args
-        return {
-            split: self.examples(args, tokenizer, dialogues, split)
-            for split, dialogues in self.data(args).items()
-        }
-
-    def data_collator(self, args, tokenizer):
-        return DialogueTrackingCollator(tokenizer.pad_token_id, self._pad_multiple)
 
     def compute_metrics(self, args):
         def metrics(pred):

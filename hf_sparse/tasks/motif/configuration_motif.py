@@ -7,7 +7,7 @@ import math
 from transformers import PretrainedConfig
 
 from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
-from ...utils.validation import check_int
+from ...utils.validation import check_fraction, check_int
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
 MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
@@ -199,13 +199,7 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
         ):
             raise ValueError(f"sequence_loss_weight must be a number >= 0, got {sequence_loss_weight!r}")
         self.sequence_loss_weight = float(sequence_loss_weight)
-        if (
-            isinstance(classifier_dropout, bool)
-            or not isinstance(classifier_dropout, (int, float))
-            or not (0 <= classifier_dropout < 1)
-        ):
-            raise ValueError(f"classifier_dropout must be a number in [0, 1), got {classifier_dropout!r}")
-        self.classifier_dropout = float(classifier_dropout)
+        self.classifier_dropout = check_fraction("classifier_dropout", classifier_dropout, closed_high=False)
         if isinstance(kmer, bool) or not isinstance(kmer, int) or kmer < 1:
             raise ValueError(f"kmer must be a positive int, got {kmer!r}")
         self.kmer = kmer

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from ...data.fasta import PathLike, open_text
-from ...tokenization_dna import AMBIGUITY_CODES, IUPAC_CODES
+from ...tokenization_dna import AMBIGUITY_CODES, IUPAC_CODES, NUCLEOTIDES
 from .pwm import DEFAULT_PSEUDOCOUNT
 from .pwm import log_odds as pwm_log_odds
 from .pwm import probabilities as pwm_probabilities
 
-BASES = "ACGT"
+BASES = NUCLEOTIDES  # A, C, G, T: the row order of every count matrix
 
 # Code of every ASCII character: A C G T -> 0..3, N and ambiguity codes -> 4, others -> -1 (invalid).
 _CODES = np.full(128, -1, dtype=np.int8)
@@ -175,6 +175,15 @@ class Motif:
 # ---------------------------------------------------------------- readers
 
 
+def _lines(path: PathLike) -> Iterator[tuple[int, str, str]]:
+    """``(line number, "file:line", stripped line)`` of every non-blank line of a text file (plain or gzip)."""
+    where_file = os.fspath(path)
+    with open_text(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            if raw.strip():
+                yield lineno, f"{where_file}:{lineno}", raw.strip()
+
+
 def _parse_numbers(fields: list[str], where: str) -> list[float]:
     try:
         return [float(x) for x in fields]
@@ -211,38 +220,33 @@ def read_jaspar(path: PathLike) -> list[Motif]:
         except ValueError as e:
             raise ValueError(f"{where_file}:{hline}: {e}") from None
 
-    with open_text(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.strip()
-            where = f"{where_file}:{lineno}"
-            if not line:
-                continue
-            if line.startswith(">"):
-                if header is not None:
-                    finish()
-                parts = line[1:].split(None, 1)
-                if len(parts) != 2:
-                    raise ValueError(f"{where}: header must be '>MATRIX_ID NAME', got {line!r}")
-                header, rows = (parts[0], parts[1].strip(), lineno), {}
-                continue
-            if header is None:
-                raise ValueError(f"{where}: count row before the first '>' header: {line[:40]!r}")
-            fields = line.replace("[", " ").replace("]", " ").split()
-            labelled = fields[0].isalpha()
-            if labelled:
-                label, fields = fields[0].upper(), fields[1:]
-                if label not in BASES:
-                    raise ValueError(f"{where}: row label must be one of A, C, G, T, got {label!r}")
-            else:
-                label = BASES[len(rows)] if len(rows) < 4 else None
-            if rows and labelled != header_labelled:
-                raise ValueError(f"{where}: labelled and unlabelled count rows mixed in motif {header[0]}")
-            if label is None or label in rows:
-                raise ValueError(
-                    f"{where}: more than 4 count rows, or row {label} repeated, in motif {header[0]}"
-                )
-            header_labelled = labelled
-            rows[label] = _parse_numbers(fields, where)
+    for lineno, where, line in _lines(path):
+        if line.startswith(">"):
+            if header is not None:
+                finish()
+            parts = line[1:].split(None, 1)
+            if len(parts) != 2:
+                raise ValueError(f"{where}: header must be '>MATRIX_ID NAME', got {line!r}")
+            header, rows = (parts[0], parts[1].strip(), lineno), {}
+            continue
+        if header is None:
+            raise ValueError(f"{where}: count row before the first '>' header: {line[:40]!r}")
+        fields = line.replace("[", " ").replace("]", " ").split()
+        labelled = fields[0].isalpha()
+        if labelled:
+            label, fields = fields[0].upper(), fields[1:]
+            if label not in BASES:
+                raise ValueError(f"{where}: row label must be one of A, C, G, T, got {label!r}")
+        else:
+            label = BASES[len(rows)] if len(rows) < 4 else None
+        if rows and labelled != header_labelled:
+            raise ValueError(f"{where}: labelled and unlabelled count rows mixed in motif {header[0]}")
+        if label is None or label in rows:
+            raise ValueError(
+                f"{where}: more than 4 count rows, or row {label} repeated, in motif {header[0]}"
+            )
+        header_labelled = labelled
+        rows[label] = _parse_numbers(fields, where)
     if header is not None:
         finish()
     return motifs
@@ -265,50 +269,45 @@ def read_transfac(path: PathLike) -> list[Motif]:
     rec: dict[str, Any] = {}
     order: list[int] | None = None  # column -> base index, while inside a matrix block
 
-    with open_text(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.strip()
-            where = f"{where_file}:{lineno}"
-            if not line:
-                continue
-            rec.setdefault("line", lineno)
-            fields = line.split()
-            tag = fields[0]
-            if tag == "//":
-                if "AC" not in rec or "ID" not in rec or "rows" not in rec:
-                    missing = [k for k in ("AC", "ID", "rows") if k not in rec]
-                    raise ValueError(f"{where}: record starting at line {rec['line']} lacks {missing}")
-                try:
-                    motifs.append(Motif(rec["ID"], rec["AC"], np.array(rec["rows"]).T))
-                except ValueError as e:
-                    raise ValueError(f"{where_file}:{rec['line']}: {e}") from None
-                rec, order = {}, None
-            elif tag.isdigit() and order is not None:
-                if int(tag) != len(rec["rows"]) + 1:
-                    raise ValueError(f"{where}: matrix row numbered {tag}, expected {len(rec['rows']) + 1}")
-                extra = fields[5:]
-                if len(fields) < 5 or len(extra) > 1 or (extra and not extra[0].isalpha()):
-                    raise ValueError(f"{where}: matrix row must be 'NN a c g t [consensus]', got {line!r}")
-                values = _parse_numbers(fields[1:5], where)
-                rec["rows"].append([values[order.index(b)] for b in range(4)])
-            elif tag.isdigit():
-                raise ValueError(f"{where}: matrix row outside a P0 block: {line!r}")
-            elif tag in ("P0", "PO"):
-                if "rows" in rec:
-                    raise ValueError(f"{where}: second matrix in the record starting at line {rec['line']}")
-                cols = [c.upper() for c in fields[1:]]
-                if sorted(cols) != list(BASES):
-                    raise ValueError(f"{where}: P0 line must name the columns A C G T, got {line!r}")
-                order, rec["rows"] = [BASES.index(c) for c in cols], []
-            elif tag in ("AC", "ID"):
-                if len(fields) < 2:
-                    raise ValueError(f"{where}: {tag} line without a value")
-                rec[tag] = fields[1]
-                order = None
-            elif len(tag) == 2 and tag.isalpha() and tag.isupper():
-                order = None
-            else:
-                raise ValueError(f"{where}: unexpected line {line!r}")
+    for lineno, where, line in _lines(path):
+        rec.setdefault("line", lineno)
+        fields = line.split()
+        tag = fields[0]
+        if tag == "//":
+            if "AC" not in rec or "ID" not in rec or "rows" not in rec:
+                missing = [k for k in ("AC", "ID", "rows") if k not in rec]
+                raise ValueError(f"{where}: record starting at line {rec['line']} lacks {missing}")
+            try:
+                motifs.append(Motif(rec["ID"], rec["AC"], np.array(rec["rows"]).T))
+            except ValueError as e:
+                raise ValueError(f"{where_file}:{rec['line']}: {e}") from None
+            rec, order = {}, None
+        elif tag.isdigit() and order is not None:
+            if int(tag) != len(rec["rows"]) + 1:
+                raise ValueError(f"{where}: matrix row numbered {tag}, expected {len(rec['rows']) + 1}")
+            extra = fields[5:]
+            if len(fields) < 5 or len(extra) > 1 or (extra and not extra[0].isalpha()):
+                raise ValueError(f"{where}: matrix row must be 'NN a c g t [consensus]', got {line!r}")
+            values = _parse_numbers(fields[1:5], where)
+            rec["rows"].append([values[order.index(b)] for b in range(4)])
+        elif tag.isdigit():
+            raise ValueError(f"{where}: matrix row outside a P0 block: {line!r}")
+        elif tag in ("P0", "PO"):
+            if "rows" in rec:
+                raise ValueError(f"{where}: second matrix in the record starting at line {rec['line']}")
+            cols = [c.upper() for c in fields[1:]]
+            if sorted(cols) != list(BASES):
+                raise ValueError(f"{where}: P0 line must name the columns A C G T, got {line!r}")
+            order, rec["rows"] = [BASES.index(c) for c in cols], []
+        elif tag in ("AC", "ID"):
+            if len(fields) < 2:
+                raise ValueError(f"{where}: {tag} line without a value")
+            rec[tag] = fields[1]
+            order = None
+        elif len(tag) == 2 and tag.isalpha() and tag.isupper():
+            order = None
+        else:
+            raise ValueError(f"{where}: unexpected line {line!r}")
     if rec:
         raise ValueError(f"{where_file}:{rec['line']}: record not terminated by '//'")
     return motifs
@@ -317,8 +316,7 @@ def read_transfac(path: PathLike) -> list[Motif]:
 def read_motifs(path: PathLike) -> list[Motif]:
     """Read a JASPAR or TRANSFAC file, chosen from its first non-blank line (``>``: JASPAR; a TRANSFAC tag
     such as ``AC``/``ID``/``XX``/``P0``: TRANSFAC). ``ValueError`` if neither (or the file is empty)."""
-    with open_text(path) as f:
-        first = next((line.strip() for line in f if line.strip()), "")
+    first = next((line for _, _, line in _lines(path)), "")
     if first.startswith(">"):
         return read_jaspar(path)
     if first[:2] in _TRANSFAC_TAGS:

@@ -16,7 +16,7 @@ from transformers.pipelines.base import ChunkPipeline
 from ...pipelines.progress import check_progress, progress_bar
 from ...tokenization_dna import normalize_sequence, reverse_complement
 from ...utils.labels import spans_from_bio
-from ...utils.validation import check_int
+from ...utils.validation import check_fraction, check_int
 from .pwm import log_odds
 
 _CODES = {"A": 0, "C": 1, "G": 2, "T": 3}
@@ -169,13 +169,7 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         if stride is not None:
             pre["stride"] = stride
         if min_score is not None:
-            if (
-                isinstance(min_score, bool)
-                or not isinstance(min_score, (int, float))
-                or not 0 <= min_score <= 1
-            ):
-                raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
-            post["min_score"] = float(min_score)
+            post["min_score"] = check_fraction("min_score", min_score)
         return pre, {}, post
 
     @property

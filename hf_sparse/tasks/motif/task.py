@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from ...data.loading import (
+    SPLITS,
     fingerprint,
     load_jsonl_splits,
     num_proc_for,
@@ -68,8 +69,6 @@ from .synthetic import synthetic_dataset
 logger = logging.getLogger(__name__)
 
 DATA_SOURCES = ("synthetic", "classification", "scan")
-BACKBONES = ("sparse_transformer", "longformer")
-SPLITS = ("train", "validation", "test")
 
 
 # --------------------------------------------------------------------------------------- arguments

@@ -7,6 +7,7 @@ from transformers import LEDConfig, PretrainedConfig
 from ...attention.dispatch import BACKENDS as ENCODER_BACKENDS
 from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
 from ...patterns import Pattern, from_dict
+from ...utils.validation import check_fraction
 from .data import SENTENCE_FEATURES
 
 GLOBAL_ATTENTION = ("first", "sentences", "query")
@@ -243,9 +244,7 @@ class LongformerExtractiveSummarizationConfig(BackboneConfigMixin, PretrainedCon
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.head_hidden_size = head_hidden_size
-        if not 0.0 <= classifier_dropout < 1.0:
-            raise ValueError(f"classifier_dropout must be in [0, 1), got {classifier_dropout!r}")
-        self.classifier_dropout = classifier_dropout
+        self.classifier_dropout = check_fraction("classifier_dropout", classifier_dropout, closed_high=False)
         if loss not in EXTRACTIVE_LOSSES:
             raise ValueError(f"loss must be one of {EXTRACTIVE_LOSSES}, got {loss!r}")
         self.loss = loss

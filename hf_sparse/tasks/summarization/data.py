@@ -217,11 +217,20 @@ def add_summarization_tokens(tokenizer, sentences: bool = True, query: bool = Tr
     }
 
 
-def _affixes(tokenizer) -> tuple[list[int], list[int]]:
-    """The prefix and suffix token ids of a sequence (see the module docstring)."""
+def _affixes(
+    tokenizer, query: str | None, query_separator_token_id: int | None, max_query_tokens: int
+) -> tuple[list[int], list[int]]:
+    """The token ids before the body (prefix token, then the query and its separator when ``query`` is
+    given) and after it (suffix token) of a sequence (see the module docstring)."""
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
     end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
-    return ([start] if start is not None else []), ([end] if end is not None else [])
+    prefix = [start] if start is not None else []
+    if query is not None:
+        if query_separator_token_id is None:
+            raise ValueError("a query needs query_separator_token_id (the model has no query support)")
+        prefix += _token_ids(tokenizer, [_check_text("query", query)])[0][:max_query_tokens]
+        prefix.append(query_separator_token_id)
+    return prefix, ([end] if end is not None else [])
 
 
 def _token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -321,13 +330,7 @@ def encode_extractive(
     check_positive_int("max_query_tokens", max_query_tokens)
     if isinstance(sentences, str) or not sentences:
         raise ValueError("sentences must be a non-empty list of str")
-    start, end = _affixes(tokenizer)
-    prefix = list(start)
-    if query is not None:
-        if query_separator_token_id is None:
-            raise ValueError("a query needs query_separator_token_id (the model has no query support)")
-        prefix += _token_ids(tokenizer, [_check_text("query", query)])[0][:max_query_tokens]
-        prefix.append(query_separator_token_id)
+    prefix, end = _affixes(tokenizer, query, query_separator_token_id, max_query_tokens)
     room = max_length - len(prefix) - len(end)
     if room < 2:
         raise ValueError(
@@ -368,13 +371,7 @@ def encode_abstractive(
     """
     check_positive_int("max_length", max_length)
     _check_text("document", document)
-    start, end = _affixes(tokenizer)
-    prefix = list(start)
-    if query is not None:
-        if query_separator_token_id is None:
-            raise ValueError("a query needs query_separator_token_id (the model has no query support)")
-        prefix += _token_ids(tokenizer, [_check_text("query", query)])[0][:max_query_tokens]
-        prefix.append(query_separator_token_id)
+    prefix, end = _affixes(tokenizer, query, query_separator_token_id, max_query_tokens)
     if sentence_token_id is not None:
         body = [
             t for ids in _token_ids(tokenizer, split_sentences(document)) for t in [sentence_token_id, *ids]

@@ -56,9 +56,6 @@ from .sentences import split_sentences
 
 logger = logging.getLogger(__name__)
 
-SPLITS = ("train", "validation", "test")
-ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-
 
 # --------------------------------------------------------------------------------------- arguments
 
