@@ -50,12 +50,18 @@ for _b in "N" + AMBIGUITY_CODES:
 # ---------------------------------------------------------------- helpers
 
 
+def base_codes(sequence: str) -> np.ndarray:
+    """``int8`` code of every character of ``sequence``: A C G T -> 0 1 2 3, N and ambiguity codes -> 4
+    (either case), anything else -> -1."""
+    points = np.frombuffer(sequence.encode("utf-32-le"), dtype="<u4")
+    return np.where(points < 128, _CODES[np.minimum(points, 127)], -1).astype(np.int8)
+
+
 def encode_sequence(sequence: str) -> np.ndarray:
     """``int8`` codes of ``sequence``: A C G T -> 0 1 2 3, N/ambiguity codes -> 4 (either case)."""
     if not isinstance(sequence, str):
         raise TypeError(f"sequence must be a str, got {type(sequence).__name__}")
-    points = np.frombuffer(sequence.encode("utf-32-le"), dtype="<u4")
-    codes = np.where(points < 128, _CODES[np.minimum(points, 127)], -1).astype(np.int8)
+    codes = base_codes(sequence)
     bad = np.flatnonzero(codes < 0)
     if bad.size:
         pos = int(bad[0])
@@ -83,7 +89,8 @@ def _background(background: Sequence[float] | Mapping[str, float] | np.ndarray |
     return bg
 
 
-def _check_pseudocount(pseudocount: Any) -> float:
+def check_pseudocount(pseudocount: Any) -> float:
+    """``pseudocount`` as a float; ``ValueError`` unless it is a number >= 0."""
     if isinstance(pseudocount, bool) or not isinstance(pseudocount, (int, float)) or not pseudocount >= 0:
         raise ValueError(f"pseudocount must be a number >= 0, got {pseudocount!r}")
     return float(pseudocount)
@@ -129,7 +136,7 @@ class Motif:
 
     def pwm(self, pseudocount: float = DEFAULT_PSEUDOCOUNT) -> np.ndarray:
         """``(4, L)`` probabilities: ``(counts + pseudocount) / (column total + 4 * pseudocount)``."""
-        return pwm_probabilities(self.counts, _check_pseudocount(pseudocount))
+        return pwm_probabilities(self.counts, check_pseudocount(pseudocount))
 
     def log_odds(
         self,
@@ -137,7 +144,7 @@ class Motif:
         pseudocount: float = DEFAULT_PSEUDOCOUNT,
     ) -> np.ndarray:
         """``(4, L)`` log2 odds ``log2(pwm(pseudocount) / background)``; ``-inf`` where a probability is 0."""
-        return pwm_log_odds(self.counts, _background(background), _check_pseudocount(pseudocount))
+        return pwm_log_odds(self.counts, _background(background), check_pseudocount(pseudocount))
 
     @property
     def consensus(self) -> str:
@@ -347,7 +354,9 @@ def builtin_motifs(names: Sequence[str] | None = None) -> list[Motif]:
 __all__ = [
     "BASES",
     "Motif",
+    "base_codes",
     "builtin_motifs",
+    "check_pseudocount",
     "encode_sequence",
     "read_jaspar",
     "read_motifs",

@@ -13,7 +13,7 @@ import numpy as np
 from ...data.fasta import PathLike, read_fasta
 from ...tokenization_dna import reverse_complement
 from ...utils.validation import check_fraction, check_int
-from .motifs import _CODES, Motif, _check_pseudocount, builtin_motifs
+from .motifs import Motif, base_codes, builtin_motifs, check_pseudocount
 from .scanning import bio_label_names, spans_to_tags
 
 
@@ -75,7 +75,7 @@ class SyntheticMotifGenerator:
         self.poisson_mean = poisson_mean
         self.reverse_prob = check_fraction("reverse_prob", reverse_prob)
         self.negative_fraction = check_fraction("negative_fraction", negative_fraction)
-        self.pseudocount = _check_pseudocount(pseudocount)
+        self.pseudocount = check_pseudocount(pseudocount)
         self.seed = check_int("seed", seed, 0)
         longest = max(len(m) for m in self.motifs)
         if self.max_instances * longest > self.length:
@@ -94,8 +94,7 @@ class SyntheticMotifGenerator:
         for _name, seq in read_fasta(path):
             if len(seq) < self.length:
                 continue
-            points = np.frombuffer(seq.encode("utf-32-le"), dtype="<u4")
-            codes = np.where(points < 128, _CODES[np.minimum(points, 127)], -1)
+            codes = base_codes(seq)
             bad = np.concatenate([[0], np.cumsum((codes < 0) | (codes == 4), dtype=np.int64)])
             self._records.append((seq, bad))
         if not self._records:
