@@ -64,7 +64,13 @@ def _hard_allowed(qpos, kpos, causal: bool, max_distance, key_padding):
 
 
 def _check(q, k, v, span, ramp, key_padding, dropout_p):
-    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+    if (
+        q.dim() != 4
+        or k.shape != v.shape
+        or k.dim() != 4
+        or q.shape[:2] != k.shape[:2]
+        or q.shape[-1] != k.shape[-1]
+    ):
         raise ValueError(
             f"query (B, H, q, D) and key/value (B, H, k, D) shapes do not match: {tuple(q.shape)}, "
             f"{tuple(k.shape)}, {tuple(v.shape)}"

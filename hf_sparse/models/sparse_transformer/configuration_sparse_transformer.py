@@ -7,11 +7,14 @@ from transformers import PretrainedConfig
 from ...attention.dispatch import BACKENDS
 from ...patterns import Pattern, from_dict
 from ...patterns.compose import Intersection, Union
+from ...patterns.local import Causal, SlidingWindow
 from ...patterns.per_head import PerHead
 
 POSITION_TYPES = ("absolute", "rotary")
 POSITION_STYLES = ("bert", "roberta")
 _DEFAULT_PATTERN = "default"  # attention_pattern not given (None is an error: a config.json with null)
+#: adaptive_span keys and their defaults (max_span has none)
+ADAPTIVE_SPAN_DEFAULTS = {"ramp": 32, "init": 0.0, "loss_coef": 2e-6}
 
 
 def _leaves(p: Pattern):
@@ -79,6 +82,16 @@ class SparseTransformerConfig(PretrainedConfig):
             the base, masked-LM, causal-LM and token-classification models never add globals.
         max_attention_weights_length (`int`, *optional*, defaults to 4096):
             `output_attentions=True` materialises dense (batch, heads, n, n) weights; longer inputs raise.
+        adaptive_span (`dict`, *optional*):
+            Adaptive attention span (Sukhbaatar et al. 2019) in every layer: one learnable span per head,
+            keys at distance d weighted by the soft mask `clamp((ramp + span - d) / ramp, 0, 1)` (softmax
+            renormalised over them). Keys: `max_span` (int, required: spans are clamped to
+            [0, max_span]), `ramp` (int, default 32), `init` (initial span in tokens, default 0),
+            `loss_coef` (float, default 2e-6: the training loss gets `loss_coef` times the sum over
+            layers of the mean span). Each layer's pattern must be `Causal()` or a `SlidingWindow`
+            (the span works inside it); no global tokens (`global_first_token` has no effect, a
+            `global_attention_mask` raises), no `global_projections`. A layer option rather than a
+            pattern because the span is a trained parameter of the layer, not a stateless rule.
         use_cache (`bool`, *optional*, defaults to `True`):
             Decoders return a `SparsePatternCache` for incremental decoding.
         tie_word_embeddings (`bool`, *optional*, defaults to `True`):
@@ -127,6 +140,7 @@ class SparseTransformerConfig(PretrainedConfig):
         global_first_token: bool = True,
         max_attention_weights_length: int = 4096,
         classifier_dropout: float | None = None,
+        adaptive_span: dict | None = None,
         use_cache: bool = True,
         tie_word_embeddings: bool = True,
         pad_token_id: int | None = 0,
@@ -155,6 +169,7 @@ class SparseTransformerConfig(PretrainedConfig):
         self.global_first_token = global_first_token
         self.max_attention_weights_length = max_attention_weights_length
         self.classifier_dropout = classifier_dropout
+        self.adaptive_span = _adaptive_span_spec(adaptive_span)
         self.use_cache = use_cache
         self.tie_word_embeddings = tie_word_embeddings
         if attention_pattern is None:
@@ -225,8 +240,30 @@ class SparseTransformerConfig(PretrainedConfig):
             except (ValueError, TypeError, KeyError) as e:
                 raise ValueError(f"{where}: {e}") from e
             self._check_pattern(pattern, where)
+            self._check_span_pattern(pattern, where)
             if not isinstance(specs, list):
                 break
+        self._check_adaptive_span()
+
+    def _check_adaptive_span(self):
+        a = self.adaptive_span
+        if a is None:
+            return
+        if a["max_span"] > self.max_position_embeddings:
+            raise ValueError(
+                f"adaptive_span.max_span={a['max_span']} is larger than max_position_embeddings="
+                f"{self.max_position_embeddings}"
+            )
+        if self.global_projections:
+            raise ValueError(
+                "adaptive_span has no global tokens: it cannot be combined with global_projections=True"
+            )
+
+    def _check_span_pattern(self, pattern: Pattern, where: str):
+        if self.adaptive_span is not None and type(pattern) not in (Causal, SlidingWindow):
+            raise ValueError(
+                f"{where}: adaptive_span works inside a Causal() or SlidingWindow pattern, got {pattern!r}"
+            )
 
     def _check_pattern(self, pattern: Pattern, where: str):
         """Geometry must fit the model: a window reaching past every position, or a stride/block
@@ -276,6 +313,34 @@ class SparseTransformerConfig(PretrainedConfig):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+
+def _adaptive_span_spec(value):
+    """The adaptive_span option with its defaults filled in, checked (None: off)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"adaptive_span must be a dict (e.g. {{'max_span': 1024}}) or None, got {value!r}")
+    unknown = set(value) - {"max_span", *ADAPTIVE_SPAN_DEFAULTS}
+    if unknown:
+        raise ValueError(
+            f"adaptive_span has unknown keys {sorted(unknown)}; allowed: max_span, {', '.join(ADAPTIVE_SPAN_DEFAULTS)}"
+        )
+    if "max_span" not in value:
+        raise ValueError(f"adaptive_span needs max_span (the largest span in tokens), got {value!r}")
+    spec = {"max_span": value["max_span"], **ADAPTIVE_SPAN_DEFAULTS, **value}
+    for key in ("max_span", "ramp"):
+        v = spec[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"adaptive_span.{key} must be a positive int, got {v!r}")
+    for key in ("init", "loss_coef"):
+        v = spec[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"adaptive_span.{key} must be a number >= 0, got {v!r}")
+        spec[key] = float(v)
+    if spec["init"] > spec["max_span"]:
+        raise ValueError(f"adaptive_span.init={spec['init']} must be in [0, max_span={spec['max_span']}]")
+    return spec
 
 
 def _to_specs(pattern):

@@ -39,9 +39,11 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from ...attention.adaptive_span import AdaptiveSpan, adaptive_span_attention, adaptive_span_reference
 from ...attention.dense import all_true
 from ...attention.dispatch import check_exportable
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
+from ...patterns.local import SlidingWindow
 from ...patterns.per_head import PerHead as PerHeadPattern
 from .cache_sparse_transformer import SparsePatternCache
 from .configuration_sparse_transformer import SparseTransformerConfig
@@ -252,6 +254,12 @@ class SparseTransformerSelfAttention(nn.Module):
             self.key_global = nn.Linear(config.hidden_size, config.hidden_size)
             self.value_global = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
+        span = config.adaptive_span
+        self.adaptive_span = (
+            None
+            if span is None
+            else AdaptiveSpan(self.num_heads, span["max_span"], span["ramp"], span["init"])
+        )
 
     def _heads(self, x):  # (B, n, hidden) -> (B, H, n, D)
         B, n, _ = x.shape
@@ -268,19 +276,39 @@ class SparseTransformerSelfAttention(nn.Module):
         cache_position=None,
         row_offsets=None,
         output_attentions=False,
+        key_padding_mask=None,
     ):
         """``attention_mask``: this layer's mask from the mask interface (``build_mask``);
-        ``query_mask`` (B, n): 1 for tokens, 0 for padding queries (their outputs are zeros)."""
+        ``query_mask`` (B, n): 1 for tokens, 0 for padding queries (their outputs are zeros);
+        ``key_padding_mask`` (B, past + n): the model's padding mask (read by adaptive-span layers)."""
         B, n, _ = hidden_states.shape
         q, k, v = (
             self._heads(lin(hidden_states)) for lin in (self.query, self.key, self.value)
         )  # (B, H, n, D)
         if position_embeddings is not None:
             q, k = apply_rotary(q, k, *position_embeddings)
+        reach = None
+        if self.adaptive_span is not None:
+            if global_attention_mask is not None:
+                raise ValueError(
+                    "adaptive_span layers have no global tokens; pass global_attention_mask=None"
+                )
+            reach = self.adaptive_span.reach()  # the cache keeps only keys this close
         if cache is not None:
             k, v = cache.update(
-                k, v, self.layer_idx, {"positions": cache_position, "row_offsets": row_offsets}
+                k,
+                v,
+                self.layer_idx,
+                {"positions": cache_position, "row_offsets": row_offsets, "span_reach": reach},
             )
+        if self.adaptive_span is not None:
+            kpos = cache.positions(self.layer_idx) if cache is not None else cache_position
+            out, weights = self._adaptive_span(
+                q, k, v, kpos, cache_position, key_padding_mask, output_attentions
+            )
+            if query_mask is not None:
+                out = out * query_mask.to(out.dtype)[:, None, :, None]
+            return out.transpose(1, 2).reshape(B, n, -1), weights
         if output_attentions and k.shape[-2] > self.config.max_attention_weights_length:
             raise ValueError(
                 f"output_attentions=True materialises (batch, heads, {n}, {k.shape[-2]}) weights; inputs longer than "
@@ -322,6 +350,30 @@ class SparseTransformerSelfAttention(nn.Module):
         if query_mask is not None:  # padding queries output zeros (Longformer convention)
             out = out * query_mask.to(out.dtype)[:, :, None, None]
         return out.reshape(B, n, -1), (weights if output_attentions else None)
+
+    def _adaptive_span(self, q, k, v, kpos, qpos, key_padding_mask, output_attentions):
+        """Adaptive-span attention inside the layer's Causal/SlidingWindow band: the blocked kernel, or
+        the dense reference for ``attn_implementation="eager"`` and ``output_attentions``."""
+        k_start = int(kpos[0])
+        if int(kpos[-1]) - k_start + 1 != kpos.shape[0]:
+            raise RuntimeError(f"adaptive span needs consecutive key positions, got {kpos.tolist()}")
+        p = self.pattern
+        band = None
+        if isinstance(p, SlidingWindow):
+            band = p.window - 1 if p.causal else p.window // 2
+        pad = None if key_padding_mask is None else key_padding_mask[:, kpos].bool()
+        kw = dict(
+            ramp=self.adaptive_span.ramp, causal=p.is_causal, key_padding_mask=pad, q_start=int(qpos[0]),
+            k_start=k_start, max_distance=band, scale=self.scale,
+        )  # fmt: skip
+        spans = self.adaptive_span.spans().to(q.dtype)
+        if output_attentions or self.config._attn_implementation == "eager":
+            out, w = adaptive_span_reference(q, k, v, spans, return_weights=True, **kw)
+            w = F.dropout(w, p=self.dropout_p, training=self.training)
+            return torch.matmul(w, v), (w if output_attentions else None)
+        dropout = self.dropout_p if self.training else 0.0
+        block = self.config.attention_block_size or 128
+        return adaptive_span_attention(q, k, v, spans, dropout_p=dropout, block_size=block, **kw), None
 
     def _global_rows(self, hidden, out, attention_mask, global_attention_mask, dropout):
         """Longformer: global tokens' outputs from their own projections, over every key."""
@@ -507,6 +559,8 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, SparseTransformerLMHead):
             init.zeros_(module.bias)
+        if isinstance(module, AdaptiveSpan):
+            init.constant_(module.span, module.init_fraction)
         if isinstance(module, RotaryEmbedding):
             # non-persistent, so never in a checkpoint: from_pretrained leaves it uninitialised otherwise
             module.inv_freq.copy_(module.compute_inv_freq())  # deterministic: always recomputed
@@ -520,6 +574,14 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
         if type(self).export_code_hook is not None and kwargs.get("is_main_process", True):
             type(self).export_code_hook(self, save_directory)
         return out
+
+
+def with_span_penalty(model, loss):
+    """A head's loss plus the adaptive-span penalty, in training mode only (evaluation losses stay
+    the task's loss, comparable across models)."""
+    if loss is None or not model.training or model.config.adaptive_span is None:
+        return loss
+    return loss + model.sparse_transformer.adaptive_span_loss().to(loss.dtype)
 
 
 def _return(return_dict, output, config):
@@ -626,6 +688,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             cache=cache,
             cache_position=cache_position,
             row_offsets=row_offsets,
+            key_padding_mask=attention_mask,
         )
         pooled = self.pooler(hidden) if self.pooler is not None else None
         out = BaseModelOutputWithPoolingAndCrossAttentions(
@@ -636,6 +699,14 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             **{CACHE_FIELD: cache if use_cache else None},
         )
         return _return(return_dict, out, cfg)
+
+    def adaptive_span_loss(self):
+        """The paper's L1 span penalty: ``adaptive_span.loss_coef`` times the sum over layers of the mean
+        span (tokens); ``None`` without adaptive span."""
+        if self.config.adaptive_span is None:
+            return None
+        total = sum(layer.attention.self.adaptive_span.penalty() for layer in self.encoder.layer)
+        return self.config.adaptive_span["loss_coef"] * total
 
     def _layer_masks(
         self,
@@ -719,6 +790,7 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
             loss = CrossEntropyLoss()(
                 logits.view(-1, self.config.vocab_size), labels.to(logits.device).view(-1)
             )
+        loss = with_span_penalty(self, loss)
         res = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
         )
@@ -770,6 +842,7 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        loss = with_span_penalty(self, loss)
         res = CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
@@ -784,7 +857,11 @@ class _FirstTokenGlobalMixin:
     """Heads that read the first token make it global unless the caller gives global tokens."""
 
     def _globals(self, global_attention_mask, input_ids, inputs_embeds):
-        if global_attention_mask is None and self.config.global_first_token:
+        if (
+            global_attention_mask is None
+            and self.config.global_first_token
+            and self.config.adaptive_span is None
+        ):
             return first_token_global(input_ids, inputs_embeds)
         return global_attention_mask
 
@@ -807,6 +884,7 @@ class SparseTransformerForSequenceClassification(_FirstTokenGlobalMixin, SparseT
         )  # fmt: skip
         logits = self.classifier(out.last_hidden_state)
         loss = None if labels is None else sequence_loss(self.config, logits, labels.to(logits.device))
+        loss = with_span_penalty(self, loss)
         res = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
         )
@@ -857,6 +935,7 @@ class SparseTransformerForTokenClassification(SparseTransformerPreTrainedModel):
         loss = None
         if labels is not None:
             loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.to(logits.device).view(-1))
+        loss = with_span_penalty(self, loss)
         res = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
         )
@@ -892,6 +971,7 @@ class SparseTransformerForMultipleChoice(_FirstTokenGlobalMixin, SparseTransform
         )  # fmt: skip
         logits = self.classifier(self.dropout(out.pooler_output)).view(-1, choices)
         loss = None if labels is None else CrossEntropyLoss()(logits, labels.to(logits.device))
+        loss = with_span_penalty(self, loss)
         res = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
         )
@@ -925,6 +1005,7 @@ class SparseTransformerForQuestionAnswering(_FirstTokenGlobalMixin, SparseTransf
                 fn(start_logits, start_positions.clamp(0, n).to(start_logits.device))
                 + fn(end_logits, end_positions.clamp(0, n).to(end_logits.device))
             ) / 2
+        loss = with_span_penalty(self, loss)
         res = QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,
