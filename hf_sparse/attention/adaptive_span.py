@@ -120,9 +120,10 @@ def adaptive_span_reference(
 
 # ----------------------------------------------------------------------------- kernel
 class _Geometry:
-    """Query blocks and, for each, the key block range it can reach (rounded out to the block)."""
+    """Query blocks and, for each, the key range it can reach (rounded out to the block)."""
 
-    def __init__(self, nq, nk, q_start, k_start, reach, causal, block):
+    def __init__(self, nq, nk, q_start, k_start, reach, causal, block, device):
+        self.qpos, self.kpos = _positions(nq, q_start, device), _positions(nk, k_start, device)
         self.blocks = []
         for i0 in range(0, nq, block):
             i1 = min(nq, i0 + block)
@@ -130,21 +131,40 @@ class _Geometry:
             hi = q_start + i1 - 1 - k_start + (0 if causal else reach)  # last one
             j0 = max(0, lo) // block * block
             j1 = min(nk, -(-(min(hi, nk - 1) + 1) // block) * block)
-            if j1 > j0:
-                self.blocks.append((i0, i1, j0, j1))
-            else:
-                self.blocks.append((i0, i1, 0, 0))  # no key in reach: zeros
+            self.blocks.append((i0, i1, j0, j1) if j1 > j0 else (i0, i1, 0, 0))  # (0, 0): no key, zeros
 
 
-def _block_logits(q, k, span, qpos, kpos, ramp, causal, max_distance, pad, scale, dt):
-    """Scores s, soft-masked logits s + log m (-inf where not allowed), and the ramp region (where
-    the span gradient flows). Shapes (B, H, bq, bk)."""
-    allowed, dist = _hard_allowed(qpos, kpos, causal, max_distance, pad)
-    x = _ramp(span.to(dt), dist.to(dt), ramp)  # (H, bq, bk)
-    s = torch.matmul(q.to(dt), k.to(dt).transpose(-1, -2)) * scale  # (B, H, bq, bk)
-    logits = torch.where(allowed, s + torch.log(x.clamp(0, 1)), -math.inf)  # log 0 = -inf off the span
-    on_ramp = allowed & (x >= 0) & (x <= 1)
-    return s, logits, on_ramp
+class _BlockBias:
+    """Additive (H, bq, bk) terms of one block: ``log m`` (-inf outside the causal/band rule) and the
+    ramp region (0 where the span gradient flows, -inf elsewhere). They depend only on the offset
+    between the block's first query and first key, so consecutive blocks with the same offset (every
+    block away from the sequence start) share one computation."""
+
+    def __init__(self, geom, span, ramp, causal, max_distance, dt):
+        self.geom, self.span, self.ramp, self.causal, self.max_distance, self.dt = (
+            geom, span.detach().to(dt), ramp, causal, max_distance, dt,
+        )  # fmt: skip
+        self.key, self.value = None, None
+
+    def __call__(self, i0, i1, j0, j1):
+        g = self.geom
+        key = (int(g.qpos[i0] - g.kpos[j0]), i1 - i0, j1 - j0)
+        if key != self.key:  # one entry: blocks come in order, equal offsets are consecutive
+            allowed, dist = _hard_allowed(g.qpos[i0:i1], g.kpos[j0:j1], self.causal, self.max_distance, None)
+            x = _ramp(self.span, dist.to(self.dt), self.ramp)  # (H, bq, bk)
+            allowed = allowed[0]  # (1, bq, bk)
+            log_m = torch.where(allowed, torch.log(x.clamp(0, 1)), -math.inf)  # log 0 = -inf off the span
+            on_ramp = torch.where(allowed & (x >= 0) & (x <= 1), 0.0, -math.inf).to(self.dt)
+            self.key, self.value = key, (log_m, on_ramp)
+        return self.value
+
+
+def _block_scores(q, k, scale, pad, j0, j1, dt):
+    """(B, H, bq, bk) scaled scores, -inf at padding keys."""
+    s = torch.matmul(q.to(dt) * scale, k.to(dt).transpose(-1, -2))
+    if pad is not None:
+        s = s.masked_fill(~pad[:, None, None, j0:j1], -math.inf)
+    return s
 
 
 def _dropout_keep(shape, p, seed, index, device):
@@ -160,14 +180,14 @@ class _AdaptiveSpanFunction(torch.autograd.Function):
         B, H, nq, D = q.shape
         out = torch.zeros(B, H, nq, D, dtype=dt, device=q.device)
         lse = torch.full((B, H, nq), math.inf, dtype=dt, device=q.device)  # +inf: row without keys
+        bias = _BlockBias(geom, span, ramp, causal, max_distance, dt)
         for b, (i0, i1, j0, j1) in enumerate(geom.blocks):
             if j1 == j0:
                 continue
-            qpos, kpos = geom.qpos[i0:i1], geom.kpos[j0:j1]
-            kp = None if pad is None else pad[:, j0:j1]
-            _, logits, _ = _block_logits(q[:, :, i0:i1], k[:, :, j0:j1], span, qpos, kpos, ramp, causal, max_distance, kp, scale, dt)  # fmt: skip
+            logits = _block_scores(q[:, :, i0:i1], k[:, :, j0:j1], scale, pad, j0, j1, dt)
+            logits += bias(i0, i1, j0, j1)[0]  # + log m
             row = torch.logsumexp(logits, dim=-1)  # (B, H, bq)
-            row = torch.where(torch.isfinite(row), row, torch.full_like(row, math.inf))
+            row = torch.where(torch.isfinite(row), row, math.inf)
             p = torch.exp(logits - row[..., None])  # (B, H, bq, bk)
             if dropout_p > 0:
                 p = p * _dropout_keep(p.shape, dropout_p, seed, b, q.device) / (1 - dropout_p)
@@ -188,14 +208,14 @@ class _AdaptiveSpanFunction(torch.autograd.Function):
         dspan = torch.zeros(span.shape, dtype=dt, device=span.device)
         grad_out = grad_out.to(dt)
         delta = (grad_out * out.to(dt)).sum(-1)  # (B, H, nq)
+        bias = _BlockBias(geom, span, ramp, causal, max_distance, dt)
         for b, (i0, i1, j0, j1) in enumerate(geom.blocks):
             if j1 == j0:
                 continue
             qb, kb, vb = q[:, :, i0:i1].to(dt), k[:, :, j0:j1].to(dt), v[:, :, j0:j1].to(dt)
-            kp = None if pad is None else pad[:, j0:j1]
-            s, logits, on_ramp = _block_logits(qb, kb, span, geom.qpos[i0:i1], geom.kpos[j0:j1], ramp, causal, max_distance, kp, scale, dt)  # fmt: skip
-            row = lse[:, :, i0:i1, None]  # (B, H, bq, 1)
-            p = torch.exp(logits - row)  # (B, H, bq, bk)
+            log_m, on_ramp = bias(i0, i1, j0, j1)
+            s = _block_scores(qb, kb, scale, pad, j0, j1, dt) - lse[:, :, i0:i1, None]  # s - lse
+            p = torch.exp(s + log_m)  # (B, H, bq, bk)
             go = grad_out[:, :, i0:i1]  # (B, H, bq, D)
             dp = torch.matmul(go, vb.transpose(-1, -2))  # (B, H, bq, bk)
             if dropout_p > 0:
@@ -205,12 +225,11 @@ class _AdaptiveSpanFunction(torch.autograd.Function):
             else:
                 dv[:, :, j0:j1] += torch.matmul(p.transpose(-1, -2), go)
             g = dp - delta[:, :, i0:i1, None]
+            if ctx.needs_input_grad[3]:  # softmax weight before the mask, on the ramp
+                dspan += (torch.exp(s + on_ramp) * g).sum(dim=(0, 2, 3)) / ramp
             ds = p * g  # (B, H, bq, bk)
             dq[:, :, i0:i1] += torch.matmul(ds, kb) * scale
             dk[:, :, j0:j1] += torch.matmul(ds.transpose(-1, -2), qb) * scale
-            if ctx.needs_input_grad[3]:
-                e = torch.where(on_ramp, torch.exp(s - row), 0.0)  # softmax weight before the mask
-                dspan += (e * g).sum(dim=(0, 2, 3)) / ramp
         return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dspan.to(span.dtype)) + (None,) * 8
 
 
@@ -246,8 +265,7 @@ def adaptive_span_attention(
     reach = span_reach(span, ramp)
     if max_distance is not None:
         reach = min(reach, int(max_distance))
-    geom = _Geometry(nq, nk, q_start, k_start, reach, causal, block_size)
-    geom.qpos, geom.kpos = _positions(nq, q_start, query.device), _positions(nk, k_start, query.device)
+    geom = _Geometry(nq, nk, q_start, k_start, reach, causal, block_size, query.device)
     pad = None if key_padding_mask is None else key_padding_mask.to(query.device).bool()
     seed = 0
     if dropout_p > 0:

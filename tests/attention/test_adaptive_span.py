@@ -111,13 +111,13 @@ def test_rows_without_keys_are_zero_not_nan():
 def test_keys_beyond_the_reach_are_never_computed(monkeypatch):
     """Keys per query block = reach + the block, rounded out to the block: not the sequence length."""
     seen = []
-    real = AS._block_logits
+    real = AS._block_scores
 
     def spy(q, k, *args):
         seen.append(k.shape[2])
         return real(q, k, *args)
 
-    monkeypatch.setattr(AS, "_block_logits", spy)
+    monkeypatch.setattr(AS, "_block_scores", spy)
     q, k, v, _ = _inputs(B=1, H=2, nq=256, nk=256, D=4)
     z = torch.tensor([3.0, 20.0], dtype=torch.float64)  # reach = floor(20 + 8) = 28
     adaptive_span_attention(q, k, v, z, ramp=8, causal=True, block_size=16)
