@@ -15,6 +15,18 @@ POSITION_STYLES = ("bert", "roberta")
 _DEFAULT_PATTERN = "default"  # attention_pattern not given (None is an error: a config.json with null)
 #: adaptive_span keys and their defaults (max_span has none)
 ADAPTIVE_SPAN_DEFAULTS = {"ramp": 32, "init": 0.0, "loss_coef": 2e-6}
+#: the mixture-of-experts keys and their defaults; a config with num_experts=0 (dense) stores none of them
+MOE_DEFAULTS = {
+    "num_experts_per_tok": 2,
+    "moe_layer_frequency": 1,
+    "moe_intermediate_size": None,
+    "norm_topk_prob": True,
+    "router_jitter_noise": 0.0,
+    "router_aux_loss_coef": 0.01,
+    "router_z_loss_coef": 0.001,
+    "expert_capacity_factor": None,
+    "output_router_logits": False,
+}
 
 
 def _leaves(p: Pattern):
@@ -100,6 +112,33 @@ class SparseTransformerConfig(PretrainedConfig):
             Dropout of classification heads; defaults to `hidden_dropout_prob`.
         pad_token_id, bos_token_id, eos_token_id (`int`, *optional*):
             Special token ids (defaults 0, None, None).
+        num_experts (`int`, *optional*, defaults to 0):
+            Experts of the sparse mixture-of-experts feed-forward; 0 keeps every feed-forward dense (and the
+            config carries none of the keys below). See `moe_sparse_transformer.py` for routing and capacity.
+        num_experts_per_tok (`int`, *optional*, defaults to 2):
+            Experts each token is sent to (top-k), 1 <= k <= `num_experts`.
+        moe_layer_frequency (`int` or `list[int]`, *optional*, defaults to 1):
+            Which layers are MoE layers: an int `f` makes every `f`-th layer one (layers `f - 1, 2f - 1, ...`;
+            1 = all), a list names the layer indices.
+        moe_intermediate_size (`int`, *optional*):
+            Width of each expert's feed-forward; defaults to `intermediate_size`.
+        norm_topk_prob (`bool`, *optional*, defaults to `True`):
+            Renormalise the top-k router probabilities to sum to 1 per token. With top-1 that makes every
+            weight 1 and the router learns from the auxiliary losses only; `False` weights each expert by its
+            router probability (Switch Transformers).
+        router_jitter_noise (`float`, *optional*, defaults to 0.0):
+            Training only: the router's input is multiplied by uniform noise in `[1 - eps, 1 + eps]`.
+        router_aux_loss_coef (`float`, *optional*, defaults to 0.01):
+            Weight of the load-balancing loss (`aux_loss`, padding excluded) added to every head's loss.
+        router_z_loss_coef (`float`, *optional*, defaults to 0.001):
+            Weight of the router z-loss (mean squared log-sum-exp of the router logits) added to the loss.
+        expert_capacity_factor (`float`, *optional*):
+            Training only: each expert takes at most `ceil(factor * tokens * k / num_experts)` assignments per
+            forward, first choices first, then in position order; the rest are dropped (the token passes
+            through the residual). `None`: no capacity limit, nothing dropped.
+        output_router_logits (`bool`, *optional*, defaults to `False`):
+            Return every MoE layer's router logits (`router_logits`); the auxiliary losses are computed and
+            added to the loss either way.
 
     Example:
 
@@ -114,6 +153,7 @@ class SparseTransformerConfig(PretrainedConfig):
     """
 
     model_type = "sparse_transformer"
+    num_experts = 0  # dense unless set (old config.json files have no MoE keys)
 
     def __init__(
         self,
@@ -146,8 +186,10 @@ class SparseTransformerConfig(PretrainedConfig):
         pad_token_id: int | None = 0,
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
+        num_experts: int = 0,
         **kwargs,
     ):
+        moe = {key: kwargs.pop(key) for key in list(kwargs) if key in MOE_DEFAULTS}
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -180,6 +222,7 @@ class SparseTransformerConfig(PretrainedConfig):
         if isinstance(attention_pattern, str) and attention_pattern == _DEFAULT_PATTERN:
             attention_pattern = {"type": "sliding_window", "window": 512, "causal": bool(is_decoder)}
         self.attention_pattern = _to_specs(attention_pattern)
+        self._set_moe(num_experts, moe)
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
@@ -188,6 +231,75 @@ class SparseTransformerConfig(PretrainedConfig):
             **kwargs,
         )
         self.validate_sparse()
+
+    def _set_moe(self, num_experts, moe: dict):
+        if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 0:
+            raise ValueError(f"num_experts must be an int >= 0 (0: dense feed-forward), got {num_experts!r}")
+        if num_experts == 0:
+            given = {k: v for k, v in moe.items() if v != MOE_DEFAULTS[k]}
+            if given:
+                raise ValueError(
+                    f"{', '.join(f'{k}={v!r}' for k, v in given.items())} given but num_experts=0 (dense "
+                    "feed-forward): set num_experts >= 1 for a mixture-of-experts feed-forward"
+                )
+            return
+        self.num_experts = num_experts
+        for key, default in MOE_DEFAULTS.items():
+            setattr(self, key, moe.get(key, default))
+        if isinstance(self.moe_layer_frequency, tuple):
+            self.moe_layer_frequency = list(self.moe_layer_frequency)
+
+    def _check_moe(self):
+        k = self.num_experts_per_tok
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok must be an int in [1, num_experts={self.num_experts}], got {k!r}"
+            )
+        freq = self.moe_layer_frequency
+        if isinstance(freq, list):
+            bad = [
+                i
+                for i in freq
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_hidden_layers
+            ]
+            if bad or not freq or len(set(freq)) != len(freq):
+                raise ValueError(
+                    f"moe_layer_frequency as a list must hold distinct layer indices in [0, {self.num_hidden_layers}), "
+                    f"got {freq!r}"
+                )
+        elif isinstance(freq, bool) or not isinstance(freq, int) or not 1 <= freq <= self.num_hidden_layers:
+            raise ValueError(
+                f"moe_layer_frequency must be an int in [1, num_hidden_layers={self.num_hidden_layers}] or a list of "
+                f"layer indices, got {freq!r}"
+            )
+        size = self.moe_intermediate_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
+            raise ValueError(f"moe_intermediate_size must be a positive int or None, got {size!r}")
+        if not isinstance(self.norm_topk_prob, bool):
+            raise ValueError(f"norm_topk_prob must be a bool, got {self.norm_topk_prob!r}")
+        if not isinstance(self.output_router_logits, bool):
+            raise ValueError(f"output_router_logits must be a bool, got {self.output_router_logits!r}")
+        jitter = self.router_jitter_noise
+        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0.0 <= jitter < 1.0:
+            raise ValueError(f"router_jitter_noise must be in [0, 1), got {jitter!r}")
+        for name in ("router_aux_loss_coef", "router_z_loss_coef"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0.0:
+                raise ValueError(f"{name} must be a float >= 0, got {value!r}")
+        factor = self.expert_capacity_factor
+        if factor is not None and (
+            isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0
+        ):
+            raise ValueError(
+                f"expert_capacity_factor must be a float > 0 or None (no capacity limit), got {factor!r}"
+            )
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` has the mixture-of-experts feed-forward."""
+        if not self.num_experts:
+            return False
+        freq = self.moe_layer_frequency
+        return layer in freq if isinstance(freq, list) else (layer + 1) % freq == 0
 
     # ----------------------------------------------------------------------------------------- checks
     def validate_sparse(self):
@@ -264,6 +376,8 @@ class SparseTransformerConfig(PretrainedConfig):
             raise ValueError(
                 f"{where}: adaptive_span works inside a Causal() or SlidingWindow pattern, got {pattern!r}"
             )
+        if self.num_experts:
+            self._check_moe()
 
     def _check_pattern(self, pattern: Pattern, where: str):
         """Geometry must fit the model: a window reaching past every position, or a stride/block

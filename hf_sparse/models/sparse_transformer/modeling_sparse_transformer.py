@@ -11,8 +11,6 @@ interface of the same name. Decoders cache only the keys their pattern can still
 (``cache``, or ``past_key_values`` in older transformers 5 releases).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import inspect
 import json
@@ -26,18 +24,14 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
+from transformers.integrations.moe import use_experts_implementation
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
-    MaskedLMOutput,
-    MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.output_capturing import OutputRecorder
 
 from ...attention.adaptive_span import AdaptiveSpan, adaptive_span_attention, adaptive_span_reference
 from ...attention.dense import all_true
@@ -47,6 +41,23 @@ from ...patterns.local import SlidingWindow
 from ...patterns.per_head import PerHead as PerHeadPattern
 from .cache_sparse_transformer import SparsePatternCache
 from .configuration_sparse_transformer import SparseTransformerConfig
+from .moe_sparse_transformer import (
+    SparseTransformerCausalLMOutput,
+    SparseTransformerExpertsBase,
+    SparseTransformerMaskedLMOutput,
+    SparseTransformerModelOutput,
+    SparseTransformerMoeFeedForward,
+    SparseTransformerMultipleChoiceOutput,
+    SparseTransformerQuestionAnsweringOutput,
+    SparseTransformerRouter,
+    SparseTransformerSequenceClassifierOutput,
+    SparseTransformerTokenClassifierOutput,
+    add_router_losses,
+    init_experts,
+    router_fields,
+    router_losses,
+    wants_router_logits,
+)
 
 register_attention()  # "hf_sparse" in AttentionInterface/AttentionMaskInterface (also in a remote-code copy)
 
@@ -445,18 +456,30 @@ class SparseTransformerOutput(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
 
 
+@use_experts_implementation(has_gate=False, has_bias=True)
+class SparseTransformerExperts(SparseTransformerExpertsBase):
+    """The experts of a MoE layer (``moe_sparse_transformer``), dispatched on ``config._experts_implementation``."""
+
+
 class SparseTransformerLayer(GradientCheckpointingLayer):
-    """Post-layer-norm block: sparse self-attention, feed-forward."""
+    """Post-layer-norm block: sparse self-attention, feed-forward (dense, or a mixture of experts in the
+    layers ``config.is_moe_layer`` names). Returns (hidden states, attention weights, router logits or None)."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.attention = SparseTransformerAttention(config, layer_idx)
-        self.intermediate = SparseTransformerIntermediate(config)
-        self.output = SparseTransformerOutput(config)
+        if config.is_moe_layer(layer_idx):
+            self.moe = SparseTransformerMoeFeedForward(config, SparseTransformerExperts(config))
+        else:
+            self.intermediate = SparseTransformerIntermediate(config)
+            self.output = SparseTransformerOutput(config)
 
     def forward(self, hidden_states, **kwargs):
         attn, weights = self.attention(hidden_states, **kwargs)
-        return self.output(self.intermediate(attn), attn), weights
+        if hasattr(self, "moe"):
+            out, router_logits = self.moe(attn, kwargs.get("query_mask"))
+            return out, weights, router_logits
+        return self.output(self.intermediate(attn), attn), weights, None
 
 
 class SparseTransformerEncoder(nn.Module):
@@ -469,21 +492,24 @@ class SparseTransformerEncoder(nn.Module):
     def forward(
         self, hidden_states, layer_masks, output_hidden_states=False, output_attentions=False, **kwargs
     ):
-        all_hidden, all_attn = [], []
+        all_hidden, all_attn, all_router_logits = [], [], []
         for layer, mask in zip(self.layer, layer_masks):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
-            hidden_states, weights = layer(
+            hidden_states, weights, router_logits = layer(
                 hidden_states, attention_mask=mask, output_attentions=output_attentions, **kwargs
             )
             if output_attentions:
                 all_attn.append(weights)
+            if router_logits is not None:
+                all_router_logits.append(router_logits)
         if output_hidden_states:
             all_hidden.append(hidden_states)
         return (
             hidden_states,
             (tuple(all_hidden) if output_hidden_states else None),
             (tuple(all_attn) if output_attentions else None),
+            tuple(all_router_logits),
         )
 
 
@@ -547,6 +573,8 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _supports_attention_backend = True
+    # MoE layers' router logits: the first output of every router (returned with output_router_logits=True)
+    _can_record_outputs = {"router_logits": OutputRecorder(SparseTransformerRouter, index=0)}
 
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
         """``"hf_sparse"`` unless another implementation is asked for."""
@@ -561,6 +589,10 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         if isinstance(module, AdaptiveSpan):
             init.constant_(module.span, module.init_fraction)
+        if isinstance(module, SparseTransformerExpertsBase):
+            init_experts(module, self.config.initializer_range)
+        if isinstance(module, SparseTransformerRouter):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, RotaryEmbedding):
             # non-persistent, so never in a checkpoint: from_pretrained leaves it uninitialised otherwise
             module.inv_freq.copy_(module.compute_inv_freq())  # deterministic: always recomputed
@@ -625,8 +657,9 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         output_hidden_states=None,
         return_dict=None,
         cache=None,
+        output_router_logits=None,
         **kwargs,
-    ):
+    ) -> SparseTransformerModelOutput:
         r"""
         attention_mask (`(batch, seq)`): 1 for tokens, 0 for padding (with a cache: over past + new tokens).
             With left padding, patterns count positions from each row's first token.
@@ -634,6 +667,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         cache (`SparsePatternCache`): decoder cache (also accepted as `past_key_values`, the name older
             transformers 5 releases use); created when `use_cache` and none is given.
         cache_position (`(seq,)`): positions of the new tokens (default: after the cached ones).
+        output_router_logits (`bool`): return the MoE layers' router logits (default: the config's).
         """
         cfg = self.config
         if (input_ids is None) == (inputs_embeds is None):
@@ -677,7 +711,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             hidden.dtype,
             output_attentions,
         )
-        hidden, all_hidden, all_attn = self.encoder(
+        hidden, all_hidden, all_attn, all_router_logits = self.encoder(
             hidden,
             masks,
             output_hidden_states=output_hidden_states,
@@ -691,11 +725,18 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             key_padding_mask=attention_mask,
         )
         pooled = self.pooler(hidden) if self.pooler is not None else None
-        out = BaseModelOutputWithPoolingAndCrossAttentions(
+        token_mask = None if attention_mask is None else attention_mask[:, -n:]
+        aux_loss, z_loss = router_losses(cfg, all_router_logits, token_mask)
+        out = SparseTransformerModelOutput(
             last_hidden_state=hidden,
             pooler_output=pooled,
             hidden_states=all_hidden,
             attentions=all_attn,
+            aux_loss=aux_loss,
+            router_z_loss=z_loss,
+            router_logits=all_router_logits
+            if all_router_logits and wants_router_logits(cfg, output_router_logits)
+            else None,
             **{CACHE_FIELD: cache if use_cache else None},
         )
         return _return(return_dict, out, cfg)
@@ -777,12 +818,14 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
         self.lm_head.decoder = new
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerMaskedLMOutput:  # fmt: skip
         """``labels`` (batch, seq): token ids to predict, -100 where no loss is taken."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.lm_head(out.last_hidden_state)
         loss = None
@@ -791,8 +834,12 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
                 logits.view(-1, self.config.vocab_size), labels.to(logits.device).view(-1)
             )
         loss = with_span_penalty(self, loss)
-        res = MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        res = SparseTransformerMaskedLMOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -823,7 +870,8 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, past_key_values=None, use_cache=None, cache_position=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None, **kwargs):  # fmt: skip
+                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerCausalLMOutput:  # fmt: skip
         """``labels`` (batch, seq): the input ids (shifted inside), -100 where no loss is taken. The cache
         is read as ``cache`` (recent transformers) or ``past_key_values``; ``logits_to_keep``: an int (the
         last that many positions, 0 = all) or a 1D tensor of positions."""
@@ -831,7 +879,7 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, cache=_pick_cache(cache, past_key_values), use_cache=use_cache,
             cache_position=cache_position, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            return_dict=True,
+            return_dict=True, output_router_logits=output_router_logits,
         )  # fmt: skip
         hidden = out.last_hidden_state
         if isinstance(logits_to_keep, int):
@@ -843,11 +891,12 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         loss = with_span_penalty(self, loss)
-        res = CausalLMOutputWithCrossAttentions(
-            loss=loss,
+        res = SparseTransformerCausalLMOutput(
+            loss=add_router_losses(loss, self.config, out),
             logits=logits,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
+            **router_fields(out),
             **{CACHE_FIELD: out.get(CACHE_FIELD)},
         )
         return _return(return_dict, res, self.config)
@@ -875,18 +924,24 @@ class SparseTransformerForSequenceClassification(_FirstTokenGlobalMixin, SparseT
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerSequenceClassifierOutput:  # fmt: skip
         """``labels``: class ids (single-label), floats (regression) or multi-hot floats (multi-label)."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=self._globals(global_attention_mask, input_ids, inputs_embeds),
             token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.classifier(out.last_hidden_state)
         loss = None if labels is None else sequence_loss(self.config, logits, labels.to(logits.device))
         loss = with_span_penalty(self, loss)
-        res = SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        res = SparseTransformerSequenceClassifierOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -924,20 +979,26 @@ class SparseTransformerForTokenClassification(SparseTransformerPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerTokenClassifierOutput:  # fmt: skip
         """``labels`` (batch, seq): class ids, -100 where no loss is taken."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.classifier(self.dropout(out.last_hidden_state))
         loss = None
         if labels is not None:
             loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.to(logits.device).view(-1))
         loss = with_span_penalty(self, loss)
-        res = TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        res = SparseTransformerTokenClassifierOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -954,7 +1015,8 @@ class SparseTransformerForMultipleChoice(_FirstTokenGlobalMixin, SparseTransform
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerMultipleChoiceOutput:  # fmt: skip
         """Inputs are (batch, num_choices, seq); ``labels`` (batch,) is the index of the right choice."""
         ref = input_ids if input_ids is not None else inputs_embeds
         choices = ref.shape[1]
@@ -968,12 +1030,17 @@ class SparseTransformerForMultipleChoice(_FirstTokenGlobalMixin, SparseTransform
             global_attention_mask=self._globals(flat(global_attention_mask), flat_ids, flat_embeds),
             token_type_ids=flat(token_type_ids), position_ids=flat(position_ids), inputs_embeds=flat_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.classifier(self.dropout(out.pooler_output)).view(-1, choices)
         loss = None if labels is None else CrossEntropyLoss()(logits, labels.to(logits.device))
         loss = with_span_penalty(self, loss)
-        res = MultipleChoiceModelOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        res = SparseTransformerMultipleChoiceOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -987,12 +1054,14 @@ class SparseTransformerForQuestionAnswering(_FirstTokenGlobalMixin, SparseTransf
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                output_hidden_states=None, return_dict=None, output_router_logits=None,
+                **kwargs) -> SparseTransformerQuestionAnsweringOutput:  # fmt: skip
         """Extractive QA: start/end logits per token; positions outside the input are clamped (ignored)."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=self._globals(global_attention_mask, input_ids, inputs_embeds),
             token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         start_logits, end_logits = (
             t.squeeze(-1).contiguous() for t in self.qa_outputs(out.last_hidden_state).split(1, dim=-1)
@@ -1006,12 +1075,13 @@ class SparseTransformerForQuestionAnswering(_FirstTokenGlobalMixin, SparseTransf
                 + fn(end_logits, end_positions.clamp(0, n).to(end_logits.device))
             ) / 2
         loss = with_span_penalty(self, loss)
-        res = QuestionAnsweringModelOutput(
-            loss=loss,
+        res = SparseTransformerQuestionAnsweringOutput(
+            loss=add_router_losses(loss, self.config, out),
             start_logits=start_logits,
             end_logits=end_logits,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
