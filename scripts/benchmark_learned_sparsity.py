@@ -69,10 +69,37 @@ VARIANTS: dict[str, Variant] = {
         "mixture of 4 experts (each 256 wide), top-1 in every layer, causal window 64",
         # Switch-style top-1: weight = router probability (norm_topk_prob=False), so the router also learns
         # from the LM loss; the same active parameters per token as `dense`
-        config=dict(num_experts=4, num_experts_per_tok=1, norm_topk_prob=False, router_aux_loss_coef=0.01,
-                    router_z_loss_coef=0.001),
+        config=dict(
+            num_experts=4,
+            num_experts_per_tok=1,
+            norm_topk_prob=False,
+            router_aux_loss_coef=0.01,
+            router_z_loss_coef=0.001,
+        ),
+    ),  # fmt: skip
+    "window": Variant(
+        "fixed causal window 32 in every head (pipelines/lm/window.yaml)", config=dict(attention_window=32)
+    ),
+    "adaptive_span": Variant(
+        "adaptive span per head in [0, 128], ramp 32, init 32, causal (pipelines/lm/adaptive_span.yaml)",
+        config=dict(
+            attention_pattern={"type": "causal"},
+            adaptive_span={"max_span": 128, "ramp": 32, "init": 32, "loss_coef": 2e-6},
+        ),
+        learned_spans=lambda model: learned_spans(model),
     ),  # fmt: skip
 }
+
+
+def learned_spans(model) -> str:
+    """``L0: 12/40/3/96; L1: ...`` (tokens per head, layer by layer) and the mean."""
+    layers = [
+        layer.attention.self.adaptive_span.spans().tolist()
+        for layer in model.sparse_transformer.encoder.layer
+    ]
+    flat = [s for row in layers for s in row]
+    per_layer = "; ".join(f"L{i}: " + "/".join(f"{s:.0f}" for s in row) for i, row in enumerate(layers))
+    return f"{per_layer} (mean {sum(flat) / len(flat):.1f})"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -97,6 +124,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="Seed of the weights and of the batch order.")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's).")
+    parser.add_argument("--save-dir", default=None,
+                        help="Save each trained model to SAVE_DIR/<variant> (e.g. for the adaptive-span plot).")  # fmt: skip
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "learned_sparsity"),
                         help="Output path without suffix (.json and .md).")  # fmt: skip
     args = parser.parse_args(argv)
@@ -151,8 +180,9 @@ def run_variant(name: str, variant: Variant, args, tokenizer, train, val) -> dic
     from hf_sparse.tasks.lm.task import CausalLMArguments
 
     keys = {k: v for k, v in BASE.items() if k not in ("vocab_min_frequency", "vocab_size")}
-    size = {k: variant.config[k] for k in keys if k in variant.config}
-    extra = {k: v for k, v in variant.config.items() if k not in keys}
+    task_keys = set(keys) | {"attention_pattern"}  # CausalLMArguments fields; the rest go to model_kwargs
+    size = {k: v for k, v in variant.config.items() if k in task_keys}
+    extra = {k: v for k, v in variant.config.items() if k not in task_keys}
     task_args = CausalLMArguments(data_dir=args.data_dir, **{**keys, **size}, model_kwargs=extra or None)
     torch.manual_seed(args.seed)
     model = SparseTransformerForCausalLM(task_args.model_config(tokenizer))
@@ -182,6 +212,8 @@ def run_variant(name: str, variant: Variant, args, tokenizer, train, val) -> dic
             losses.append(float(out.loss))
             step += 1
     val_loss = validation_loss(model, val, args.batch_size)
+    if args.save_dir:
+        model.save_pretrained(Path(args.save_dir) / name)
     row = {
         "variant": name,
         "description": variant.description,
