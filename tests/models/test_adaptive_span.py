@@ -178,3 +178,35 @@ def test_new_model_starts_at_the_init_span():
     model = SparseTransformerForCausalLM(_decoder())
     for layer in model.sparse_transformer.encoder.layer:
         assert torch.allclose(layer.attention.self.adaptive_span.spans(), torch.full((4,), 5.0))
+
+
+def test_causal_lm_card_describes_the_adaptive_span_only_when_trained_with_it():
+    from hf_sparse.hub.cards import render_model_card
+
+    with_span = render_model_card(
+        "causal-lm", model_name="lm", training_config={"model_kwargs": {"adaptive_span": {"max_span": 128}}}
+    )
+    without = render_model_card("causal-lm", model_name="lm", training_config={"max_steps": 3})
+    assert "Adaptive attention span" in str(with_span)
+    assert "Adaptive attention span" not in str(without)
+
+
+def test_lm_recipes_share_the_dense_base_model():
+    import yaml
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[2] / "pipelines" / "lm"
+    dense, window, span = (
+        yaml.safe_load((root / f"{n}.yaml").read_text()) for n in ("dense", "window", "adaptive_span")
+    )
+    drop = {"output_dir", "model_name", "attention_window", "attention_pattern", "model_kwargs"}
+    assert {k: v for k, v in dense.items() if k not in drop} == {
+        k: v for k, v in window.items() if k not in drop
+    }
+    assert {k: v for k, v in dense.items() if k not in drop} == {
+        k: v for k, v in span.items() if k not in drop
+    }
+    assert window["attention_window"] == 32
+    assert (
+        span["attention_pattern"] == {"type": "causal"}
+        and span["model_kwargs"]["adaptive_span"]["max_span"] == 128
+    )
