@@ -69,8 +69,13 @@ VARIANTS: dict[str, Variant] = {
         "mixture of 4 experts (each 256 wide), top-1 in every layer, causal window 64",
         # Switch-style top-1: weight = router probability (norm_topk_prob=False), so the router also learns
         # from the LM loss; the same active parameters per token as `dense`
-        config=dict(num_experts=4, num_experts_per_tok=1, norm_topk_prob=False, router_aux_loss_coef=0.01,
-                    router_z_loss_coef=0.001),
+        config=dict(
+            num_experts=4,
+            num_experts_per_tok=1,
+            norm_topk_prob=False,
+            router_aux_loss_coef=0.01,
+            router_z_loss_coef=0.001,
+        ),
     ),  # fmt: skip
 }
 
@@ -89,7 +94,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--eval-blocks", type=int, default=64, help="Validation blocks the loss averages over."
     )
-    parser.add_argument("--steps", type=int, default=300, help="Training steps per variant.")
+    parser.add_argument("--steps", type=int, default=200, help="Training steps per variant.")
     parser.add_argument("--warmup-steps", type=int, default=5, help="Steps left out of the step-time median.")
     parser.add_argument("--batch-size", type=int, default=16, help="Blocks per training step.")
     parser.add_argument(
