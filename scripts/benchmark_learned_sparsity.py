@@ -76,7 +76,7 @@ VARIANTS: dict[str, Variant] = {
             router_aux_loss_coef=0.01,
             router_z_loss_coef=0.001,
         ),
-    ),  # fmt: skip
+    ),
     "window": Variant(
         "fixed causal window 32 in every head (pipelines/lm/window.yaml)", config=dict(attention_window=32)
     ),
@@ -116,7 +116,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--eval-blocks", type=int, default=64, help="Validation blocks the loss averages over."
     )
-    parser.add_argument("--steps", type=int, default=300, help="Training steps per variant.")
+    parser.add_argument("--steps", type=int, default=200, help="Training steps per variant.")
     parser.add_argument("--warmup-steps", type=int, default=5, help="Steps left out of the step-time median.")
     parser.add_argument("--batch-size", type=int, default=16, help="Blocks per training step.")
     parser.add_argument(
