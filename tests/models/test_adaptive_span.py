@@ -210,3 +210,20 @@ def test_lm_recipes_share_the_dense_base_model():
         span["attention_pattern"] == {"type": "causal"}
         and span["model_kwargs"]["adaptive_span"]["max_span"] == 128
     )
+
+
+def test_gradient_checkpointing_with_attention_dropout_gives_the_same_gradients():
+    """The kernel draws its dropout seed from torch's RNG, which checkpointing restores on recompute."""
+    cfg = _decoder(attention_probs_dropout_prob=0.2)
+    ids = torch.randint(1, 97, (2, 30), generator=torch.Generator().manual_seed(1))
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = SparseTransformerForCausalLM(cfg).double().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        torch.manual_seed(5)
+        model(ids, labels=ids).loss.backward()
+        grads.append([p.grad for p in model.parameters() if p.grad is not None])
+    assert len(grads[0]) == len(grads[1])
+    assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(*grads))
