@@ -291,10 +291,6 @@ class AdaptiveSpan(nn.Module):
         self.span = nn.Parameter(torch.full((num_heads,), float(init) / self.max_span))
         self.init_fraction = float(init) / self.max_span
 
-    def reset_parameters(self):
-        with torch.no_grad():
-            self.span.fill_(self.init_fraction)
-
     def spans(self) -> torch.Tensor:
         """(H,) spans in tokens, in [0, max_span]."""
         frac = self.span + (self.span.clamp(0, 1) - self.span).detach()  # straight-through clamp

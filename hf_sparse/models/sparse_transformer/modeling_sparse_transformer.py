@@ -379,7 +379,7 @@ class SparseTransformerSelfAttention(nn.Module):
         )  # fmt: skip
         spans = self.adaptive_span.spans().to(q.dtype)
         if output_attentions or self.config._attn_implementation == "eager":
-            out, w = adaptive_span_reference(q, k, v, spans, return_weights=True, **kw)
+            _, w = adaptive_span_reference(q, k, v, spans, return_weights=True, **kw)
             w = F.dropout(w, p=self.dropout_p, training=self.training)
             return torch.matmul(w, v), (w if output_attentions else None)
         dropout = self.dropout_p if self.training else 0.0
