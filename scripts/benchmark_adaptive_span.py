@@ -113,7 +113,7 @@ def model_spans(path):
 
     model = SparseTransformerForCausalLM.from_pretrained(path)
     return [
-        [round(float(x), 2) for x in layer.attention.self.adaptive_span.spans()]
+        [round(float(x), 2) for x in layer.attention.self.adaptive_span.spans().detach()]
         for layer in model.sparse_transformer.encoder.layer
     ], model.config.adaptive_span
 
@@ -163,7 +163,12 @@ def markdown(args, rows, spans):
         ]
         lines += ["", f"Command: `{args.command}`", ""]
     if spans:
-        lines += ["## Learned spans (tokens), layer x head", "", f"Model: `{args.model}`", ""]
+        lines += [
+            "## Learned spans (tokens), layer x head",
+            "",
+            f"Model: `{args.model}` (`adaptive_span={args.span_spec}`)",
+            "",
+        ]
         lines += ["| layer | " + " | ".join(f"head {h}" for h in range(len(spans[0]))) + " |"]
         lines += ["|---|" + "---:|" * len(spans[0])]
         lines += [f"| {i} | " + " | ".join(f"{s:.1f}" for s in row) + " |" for i, row in enumerate(spans)]
@@ -205,11 +210,13 @@ def main(argv=None):
     spans = None
     if args.model is not None:
         spans, spec = model_spans(args.model)
+        args.span_spec = spec
         plot_spans(spans, spec, f"{out}_spans.png")
         result["learned_spans"] = {"model": args.model, "spans": spans, "adaptive_span": spec}
     elif "learned_spans" in old:
         spans = old["learned_spans"]["spans"]
         args.model = old["learned_spans"]["model"]
+        args.span_spec = old["learned_spans"]["adaptive_span"]
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(args, rows, spans))
     print(out.with_suffix(".md").read_text())
