@@ -15,7 +15,7 @@ from . import registry
 from .registry import CardInfo, TaskDescriptor, register
 
 #: the task folders of the package; each ``__init__`` defines ``TASKS``, a tuple of descriptors
-TASKS = ("dialogue", "motif", "summarization")
+TASKS = ("dialogue", "lm", "motif", "summarization")
 
 
 def register_tasks() -> None:

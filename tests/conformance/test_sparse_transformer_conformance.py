@@ -58,8 +58,9 @@ WINDOW = 4  # encoder: |i - j| <= 2; decoder: 0 <= i - j < 4 -- both much shorte
 class SparseTransformerModelTester:
     """Tiny configs and random inputs (the interface ``ModelTesterMixin`` reads)."""
 
-    def __init__(self, parent, *, is_decoder: bool, pattern, backend: str, batch_size: int = 3):
+    def __init__(self, parent, *, is_decoder: bool, pattern, backend: str, batch_size: int = 3, extra=None):
         self.parent = parent
+        self.extra = dict(extra or {})  # further config keys (the mixture-of-experts variants)
         self.is_decoder = is_decoder
         self.pattern = pattern
         self.backend = backend
@@ -97,6 +98,7 @@ class SparseTransformerModelTester:
         )
         if self.pattern is not None:
             kw["attention_pattern"] = self.pattern
+        kw.update(self.extra)
         kw.update(overrides)
         return SparseTransformerConfig(**kw)
 
@@ -123,7 +125,7 @@ def config_inputs(tester):
     )
 
 
-def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str, slow: bool = False):
+def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str, slow: bool = False, extra=None):
     classes = DECODER_CLASSES if is_decoder else ENCODER_CLASSES
 
     class Test(NameTablesMixin, ModelTesterMixin, unittest.TestCase):
@@ -137,7 +139,7 @@ def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str, slow:
         def setUp(self):
             super().setUp()
             self.model_tester = SparseTransformerModelTester(
-                self, is_decoder=is_decoder, pattern=pattern, backend=backend
+                self, is_decoder=is_decoder, pattern=pattern, backend=backend, extra=extra
             )
 
         def test_model(self):
@@ -165,10 +167,12 @@ def make_test_class(name: str, *, is_decoder: bool, pattern, backend: str, slow:
     return Test
 
 
-#: name -> (is_decoder, pattern (None: the config's default), backend). The first two run in `make test` (an
-#: encoder and a decoder, a window shorter than the sequence, both backends); `make test-conformance` runs all.
+#: name -> (is_decoder, pattern (None: the config's default), backend[, extra config keys]). The DEFAULT_RUN ones
+#: run in `make test` (an encoder and a decoder, a window shorter than the sequence, both backends, dense and
+#: mixture-of-experts feed-forward); `make test-conformance` runs all.
 WINDOW_ENCODER = {"type": "sliding_window", "window": WINDOW}
 WINDOW_DECODER = {"type": "sliding_window", "window": WINDOW, "causal": True}
+MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 40}
 VARIANTS = {
     "TestEncoderWindowAuto": (False, WINDOW_ENCODER, "auto"),
     "TestDecoderWindowBlocked": (True, WINDOW_DECODER, "blocked"),
@@ -176,11 +180,22 @@ VARIANTS = {
     "TestEncoderDefaultAuto": (False, None, "auto"),
     "TestDecoderWindowAuto": (True, WINDOW_DECODER, "auto"),
     "TestDecoderDefaultAuto": (True, None, "auto"),
+    # mixture-of-experts feed-forward: 4 experts, top-2, in every layer (encoder) / the second layer (decoder);
+    # experts 40 wide (torch's CPU grouped_mm, one of the experts implementations tested, needs rows of a
+    # multiple of 16 bytes)
+    "TestMoeEncoderWindowAuto": (False, WINDOW_ENCODER, "auto", MOE),
+    "TestMoeDecoderWindowBlocked": (True, WINDOW_DECODER, "blocked", {**MOE, "moe_layer_frequency": 2}),
 }
-DEFAULT_RUN = ("TestEncoderWindowAuto", "TestDecoderWindowBlocked")
+DEFAULT_RUN = (
+    "TestEncoderWindowAuto",
+    "TestDecoderWindowBlocked",
+    "TestMoeEncoderWindowAuto",
+    "TestMoeDecoderWindowBlocked",
+)
 
-for _name, (_dec, _pattern, _backend) in VARIANTS.items():
+for _name, (_dec, _pattern, _backend, *_extra) in VARIANTS.items():
     globals()[_name] = make_test_class(
-        _name, is_decoder=_dec, pattern=_pattern, backend=_backend, slow=_name not in DEFAULT_RUN
-    )
-del _name, _dec, _pattern, _backend
+        _name, is_decoder=_dec, pattern=_pattern, backend=_backend, slow=_name not in DEFAULT_RUN,
+        extra=_extra[0] if _extra else None,
+    )  # fmt: skip
+del _name, _dec, _pattern, _backend, _extra

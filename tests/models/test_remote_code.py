@@ -29,14 +29,20 @@ print(type(model).__module__)
 
 
 @pytest.mark.parametrize(
-    "auto,pattern",
+    "auto,pattern,extra",
     [
-        (AutoModelForMaskedLM, P.Longformer(window=8) | P.Strided(stride=8, causal=False)),
-        (AutoModelForSequenceClassification, P.BigBird(block=8, seed=3)),
+        (AutoModelForMaskedLM, P.Longformer(window=8) | P.Strided(stride=8, causal=False), {}),
+        (AutoModelForSequenceClassification, P.BigBird(block=8, seed=3), {}),
+        (
+            AutoModelForMaskedLM,
+            P.SlidingWindow(window=30),
+            {"adaptive_span": {"max_span": 12, "ramp": 4, "init": 5}},
+        ),
     ],
+    ids=["longformer_strided", "bigbird", "adaptive_span"],
 )
-def test_saved_folder_loads_without_the_package(auto, pattern, tmp_path):
-    model = auto.from_config(tiny_config(attention_pattern=pattern)).eval()
+def test_saved_folder_loads_without_the_package(auto, pattern, extra, tmp_path):
+    model = auto.from_config(tiny_config(attention_pattern=pattern, **extra)).eval()
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())

@@ -5,6 +5,8 @@ the positions no later query can see according to ``pattern.cache_keep`` (causal
 the last w - 1 positions, so memory stays constant in the generated length; Fixed: the summary
 positions and the current block; Strided and Causal: everything). With a left-padded batch the
 pattern counts positions from each row's first token, so a key is kept if some row still needs it.
+Adaptive-span layers also pass their current reach (``floor(max span + ramp)``): keys farther from
+the next query than that are dropped, so the cache is bounded by the learned spans.
 Built on transformers' cache classes, so ``generate()`` handles it like any other cache (beam-search
 reordering included); ``crop`` (assisted decoding) works whenever no key the cropped cache would
 need has been dropped, and raises otherwise.
@@ -53,6 +55,10 @@ class PatternCacheLayer(DynamicLayer):
         pos = torch.cat([self.positions, positions.to(self.positions.device)])
         self.last_positions = pos
         keep = self._keep(pos, self.cumulative_length, cache_kwargs.get("row_offsets"))
+        reach = cache_kwargs.get("span_reach")
+        if reach is not None:  # adaptive span: the next query sees keys at distance <= reach only
+            near = pos >= self.cumulative_length - reach
+            keep = near if keep is None else keep & near
         if keep is None or bool(keep.all()):
             self.keys, self.values, self.positions = keys, values, pos
         else:

@@ -7,11 +7,26 @@ from transformers import PretrainedConfig
 from ...attention.dispatch import BACKENDS
 from ...patterns import Pattern, from_dict
 from ...patterns.compose import Intersection, Union
+from ...patterns.local import Causal, SlidingWindow
 from ...patterns.per_head import PerHead
 
 POSITION_TYPES = ("absolute", "rotary")
 POSITION_STYLES = ("bert", "roberta")
 _DEFAULT_PATTERN = "default"  # attention_pattern not given (None is an error: a config.json with null)
+#: adaptive_span keys and their defaults (max_span has none)
+ADAPTIVE_SPAN_DEFAULTS = {"ramp": 32, "init": 0.0, "loss_coef": 2e-6}
+#: the mixture-of-experts keys and their defaults; a config with num_experts=0 (dense) stores none of them
+MOE_DEFAULTS = {
+    "num_experts_per_tok": 2,
+    "moe_layer_frequency": 1,
+    "moe_intermediate_size": None,
+    "norm_topk_prob": True,
+    "router_jitter_noise": 0.0,
+    "router_aux_loss_coef": 0.01,
+    "router_z_loss_coef": 0.001,
+    "expert_capacity_factor": None,
+    "output_router_logits": False,
+}
 
 
 def _leaves(p: Pattern):
@@ -79,6 +94,16 @@ class SparseTransformerConfig(PretrainedConfig):
             the base, masked-LM, causal-LM and token-classification models never add globals.
         max_attention_weights_length (`int`, *optional*, defaults to 4096):
             `output_attentions=True` materialises dense (batch, heads, n, n) weights; longer inputs raise.
+        adaptive_span (`dict`, *optional*):
+            Adaptive attention span (Sukhbaatar et al. 2019) in every layer: one learnable span per head,
+            keys at distance d weighted by the soft mask `clamp((ramp + span - d) / ramp, 0, 1)` (softmax
+            renormalised over them). Keys: `max_span` (int, required: spans are clamped to
+            [0, max_span]), `ramp` (int, default 32), `init` (initial span in tokens, default 0),
+            `loss_coef` (float, default 2e-6: the training loss gets `loss_coef` times the sum over
+            layers of the mean span). Each layer's pattern must be `Causal()` or a `SlidingWindow`
+            (the span works inside it); no global tokens (`global_first_token` has no effect, a
+            `global_attention_mask` raises), no `global_projections`. A layer option rather than a
+            pattern because the span is a trained parameter of the layer, not a stateless rule.
         use_cache (`bool`, *optional*, defaults to `True`):
             Decoders return a `SparsePatternCache` for incremental decoding.
         tie_word_embeddings (`bool`, *optional*, defaults to `True`):
@@ -87,6 +112,33 @@ class SparseTransformerConfig(PretrainedConfig):
             Dropout of classification heads; defaults to `hidden_dropout_prob`.
         pad_token_id, bos_token_id, eos_token_id (`int`, *optional*):
             Special token ids (defaults 0, None, None).
+        num_experts (`int`, *optional*, defaults to 0):
+            Experts of the sparse mixture-of-experts feed-forward; 0 keeps every feed-forward dense (and the
+            config carries none of the keys below). See `moe_sparse_transformer.py` for routing and capacity.
+        num_experts_per_tok (`int`, *optional*, defaults to 2):
+            Experts each token is sent to (top-k), 1 <= k <= `num_experts`.
+        moe_layer_frequency (`int` or `list[int]`, *optional*, defaults to 1):
+            Which layers are MoE layers: an int `f` makes every `f`-th layer one (layers `f - 1, 2f - 1, ...`;
+            1 = all), a list names the layer indices.
+        moe_intermediate_size (`int`, *optional*):
+            Width of each expert's feed-forward; defaults to `intermediate_size`.
+        norm_topk_prob (`bool`, *optional*, defaults to `True`):
+            Renormalise the top-k router probabilities to sum to 1 per token. With top-1 that makes every
+            weight 1 and the router learns from the auxiliary losses only; `False` weights each expert by its
+            router probability (Switch Transformers).
+        router_jitter_noise (`float`, *optional*, defaults to 0.0):
+            Training only: the router's input is multiplied by uniform noise in `[1 - eps, 1 + eps]`.
+        router_aux_loss_coef (`float`, *optional*, defaults to 0.01):
+            Weight of the load-balancing loss (`aux_loss`, padding excluded) added to every head's loss.
+        router_z_loss_coef (`float`, *optional*, defaults to 0.001):
+            Weight of the router z-loss (mean squared log-sum-exp of the router logits) added to the loss.
+        expert_capacity_factor (`float`, *optional*):
+            Training only: each expert takes at most `ceil(factor * tokens * k / num_experts)` assignments per
+            forward, first choices first, then in position order; the rest are dropped (the token passes
+            through the residual). `None`: no capacity limit, nothing dropped.
+        output_router_logits (`bool`, *optional*, defaults to `False`):
+            Return every MoE layer's router logits (`router_logits`); the auxiliary losses are computed and
+            added to the loss either way.
 
     Example:
 
@@ -101,6 +153,7 @@ class SparseTransformerConfig(PretrainedConfig):
     """
 
     model_type = "sparse_transformer"
+    num_experts = 0  # dense unless set (old config.json files have no MoE keys)
 
     def __init__(
         self,
@@ -127,13 +180,16 @@ class SparseTransformerConfig(PretrainedConfig):
         global_first_token: bool = True,
         max_attention_weights_length: int = 4096,
         classifier_dropout: float | None = None,
+        adaptive_span: dict | None = None,
         use_cache: bool = True,
         tie_word_embeddings: bool = True,
         pad_token_id: int | None = 0,
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
+        num_experts: int = 0,
         **kwargs,
     ):
+        moe = {key: kwargs.pop(key) for key in list(kwargs) if key in MOE_DEFAULTS}
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -155,6 +211,7 @@ class SparseTransformerConfig(PretrainedConfig):
         self.global_first_token = global_first_token
         self.max_attention_weights_length = max_attention_weights_length
         self.classifier_dropout = classifier_dropout
+        self.adaptive_span = _adaptive_span_spec(adaptive_span)
         self.use_cache = use_cache
         self.tie_word_embeddings = tie_word_embeddings
         if attention_pattern is None:
@@ -165,6 +222,7 @@ class SparseTransformerConfig(PretrainedConfig):
         if isinstance(attention_pattern, str) and attention_pattern == _DEFAULT_PATTERN:
             attention_pattern = {"type": "sliding_window", "window": 512, "causal": bool(is_decoder)}
         self.attention_pattern = _to_specs(attention_pattern)
+        self._set_moe(num_experts, moe)
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
@@ -173,6 +231,75 @@ class SparseTransformerConfig(PretrainedConfig):
             **kwargs,
         )
         self.validate_sparse()
+
+    def _set_moe(self, num_experts, moe: dict):
+        if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 0:
+            raise ValueError(f"num_experts must be an int >= 0 (0: dense feed-forward), got {num_experts!r}")
+        if num_experts == 0:
+            given = {k: v for k, v in moe.items() if v != MOE_DEFAULTS[k]}
+            if given:
+                raise ValueError(
+                    f"{', '.join(f'{k}={v!r}' for k, v in given.items())} given but num_experts=0 (dense "
+                    "feed-forward): set num_experts >= 1 for a mixture-of-experts feed-forward"
+                )
+            return
+        self.num_experts = num_experts
+        for key, default in MOE_DEFAULTS.items():
+            setattr(self, key, moe.get(key, default))
+        if isinstance(self.moe_layer_frequency, tuple):
+            self.moe_layer_frequency = list(self.moe_layer_frequency)
+
+    def _check_moe(self):
+        k = self.num_experts_per_tok
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok must be an int in [1, num_experts={self.num_experts}], got {k!r}"
+            )
+        freq = self.moe_layer_frequency
+        if isinstance(freq, list):
+            bad = [
+                i
+                for i in freq
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_hidden_layers
+            ]
+            if bad or not freq or len(set(freq)) != len(freq):
+                raise ValueError(
+                    f"moe_layer_frequency as a list must hold distinct layer indices in [0, {self.num_hidden_layers}), "
+                    f"got {freq!r}"
+                )
+        elif isinstance(freq, bool) or not isinstance(freq, int) or not 1 <= freq <= self.num_hidden_layers:
+            raise ValueError(
+                f"moe_layer_frequency must be an int in [1, num_hidden_layers={self.num_hidden_layers}] or a list of "
+                f"layer indices, got {freq!r}"
+            )
+        size = self.moe_intermediate_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
+            raise ValueError(f"moe_intermediate_size must be a positive int or None, got {size!r}")
+        if not isinstance(self.norm_topk_prob, bool):
+            raise ValueError(f"norm_topk_prob must be a bool, got {self.norm_topk_prob!r}")
+        if not isinstance(self.output_router_logits, bool):
+            raise ValueError(f"output_router_logits must be a bool, got {self.output_router_logits!r}")
+        jitter = self.router_jitter_noise
+        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0.0 <= jitter < 1.0:
+            raise ValueError(f"router_jitter_noise must be in [0, 1), got {jitter!r}")
+        for name in ("router_aux_loss_coef", "router_z_loss_coef"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0.0:
+                raise ValueError(f"{name} must be a float >= 0, got {value!r}")
+        factor = self.expert_capacity_factor
+        if factor is not None and (
+            isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0
+        ):
+            raise ValueError(
+                f"expert_capacity_factor must be a float > 0 or None (no capacity limit), got {factor!r}"
+            )
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` has the mixture-of-experts feed-forward."""
+        if not self.num_experts:
+            return False
+        freq = self.moe_layer_frequency
+        return layer in freq if isinstance(freq, list) else (layer + 1) % freq == 0
 
     # ----------------------------------------------------------------------------------------- checks
     def validate_sparse(self):
@@ -225,8 +352,32 @@ class SparseTransformerConfig(PretrainedConfig):
             except (ValueError, TypeError, KeyError) as e:
                 raise ValueError(f"{where}: {e}") from e
             self._check_pattern(pattern, where)
+            self._check_span_pattern(pattern, where)
             if not isinstance(specs, list):
                 break
+        self._check_adaptive_span()
+
+    def _check_adaptive_span(self):
+        a = self.adaptive_span
+        if a is None:
+            return
+        if a["max_span"] > self.max_position_embeddings:
+            raise ValueError(
+                f"adaptive_span.max_span={a['max_span']} is larger than max_position_embeddings="
+                f"{self.max_position_embeddings}"
+            )
+        if self.global_projections:
+            raise ValueError(
+                "adaptive_span has no global tokens: it cannot be combined with global_projections=True"
+            )
+
+    def _check_span_pattern(self, pattern: Pattern, where: str):
+        if self.adaptive_span is not None and type(pattern) not in (Causal, SlidingWindow):
+            raise ValueError(
+                f"{where}: adaptive_span works inside a Causal() or SlidingWindow pattern, got {pattern!r}"
+            )
+        if self.num_experts:
+            self._check_moe()
 
     def _check_pattern(self, pattern: Pattern, where: str):
         """Geometry must fit the model: a window reaching past every position, or a stride/block
@@ -276,6 +427,34 @@ class SparseTransformerConfig(PretrainedConfig):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+
+def _adaptive_span_spec(value):
+    """The adaptive_span option with its defaults filled in, checked (None: off)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"adaptive_span must be a dict (e.g. {{'max_span': 1024}}) or None, got {value!r}")
+    unknown = set(value) - {"max_span", *ADAPTIVE_SPAN_DEFAULTS}
+    if unknown:
+        raise ValueError(
+            f"adaptive_span has unknown keys {sorted(unknown)}; allowed: max_span, {', '.join(ADAPTIVE_SPAN_DEFAULTS)}"
+        )
+    if "max_span" not in value:
+        raise ValueError(f"adaptive_span needs max_span (the largest span in tokens), got {value!r}")
+    spec = {"max_span": value["max_span"], **ADAPTIVE_SPAN_DEFAULTS, **value}
+    for key in ("max_span", "ramp"):
+        v = spec[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"adaptive_span.{key} must be a positive int, got {v!r}")
+    for key in ("init", "loss_coef"):
+        v = spec[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"adaptive_span.{key} must be a number >= 0, got {v!r}")
+        spec[key] = float(v)
+    if spec["init"] > spec["max_span"]:
+        raise ValueError(f"adaptive_span.init={spec['init']} must be in [0, max_span={spec['max_span']}]")
+    return spec
 
 
 def _to_specs(pattern):

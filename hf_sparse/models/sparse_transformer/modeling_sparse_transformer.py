@@ -11,8 +11,6 @@ interface of the same name. Decoders cache only the keys their pattern can still
 (``cache``, or ``past_key_values`` in older transformers 5 releases).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import inspect
 import json
@@ -26,25 +24,40 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
+from transformers.integrations.moe import use_experts_implementation
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
-    MaskedLMOutput,
-    MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.output_capturing import OutputRecorder
 
+from ...attention.adaptive_span import AdaptiveSpan, adaptive_span_attention, adaptive_span_reference
 from ...attention.dense import all_true
 from ...attention.dispatch import check_exportable
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
+from ...patterns.local import SlidingWindow
 from ...patterns.per_head import PerHead as PerHeadPattern
 from .cache_sparse_transformer import SparsePatternCache
 from .configuration_sparse_transformer import SparseTransformerConfig
+from .moe_sparse_transformer import (
+    SparseTransformerCausalLMOutput,
+    SparseTransformerExpertsBase,
+    SparseTransformerMaskedLMOutput,
+    SparseTransformerModelOutput,
+    SparseTransformerMoeFeedForward,
+    SparseTransformerMultipleChoiceOutput,
+    SparseTransformerQuestionAnsweringOutput,
+    SparseTransformerRouter,
+    SparseTransformerSequenceClassifierOutput,
+    SparseTransformerTokenClassifierOutput,
+    add_router_losses,
+    init_experts,
+    router_fields,
+    router_losses,
+    wants_router_logits,
+)
 
 register_attention()  # "hf_sparse" in AttentionInterface/AttentionMaskInterface (also in a remote-code copy)
 
@@ -252,6 +265,12 @@ class SparseTransformerSelfAttention(nn.Module):
             self.key_global = nn.Linear(config.hidden_size, config.hidden_size)
             self.value_global = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
+        span = config.adaptive_span
+        self.adaptive_span = (
+            None
+            if span is None
+            else AdaptiveSpan(self.num_heads, span["max_span"], span["ramp"], span["init"])
+        )
 
     def _heads(self, x):  # (B, n, hidden) -> (B, H, n, D)
         B, n, _ = x.shape
@@ -268,19 +287,39 @@ class SparseTransformerSelfAttention(nn.Module):
         cache_position=None,
         row_offsets=None,
         output_attentions=False,
+        key_padding_mask=None,
     ):
         """``attention_mask``: this layer's mask from the mask interface (``build_mask``);
-        ``query_mask`` (B, n): 1 for tokens, 0 for padding queries (their outputs are zeros)."""
+        ``query_mask`` (B, n): 1 for tokens, 0 for padding queries (their outputs are zeros);
+        ``key_padding_mask`` (B, past + n): the model's padding mask (read by adaptive-span layers)."""
         B, n, _ = hidden_states.shape
         q, k, v = (
             self._heads(lin(hidden_states)) for lin in (self.query, self.key, self.value)
         )  # (B, H, n, D)
         if position_embeddings is not None:
             q, k = apply_rotary(q, k, *position_embeddings)
+        reach = None
+        if self.adaptive_span is not None:
+            if global_attention_mask is not None:
+                raise ValueError(
+                    "adaptive_span layers have no global tokens; pass global_attention_mask=None"
+                )
+            reach = self.adaptive_span.reach()  # the cache keeps only keys this close
         if cache is not None:
             k, v = cache.update(
-                k, v, self.layer_idx, {"positions": cache_position, "row_offsets": row_offsets}
+                k,
+                v,
+                self.layer_idx,
+                {"positions": cache_position, "row_offsets": row_offsets, "span_reach": reach},
             )
+        if self.adaptive_span is not None:
+            kpos = cache.positions(self.layer_idx) if cache is not None else cache_position
+            out, weights = self._adaptive_span(
+                q, k, v, kpos, cache_position, key_padding_mask, output_attentions
+            )
+            if query_mask is not None:
+                out = out * query_mask.to(out.dtype)[:, None, :, None]
+            return out.transpose(1, 2).reshape(B, n, -1), weights
         if output_attentions and k.shape[-2] > self.config.max_attention_weights_length:
             raise ValueError(
                 f"output_attentions=True materialises (batch, heads, {n}, {k.shape[-2]}) weights; inputs longer than "
@@ -322,6 +361,30 @@ class SparseTransformerSelfAttention(nn.Module):
         if query_mask is not None:  # padding queries output zeros (Longformer convention)
             out = out * query_mask.to(out.dtype)[:, :, None, None]
         return out.reshape(B, n, -1), (weights if output_attentions else None)
+
+    def _adaptive_span(self, q, k, v, kpos, qpos, key_padding_mask, output_attentions):
+        """Adaptive-span attention inside the layer's Causal/SlidingWindow band: the blocked kernel, or
+        the dense reference for ``attn_implementation="eager"`` and ``output_attentions``."""
+        k_start = int(kpos[0])
+        if int(kpos[-1]) - k_start + 1 != kpos.shape[0]:
+            raise RuntimeError(f"adaptive span needs consecutive key positions, got {kpos.tolist()}")
+        p = self.pattern
+        band = None
+        if isinstance(p, SlidingWindow):
+            band = p.window - 1 if p.causal else p.window // 2
+        pad = None if key_padding_mask is None else key_padding_mask[:, kpos].bool()
+        kw = dict(
+            ramp=self.adaptive_span.ramp, causal=p.is_causal, key_padding_mask=pad, q_start=int(qpos[0]),
+            k_start=k_start, max_distance=band, scale=self.scale,
+        )  # fmt: skip
+        spans = self.adaptive_span.spans().to(q.dtype)
+        if output_attentions or self.config._attn_implementation == "eager":
+            _, w = adaptive_span_reference(q, k, v, spans, return_weights=True, **kw)
+            w = F.dropout(w, p=self.dropout_p, training=self.training)
+            return torch.matmul(w, v), (w if output_attentions else None)
+        dropout = self.dropout_p if self.training else 0.0
+        block = self.config.attention_block_size or 128
+        return adaptive_span_attention(q, k, v, spans, dropout_p=dropout, block_size=block, **kw), None
 
     def _global_rows(self, hidden, out, attention_mask, global_attention_mask, dropout):
         """Longformer: global tokens' outputs from their own projections, over every key."""
@@ -393,18 +456,30 @@ class SparseTransformerOutput(nn.Module):
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
 
 
+@use_experts_implementation(has_gate=False, has_bias=True)
+class SparseTransformerExperts(SparseTransformerExpertsBase):
+    """The experts of a MoE layer (``moe_sparse_transformer``), dispatched on ``config._experts_implementation``."""
+
+
 class SparseTransformerLayer(GradientCheckpointingLayer):
-    """Post-layer-norm block: sparse self-attention, feed-forward."""
+    """Post-layer-norm block: sparse self-attention, feed-forward (dense, or a mixture of experts in the
+    layers ``config.is_moe_layer`` names). Returns (hidden states, attention weights, router logits or None)."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.attention = SparseTransformerAttention(config, layer_idx)
-        self.intermediate = SparseTransformerIntermediate(config)
-        self.output = SparseTransformerOutput(config)
+        if config.is_moe_layer(layer_idx):
+            self.moe = SparseTransformerMoeFeedForward(config, SparseTransformerExperts(config))
+        else:
+            self.intermediate = SparseTransformerIntermediate(config)
+            self.output = SparseTransformerOutput(config)
 
     def forward(self, hidden_states, **kwargs):
         attn, weights = self.attention(hidden_states, **kwargs)
-        return self.output(self.intermediate(attn), attn), weights
+        if hasattr(self, "moe"):
+            out, router_logits = self.moe(attn, kwargs.get("query_mask"))
+            return out, weights, router_logits
+        return self.output(self.intermediate(attn), attn), weights, None
 
 
 class SparseTransformerEncoder(nn.Module):
@@ -417,21 +492,24 @@ class SparseTransformerEncoder(nn.Module):
     def forward(
         self, hidden_states, layer_masks, output_hidden_states=False, output_attentions=False, **kwargs
     ):
-        all_hidden, all_attn = [], []
+        all_hidden, all_attn, all_router_logits = [], [], []
         for layer, mask in zip(self.layer, layer_masks):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
-            hidden_states, weights = layer(
+            hidden_states, weights, router_logits = layer(
                 hidden_states, attention_mask=mask, output_attentions=output_attentions, **kwargs
             )
             if output_attentions:
                 all_attn.append(weights)
+            if router_logits is not None:
+                all_router_logits.append(router_logits)
         if output_hidden_states:
             all_hidden.append(hidden_states)
         return (
             hidden_states,
             (tuple(all_hidden) if output_hidden_states else None),
             (tuple(all_attn) if output_attentions else None),
+            tuple(all_router_logits),
         )
 
 
@@ -495,11 +573,21 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _supports_attention_backend = True
+    # MoE layers' router logits: the first output of every router (returned with output_router_logits=True)
+    _can_record_outputs = {"router_logits": OutputRecorder(SparseTransformerRouter, index=0)}
 
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
         """``"hf_sparse"`` unless another implementation is asked for."""
         requested = ATTN_IMPLEMENTATION if requested_attention is None else requested_attention
         return super().get_correct_attn_implementation(requested, is_init_check)
+
+    def get_correct_experts_implementation(self, requested_experts):
+        """``"eager"`` (experts grouped by expert, one matmul each) unless another is asked for: on CPU
+        transformers' ``"grouped_mm"`` default runs 4x and ``"batched_mm"`` 11x slower (forward + backward of
+        pipelines/lm/moe.yaml's model); on GPU ask for ``experts_implementation="grouped_mm"``."""
+        return super().get_correct_experts_implementation(
+            "eager" if requested_experts is None else requested_experts
+        )
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -507,6 +595,12 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, SparseTransformerLMHead):
             init.zeros_(module.bias)
+        if isinstance(module, AdaptiveSpan):
+            init.constant_(module.span, module.init_fraction)
+        if isinstance(module, SparseTransformerExpertsBase):
+            init_experts(module, self.config.initializer_range)
+        if isinstance(module, SparseTransformerRouter):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, RotaryEmbedding):
             # non-persistent, so never in a checkpoint: from_pretrained leaves it uninitialised otherwise
             module.inv_freq.copy_(module.compute_inv_freq())  # deterministic: always recomputed
@@ -520,6 +614,14 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
         if type(self).export_code_hook is not None and kwargs.get("is_main_process", True):
             type(self).export_code_hook(self, save_directory)
         return out
+
+
+def with_span_penalty(model, loss):
+    """A head's loss plus the adaptive-span penalty, in training mode only (evaluation losses stay
+    the task's loss, comparable across models)."""
+    if loss is None or not model.training or model.config.adaptive_span is None:
+        return loss
+    return loss + model.sparse_transformer.adaptive_span_loss().to(loss.dtype)
 
 
 def _return(return_dict, output, config):
@@ -563,8 +665,9 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         output_hidden_states=None,
         return_dict=None,
         cache=None,
+        output_router_logits=None,
         **kwargs,
-    ):
+    ) -> SparseTransformerModelOutput:
         r"""
         attention_mask (`(batch, seq)`): 1 for tokens, 0 for padding (with a cache: over past + new tokens).
             With left padding, patterns count positions from each row's first token.
@@ -572,6 +675,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         cache (`SparsePatternCache`): decoder cache (also accepted as `past_key_values`, the name older
             transformers 5 releases use); created when `use_cache` and none is given.
         cache_position (`(seq,)`): positions of the new tokens (default: after the cached ones).
+        output_router_logits (`bool`): return the MoE layers' router logits (default: the config's).
         """
         cfg = self.config
         if (input_ids is None) == (inputs_embeds is None):
@@ -615,7 +719,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             hidden.dtype,
             output_attentions,
         )
-        hidden, all_hidden, all_attn = self.encoder(
+        hidden, all_hidden, all_attn, all_router_logits = self.encoder(
             hidden,
             masks,
             output_hidden_states=output_hidden_states,
@@ -626,16 +730,32 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             cache=cache,
             cache_position=cache_position,
             row_offsets=row_offsets,
+            key_padding_mask=attention_mask,
         )
         pooled = self.pooler(hidden) if self.pooler is not None else None
-        out = BaseModelOutputWithPoolingAndCrossAttentions(
+        token_mask = None if attention_mask is None else attention_mask[:, -n:]
+        aux_loss, z_loss = router_losses(cfg, all_router_logits, token_mask)
+        out = SparseTransformerModelOutput(
             last_hidden_state=hidden,
             pooler_output=pooled,
             hidden_states=all_hidden,
             attentions=all_attn,
+            aux_loss=aux_loss,
+            router_z_loss=z_loss,
+            router_logits=all_router_logits
+            if all_router_logits and wants_router_logits(cfg, output_router_logits)
+            else None,
             **{CACHE_FIELD: cache if use_cache else None},
         )
         return _return(return_dict, out, cfg)
+
+    def adaptive_span_loss(self):
+        """The paper's L1 span penalty: ``adaptive_span.loss_coef`` times the sum over layers of the mean
+        span (tokens); ``None`` without adaptive span."""
+        if self.config.adaptive_span is None:
+            return None
+        total = sum(layer.attention.self.adaptive_span.penalty() for layer in self.encoder.layer)
+        return self.config.adaptive_span["loss_coef"] * total
 
     def _layer_masks(
         self,
@@ -706,12 +826,14 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
         self.lm_head.decoder = new
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerMaskedLMOutput:  # fmt: skip
         """``labels`` (batch, seq): token ids to predict, -100 where no loss is taken."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.lm_head(out.last_hidden_state)
         loss = None
@@ -719,8 +841,13 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
             loss = CrossEntropyLoss()(
                 logits.view(-1, self.config.vocab_size), labels.to(logits.device).view(-1)
             )
-        res = MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        loss = with_span_penalty(self, loss)
+        res = SparseTransformerMaskedLMOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -751,7 +878,8 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, past_key_values=None, use_cache=None, cache_position=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None, **kwargs):  # fmt: skip
+                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerCausalLMOutput:  # fmt: skip
         """``labels`` (batch, seq): the input ids (shifted inside), -100 where no loss is taken. The cache
         is read as ``cache`` (recent transformers) or ``past_key_values``; ``logits_to_keep``: an int (the
         last that many positions, 0 = all) or a 1D tensor of positions."""
@@ -759,7 +887,7 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, cache=_pick_cache(cache, past_key_values), use_cache=use_cache,
             cache_position=cache_position, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            return_dict=True,
+            return_dict=True, output_router_logits=output_router_logits,
         )  # fmt: skip
         hidden = out.last_hidden_state
         if isinstance(logits_to_keep, int):
@@ -770,11 +898,13 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        res = CausalLMOutputWithCrossAttentions(
-            loss=loss,
+        loss = with_span_penalty(self, loss)
+        res = SparseTransformerCausalLMOutput(
+            loss=add_router_losses(loss, self.config, out),
             logits=logits,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
+            **router_fields(out),
             **{CACHE_FIELD: out.get(CACHE_FIELD)},
         )
         return _return(return_dict, res, self.config)
@@ -784,7 +914,11 @@ class _FirstTokenGlobalMixin:
     """Heads that read the first token make it global unless the caller gives global tokens."""
 
     def _globals(self, global_attention_mask, input_ids, inputs_embeds):
-        if global_attention_mask is None and self.config.global_first_token:
+        if (
+            global_attention_mask is None
+            and self.config.global_first_token
+            and self.config.adaptive_span is None
+        ):
             return first_token_global(input_ids, inputs_embeds)
         return global_attention_mask
 
@@ -798,17 +932,24 @@ class SparseTransformerForSequenceClassification(_FirstTokenGlobalMixin, SparseT
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerSequenceClassifierOutput:  # fmt: skip
         """``labels``: class ids (single-label), floats (regression) or multi-hot floats (multi-label)."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=self._globals(global_attention_mask, input_ids, inputs_embeds),
             token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.classifier(out.last_hidden_state)
         loss = None if labels is None else sequence_loss(self.config, logits, labels.to(logits.device))
-        res = SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        loss = with_span_penalty(self, loss)
+        res = SparseTransformerSequenceClassifierOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -846,19 +987,26 @@ class SparseTransformerForTokenClassification(SparseTransformerPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerTokenClassifierOutput:  # fmt: skip
         """``labels`` (batch, seq): class ids, -100 where no loss is taken."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.classifier(self.dropout(out.last_hidden_state))
         loss = None
         if labels is not None:
             loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.to(logits.device).view(-1))
-        res = TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        loss = with_span_penalty(self, loss)
+        res = SparseTransformerTokenClassifierOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -875,7 +1023,8 @@ class SparseTransformerForMultipleChoice(_FirstTokenGlobalMixin, SparseTransform
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                output_router_logits=None, **kwargs) -> SparseTransformerMultipleChoiceOutput:  # fmt: skip
         """Inputs are (batch, num_choices, seq); ``labels`` (batch,) is the index of the right choice."""
         ref = input_ids if input_ids is not None else inputs_embeds
         choices = ref.shape[1]
@@ -889,11 +1038,17 @@ class SparseTransformerForMultipleChoice(_FirstTokenGlobalMixin, SparseTransform
             global_attention_mask=self._globals(flat(global_attention_mask), flat_ids, flat_embeds),
             token_type_ids=flat(token_type_ids), position_ids=flat(position_ids), inputs_embeds=flat_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.classifier(self.dropout(out.pooler_output)).view(-1, choices)
         loss = None if labels is None else CrossEntropyLoss()(logits, labels.to(logits.device))
-        res = MultipleChoiceModelOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        loss = with_span_penalty(self, loss)
+        res = SparseTransformerMultipleChoiceOutput(
+            loss=add_router_losses(loss, self.config, out),
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 
@@ -907,12 +1062,14 @@ class SparseTransformerForQuestionAnswering(_FirstTokenGlobalMixin, SparseTransf
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, **kwargs):  # fmt: skip
+                output_hidden_states=None, return_dict=None, output_router_logits=None,
+                **kwargs) -> SparseTransformerQuestionAnsweringOutput:  # fmt: skip
         """Extractive QA: start/end logits per token; positions outside the input are clamped (ignored)."""
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=self._globals(global_attention_mask, input_ids, inputs_embeds),
             token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            output_router_logits=output_router_logits,
         )  # fmt: skip
         start_logits, end_logits = (
             t.squeeze(-1).contiguous() for t in self.qa_outputs(out.last_hidden_state).split(1, dim=-1)
@@ -925,12 +1082,14 @@ class SparseTransformerForQuestionAnswering(_FirstTokenGlobalMixin, SparseTransf
                 fn(start_logits, start_positions.clamp(0, n).to(start_logits.device))
                 + fn(end_logits, end_positions.clamp(0, n).to(end_logits.device))
             ) / 2
-        res = QuestionAnsweringModelOutput(
-            loss=loss,
+        loss = with_span_penalty(self, loss)
+        res = SparseTransformerQuestionAnsweringOutput(
+            loss=add_router_losses(loss, self.config, out),
             start_logits=start_logits,
             end_logits=end_logits,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
+            **router_fields(out),
         )
         return _return(return_dict, res, self.config)
 

@@ -1,0 +1,78 @@
+"""Causal-LM data: documents of a JSON Lines folder, a word-level tokenizer trained on them, and
+fixed-length blocks of the concatenated token stream (transformers' ``run_clm`` ``group_texts``)."""
+
+from __future__ import annotations
+
+import os
+
+from ...data.loading import fingerprint, load_jsonl, tokenizer_fingerprint
+from ...utils.validation import check_positive_int
+
+
+def check_text_row(row: dict, where: str, text_field: str = "document") -> None:
+    """``ValueError`` naming the row and the field unless ``row[text_field]`` is a non-empty string."""
+    value = row.get(text_field)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: field {text_field!r} must be a non-empty string, got {value!r:.60}")
+
+
+def load_documents(path: str | os.PathLike, text_field: str = "document", limit: int | None = None):
+    """The rows of one JSON Lines file (a ``datasets.Dataset``) with a checked ``text_field``: the first
+    ``limit`` rows when given."""
+    import functools
+
+    check_positive_int("limit", limit, allow_none=True)
+    rows = load_jsonl(os.fspath(path), functools.partial(check_text_row, text_field=text_field))
+    if limit and limit < len(rows):
+        rows = rows.select(range(limit))
+    return rows
+
+
+def train_word_tokenizer(texts, *, min_frequency: int = 2, vocab_size: int | None = None):
+    """A lowercased word-level fast tokenizer trained on ``texts`` (no Hub access): the summarization
+    task's builder (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3; encoding adds ``<s> ... </s>``), so one
+    document encodes as one bos/eos-delimited stretch of the stream."""
+    from ..summarization.data import train_summarization_tokenizer
+
+    return train_summarization_tokenizer(texts, min_frequency=min_frequency, vocab_size=vocab_size)
+
+
+def group_texts(batch: dict, block_size: int) -> dict:
+    """``datasets.map(batched=True)`` function: concatenate the batch's ``input_ids`` and cut them into
+    blocks of exactly ``block_size`` tokens (the remainder of the batch is dropped); ``labels`` are the
+    inputs (the model shifts them)."""
+    stream = [t for ids in batch["input_ids"] for t in ids]
+    usable = (len(stream) // block_size) * block_size
+    blocks = [stream[i : i + block_size] for i in range(0, usable, block_size)]
+    return {
+        "input_ids": blocks,
+        "attention_mask": [[1] * block_size for _ in blocks],
+        "labels": [list(b) for b in blocks],
+    }
+
+
+def lm_blocks(rows, tokenizer, block_size: int, text_field: str = "document", max_blocks: int | None = None):
+    """``rows`` tokenized and grouped into ``block_size``-token examples (``input_ids``, ``attention_mask``,
+    ``labels``), the first ``max_blocks`` kept when given. Cached by ``datasets`` under a fingerprint of the
+    rows, the tokenizer and the block size."""
+    check_positive_int("block_size", block_size)
+    check_positive_int("max_blocks", max_blocks, allow_none=True)
+    tok_fp = tokenizer_fingerprint(tokenizer)
+    ids = rows.map(
+        lambda b: {"input_ids": tokenizer(b[text_field])["input_ids"]}, batched=True,
+        remove_columns=rows.column_names, desc="tokenizing",
+        new_fingerprint=fingerprint(rows._fingerprint, "lm_tokenize", text_field, tok_fp),
+    )  # fmt: skip
+    blocks = ids.map(
+        group_texts, batched=True, fn_kwargs={"block_size": block_size}, remove_columns=ids.column_names,
+        desc=f"grouping into {block_size}-token blocks",
+        new_fingerprint=fingerprint(ids._fingerprint, "lm_group", block_size),
+    )  # fmt: skip
+    if len(blocks) == 0:
+        raise ValueError(f"the documents hold fewer than block_size={block_size} tokens: no example")
+    if max_blocks and max_blocks < len(blocks):
+        blocks = blocks.select(range(max_blocks))
+    return blocks
+
+
+__all__ = ["check_text_row", "group_texts", "lm_blocks", "load_documents", "train_word_tokenizer"]

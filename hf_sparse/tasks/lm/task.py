@@ -1,0 +1,179 @@
+"""The ``causal-lm`` recipe task: a new SparseTransformerForCausalLM (or a saved one) trained on fixed-length
+blocks of real text.
+
+Data: ``data_dir`` holds ``train.jsonl``, ``validation.jsonl`` and (optionally) ``test.jsonl`` whose
+``text_field`` (default ``document``) is the text, e.g. ``../shared/data/summarization/scisummnet`` (papers)
+or ``.../qmsum`` (meeting transcripts). A word-level tokenizer is trained on the training documents; every
+split is tokenized, concatenated and cut into ``block_size``-token blocks. Extra model settings (the
+mixture-of-experts feed-forward, other attention options) go in ``model_kwargs``, passed to
+:class:`~hf_sparse.SparseTransformerConfig` as they are. Metrics: the loss (cross-entropy per token, plus
+the router's auxiliary losses when the model has experts) and the perplexity of the language-model part
+(``eval_perplexity`` = exp of the token cross-entropy).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ...training import Task, path_field
+from ...training.recipe import require_path
+from ...training.tasks import metric_prefix
+from ...utils.validation import check_positive_int
+from ..arguments import BackboneArguments
+from .data import lm_blocks, load_documents, train_word_tokenizer
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass
+class CausalLMArguments(BackboneArguments):
+    """Recipe keys of ``causal-lm`` (the shared backbone keys size a new model)."""
+
+    backbones: ClassVar[tuple[str, ...]] = ("sparse_transformer",)
+
+    data_dir: str = path_field(
+        help="Folder with train.jsonl, validation.jsonl and (optional) test.jsonl holding text_field; relative "
+        "to the recipe file."
+    )
+    text_field: str = field(default="document", metadata={"help": "The JSON field holding the text."})
+    block_size: int = field(default=256, metadata={"help": "Tokens per training example (the context)."})
+    backbone: str = field(default="sparse_transformer", metadata={"help": "Only 'sparse_transformer'."})
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "None: a new model from the size keys; else a saved causal-lm model."}
+    )
+    model_kwargs: dict | None = field(
+        default=None,
+        metadata={"help": "Extra SparseTransformerConfig keys of a new model, e.g. {num_experts: 4, "
+                  "num_experts_per_tok: 1} for a mixture-of-experts feed-forward."},
+    )  # fmt: skip
+    vocab_min_frequency: int = field(default=3, metadata={"help": "Built tokenizer: minimum word count."})
+    vocab_size: int | None = field(default=8000, metadata={"help": "Built tokenizer: vocabulary cap."})
+    max_train_documents: int | None = field(
+        default=None, metadata={"help": "Use only the first N training documents (quick runs)."}
+    )
+    max_eval_documents: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation and test documents."}
+    )
+    max_eval_blocks: int | None = field(
+        default=None, metadata={"help": "Evaluate on at most N blocks per split (quick runs)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.data_dir:
+            raise ValueError("data_dir is required: the folder with train.jsonl / validation.jsonl")
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise ValueError(f"text_field must be a non-empty field name, got {self.text_field!r}")
+        check_positive_int("block_size", self.block_size)
+        check_positive_int("vocab_min_frequency", self.vocab_min_frequency)
+        for name in ("vocab_size", "max_train_documents", "max_eval_documents", "max_eval_blocks"):
+            check_positive_int(name, getattr(self, name), allow_none=True)
+        if self.model_kwargs is not None and not isinstance(self.model_kwargs, dict):
+            raise TypeError(f"model_kwargs must be a dict of config keys, got {self.model_kwargs!r}")
+
+    def default_pattern(self) -> dict:
+        """A causal sliding window of ``attention_window`` keys (self included)."""
+        return {"type": "sliding_window", "window": self.attention_window, "causal": True}
+
+    def model_config(self, tokenizer):
+        """The :class:`~hf_sparse.SparseTransformerConfig` of a new model for ``tokenizer``."""
+        from ...models import SparseTransformerConfig
+
+        spec = self.encoder_config(
+            len(tokenizer), tokenizer.pad_token_id, self.block_size, is_decoder=True, type_vocab_size=0,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **(self.model_kwargs or {}),
+        )  # fmt: skip
+        spec.pop("model_type")
+        return SparseTransformerConfig(**spec)
+
+
+class CausalLMTask(Task):
+    Arguments = CausalLMArguments
+    lora_task_type = "CAUSAL_LM"
+
+    def __init__(self):
+        self._rows = None
+
+    def check_arguments(self, args):
+        require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
+
+    def documents(self, args) -> dict:
+        """``{split: datasets.Dataset}`` of the documents (read once)."""
+        if self._rows is None:
+            from ...data.loading import jsonl_files
+
+            self._rows = {
+                split: load_documents(
+                    path,
+                    args.text_field,
+                    args.max_train_documents if split == "train" else args.max_eval_documents,
+                )  # fmt: skip
+                for split, path in jsonl_files(args.data_dir, SPLITS).items()
+            }
+        return self._rows
+
+    def build_tokenizer(self, args):
+        if args.model_name_or_path:
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(args.model_name_or_path)
+        texts = self.documents(args)["train"][args.text_field]
+        return train_word_tokenizer(texts, min_frequency=args.vocab_min_frequency, vocab_size=args.vocab_size)
+
+    def build_model(self, args, tokenizer):
+        from ...models.sparse_transformer import SparseTransformerForCausalLM
+
+        if args.model_name_or_path:
+            return SparseTransformerForCausalLM.from_pretrained(args.model_name_or_path)
+        return SparseTransformerForCausalLM(args.model_config(tokenizer))
+
+    def build_datasets(self, args, tokenizer):
+        out = {}
+        for split, rows in self.documents(args).items():
+            limit = None if split == "train" else args.max_eval_blocks
+            out[split] = lm_blocks(rows, tokenizer, args.block_size, args.text_field, limit)
+        return out
+
+    def data_collator(self, args, tokenizer):
+        from transformers import default_data_collator
+
+        return default_data_collator  # every block has block_size tokens: no padding
+
+    def evaluate(self, trainer, dataset, split):
+        metrics = trainer.evaluate(dataset, metric_key_prefix=metric_prefix(split))
+        metrics.update(lm_metrics(trainer.model, dataset, trainer, metric_prefix(split)))
+        return metrics
+
+    def card_info(self, args, metrics):
+        name = os.path.basename(os.path.normpath(args.data_dir)) or "text"
+        return {
+            "dataset_name": f"{name} ({args.data_dir}, field {args.text_field!r})",
+            "dataset_split": "validation and test",
+        }
+
+
+def lm_metrics(model, dataset, trainer, prefix: str) -> dict[str, float]:
+    """``{prefix}_lm_loss`` (token cross-entropy without the router's auxiliary losses) and
+    ``{prefix}_perplexity`` = exp(lm_loss), over ``dataset`` in the trainer's evaluation batches."""
+    import torch
+
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in trainer.get_eval_dataloader(dataset):
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+            logits, labels = out.logits[:, :-1].float(), batch["labels"][:, 1:]
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
+            )
+            total += float(loss)
+            count += int((labels != -100).sum())
+    lm_loss = total / max(count, 1)
+    return {f"{prefix}_lm_loss": lm_loss, f"{prefix}_perplexity": math.exp(min(lm_loss, 50.0))}
+
+
+__all__ = ["CausalLMArguments", "CausalLMTask", "lm_metrics"]

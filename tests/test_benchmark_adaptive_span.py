@@ -1,0 +1,47 @@
+"""scripts/benchmark_adaptive_span.py: the timing table and the learned-spans plot, on tiny inputs."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
+from tests.models.tiny import tiny_decoder_config
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_adaptive_span.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("benchmark_adaptive_span", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_timing_table_and_spans_plot(tmp_path):
+    bench = _script()
+    cfg = tiny_decoder_config({"type": "causal"}, adaptive_span={"max_span": 16, "ramp": 4, "init": 3})
+    model = SparseTransformerForCausalLM(cfg)
+    with torch.no_grad():
+        model.sparse_transformer.encoder.layer[1].attention.self.adaptive_span.span.fill_(0.5)
+    model.save_pretrained(tmp_path / "model")
+    out = tmp_path / "bench" / "adaptive_span"
+    bench.main(["--seq-len", "256", "--heads", "2", "--head-dim", "8", "--spans", "0,64", "--repeats", "1",
+                "--block-size", "32", "--model", str(tmp_path / "model"), "--out", str(out)])  # fmt: skip
+    result = json.loads(out.with_suffix(".json").read_text())
+    rows = result["timing"]["rows"]
+    assert [r["span"] for r in rows] == [0, 64] and rows[1]["time_ratio"] == 1.0
+    assert rows[0]["computed_pairs"] < rows[1]["computed_pairs"]
+    assert result["learned_spans"]["spans"] == [[3.0, 3.0, 3.0, 3.0], [8.0, 8.0, 8.0, 8.0]]
+    assert (tmp_path / "bench" / "adaptive_span_spans.png").stat().st_size > 0
+    assert "| 64 | 96 |" in out.with_suffix(".md").read_text()  # reach = span + the default ramp 32
+
+
+def test_bad_arguments_are_refused():
+    bench = _script()
+    with pytest.raises(ValueError, match="--spans must be >= 0"):
+        bench.parse_args(["--spans", "-1"])
+    with pytest.raises(ValueError, match="--skip-timing without --model"):
+        bench.parse_args(["--skip-timing"])
