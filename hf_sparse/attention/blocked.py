@@ -21,12 +21,13 @@ buffers indexed by key offset (``_backward_band``): query tiles of ``BAND_TILE``
 probabilities there, and the same memory read with other strides gives each key tile the queries
 that see it, so key and value gradients are plain matmuls written to their own rows.
 
-On CPU in float32/float64 without dropout, components run the compiled kernels of ``fused.py``
-instead (``_fused_kind`` picks; no padded or gathered copies of q/k/v/dO): translation-invariant
-bands the band kernel (``_FusedBand``: one contiguous key window per tile of ``FUSED_BAND_ROWS``
-queries), everything else the table kernel (``_FusedBlockSparse``: key-block tables and partial 0/1
-tiles built here, the rule evaluated only in tiles that are not full). Where they cannot be built, or
-with ``HF_SPARSE_FUSED=0``, the pure-PyTorch path above runs: same results, slower.
+On CPU in float32/float64 without dropout, components can run the compiled kernels of ``fused.py``
+instead (no padded or gathered copies of q/k/v/dO): translation-invariant bands the band kernel
+(``_FusedBand``: one contiguous key window per tile of ``FUSED_BAND_ROWS`` queries), everything else
+the table kernel (``_FusedBlockSparse``: key-block tables and partial 0/1 tiles built here, the rule
+evaluated only in tiles that are not full). ``_fused_kind`` picks them only where they were measured
+faster (``FUSED_DEFAULT``; ``HF_SPARSE_FUSED=all``: wherever they apply). Where they cannot be built,
+or with ``HF_SPARSE_FUSED=0``, the pure-PyTorch path above runs: same results.
 """
 
 from __future__ import annotations
@@ -640,27 +641,42 @@ def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s
 # ----------------------------------------------------------------------------- fused CPU kernel
 
 
-def _fused_kind(p: _Prep, q: torch.Tensor) -> str | None:
-    """Which compiled kernel (``fused.py``) runs this component: ``"band"`` for translation-invariant
-    bands (sliding windows: one contiguous key window per 32-row query tile), ``"tables"`` for
-    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, dropout,
-    half precision, or the kernel not built / ``HF_SPARSE_FUSED=0``).
+# Where the compiled kernels run by default: (kind, with gradients). Measured, B=1 H=12 D=64 float32,
+# n=16384, compiled kernel (OpenMP build, vectorised exp) vs the pure-PyTorch path of this file:
+#
+# * idle host (load 0.05, the lead, before the OpenMP build: the kernel ran on one of the 2 cores),
+#   SlidingWindow(512) band kernel / PyTorch path: forward 0.755 / 0.178 s, forward+backward
+#   1.78 / 0.745 s; with -fopenmp: 0.40-0.50 / 0.178 s and 1.0-1.17 / 0.745 s;
+# * contended host (load 9, 5 engineers), one thread each, same process, alternating, 3 runs after
+#   a warm-up, matmul 96-108 GFLOP/s (/tmp script, see the commit): ratio compiled / PyTorch
+#   SlidingWindow(512) forward 1.81, forward+backward 1.14 (band kernel); BigBird(64) forward 1.10,
+#   forward+backward 0.78; Strided(128) forward 0.92, forward+backward 1.00 (table kernel for its
+#   gathered columns, band kernel for its local band).
+#
+# So only the table kernel's forward+backward wins (BigBird 22% faster); everything else stays on the
+# PyTorch path, which the committed ``benchmarks/attention.md`` figures were measured on.
+# ``HF_SPARSE_FUSED=all`` runs the compiled kernels wherever they apply (the tests check both paths).
+FUSED_DEFAULT = {("tables", True)}
 
-    Measured side by side in one process, runs alternating (``scripts/compare_kernel_paths.py``;
-    heavily contended 2-core host, matmul 24-62 GFLOP/s during the runs, so the ratios are the
-    figures, not the times; B=1 H=12 D=64 float32, forward+backward, this dispatch / the one before):
-    SlidingWindow(512) 0.11-0.21 at 8k and 0.15-0.27 at 16k (band kernel vs the PyTorch band path);
-    Strided(128) 0.27-0.30 at 8k, 0.29-0.41 at 16k (its local band); Longformer(512) with one global
-    token 0.33 at 8k, 0.30 at 16k. The table kernel beats the PyTorch path on every component measured
-    (BigBird(64) at 16k: 7.4 s vs 37.7 s), so it takes everything the band kernel does not.
-    """
+
+def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool) -> str | None:
+    """Which compiled kernel (``fused.py``) runs this component: ``"band"`` for translation-invariant
+    bands (sliding windows: one contiguous key window per ``FUSED_BAND_ROWS``-row query tile),
+    ``"tables"`` for gathered, dense and other band components, None for the pure-PyTorch path (not
+    CPU, dropout, half precision, the kernel not built / ``HF_SPARSE_FUSED=0``, or, by default, a
+    (kind, grad) the measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a
+    backward."""
     if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
         return None
     if not fused.available():
         return None
     if p.mode == "band" and p.offsets is not None and p.offsets[1] - p.offsets[0] < FUSED_BAND_MAX_WIDTH:
-        return "band"
-    return "tables"
+        kind = "band"
+    else:
+        kind = "tables"
+    if fused.mode() == "all" or (kind, grad) in FUSED_DEFAULT:
+        return kind
+    return None
 
 
 def _tile_blocks(p: _Prep, b: int, h: int, device):
@@ -824,7 +840,8 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
     nq, nk = qs.shape[-2], ks.shape[-2]
     p = _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, device)
     c = p.c
-    kind = _fused_kind(p, q)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    kind = _fused_kind(p, q, grad)
     if kind is not None:  # no padding: the kernels cut the last blocks to the rows that exist
         flat = (
             qs.reshape(B * H, nq, D).contiguous(),
