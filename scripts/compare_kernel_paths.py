@@ -105,9 +105,19 @@ def main():
     ap.add_argument("--ref", default="main", help="git revision whose blocked.py the 'ref' path runs")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions of each path (after one warm-up)")
     ap.add_argument("--forward", action="store_true", help="time the forward only (no grad)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (1 on a shared host: a 2-thread run of many small ops waits on descheduled threads)",
+    )
     args = ap.parse_args()
     if args.reps < 1:
         raise ValueError(f"--reps must be >= 1, got {args.reps}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     original = blocked._fused_kind
     ref_module = load_ref(args.ref) if "ref" in args.paths else None
     rate0 = matmul_gflops()

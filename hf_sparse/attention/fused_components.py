@@ -27,14 +27,19 @@ FUSED_BAND_MAX_WIDTH = 4096
 #   SlidingWindow(512) band kernel / PyTorch path: forward 0.755 / 0.178 s, forward+backward
 #   1.78 / 0.745 s; with -fopenmp: 0.40-0.50 / 0.178 s and 1.0-1.17 / 0.745 s;
 # * contended host (load 9, 5 engineers), one thread each, same process, alternating, 3 runs after
-#   a warm-up, matmul 96-108 GFLOP/s (/tmp script, see the commit): ratio compiled / PyTorch
+#   a warm-up, matmul 96-108 GFLOP/s (``scripts/compare_kernel_paths.py --paths fused fallback
+#   --threads 1 --sizes 16384``, with and without ``--forward``): ratio compiled / PyTorch
 #   SlidingWindow(512) forward 1.81, forward+backward 1.14 (band kernel); BigBird(64) forward 1.10,
 #   forward+backward 0.78; Strided(128) forward 0.92, forward+backward 1.00 (table kernel for its
-#   gathered columns, band kernel for its local band).
+#   gathered columns, band kernel for its local band). Again at load 17 (matmul 54 -> 20 GFLOP/s, 2 runs),
+#   this rule / PyTorch: BigBird(64) forward+backward 0.65, Strided(128) 0.78; the same path twice
+#   gave 0.96-1.19 there, so only differences well beyond 20% count.
 #
 # So only the table kernel's forward+backward wins (BigBird 22% faster); everything else stays on the
 # PyTorch path, which the committed ``benchmarks/attention.md`` figures were measured on.
 # ``HF_SPARSE_FUSED=all`` runs the compiled kernels wherever they apply (the tests check both paths).
+# Not yet measured on an idle host with 2 threads: ``compare_kernel_paths.py --paths new fallback``
+# there says whether the table kernel's 22% holds (if it loses, this set becomes empty).
 FUSED_DEFAULT = {("tables", True)}
 
 
