@@ -9,7 +9,8 @@ pairs * D).
 
 Paths:
 
-* ``new``: the dispatch as it is (``blocked._fused_kind``);
+* ``new``: the dispatch as it is (``blocked._fused_kind``, ``HF_SPARSE_FUSED=auto``);
+* ``fused``: every component on the compiled kernels wherever they apply (``HF_SPARSE_FUSED=all``);
 * ``tables``: translation-invariant bands on the pure-PyTorch band path, everything else on the
   compiled table kernel (the dispatch before the compiled band kernel);
 * ``fallback``: pure PyTorch everywhere (``HF_SPARSE_FUSED=0``);
@@ -47,7 +48,7 @@ SPECS = {
     "dilated": {"type": "dilated", "window": 256, "dilation": 2},
     "longformer": {"type": "longformer", "window": 512},
 }
-PATHS = ("new", "tables", "fallback", "ref")
+PATHS = ("new", "fused", "tables", "fallback", "ref")
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
@@ -80,10 +81,10 @@ def load_ref(ref: str):
 
 
 def _set_path(path: str, original, ref_module=None):
-    os.environ["HF_SPARSE_FUSED"] = "0" if path == "fallback" else "1"
+    os.environ["HF_SPARSE_FUSED"] = {"fallback": "0", "new": "auto"}.get(path, "all")
     dispatch.blocked_attention = ref_module.blocked_attention if path == "ref" else blocked.blocked_attention
     if path == "tables":
-        blocked._fused_kind = lambda p, q: None if original(p, q) == "band" else original(p, q)
+        blocked._fused_kind = lambda p, q, g: None if original(p, q, g) == "band" else original(p, q, g)
     else:
         blocked._fused_kind = original
 
@@ -104,9 +105,19 @@ def main():
     ap.add_argument("--ref", default="main", help="git revision whose blocked.py the 'ref' path runs")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions of each path (after one warm-up)")
     ap.add_argument("--forward", action="store_true", help="time the forward only (no grad)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (1 on a shared host: a 2-thread run of many small ops waits on descheduled threads)",
+    )
     args = ap.parse_args()
     if args.reps < 1:
         raise ValueError(f"--reps must be >= 1, got {args.reps}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     original = blocked._fused_kind
     ref_module = load_ref(args.ref) if "ref" in args.paths else None
     rate0 = matmul_gflops()

@@ -1,6 +1,7 @@
 """Block-sparse attention: exact forward and backward, any device, O(n) memory; compiled CPU kernels.
 
-A plan (see ``patterns.base``) is a list of disjoint components. Each runs here as one
+A plan (see ``patterns.base``) is a list of disjoint components, each prepared by ``prepare.py``. Each
+runs here as one
 ``torch.autograd.Function`` that walks its query blocks in chunks:
 
 * the keys of a chunk are a zero-copy strided view for bands (``look-around``), the whole key
@@ -13,51 +14,37 @@ A plan (see ``patterns.base``) is a list of disjoint components. Each runs here 
 
 On CPU the forward of each chunk is the fused flash kernel behind ``scaled_dot_product_attention``
 (fast, and it returns the log-sum-exp), interior band blocks head by head in sub-blocks of
-``FORWARD_SUB_BLOCK`` rows that each see only their own narrower key window; elsewhere, or with
+``prepare.FORWARD_SUB_BLOCK`` rows that each see only their own narrower key window; elsewhere, or with
 dropout, it is three matmuls.
 
 The backward of a translation-invariant band (sliding windows, causal or not) runs head by head on
-buffers indexed by key offset (``_backward_band``): query tiles of ``BAND_TILE`` rows write their
+buffers indexed by key offset (``band_backward.py``): query tiles of ``BAND_TILE`` rows write their
 probabilities there, and the same memory read with other strides gives each key tile the queries
 that see it, so key and value gradients are plain matmuls written to their own rows.
 
-On CPU in float32/float64 without dropout, components run the compiled kernels of ``fused.py``
-instead (``_fused_kind`` picks; no padded or gathered copies of q/k/v/dO): translation-invariant
-bands the band kernel (``_FusedBand``: one contiguous key window per tile of ``FUSED_BAND_ROWS``
-queries), everything else the table kernel (``_FusedBlockSparse``: key-block tables and partial 0/1
-tiles built here, the rule evaluated only in tiles that are not full). Where they cannot be built, or
-with ``HF_SPARSE_FUSED=0``, the pure-PyTorch path above runs: same results, slower.
+On CPU in float32/float64 without dropout, components can run the compiled kernels of ``fused.py``
+instead (``fused_components.py``; no padded or gathered copies of q/k/v/dO): translation-invariant
+bands the band kernel, everything else the table kernel. ``_fused_kind`` picks them only where they
+were measured faster (``FUSED_DEFAULT``; ``HF_SPARSE_FUSED=all``: wherever they apply). Where they cannot be built,
+or with ``HF_SPARSE_FUSED=0``, the pure-PyTorch path above runs: same results.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..patterns.base import Component, Plan
-from . import fused
+from .band_backward import BAND_BACKWARD_MIN_BLOCKS, _backward_band, _band_tile
 from .dense import compute_dtype
+from .fused_components import _fused_band_args, _fused_kind, _FusedBand, _FusedBlockSparse
+from .prepare import _NEG_INF, _Prep, _prepare, _runs
 
-_NEG_INF = float("-inf")
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
-BACKWARD_ELEMENTS = 1 << 19  # per head, per chunk of the band backward (S and dP; measured best at 16k)
 FORWARD_ELEMENTS = 1 << 24  # per head, per fused-flash call over interior blocks
-# Interior band queries go through the fused forward in sub-blocks of this many rows, each with its own
-# narrower key window (fewer masked scores: 32 + 512 keys instead of 128 + 512 for a window of 512).
-FORWARD_SUB_BLOCK = 32
-BAND_BACKWARD_MIN_BLOCKS = 16
-BAND_TILE = 32  # query rows per tile of the band backward (keys per tile: BAND_TILE + band width - 1)
-# Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 64 over 32
-# and 128 at 8k, window 512 (contended, same process, alternating): forward 1.50 s vs 1.85 / 1.48 s,
-# backward 2.00 s vs 2.28 / 2.32 s.
-FUSED_BAND_ROWS = 64
-# Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
-# should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
-FUSED_BAND_MAX_WIDTH = 4096
 
 
 def _flash_cpu_available() -> bool:
@@ -67,136 +54,6 @@ def _flash_cpu_available() -> bool:
 def pad_rows(x: torch.Tensor, before: int, after: int) -> torch.Tensor:
     """Zero rows before/after along dim -2."""
     return F.pad(x, (0, 0, before, after)) if before or after else x
-
-
-# ----------------------------------------------------------------------------- preparation
-
-
-@dataclass
-class _Prep:
-    comp: Component
-    c: int
-    nq: int  # component query rows
-    nk: int  # component key rows
-    nqb: int
-    mode: str  # "band" | "dense" | "gather"
-    L: int  # keys seen by one query block
-    win0: int  # key row where query block 0's window starts (band; may be negative)
-    key_valid: torch.Tensor | None  # (B, Hk, nk) bool in component key rows, or None (all valid)
-    q_valid: torch.Tensor | None  # (B, nq) bool, or None
-    groups: list  # (b, h, row0, row1) over flattened batch*heads
-    scale: float
-    dropout_p: float
-    seed: int
-    # translation-invariant bands only:
-    shared_bias: torch.Tensor | None = None  # (c, L) bias of an interior chunk
-    shared_any: torch.Tensor | None = None  # (c,) rows of that tile with at least one key
-    shared_mask01: torch.Tensor | None = None  # (c, L) that tile as 0/1 floats
-    sub: tuple | None = None  # (rows, first column, (rows, width) bias) forward sub-tiling of the tile
-    offsets: tuple | None = None  # (dmin, dmax, allowed (W,) bool): the key offsets j - i it allows
-
-
-def _is_dense(layout) -> bool:
-    idx = layout.kv_index
-    if idx.shape[-1] != layout.num_kv_blocks:
-        return False
-    return bool((idx == torch.arange(layout.num_kv_blocks, device=idx.device)).all())
-
-
-def _prepare(
-    comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale, dropout_p, seed, device
-) -> _Prep:
-    lay = comp.layout
-    c = lay.block
-    nqb = lay.num_q_blocks
-    if lay.band is not None and comp.identity:
-        lo, hi = lay.band
-        mode, L = "band", (hi - lo + 1) * c
-    elif _is_dense(lay):
-        mode, L = "dense", lay.num_kv_blocks * c
-    else:
-        mode, L = "gather", lay.max_blocks * c
-    # Key validity in component rows: padding mask, then the component's own ragged index set.
-    kv = None
-    if key_valid is not None:
-        kv = key_valid[:, None, :]  # (B, 1, nk_tensor)
-        if comp.k_index is not None:
-            idx = comp.k_index.to(device).expand(B, -1, -1)
-            kv = kv.expand(B, idx.shape[1], -1).gather(-1, idx)
-    if comp.k_valid is not None:
-        kvc = comp.k_valid.to(device)[:, None, :].expand(B, 1, -1)
-        kv = kvc if kv is None else kv & kvc
-    qv = None if comp.q_valid is None else comp.q_valid.to(device).expand(B, -1)
-    # Which (batch, head) rows can share one bias.
-    per_bh = comp.per_batch_head
-    heads_vary = per_bh and any(
-        t is not None and t.shape[1] > 1 for t in (lay.kv_index, comp.q_index, comp.k_index)
-    )
-    heads_vary = heads_vary or (kv is not None and kv.shape[1] > 1) or comp.head_dependent
-    batch_vary = per_bh or kv is not None or qv is not None or comp.batch_dependent
-    if heads_vary:
-        groups = [(b, h, b * H + h, b * H + h + 1) for b in range(B) for h in range(H)]
-    elif batch_vary:
-        groups = [(b, 0, b * H, (b + 1) * H) for b in range(B)]
-    else:
-        groups = [(0, 0, 0, B * H)]
-    win0 = comp.layout.band[0] * c if mode == "band" else 0
-    prep = _Prep(comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, scale, dropout_p, seed)
-    if mode == "band" and comp.translation_invariant:
-        prep.shared_bias = _shared_band_bias(prep, device)
-        prep.shared_any = (prep.shared_bias > _NEG_INF).any(-1)
-        prep.shared_mask01 = (prep.shared_bias == 0).float()
-        prep.sub = _sub_tile(prep.shared_bias, FORWARD_SUB_BLOCK)
-        prep.offsets = _band_offsets(prep.shared_bias, comp.layout.band[0])
-    return prep
-
-
-def _shared_band_bias(p: _Prep, device) -> torch.Tensor:
-    """(c, L) bias of query block qb against keys starting at (qb + lo) * c: depends only on i - j."""
-    c, lo = p.c, p.comp.layout.band[0]
-    qb = max(-lo, 0)
-    i = (qb * c + torch.arange(c, device=device))[:, None] + p.comp.q_offset
-    j = ((qb + lo) * c + torch.arange(p.L, device=device))[None, :]
-    allowed = p.comp.mask(0, 0, i, j)
-    return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, _NEG_INF)
-
-
-def _band_offsets(bias: torch.Tensor, lo: int):
-    """The key offsets j - i the shared (c, L) tile allows: (dmin, dmax, allowed (dmax - dmin + 1,) bool),
-    or None if the tile's rule is not a function of the offset alone."""
-    c, L = bias.shape
-    allowed = (bias > _NEG_INF).cpu()
-    d = lo * c + torch.arange(L)[None, :] - torch.arange(c)[:, None]  # (c, L) offset of each tile entry
-    if not bool(allowed.any()):
-        return None
-    dmin, dmax = int(d[allowed].min()), int(d[allowed].max())
-    cols = torch.zeros(dmax - dmin + 1, dtype=torch.bool)
-    cols[d[allowed] - dmin] = True
-    inside = (d >= dmin) & (d <= dmax)
-    if not torch.equal(inside & cols[(d - dmin).clamp(0, dmax - dmin)], allowed):
-        return None
-    return dmin, dmax, cols.to(bias.device)
-
-
-def _sub_tile(bias: torch.Tensor, rows: int):
-    """Split the shared (c, L) tile into c // rows sub-blocks that each see the same narrower window
-    shifted by ``rows`` columns: (rows, first column, (rows, width) bias), or None where the tile does
-    not split that way (every row must keep all its allowed keys)."""
-    c, L = bias.shape
-    if c % rows or c == rows:
-        return None
-    allowed = bias > _NEG_INF
-    cols = allowed[:rows].any(0).nonzero().flatten().tolist()
-    if not cols:
-        return None
-    a, w = cols[0], cols[-1] + 1 - cols[0]
-    for j in range(c // rows):
-        block, shift = allowed[j * rows : (j + 1) * rows], a + j * rows
-        if shift + w > L or block.sum() != block[:, shift : shift + w].sum():
-            return None
-        if not torch.equal(block[:, shift : shift + w], allowed[:rows, a : a + w]):
-            return None
-    return rows, a, bias[:rows, a : a + w].contiguous()
 
 
 def _flash_band_clean(p: _Prep, qb, k, v, r: int, s: int, e: int):
@@ -336,19 +193,6 @@ def _schedule(p: _Prep, b: int, h: int, clean_blocks: int, dirty_blocks: int, de
     return _runs(clean.tolist(), clean_blocks, dirty_blocks)
 
 
-def _runs(clean: list, clean_limit: int, dirty_limit: int) -> list:
-    """(s, e, flag) runs of equal ``clean`` flags, at most ``clean_limit`` / ``dirty_limit`` long."""
-    out, s = [], 0
-    while s < len(clean):
-        e, flag = s, clean[s]
-        limit = clean_limit if flag else dirty_limit
-        while e < len(clean) and clean[e] == flag and e - s < limit:
-            e += 1
-        out.append((s, e, flag))
-        s = e
-    return out
-
-
 def _chunk_mask(p: _Prep, b, h, s, e, clean, device, dtype=torch.float32):
     """(allowed as 0/1 in ``dtype``, broadcastable to (g, c, L); rows-with-a-key (g, c) bool)."""
     if clean:
@@ -476,129 +320,6 @@ def _probabilities(S, lse, mask01):  # noqa: D401
     return S.sub_(lse).clamp_(-87.0, 0.0).exp_().mul_(mask01)
 
 
-def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
-    """Translation-invariant bands, head by head, in "skewed" storage: row i of a buffer holds the
-    probabilities (or score gradients) of query i against keys i + dmin .. i + dmax, one column per
-    offset. Query tiles of ``BAND_TILE`` rows see that many plus W - 1 keys, so few masked scores
-    are computed; the same storage read with other strides is the key-major tile (tile rows are
-    keys, columns the queries that see them), so dK and dV are matmuls over a long inner dimension
-    written straight to their rows: no per-window gradients to fold, no edge cases to gather."""
-    dmin, dmax, cols = p.offsets
-    BH, nqb, c, D = q.shape
-    nq_pad, nk, dev, cdt = nqb * c, k.shape[1], q.device, dq.dtype
-    cs = _band_tile(p)
-    W, nb, nkb = dmax - dmin + 1, nq_pad // cs, -(-nk // cs)
-    Lw = cs + W - 1  # keys of a query tile, queries of a key tile
-    pitch = -(-(2 * cs + W - 3) // 16) * 16 + 1  # >= 2 cs + W - 2 columns: every offset a tile reads
-    top = max(0, dmax)  # storage row of query i is i + top - base (key tiles read queries down to -dmax)
-    end = top + max(nq_pad, nkb * cs - dmin)  # storage rows of the whole head
-    F_k = max(0, -dmin)  # padded key row of key j is j + F_k
-    k_rows = F_k + max(nk, nq_pad + dmax)
-    step = max(1, min(nb, BACKWARD_ELEMENTS // (cs * Lw)))
-    # the buffers slide along the head: they keep only the rows that unfinished key tiles still read
-    cap = min(end, top + step * cs + 2 * (W + 2 * cs))
-
-    def qmajor(buf, base, s, e):  # (e - s, cs, Lw): query tile qb against keys qb * cs + dmin + t
-        return buf.as_strided(
-            (e - s, cs, Lw), (cs * pitch, pitch - 1, 1), (s * cs + top - base) * pitch + cs - 1
-        )
-
-    def kmajor(buf, base, s, e):  # (e - s, cs, Lw): key tile kb against queries kb * cs - dmax + t
-        offset = (s * cs - dmax + top - base) * pitch + W + cs - 2
-        return buf.as_strided((e - s, cs, Lw), (cs * pitch, 1, pitch - 1), offset)
-
-    def windows(x, n):  # (n, Lw, X) zero-copy windows of x's rows, starting every cs rows
-        return x.as_strided((n, Lw, x.shape[-1]), (cs * x.shape[-1], x.shape[-1], 1))
-
-    # (cs, Lw) tile mask: row r sees column t iff offset t - r is allowed
-    off = torch.arange(Lw, device=dev)[None, :] - torch.arange(cs, device=dev)[:, None]
-    tile01 = ((off >= 0) & (off < W) & cols[off.clamp(0, W - 1)]).to(cdt)
-    # columns a row never writes stay zero: rows keep their residue mod cs when the buffers slide
-    P, dS = (torch.zeros((cap + 1) * pitch, device=dev, dtype=cdt) for _ in range(2))
-    S = torch.empty(step, cs, Lw, device=dev, dtype=cdt)
-    dP = torch.empty(step, cs, Lw, device=dev, dtype=cdt)
-    # one head's keys, values, queries and output gradients with zero rows around them
-    kp, vp = (
-        torch.zeros(k_rows, D, device=dev, dtype=cdt),
-        torch.zeros(k_rows, v.shape[-1], device=dev, dtype=cdt),
-    )
-    qp, dOp = torch.zeros(end, D, device=dev, dtype=cdt), torch.zeros(end, v.shape[-1], device=dev, dtype=cdt)
-    neg_lse = (-lse4).view(BH, nb, cs)
-    neg_delta = (-delta).view(BH, nb, cs, 1)
-    for b, h, r0, r1 in p.groups:
-        chunks = _band_chunks(p, b, h, cs, step, dmin, F_k, k_rows, tile01)
-        for r in range(r0, r1):
-            kp[F_k : F_k + nk], vp[F_k : F_k + nk] = k[r], v[r]
-            # scaled queries: S = qp k^T and dK = dS^T qp need no further scaling
-            torch.mul(q[r].reshape(nq_pad, D), p.scale, out=qp[top : top + nq_pad])
-            dOp[top : top + nq_pad] = d_out[r].reshape(nq_pad, -1)
-            kw, vw = windows(kp, nb), windows(vp, nb)  # (nb, Lw, D)
-            Qt, dOt = qp[top : top + nq_pad].view(nb, cs, D), dOp[top : top + nq_pad].view(nb, cs, -1)
-            dOw, qw = windows(dOp, nkb), windows(qp, nkb)
-            dqr, dkr, dvr = dq[r].view(nb, cs, D), dk[r, : nkb * cs].view(nkb, cs, D), dv[r, : nkb * cs]
-            dvr = dvr.view(nkb, cs, -1)
-            base, done = 0, 0  # storage row of the buffers' first row; key tiles finished
-            for buf in (P, dS):  # queries before the sequence
-                buf[: top * pitch].zero_()
-            for s, e, mask in chunks:
-                last = e == nb
-                if (end if last else e * cs + top) - base > cap:  # slide, keeping what key tile `done` reads
-                    keep = (done * cs - dmax + top) // cs * cs
-                    n = s * cs + top - keep
-                    for buf in (P, dS):
-                        src = buf[(keep - base) * pitch : (keep - base + n) * pitch]
-                        buf[: n * pitch].copy_(src if keep - base >= n else src.clone())
-                    base = keep
-                if last:  # queries after the sequence: zero rows for the last key tiles
-                    for buf in (P, dS):
-                        buf[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
-                Pq, dSq = qmajor(P, base, s, e), qmajor(dS, base, s, e)
-                Sx, dPx = S[: e - s], dP[: e - s]
-                # S - lse in one op; masked and underflowing entries are clamped (fast exp) then zeroed
-                torch.baddbmm(
-                    neg_lse[r, s:e, :, None].expand(e - s, cs, Lw),
-                    Qt[s:e],
-                    kw[s:e].transpose(1, 2),
-                    out=Sx,
-                )
-                torch.mul(Sx.clamp_(-87.0, 0.0).exp_(), mask, out=Pq)
-                torch.baddbmm(
-                    neg_delta[r, s:e].expand(e - s, cs, Lw), dOt[s:e], vw[s:e].transpose(1, 2), out=dPx
-                )
-                torch.mul(dPx, Pq, out=dSq)
-                torch.bmm(dSq, kw[s:e], out=dqr[s:e]).mul_(p.scale)  # while it is in cache
-                # key tiles whose queries (down to row (kb + 1) cs - 1 - dmin) are all done
-                ready = nkb if last else min(nkb, max(done, (e * cs + dmin) // cs))
-                if ready > done:
-                    torch.bmm(kmajor(P, base, done, ready), dOw[done:ready], out=dvr[done:ready])
-                    torch.bmm(kmajor(dS, base, done, ready), qw[done:ready], out=dkr[done:ready])
-                    done = ready
-
-
-def _band_tile(p: _Prep) -> int:
-    """Query rows per tile of the band backward."""
-    return BAND_TILE if (p.nqb * p.c) % BAND_TILE == 0 else p.c
-
-
-def _band_chunks(p: _Prep, b, h, cs, step, dmin, F_k, k_rows, tile01):
-    """(s, e, mask) runs of at most ``step`` query tiles for one group: tiles whose keys and queries
-    are all valid share ``tile01``; the others (sequence edges, padding) get their own mask."""
-    nb, Lw, dev, dt = p.nqb * p.c // cs, tile01.shape[1], tile01.device, tile01.dtype
-    kv = torch.zeros(k_rows, device=dev, dtype=dt)  # padded key rows: 1 = a real, unmasked key
-    kv[F_k : F_k + p.nk] = (
-        1.0 if p.key_valid is None else p.key_valid[b, min(h, p.key_valid.shape[1] - 1)].to(dt)
-    )
-    qv = torch.zeros(nb * cs, device=dev, dtype=dt)
-    qv[: p.nq] = 1.0 if p.q_valid is None else p.q_valid[b].to(dt)
-    kwin = kv.as_strided((nb, Lw), (cs, 1), F_k + dmin)  # keys of query tile qb
-    qv = qv.view(nb, cs)
-    clean = ((kwin.min(-1).values > 0) & (qv.min(-1).values > 0)).tolist()
-    return [
-        (s, e, tile01 if flag else tile01[None] * kwin[s:e, None, :] * qv[s:e, :, None])
-        for s, e, flag in _runs(clean, step, step)
-    ]
-
-
 def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
     """Any layout: all heads of a group at once per chunk; key gradients scattered back."""
     dev = qs.device
@@ -637,173 +358,6 @@ def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s
         dX[r0:r1].index_add_(1, rows, chunk.reshape(r1 - r0, -1, chunk.shape[-1]))
 
 
-# ----------------------------------------------------------------------------- fused CPU kernel
-
-
-def _fused_kind(p: _Prep, q: torch.Tensor) -> str | None:
-    """Which compiled kernel (``fused.py``) runs this component: ``"band"`` for translation-invariant
-    bands (sliding windows: one contiguous key window per 32-row query tile), ``"tables"`` for
-    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, dropout,
-    half precision, or the kernel not built / ``HF_SPARSE_FUSED=0``).
-
-    Measured side by side in one process, runs alternating (``scripts/compare_kernel_paths.py``;
-    heavily contended 2-core host, matmul 24-62 GFLOP/s during the runs, so the ratios are the
-    figures, not the times; B=1 H=12 D=64 float32, forward+backward, this dispatch / the one before):
-    SlidingWindow(512) 0.11-0.21 at 8k and 0.15-0.27 at 16k (band kernel vs the PyTorch band path);
-    Strided(128) 0.27-0.30 at 8k, 0.29-0.41 at 16k (its local band); Longformer(512) with one global
-    token 0.33 at 8k, 0.30 at 16k. The table kernel beats the PyTorch path on every component measured
-    (BigBird(64) at 16k: 7.4 s vs 37.7 s), so it takes everything the band kernel does not.
-    """
-    if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
-        return None
-    if not fused.available():
-        return None
-    if p.mode == "band" and p.offsets is not None and p.offsets[1] - p.offsets[0] < FUSED_BAND_MAX_WIDTH:
-        return "band"
-    return "tables"
-
-
-def _tile_blocks(p: _Prep, b: int, h: int, device):
-    """Key block and full flag of every (query block, slot) of one group: (nqb, K) int64 (-1: none)
-    and (nqb, K) bool, for every mode (band slots are ``qb + lo + slot``)."""
-    lay, nqb = p.comp.layout, p.nqb
-    pick = lambda t: t[min(b, t.shape[0] - 1), min(h, t.shape[1] - 1)].to(device)  # noqa: E731
-    if p.mode == "gather":
-        return pick(lay.kv_index), pick(lay.full)
-    if p.mode == "dense":
-        K = lay.num_kv_blocks
-        return torch.arange(K, device=device).expand(nqb, K), pick(lay.full)
-    lo, hi = lay.band  # kv_index rows are compacted at the edges: put full flags back in window slots
-    idx, flags = pick(lay.kv_index), pick(lay.full)
-    slot = idx - (torch.arange(nqb, device=device)[:, None] + lo)
-    ok = (idx >= 0) & (slot >= 0) & (slot <= hi - lo)
-    full = torch.zeros(nqb, hi - lo + 1, dtype=torch.bool, device=device)
-    full.scatter_(1, torch.where(ok, slot, torch.zeros_like(slot)), flags & ok)
-    return torch.arange(nqb, device=device)[:, None] + lo + torch.arange(hi - lo + 1, device=device), full
-
-
-def _fused_tables(p: _Prep, BH: int, device):
-    """The component as tables for the kernel: kv (G, nqb, K) key blocks (-1: none), tidx (G, nqb, K)
-    (-1: full tile, else an index into tiles (T, c, c) uint8), group (BH,) mask group of each row.
-
-    Tiles the layout marks full and that hold no padding or sequence edge are full without looking
-    inside; the rule (and padding) is evaluated only in the other kept tiles, which become partial
-    tiles, full ones, or are dropped when they allow no pair. (Evaluating every tile's rule was a third
-    of BigBird's forward at 16k.)"""
-    c, nqb, comp = p.c, p.nqb, p.comp
-    K = p.L // c
-    G = len(p.groups)
-    kv = torch.full((G, nqb, K), -1, dtype=torch.int32)
-    tidx = torch.full((G, nqb, K), -1, dtype=torch.int32)
-    group = torch.empty(BH, dtype=torch.int32)
-    tiles, count = [], 0
-    nkb = -(-p.nk // c)
-    ar = torch.arange(c, device=device)
-    for gi, (b, h, r0, r1) in enumerate(p.groups):
-        group[r0:r1] = gi
-        blocks, full = _tile_blocks(p, b, h, device)
-        # row validity, padded to whole blocks (False past the end)
-        q_ok = torch.zeros(nqb * c, dtype=torch.bool, device=device)
-        q_ok[: p.nq] = True if p.q_valid is None else p.q_valid[b].to(device)
-        k_ok = torch.zeros(nkb * c, dtype=torch.bool, device=device)
-        k_ok[: p.nk] = True if p.key_valid is None else p.key_valid[b, min(h, p.key_valid.shape[1] - 1)]
-        kept = (blocks >= 0) & (blocks < nkb)
-        kb = blocks.clamp(0, max(nkb - 1, 0))
-        clean = full & q_ok.view(nqb, c).all(-1)[:, None] & k_ok.view(nkb, c).all(-1)[kb]
-        keep = kept & clean
-        tile_id = torch.full((nqb, K), -1, dtype=torch.int64, device=device)
-        look = (kept & ~clean).nonzero()  # (T, 2): (query block, slot) whose inside must be evaluated
-        step = max(1, (1 << 22) // (c * c))
-        for s in range(0, look.shape[0], step):
-            qb, sl = look[s : s + step].unbind(1)
-            rows, cols = qb[:, None] * c + ar, kb[qb, sl][:, None] * c + ar  # (T, c) component rows
-            qr, kr = rows.clamp(max=p.nq - 1), cols.clamp(max=p.nk - 1)
-            if comp.q_index is not None:
-                qi = comp.q_index
-                qr = qi[min(b, qi.shape[0] - 1), min(h, qi.shape[1] - 1)].to(device)[qr]
-            if comp.k_index is not None:
-                ki = comp.k_index
-                kr = ki[min(b, ki.shape[0] - 1), min(h, ki.shape[1] - 1)].to(device)[kr]
-            rule = comp.mask(b, h, (qr + comp.q_offset)[:, :, None], kr[:, None, :])
-            allowed = (rule | full[qb, sl][:, None, None]) & q_ok[rows][:, :, None] & k_ok[cols][:, None, :]
-            some, every = allowed.any(-1).any(-1), allowed.all(-1).all(-1)
-            keep[qb[some], sl[some]] = True
-            part = some & ~every
-            n_part = int(part.sum())
-            if n_part:
-                tile_id[qb[part], sl[part]] = torch.arange(count, count + n_part, device=device)
-                tiles.append(allowed[part].to(torch.uint8).cpu())
-                count += n_part
-        kv[gi] = torch.where(keep, blocks, -1).to(torch.int32).cpu()
-        tidx[gi] = tile_id.to(torch.int32).cpu()
-    tiles = torch.cat(tiles) if tiles else torch.zeros(1, c, c, dtype=torch.uint8)
-    return kv, tidx, tiles.contiguous(), group
-
-
-def _fused_band_args(p: _Prep, B: int, H: int, device):
-    """The band as the kernel takes it: allowed offsets (uint8, from dmin), dmin, and key / query
-    validity per flattened row ((B*H, n) uint8, or empty where every row is valid)."""
-    dmin, _, allowed = p.offsets
-    none = torch.empty(0, dtype=torch.uint8, device=device)
-    kv = none
-    if p.key_valid is not None:
-        kv = p.key_valid.expand(B, H, p.nk).reshape(B * H, p.nk).to(torch.uint8).contiguous()
-    qv = none
-    if p.q_valid is not None:
-        qv = p.q_valid[:, None].expand(B, H, p.nq).reshape(B * H, p.nq).to(torch.uint8).contiguous()
-    return allowed.to(device=device, dtype=torch.uint8).contiguous(), dmin, kv, qv
-
-
-def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> torch.Tensor:
-    """delta_i = sum_d dO * O - dlse, 0 on rows with no allowed key (their outputs are constants)."""
-    delta = torch.stack([(d_out[r] * out[r]).sum(-1) for r in range(out.shape[0])])  # cache-sized
-    if d_lse is not None:
-        delta = delta - d_lse.to(delta.dtype)
-    return torch.where(torch.isinf(lse), torch.zeros_like(delta), delta).contiguous()
-
-
-class _FusedBand(torch.autograd.Function):
-    """A translation-invariant band through the compiled kernel: q (BH, nq, D), k/v (BH, nk, D)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, p: _Prep, band_args):
-        out, lse = fused.ops().band_forward(q, k, v, *band_args, FUSED_BAND_ROWS, p.scale)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.p, ctx.band_args = p, band_args
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse = ctx.saved_tensors
-        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
-        delta = _delta(d_out, out, lse, d_lse)
-        dq, dk, dv = fused.ops().band_backward(
-            q, k, v, d_out, lse, delta, *ctx.band_args, FUSED_BAND_ROWS, ctx.p.scale
-        )
-        return dq, dk, dv, None, None
-
-
-class _FusedBlockSparse(torch.autograd.Function):
-    """One component through the compiled kernel: q (BH, nq, D), k/v (BH, nk, D), unpadded."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, p: _Prep):
-        tables = _fused_tables(p, q.shape[0], q.device)
-        out, lse = fused.ops().forward(q, k, v, *tables, p.c, p.scale)
-        ctx.save_for_backward(q, k, v, out, lse, *tables)
-        ctx.p = p
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse, *tables = ctx.saved_tensors
-        p: _Prep = ctx.p
-        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
-        delta = _delta(d_out, out, lse, d_lse)
-        dq, dk, dv = fused.ops().backward(q, k, v, d_out, lse, delta, *tables, p.c, p.scale)
-        return dq, dk, dv, None
-
-
 # ----------------------------------------------------------------------------- running plans
 
 
@@ -824,7 +378,8 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
     nq, nk = qs.shape[-2], ks.shape[-2]
     p = _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, device)
     c = p.c
-    kind = _fused_kind(p, q)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    kind = _fused_kind(p, q, grad)
     if kind is not None:  # no padding: the kernels cut the last blocks to the rows that exist
         flat = (
             qs.reshape(B * H, nq, D).contiguous(),

@@ -4,7 +4,8 @@ load it), against the BLAS that torch itself links (MKL's ``sgemm_``/``dgemm_``)
 
 Where it cannot be built (no C++ compiler, no headers, a BLAS that does not export those symbols),
 or with ``HF_SPARSE_FUSED=0``, ``available()`` is False, one line says so, and the blocked kernel
-runs its pure-PyTorch path: same results, slower.
+runs its pure-PyTorch path: same results. Where it is built, ``blocked._fused_kind`` runs it only for
+the components and modes where it was measured faster (``HF_SPARSE_FUSED=all``: everywhere).
 """
 
 from __future__ import annotations
@@ -21,9 +22,22 @@ import torch
 _SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "block_sparse.cpp")
 
 
+_MODES = {"0": "off", "false": "off", "off": "off", "1": "auto", "true": "auto", "auto": "auto", "all": "all"}
+
+
+def mode() -> str:
+    """``HF_SPARSE_FUSED`` (read on every call: tests and benchmarks flip it): ``auto`` (default, also
+    ``1``) runs the compiled kernels only where the measured dispatch rule says they win
+    (``blocked._fused_kind``), ``all`` wherever they apply (tests, benchmarks), ``0`` nowhere."""
+    value = os.environ.get("HF_SPARSE_FUSED", "auto")
+    if value.strip().lower() not in _MODES:
+        raise ValueError(f"HF_SPARSE_FUSED must be one of 0, 1, auto, all; got {value!r}")
+    return _MODES[value.strip().lower()]
+
+
 def enabled() -> bool:
-    """``HF_SPARSE_FUSED=0`` forces the pure-PyTorch path (read on every call: tests flip it)."""
-    return os.environ.get("HF_SPARSE_FUSED", "1") not in ("0", "false", "False")
+    """``HF_SPARSE_FUSED=0`` forces the pure-PyTorch path."""
+    return mode() != "off"
 
 
 def _arch_flags() -> list[str]:
@@ -46,12 +60,15 @@ def _load():
     try:
         from torch.utils import cpp_extension
 
-        arch = _arch_flags()
-        # the source's hash in the name: checkouts with different sources keep separate builds
-        # instead of rebuilding over each other in the shared extensions directory
+        # -fopenmp: ATen's parallel_for is OpenMP in the header; without it the kernel runs on one
+        # thread (libgomp.so.1 resolves to the copy torch has already loaded). It also makes the
+        # ``omp simd`` reductions (row max, exp sum) vectorise.
+        cflags = ["-O3", "-ffp-contract=fast", "-fopenmp", *_arch_flags()]
+        # the hash of the source and flags in the name: checkouts with different sources keep separate
+        # builds instead of rebuilding over each other in the shared extensions directory
         with open(_SOURCE, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:10]
-        name = f"hf_sparse_fused_{digest}" + ("_avx2" if arch else "")
+            digest = hashlib.sha256(f.read() + " ".join(cflags).encode()).hexdigest()[:10]
+        name = f"hf_sparse_fused_{digest}"
         if not os.path.exists(os.path.join(cpp_extension._get_build_directory(name, False), name + ".so")):
             logging.getLogger(__name__).warning(
                 "hf_sparse: compiling the fused CPU attention kernel (once per environment, about a minute)"
@@ -59,7 +76,8 @@ def _load():
         cpp_extension.load(
             name=name,
             sources=[_SOURCE],
-            extra_cflags=["-O3", "-ffp-contract=fast", *arch],
+            extra_cflags=cflags,
+            extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=False,
         )
@@ -80,4 +98,4 @@ def ops():
     return _load()
 
 
-__all__ = ["available", "enabled", "ops"]
+__all__ = ["available", "enabled", "mode", "ops"]

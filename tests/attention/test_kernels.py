@@ -184,11 +184,11 @@ def test_band_backward_zeroes_query_blocks_without_keys(monkeypatch):
     """Long padding: whole chunks of the band backward have no key. Their dq comes from an
     uninitialised buffer and must be written as zeros (here torch.empty returns NaN-filled memory).
     The pure-PyTorch band path (the compiled band kernel's fallback)."""
-    import hf_sparse.attention.blocked as blocked
+    import hf_sparse.attention.band_backward as band_backward
 
     monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
-    monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 16 * 16 * 48)  # a few query blocks per chunk
+    monkeypatch.setattr(band_backward, "BACKWARD_ELEMENTS", 16 * 16 * 48)  # a few query blocks per chunk
     real_empty = torch.empty
 
     def nan_empty(*size, **kw):
@@ -220,6 +220,7 @@ def test_band_forward_sub_blocks_match_dense(pattern, block, mode, monkeypatch):
     output, its gradients and the log-sum-exp the backward reads stay exact. The pure-PyTorch band
     path (the compiled band kernel's fallback)."""
     import hf_sparse.attention.blocked as blocked
+    import hf_sparse.attention.prepare as prepare
 
     monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
@@ -229,7 +230,7 @@ def test_band_forward_sub_blocks_match_dense(pattern, block, mode, monkeypatch):
     q, k, v = _inputs(700)
     ref = _run(q, k, v, pattern, mode, "dense")
     out = _run(q, k, v, pattern, mode, "blocked", block_size=block)
-    assert calls and calls[0][0] == blocked.FORWARD_SUB_BLOCK
+    assert calls and calls[0][0] == prepare.FORWARD_SUB_BLOCK
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
@@ -239,7 +240,7 @@ def test_band_forward_sub_blocks_match_dense(pattern, block, mode, monkeypatch):
 def test_sub_tile_windows():
     """A (128, 640) tile of a +-256 band splits into 32-row sub-blocks seeing 544 keys each; a tile
     whose rows do not shift with the sub-block (or that is one sub-block already) does not split."""
-    from hf_sparse.attention.blocked import _sub_tile
+    from hf_sparse.attention.prepare import _sub_tile
 
     i, j = torch.arange(128)[:, None], torch.arange(640)[None, :]
     bias = torch.zeros(128, 640).masked_fill((i + 256 - j).abs() > 256, float("-inf"))
@@ -260,11 +261,12 @@ def test_band_backward_sliding_buffers_match_dense(pattern, mode, monkeypatch):
     """The band backward keeps only a sliding window of probability rows per head (chunks of a few
     query tiles here, so the buffers slide many times); gradients stay exact, edges and padding too.
     The pure-PyTorch band path (the compiled band kernel's fallback)."""
+    import hf_sparse.attention.band_backward as band_backward
     import hf_sparse.attention.blocked as blocked
 
     monkeypatch.setenv("HF_SPARSE_FUSED", "0")
 
-    monkeypatch.setattr(blocked, "BACKWARD_ELEMENTS", 4 * 32 * 80)
+    monkeypatch.setattr(band_backward, "BACKWARD_ELEMENTS", 4 * 32 * 80)
     calls = []
     real = blocked._backward_band
     monkeypatch.setattr(blocked, "_backward_band", lambda p, *a: calls.append(p.offsets) or real(p, *a))
@@ -280,7 +282,7 @@ def test_band_backward_sliding_buffers_match_dense(pattern, mode, monkeypatch):
 def test_band_offsets():
     """The offsets j - i a shared band tile allows: a +-2 window, a dilated one with holes, and a
     tile whose rule is not a function of the offset (block-diagonal) gives None."""
-    from hf_sparse.attention.blocked import _band_offsets
+    from hf_sparse.attention.prepare import _band_offsets
 
     i, j = torch.arange(4)[:, None], torch.arange(12)[None, :]  # block 4, key window from block -1
     d = j - 4 - i
@@ -339,8 +341,8 @@ def test_sdpa_dropout_is_seeded():
 @pytest.mark.parametrize("name", list(PATTERNS))
 def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monkeypatch):
     """Both paths of the blocked kernel: the compiled ones (``fused.py``: the band kernel for sliding
-    windows, the table kernel for gathered, dense and irregular band components) and the pure-PyTorch
-    one they fall back to (``HF_SPARSE_FUSED=0``, or no compiler). Outputs and gradients equal the
+    windows, the table kernel for gathered, dense and irregular band components; ``HF_SPARSE_FUSED=all``
+    runs them wherever they apply) and the pure-PyTorch one (``HF_SPARSE_FUSED=0``, or no compiler). Outputs and gradients equal the
     dense reference to 1e-10 in float64. ``gqa``: one key/value head for three query heads, with
     padding and global tokens."""
     import hf_sparse.attention.blocked as blocked
@@ -348,7 +350,7 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
 
     if path == "fused" and not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
-    monkeypatch.setenv("HF_SPARSE_FUSED", "1" if path == "fused" else "0")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all" if path == "fused" else "0")
     calls = []
     for fn in (blocked._FusedBlockSparse, blocked._FusedBand):
         real = fn.apply
@@ -368,19 +370,19 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
-    if path == "fallback":
-        assert not calls
+    assert bool(calls) == (path == "fused")
 
 
 @pytest.mark.parametrize("name", ["sliding_window", "sliding_window_causal", "longformer", "strided"])
 def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
     """Translation-invariant bands (sliding windows, alone, in Longformer or in Strided) run the compiled band
-    kernel where it is built, not the table kernel or the pure-PyTorch band path."""
+    kernel (with ``HF_SPARSE_FUSED=all``), not the table kernel or the pure-PyTorch band path."""
     import hf_sparse.attention.blocked as blocked
     from hf_sparse.attention import fused
 
     if not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all")
     calls = {"band": 0, "tables": 0, "torch": 0}
     for fn, kind in (
         (blocked._FusedBand, "band"),
@@ -399,11 +401,13 @@ def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
 def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
     """A band wider than FUSED_BAND_MAX_WIDTH key offsets goes to the table kernel, still exact."""
     import hf_sparse.attention.blocked as blocked
+    import hf_sparse.attention.fused_components as fused_components
     from hf_sparse.attention import fused
 
     if not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
-    monkeypatch.setattr(blocked, "FUSED_BAND_MAX_WIDTH", 8)
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all")
+    monkeypatch.setattr(fused_components, "FUSED_BAND_MAX_WIDTH", 8)
     calls = []
     real = blocked._FusedBand.apply
     monkeypatch.setattr(blocked._FusedBand, "apply", lambda *a: calls.append(1) or real(*a))
@@ -417,7 +421,8 @@ def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
 
 
 def test_fused_kernel_runs_gathered_components():
-    """BigBird's and Strided's components go through the compiled kernel where it is built."""
+    """BigBird's and Strided's gathered components go through the compiled table kernel where it is built
+    and the call needs gradients (the default rule, ``fused_components.FUSED_DEFAULT``)."""
     import hf_sparse.attention.blocked as blocked
     from hf_sparse.attention import fused
 
@@ -433,3 +438,64 @@ def test_fused_kernel_runs_gathered_components():
     finally:
         blocked._FusedBlockSparse.apply = real
     assert len(calls) >= 2
+
+
+def _count_paths(monkeypatch):
+    import hf_sparse.attention.blocked as blocked
+
+    calls = {"band": 0, "tables": 0, "torch": 0}
+    for fn, kind in (
+        (blocked._FusedBand, "band"),
+        (blocked._FusedBlockSparse, "tables"),
+        (blocked._BlockSparse, "torch"),
+    ):
+        real = fn.apply
+        monkeypatch.setattr(
+            fn, "apply", lambda *a, real=real, kind=kind: calls.__setitem__(kind, calls[kind] + 1) or real(*a)
+        )
+    return calls
+
+
+@pytest.mark.parametrize(
+    "name, grad, expected",
+    [
+        ("sliding_window", False, {"band": 0, "tables": 0, "torch": 1}),
+        ("sliding_window", True, {"band": 0, "tables": 0, "torch": 1}),
+        ("bigbird", False, {"band": 0, "tables": 0}),
+        ("bigbird", True, {"band": 0, "torch": 0}),
+    ],
+)
+def test_default_dispatch_follows_the_measured_rule(name, grad, expected, monkeypatch):
+    """By default (``HF_SPARSE_FUSED`` unset) the compiled kernels run only where ``FUSED_DEFAULT`` says
+    they were measured faster: the table kernel with gradients; bands and no-grad calls on PyTorch."""
+    import hf_sparse.attention.fused_components as fused_components
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.delenv("HF_SPARSE_FUSED", raising=False)
+    assert fused_components.FUSED_DEFAULT == {("tables", True)}
+    calls = _count_paths(monkeypatch)
+    q, k, v = _inputs(300, grad=grad)
+    out = sparse_attention(q, k, v, PATTERNS[name], backend="blocked")
+    if grad:
+        out.sum().backward()
+    assert {kind: calls[kind] for kind in expected} == expected, calls
+    assert sum(calls.values()) > 0
+    # the rule is what decides: with bands (no grad) added, the band kernel takes the sliding window
+    monkeypatch.setattr(fused_components, "FUSED_DEFAULT", {("band", False)})
+    calls.update(band=0, tables=0, torch=0)
+    with torch.no_grad():
+        sparse_attention(q, k, v, PATTERNS["sliding_window"], backend="blocked")
+    assert calls == {"band": 1, "tables": 0, "torch": 0}
+
+
+def test_fused_mode_rejects_unknown_values(monkeypatch):
+    from hf_sparse.attention import fused
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "sometimes")
+    with pytest.raises(ValueError, match="HF_SPARSE_FUSED.*'sometimes'"):
+        fused.mode()
+    for value, expected in (("0", "off"), ("1", "auto"), ("ALL", "all"), ("auto", "auto")):
+        monkeypatch.setenv("HF_SPARSE_FUSED", value)
+        assert fused.mode() == expected

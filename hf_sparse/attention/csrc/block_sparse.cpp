@@ -111,6 +111,29 @@ inline void mask_row(T* Si, const uint8_t* mi, int64_t n) {
   for (int64_t j = 0; j < n; ++j) Si[j] = mi[j] ? Si[j] : ninf;
 }
 
+// max of Si[lo, hi) (-inf if empty). ``omp simd`` lets the reduction vectorise (without it the float
+// reduction's order is fixed and the loop stays scalar).
+template <typename T>
+inline T row_max(const T* Si, int64_t lo, int64_t hi) {
+  T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = lo; j < hi; ++j) mx = Si[j] > mx ? Si[j] : mx;
+  return mx;
+}
+
+// Si[j] = exp(Si[j] - mx) over [lo, hi), in place; returns their sum (vectorised like ``row_max``).
+template <typename T>
+inline T exp_sum(T* Si, int64_t lo, int64_t hi, T mx) {
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = lo; j < hi; ++j) {
+    const T p = exp_neg(Si[j] - mx);
+    Si[j] = p;
+    sum += p;
+  }
+  return sum;
+}
+
 // Probabilities P = exp(S - lse) and dS = P (dP - delta) of one score row, in place (masked entries
 // are -inf in S and come out 0 in both). The backward of both component kinds shares this.
 template <typename T>
@@ -152,20 +175,14 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
         for (int64_t i = 0; i < qn; ++i) {
           T* Si = S.data() + i * c;
           if (tile) mask_row(Si, tile + i * c, kn);
-          T mx = ninf;
-          for (int64_t j = 0; j < kn; ++j) mx = Si[j] > mx ? Si[j] : mx;
+          const T mx = row_max(Si, 0, kn);
           if (mx == ninf) {  // no allowed key in this tile
             std::fill(Si, Si + kn, T(0));
             continue;
           }
           const T mnew = mx > m[i] ? mx : m[i];
           const T corr = m[i] == ninf ? T(0) : exp_neg(m[i] - mnew);
-          T sum = 0;
-          for (int64_t j = 0; j < kn; ++j) {
-            const T p = exp_neg(Si[j] - mnew);
-            Si[j] = p;
-            sum += p;
-          }
+          const T sum = exp_sum(Si, 0, kn, mnew);
           if (corr != T(1)) {
             T* Oi = O + i * Dv;
             for (int64_t d = 0; d < Dv; ++d) Oi[d] *= corr;
@@ -303,19 +320,13 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
         T* Si = S.data() + i * Wmax;
         int64_t lo = 0, hi = 0;
         if (!qv || qv[i0 + i]) band_mask_row(b, Si, i0 + i, j0, W, kv, lo, hi);
-        T mx = ninf;
-        for (int64_t j = lo; j < hi; ++j) mx = Si[j] > mx ? Si[j] : mx;
+        const T mx = row_max(Si, lo, hi);
         if (mx == ninf) {  // no allowed key: output 0, lse -inf
           std::fill(Si, Si + W, T(0));
           L[i] = ninf;
           continue;
         }
-        T sum = 0;
-        for (int64_t j = lo; j < hi; ++j) {
-          const T p = exp_neg(Si[j] - mx);
-          Si[j] = p;
-          sum += p;
-        }
+        const T sum = exp_sum(Si, lo, hi, mx);
         const T inv = T(1) / sum;  // normalise P here, in cache, instead of O after the product
         for (int64_t j = lo; j < hi; ++j) Si[j] *= inv;
         zero_outside(Si, lo, hi, W);
