@@ -11,6 +11,7 @@ positions, Longformer) is capped at its table: longer windows are a ``ValueError
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -99,6 +100,15 @@ class GenomeScanner:
             raise ValueError(
                 f"window={window} is longer than the model's position table allows ({limit} bases); "
                 "use a smaller window (windows overlap, nothing is lost)"
+            )
+        if limit is None and self.window > trained_window(cfg):
+            warnings.warn(
+                f"window={self.window} is longer than the {trained_window(cfg)} bases the model was trained on: "
+                "rotary positions allow it, but the model's global tokens then see more sequence than in "
+                "training and its spans can differ from trained-length windows (benchmarks/genome_scan.md "
+                "measures the CTCF recipe model's F1 falling with the window); check agreement first",
+                UserWarning,
+                stacklevel=2,
             )
         self.stride = check_positive("stride", default_stride(self.window) if stride is None else stride)
         if self.stride > self.window:

@@ -5,6 +5,7 @@ sorted, in bounds, strand-aware and identical to scanning each sequence as one s
 import gzip
 import importlib.util
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -143,8 +144,11 @@ def test_window_limits_and_bad_arguments():
     with pytest.raises(ValueError, match="longer than the model's position table allows"):
         GenomeScanner(absolute, tok, window=500)
     rotary = motif_model(max_tokens=130)
-    assert GenomeScanner(rotary, tok).window == 128  # the trained length by default
-    assert GenomeScanner(rotary, tok, window=4096).window == 4096  # rotary: any length on request
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the trained length (the default) does not warn
+        assert GenomeScanner(rotary, tok).window == 128
+    with pytest.warns(UserWarning, match="longer than the 128 bases the model was trained on"):
+        assert GenomeScanner(rotary, tok, window=4096).window == 4096  # rotary: any length on request
     with pytest.raises(ValueError, match="stride must be <= window"):
         GenomeScanner(motif_model(), tok, window=10, stride=11)
     with pytest.raises(ValueError, match="min_score must be a number in"):
