@@ -156,20 +156,24 @@ def main(argv=None) -> dict:
         from hf_sparse.genome.model_scan import load_scanner
 
         workers, threads = default_parallelism(args.workers, args.threads, args.device)
+        before = torch.get_num_threads()  # restored after the scan (main() is also called as a function)
         if threads:
             torch.set_num_threads(threads)
-        scanner = load_scanner(args.model, device=args.device, window=args.window, stride=args.stride,
-                               batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
-                               attention_backend=args.attention_backend, workers=workers)  # fmt: skip
-        names = scanner.model.config.motif_names
-        t = time.perf_counter()
-        n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
-        wall = time.perf_counter() - t
-        summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
-                            "stride": scanner.stride, "batch_size": scanner.batch_size, "workers": workers,
-                            "threads": torch.get_num_threads(),
-                            "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
-                            "bases_per_s": round(total / wall)}  # fmt: skip
+        try:
+            scanner = load_scanner(args.model, device=args.device, window=args.window, stride=args.stride,
+                                   batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
+                                   attention_backend=args.attention_backend, workers=workers)  # fmt: skip
+            names = scanner.model.config.motif_names
+            t = time.perf_counter()
+            n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
+            wall = time.perf_counter() - t
+            summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
+                                "stride": scanner.stride, "batch_size": scanner.batch_size, "workers": workers,
+                                "threads": threads or before,
+                                "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
+                                "bases_per_s": round(total / wall)}  # fmt: skip
+        finally:
+            torch.set_num_threads(before)
     if args.pwm:
         motifs = select_motifs(args.pwm, args.motif_ids, names)
         out = args.pwm_out or args.out

@@ -214,8 +214,10 @@ def test_script_writes_the_same_sorted_bed_for_plain_gzip_and_bgzip(tmp_path):
             "80",
             "--no-progress",
         ]
-        summary = scan_genome.main(args + ["--gff", str(tmp_path / f"{kind}.gff3")])
+        threads = torch.get_num_threads()
+        summary = scan_genome.main(args + ["--gff", str(tmp_path / f"{kind}.gff3"), "--workers", "2"])
         assert summary["model"]["hits"] > 0 and summary["format"] == kind
+        assert summary["model"]["threads"] == 1 and torch.get_num_threads() == threads  # restored
         beds[kind] = out.read_text()
     assert beds["plain"] == beds["gzip"] == beds["bgzf"]
     hits = read_bed(tmp_path / "plain.bed")
