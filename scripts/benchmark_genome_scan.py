@@ -120,6 +120,10 @@ def agreement(reference: str, predicted: str) -> dict:
     return compare_tracks(resolve_overlaps(read_bed(reference)), read_bed(predicted))
 
 
+def _n(x) -> str:
+    return "-" if x is None else f"{x:,}"
+
+
 def _f(x) -> str:
     return f"{x:.3f}"
 
@@ -163,13 +167,15 @@ def markdown(results: dict) -> str:
     if "windows" in results:
         wnd = results["windows"]
         out += [f"### Window length (first {wnd['slice']:,} bases of the fragment)", "",
-                "| window | stride | scan s | bases/s (scan) | peak RSS MB | F1 vs PWM exact | F1 vs PWM overlap | "
-                "agreement with the trained length (exact F1) | hits |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                "| window | stride | scan s | bases/s (scan) | scan CPU s | bases per CPU s | peak RSS MB | F1 vs PWM exact | "
+                "F1 vs PWM overlap | agreement with the trained length (exact F1) | hits |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for k, r in wnd.items():
             if k in ("slice", "pwm"):
                 continue
             m = r["summary"]["model"]
-            out.append(f"| {k} | {m['stride']} | {m['scan_s']} | {m['bases_per_s']:,} | {r['peak_rss_mb']} | "
+            out.append(f"| {k} | {m['stride']} | {m['scan_s']} | {m['bases_per_s']:,} | {m.get('scan_cpu_s', '-')} | "
+                       f"{_n(m.get('bases_per_cpu_s'))} | {r['peak_rss_mb']} | "
                        f"{_f(r['vs_pwm']['exact']['f1'])} | {_f(r['vs_pwm']['overlap']['f1'])} | "
                        f"{_f(r['vs_trained_length']['exact']['f1'])} | {m['hits']} |")  # fmt: skip
         out.append("")

@@ -164,14 +164,15 @@ def main(argv=None) -> dict:
                                    batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
                                    attention_backend=args.attention_backend, workers=workers)  # fmt: skip
             names = scanner.model.config.motif_names
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
-            wall = time.perf_counter() - t
+            wall, cpu = time.perf_counter() - t, time.process_time() - cpu
             summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
                                 "stride": scanner.stride, "batch_size": scanner.batch_size, "workers": workers,
                                 "threads": threads or before,
                                 "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
-                                "bases_per_s": round(total / wall)}  # fmt: skip
+                                "scan_cpu_s": round(cpu, 2), "bases_per_s": round(total / wall),
+                                "bases_per_cpu_s": round(total / max(cpu, 1e-9))}  # fmt: skip
         finally:
             torch.set_num_threads(before)
     if args.pwm:
