@@ -34,6 +34,8 @@ from hf_sparse.genome.pwm_scan import DEFAULT_THRESHOLD, pwm_scan, select_motifs
 from hf_sparse.genome.tracks import write_bed, write_gff3  # noqa: E402
 from hf_sparse.genome.windows import DEFAULT_SKIP_N  # noqa: E402
 
+MAX_DEFAULT_WORKERS = 8
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -71,7 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="SparseTransformer attention kernel for the scan (auto, sdpa, blocked, flex, dense; all exact).",
     )
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's).")
+    p.add_argument("--workers", type=int, default=None,
+                   help="Batches run at once, one thread each (default: the CPU cores this process may use, at "
+                        "most 8, on CPU; 1 on an accelerator).")  # fmt: skip
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch.set_num_threads (default: 1 with several workers, else torch's).")  # fmt: skip
     p.add_argument("--pwm", help="JASPAR or TRANSFAC matrix file for the PWM reference scan.")
     p.add_argument(
         "--motif-ids",
@@ -94,6 +100,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true", help="No progress bar.")
     p.add_argument("--summary", help="Also write the JSON summary to this file.")
     args = p.parse_args(argv)
+    for flag in ("workers", "threads", "batch_size"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     if len(args.inputs) > 2:
         p.error(f"give [MODEL] FASTA, got {len(args.inputs)} positional arguments")
     args.model, args.fasta = (None, args.inputs[0]) if len(args.inputs) == 1 else args.inputs
@@ -104,6 +114,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.model is None and not args.motif_ids:
         p.error("without a MODEL, choose the PWM's motifs with --motif-ids (e.g. MA0139.2)")
     return args
+
+
+def default_parallelism(
+    workers: int | None, threads: int | None, device: str | None
+) -> tuple[int, int | None]:
+    """``(workers, torch threads or None to leave torch's)``. On CPU: one worker per usable core (at most 8),
+    each on one torch thread. Two torch threads on a two-core host that other jobs share spin in their
+    barriers (7x the CPU time of one thread in benchmarks/genome_scan.md); one thread per batch and two
+    batches at once use both cores without that."""
+    if workers is None:
+        on_cpu = device is None or str(device).startswith("cpu")
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        workers = min(cores, MAX_DEFAULT_WORKERS) if on_cpu else 1
+    if threads is None and workers > 1:
+        threads = 1
+    return workers, threads
 
 
 def _write(path: str, hits, gff: str | None, fasta: FastaFile, source: str) -> int:
@@ -129,19 +155,26 @@ def main(argv=None) -> dict:
 
         from hf_sparse.genome.model_scan import load_scanner
 
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        scanner = load_scanner(args.model, device=args.device, window=args.window, stride=args.stride,
-                               batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
-                               attention_backend=args.attention_backend)  # fmt: skip
-        names = scanner.model.config.motif_names
-        t = time.perf_counter()
-        n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
-        wall = time.perf_counter() - t
-        summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
-                            "stride": scanner.stride, "batch_size": scanner.batch_size,
-                            "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
-                            "bases_per_s": round(total / wall)}  # fmt: skip
+        workers, threads = default_parallelism(args.workers, args.threads, args.device)
+        before = torch.get_num_threads()  # restored after the scan (main() is also called as a function)
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            scanner = load_scanner(args.model, device=args.device, window=args.window, stride=args.stride,
+                                   batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
+                                   attention_backend=args.attention_backend, workers=workers)  # fmt: skip
+            names = scanner.model.config.motif_names
+            t, cpu = time.perf_counter(), time.process_time()
+            n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
+            wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+            summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
+                                "stride": scanner.stride, "batch_size": scanner.batch_size, "workers": workers,
+                                "threads": threads or before,
+                                "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
+                                "scan_cpu_s": round(cpu, 2), "bases_per_s": round(total / wall),
+                                "bases_per_cpu_s": round(total / max(cpu, 1e-9))}  # fmt: skip
+        finally:
+            torch.set_num_threads(before)
     if args.pwm:
         motifs = select_motifs(args.pwm, args.motif_ids, names)
         out = args.pwm_out or args.out
@@ -153,7 +186,9 @@ def main(argv=None) -> dict:
                           "hits": n, "scan_s": round(wall, 2), "bases_per_s": round(total / wall)}  # fmt: skip
     fasta.close()
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
-    summary["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    summary["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)  # all threads, imports included
+    summary["peak_rss_mb"] = round(usage.ru_maxrss / 1024, 1)
     summary["load_average"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(summary, indent=2)
     print(text)

@@ -11,7 +11,10 @@ positions, Longformer) is capped at its table: longer windows are a ``ValueError
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import warnings
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
 import numpy as np
@@ -68,8 +71,12 @@ class GenomeScanner:
         span_decoding: ``"bio"`` or ``"fixed_length"`` (default the model's).
         device: where the model runs (default: where it is).
         attention_backend: a SparseTransformer backbone's attention kernel for this scan (``"sdpa"``,
-            ``"blocked"``, ...; all exact; default the model's). Dense ``"sdpa"`` is the fastest on CPU up
-            to about 1k-base windows (benchmarks/genome_scan.md) but grows with the window squared.
+            ``"blocked"``, ...; all exact; default the model's). ``"auto"`` picks dense ``"sdpa"`` for short
+            windows (the trained length) and the block kernel for long ones.
+        workers: batches in flight at once, each run by its own thread (torch releases the GIL inside its
+            kernels). On a CPU, ``workers=2`` with one torch thread each (``torch.set_num_threads(1)``)
+            keeps two cores busier than one batch at a time on two torch threads, whose small kernels
+            leave cores idle; the hits and their order do not change.
 
     Hits are dicts ``{"chrom", "start", "end", "motif", "score", "strand"}`` (0-based, half-open, genome
     coordinates; ``score`` the mean probability of the span's tags; ``strand`` the strand on which the
@@ -78,7 +85,8 @@ class GenomeScanner:
 
     def __init__(self, model, tokenizer, window: int | None = None, stride: int | None = None,
                  batch_size: int = 8, skip_n: int = DEFAULT_SKIP_N, min_score: float = 0.0,
-                 span_decoding: str | None = None, device=None, attention_backend: str | None = None):  # fmt: skip
+                 span_decoding: str | None = None, device=None, attention_backend: str | None = None,
+                 workers: int = 1):  # fmt: skip
         cfg = model.config
         if int(getattr(cfg, "kmer", 1)) != 1:
             raise ValueError(f"genome scanning needs a single-nucleotide model (kmer=1), got kmer={cfg.kmer}")
@@ -93,10 +101,20 @@ class GenomeScanner:
                 f"window={window} is longer than the model's position table allows ({limit} bases); "
                 "use a smaller window (windows overlap, nothing is lost)"
             )
+        if limit is None and self.window > trained_window(cfg):
+            warnings.warn(
+                f"window={self.window} is longer than the {trained_window(cfg)} bases the model was trained on: "
+                "rotary positions allow it, but the model's global tokens then see more sequence than in "
+                "training and its spans can differ from trained-length windows (benchmarks/genome_scan.md "
+                "measures the CTCF recipe model's F1 falling with the window); check agreement first",
+                UserWarning,
+                stacklevel=2,
+            )
         self.stride = check_positive("stride", default_stride(self.window) if stride is None else stride)
         if self.stride > self.window:
             raise ValueError(f"stride must be <= window, got stride={stride}, window={self.window}")
         self.batch_size = check_positive("batch_size", batch_size)
+        self.workers = check_positive("workers", workers)
         self.skip_n = check_positive("skip_n", skip_n)
         if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not 0 <= min_score <= 1:
             raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
@@ -140,9 +158,12 @@ class GenomeScanner:
 
     @torch.inference_mode()
     def predict(self, windows: list[str]) -> list[np.ndarray]:
-        """Per-base tag probabilities ``(len, tags)`` of each window (one forward pass)."""
+        """Per-base tag probabilities ``(len, tags)`` of each window (one forward pass). A batch of equal
+        windows (all but a segment's last, short one) goes without an attention mask: there is no padding
+        to hide, and the model skips the masking work (the same logits)."""
         ids, mask = self.encode(windows)
-        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+        mask = None if bool(mask.all()) else mask.to(self.device)
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask).logits
         probs = torch.softmax(logits.float(), -1).cpu().numpy()  # (B, N, tags)
         return [probs[k, 1 : len(w) + 1].astype(np.float64) for k, w in enumerate(windows)]
 
@@ -163,12 +184,13 @@ class GenomeScanner:
 
             bar = tqdm(total=total, desc="scan", unit="bp", unit_scale=True, dynamic_ncols=True)
         windows = iter_windows(fasta, self.window, self.stride, self.skip_n, chunk)
+        batches = iter(lambda: list(islice(windows, self.batch_size)), [])
         merger = decoder = None
         tags = len(self.model.config.id2label)
         done = 0
         try:
-            while batch := list(islice(windows, self.batch_size)):
-                for (w, bases), probs in zip(batch, self.predict([b for _, b in batch])):
+            for batch, predicted in self._predicted(batches):
+                for (w, bases), probs in zip(batch, predicted):
                     if w.start == w.seg_start:
                         merger = WindowMerger(w.seg_start, tags)
                         decoder = SpanDecoder(
@@ -187,6 +209,28 @@ class GenomeScanner:
             if bar is not None:
                 bar.update(total - done)
                 bar.close()
+
+    def _predicted(self, batches: Iterable[list]) -> Iterator[tuple[list, list[np.ndarray]]]:
+        """``(batch, probabilities)`` in batch order; with ``workers > 1`` the next batches run in threads
+        while the caller merges and decodes this one (at most ``workers`` batches held)."""
+        if self.workers == 1:
+            for batch in batches:
+                yield batch, self.predict([b for _, b in batch])
+            return
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="genome-scan") as pool:
+            pending: deque = deque()
+            try:
+                for batch in batches:
+                    pending.append((batch, pool.submit(self.predict, [b for _, b in batch])))
+                    if len(pending) == self.workers:
+                        batch, future = pending.popleft()
+                        yield batch, future.result()
+                while pending:
+                    batch, future = pending.popleft()
+                    yield batch, future.result()
+            finally:
+                for _, future in pending:
+                    future.cancel()
 
     def scan_sequence(self, sequence: str, name: str = "sequence") -> list[dict]:
         """Hits of one in-memory sequence (the same windows, merge and decoding as :meth:`scan`)."""

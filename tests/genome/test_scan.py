@@ -5,6 +5,7 @@ sorted, in bounds, strand-aware and identical to scanning each sequence as one s
 import gzip
 import importlib.util
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -143,8 +144,11 @@ def test_window_limits_and_bad_arguments():
     with pytest.raises(ValueError, match="longer than the model's position table allows"):
         GenomeScanner(absolute, tok, window=500)
     rotary = motif_model(max_tokens=130)
-    assert GenomeScanner(rotary, tok).window == 128  # the trained length by default
-    assert GenomeScanner(rotary, tok, window=4096).window == 4096  # rotary: any length on request
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the trained length (the default) does not warn
+        assert GenomeScanner(rotary, tok).window == 128
+    with pytest.warns(UserWarning, match="longer than the 128 bases the model was trained on"):
+        assert GenomeScanner(rotary, tok, window=4096).window == 4096  # rotary: any length on request
     with pytest.raises(ValueError, match="stride must be <= window"):
         GenomeScanner(motif_model(), tok, window=10, stride=11)
     with pytest.raises(ValueError, match="min_score must be a number in"):
@@ -210,8 +214,10 @@ def test_script_writes_the_same_sorted_bed_for_plain_gzip_and_bgzip(tmp_path):
             "80",
             "--no-progress",
         ]
-        summary = scan_genome.main(args + ["--gff", str(tmp_path / f"{kind}.gff3")])
+        threads = torch.get_num_threads()
+        summary = scan_genome.main(args + ["--gff", str(tmp_path / f"{kind}.gff3"), "--workers", "2"])
         assert summary["model"]["hits"] > 0 and summary["format"] == kind
+        assert summary["model"]["threads"] == 1 and torch.get_num_threads() == threads  # restored
         beds[kind] = out.read_text()
     assert beds["plain"] == beds["gzip"] == beds["bgzf"]
     hits = read_bed(tmp_path / "plain.bed")
@@ -281,3 +287,39 @@ def test_resolve_overlaps_keeps_the_best_of_each_chain():
         ("b", 12, "-"),
     ]
     assert np.isclose(compare_tracks(hits[2:3], hits)["exact"]["precision"], 1 / 5)
+
+
+def test_worker_threads_give_the_same_hits_in_the_same_order():
+    motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
+    model = motif_model(max_tokens=130, motifs=motifs, span_decoding="fixed_length")
+    records = planted_genome(seed=4)
+    runs = [list(GenomeScanner(model, DNATokenizer(), window=60, stride=45, batch_size=2, workers=w)
+                 .scan(MemoryFasta(records), progress=False)) for w in (1, 3)]  # fmt: skip
+    assert len(runs[0]) > 20 and runs[1] == runs[0]
+    with pytest.raises(ValueError, match="workers must be an int >= 1"):
+        GenomeScanner(model, DNATokenizer(), workers=0)
+
+
+def test_a_batch_of_equal_windows_predicts_as_with_padding():
+    """Equal windows go without an attention mask; each must still get what it gets next to a shorter one
+    (padded, with a mask) and alone."""
+    scanner = GenomeScanner(motif_model(max_tokens=130), DNATokenizer(), window=64)
+    rng = random.Random(5)
+    full = ["".join(rng.choice("ACGT") for _ in range(64)) for _ in range(2)]
+    unmasked = scanner.predict(full)
+    padded = scanner.predict([full[0], full[1][:23]])
+    alone = scanner.predict([full[1][:23]])
+    np.testing.assert_allclose(unmasked[0], padded[0], atol=1e-6)
+    np.testing.assert_allclose(padded[1], alone[0], atol=1e-6)
+    assert padded[1].shape == (23, 5)
+
+
+def test_script_parallelism_defaults_and_errors(capsys):
+    cores = len(scan_genome.os.sched_getaffinity(0))
+    assert scan_genome.default_parallelism(None, None, None) == (min(cores, 8), 1 if cores > 1 else None)
+    assert scan_genome.default_parallelism(None, None, "cuda") == (1, None)
+    assert scan_genome.default_parallelism(2, 3, None) == (2, 3)
+    assert scan_genome.default_parallelism(1, None, "cpu") == (1, None)
+    with pytest.raises(SystemExit):
+        scan_genome.parse_args(["model", "g.fa", "--out", "x.bed", "--workers", "0"])
+    assert "--workers must be >= 1, got 0" in capsys.readouterr().err
