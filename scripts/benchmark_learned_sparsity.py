@@ -209,7 +209,7 @@ def run_variant(name: str, variant: Variant, args, tokenizer, train, val) -> dic
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
             times.append(time.perf_counter() - start)
-            losses.append(float(out.loss))
+            losses.append(out.loss.item())
             step += 1
     val_loss = validation_loss(model, val, args.batch_size)
     if args.save_dir:
