@@ -264,6 +264,8 @@ def test_dropped_tokens_pass_through_the_residual_in_training_only():
     block = SparseTransformerMoeFeedForward(config, SparseTransformerExperts(config))
     torch.nn.init.normal_(block.experts.up_proj)
     torch.nn.init.normal_(block.experts.down_proj)
+    torch.nn.init.zeros_(block.experts.up_proj_bias)  # torch.empty until initialised: garbage, sometimes NaN
+    torch.nn.init.zeros_(block.experts.down_proj_bias)
     torch.nn.init.zeros_(block.router.weight)
     block.router.weight.data[0] = 1.0  # logits = [sum(x), 0]: route by the sign of each token's sum
     h = torch.randn(1, 16, 32)

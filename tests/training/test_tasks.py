@@ -29,6 +29,7 @@ def test_every_package_task_is_registered_under_one_name():
     ]
     assert sorted(package_tasks) == [
         "abstractive-summarization",
+        "causal-lm",
         "dialogue-response-selection",
         "dialogue-state-tracking",
         "dna-motif-detection",

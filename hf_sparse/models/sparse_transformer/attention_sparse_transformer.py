@@ -254,3 +254,25 @@ def _additive(mask, dtype):
     if mask is None or mask.dtype != torch.bool:
         return mask
     return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+class SparseTransformerSelfOutput(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, input_tensor):
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class SparseTransformerAttention(nn.Module):
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.self = SparseTransformerSelfAttention(config, layer_idx)
+        self.output = SparseTransformerSelfOutput(config)
+
+    def forward(self, hidden_states, **kwargs):
+        attn, weights = self.self(hidden_states, **kwargs)
+        return self.output(attn, hidden_states), weights

@@ -32,7 +32,7 @@ from transformers.utils.output_capturing import OutputRecorder
 from ...attention.adaptive_span import AdaptiveSpan
 from ...attention.dense import all_true
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
-from .attention_sparse_transformer import SparseTransformerSelfAttention, build_mask, left_padding
+from .attention_sparse_transformer import SparseTransformerAttention, build_mask, left_padding
 from .cache_sparse_transformer import SparsePatternCache
 from .configuration_sparse_transformer import SparseTransformerConfig
 from .embeddings_sparse_transformer import (
@@ -76,28 +76,6 @@ def _pick_cache(cache, past_key_values):
     if cache is not None and past_key_values is not None and cache is not past_key_values:
         raise ValueError("give the cache as `cache` or `past_key_values`, not both")
     return cache if cache is not None else past_key_values
-
-
-class SparseTransformerSelfOutput(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden_states, input_tensor):
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
-
-
-class SparseTransformerAttention(nn.Module):
-    def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.self = SparseTransformerSelfAttention(config, layer_idx)
-        self.output = SparseTransformerSelfOutput(config)
-
-    def forward(self, hidden_states, **kwargs):
-        attn, weights = self.self(hidden_states, **kwargs)
-        return self.output(attn, hidden_states), weights
 
 
 class SparseTransformerIntermediate(nn.Module):
