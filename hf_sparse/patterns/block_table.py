@@ -32,9 +32,10 @@ class BlockSet(Pattern):
         self.geometry = (block,)
         self._source = source
         # (Bt, Ht, num query blocks, nkb + 1) bool: key block kb is listed for query block qb; the last
-        # column (nkb = 1 + the largest listed block) answers every block past the table: False. One
-        # lookup per pair instead of a comparison with each of the K listed blocks. Built here, not in
-        # _mask, which FlexAttention traces.
+        # column (nkb = 1 + the largest listed block) answers every block past the table: False. The
+        # blocked kernel's rule (``_map_rule``) is one lookup per pair in it; FlexAttention traces
+        # ``_mask``, which compares with the K listed blocks: compiled, that is faster (flex BigBird(64)
+        # forward at 16k, same host, interleaved: 0.415 s with the comparisons, 0.496 s with the lookup).
         t = self.table
         nkb = int(t.max()) + 1 if t.numel() else 0
         self.block_map = torch.zeros(*t.shape[:-1], nkb + 1, dtype=torch.bool)
@@ -42,6 +43,14 @@ class BlockSet(Pattern):
         self.block_map[..., nkb] = False
 
     def _mask(self, b, h, i, j):
+        t = self.table.to(i.device) if isinstance(i, torch.Tensor) else self.table
+        rows = t[b if t.shape[0] > 1 else 0, h if t.shape[1] > 1 else 0]  # (nqb, K)
+        qb = torch.div(i, self.block, rounding_mode="floor").clamp(max=rows.shape[0] - 1)
+        kb = torch.div(j, self.block, rounding_mode="floor")
+        out = (rows[qb] == kb[..., None]).any(-1)
+        return out & (j <= i) if self.causal else out
+
+    def _map_rule(self, b, h, i, j):
         m = self.block_map.to(i.device) if isinstance(i, torch.Tensor) else self.block_map
         rows = m[b if m.shape[0] > 1 else 0, h if m.shape[1] > 1 else 0]  # (nqb, nkb + 1)
         qb = torch.div(i, self.block, rounding_mode="floor").clamp(max=rows.shape[0] - 1)
@@ -80,7 +89,10 @@ class BlockSet(Pattern):
         return Plan(
             [
                 Component(
-                    self._layout(q_len, kv_len, block), self._mask, q_offset=kv_len - q_len, name="block_set"
+                    self._layout(q_len, kv_len, block),
+                    self._map_rule,
+                    q_offset=kv_len - q_len,
+                    name="block_set",
                 )
             ]
         )
