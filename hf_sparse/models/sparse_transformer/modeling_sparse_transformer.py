@@ -27,6 +27,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     CausalLMOutputWithCrossAttentions,
 )
+from transformers.utils import logging
 from transformers.utils.output_capturing import OutputRecorder
 
 from ...attention.adaptive_span import AdaptiveSpan
@@ -58,6 +59,8 @@ from .moe_sparse_transformer import (
     router_losses,
     wants_router_logits,
 )
+
+logger = logging.get_logger(__name__)
 
 register_attention()  # "hf_sparse" in AttentionInterface/AttentionMaskInterface (also in a remote-code copy)
 
@@ -328,6 +331,14 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = bool(cfg.is_decoder and (cfg.use_cache if use_cache is None else use_cache))
+        checkpointing = any(getattr(layer, "gradient_checkpointing", False) for layer in self.encoder.layer)
+        if use_cache and checkpointing and self.training and torch.is_grad_enabled():
+            # the backward replay of a checkpointed layer would write the cache a second time; transformers'
+            # checkpointing layer drops the cache only under the names it knows (5.10: not `cache`), so here
+            logger.warning_once(
+                "use_cache=True is incompatible with gradient checkpointing: setting use_cache=False"
+            )
+            use_cache = False
         cache = self._cache(_pick_cache(cache, past_key_values), use_cache)
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         B, n = ref.shape
