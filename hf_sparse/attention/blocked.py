@@ -40,7 +40,7 @@ from ..patterns.base import Component, Plan
 from .band_backward import BAND_BACKWARD_MIN_BLOCKS, _backward_band, _band_tile
 from .dense import compute_dtype
 from .fused_components import _fused_band_args, _fused_kind, _FusedBand, _FusedBlockSparse
-from .prepare import _NEG_INF, _Prep, _prepare, _runs
+from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs
 
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
@@ -282,9 +282,7 @@ class _BlockSparse(torch.autograd.Function):
             d_out = torch.zeros_like(out)
         d_out = d_out.view(BH, p.nqb, p.c, -1)
         # delta_i = sum_d dO * O - dlse (the log-sum-exp output's own gradient folds in here)
-        # head by head: the products stay cache-sized instead of one (BH, n, D) temporary
-        out4 = out.view(BH, p.nqb, p.c, -1)
-        delta = torch.stack([(d_out[r].to(f32) * out4[r].to(f32)).sum(-1) for r in range(BH)])
+        delta = _row_dot(d_out, out.view(BH, p.nqb, p.c, -1), f32)  # in cache-sized steps
         if d_lse is not None:
             delta = delta - d_lse.view(BH, p.nqb, p.c).to(f32)
         lse4 = lse.view(BH, p.nqb, p.c)
