@@ -464,20 +464,52 @@ def merge_partials(parts):
     """Exact combination of softmax partials over disjoint key sets: [(out, lse)] -> out, lse."""
     if len(parts) == 1:
         return parts[0]
-    lses = torch.stack([l for _, l in parts])  # (P, B, H, n)
-    # log-sum-exp that stays differentiable where every part is -inf (a row with no allowed key):
-    # torch.logsumexp's gradient there is exp(-inf - -inf) = NaN; here it is 0
-    m = lses.detach().amax(0)
-    empty = torch.isinf(m)
-    m = torch.where(empty, torch.zeros_like(m), m)
-    total = torch.exp(lses - m).sum(0)
-    lse = torch.where(empty, torch.full_like(m, _NEG_INF), m + torch.log(torch.where(empty, 1.0, total)))
-    safe = torch.where(empty, torch.zeros_like(lse), lse)
-    out = None  # o_1 w_1, then one addcmul per further part: no extra passes over the output
-    for o, l in parts:
-        w = torch.exp(l - safe)[..., None].to(o.dtype)  # 0 where l = -inf
-        out = o * w if out is None else torch.addcmul(out, o, w)
-    return out, lse
+    return _Merge.apply(*[t for part in parts for t in part])
+
+
+def _merge_weights(lses, lse):
+    """w_i = exp(lse_i - lse), 0 where lse_i = -inf (also where every part is -inf: a row with no key)."""
+    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    return [torch.exp(l - safe) for l in lses]
+
+
+class _Merge(torch.autograd.Function):
+    """out = sum_i w_i o_i, lse = log sum_i exp(lse_i), w_i = exp(lse_i - lse). The backward is written
+    out (FlashAttention's identity): d o_i = g w_i, d lse_i = w_i (g . o_i - g . out + d lse), with the
+    row dots in cache-sized steps; autograd's version made two full-size products per part and reduced
+    them, and its log-sum-exp needed care where every part is -inf (torch.logsumexp's gradient is NaN)."""
+
+    @staticmethod
+    def forward(ctx, *flat):
+        outs, lses = list(flat[0::2]), list(flat[1::2])
+        stacked = torch.stack(lses)  # (P, B, H, n)
+        m = stacked.amax(0)
+        empty = torch.isinf(m)
+        m = torch.where(empty, torch.zeros_like(m), m)
+        total = torch.exp(stacked - m).sum(0)
+        lse = torch.where(empty, torch.full_like(m, _NEG_INF), m + torch.log(torch.where(empty, 1.0, total)))
+        out = None  # o_1 w_1, then one addcmul per further part: no extra passes over the output
+        for o, w in zip(outs, _merge_weights(lses, lse)):
+            w = w[..., None].to(o.dtype)
+            out = o * w if out is None else out.addcmul_(o, w)
+        ctx.save_for_backward(out, lse, *flat)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, g, g_lse):
+        out, lse, *flat = ctx.saved_tensors
+        outs, lses = flat[0::2], flat[1::2]
+        dt = lse.dtype
+        if g is None:
+            g = torch.zeros_like(out)
+        g_out = _row_dot(g, out, dt)  # g . out
+        if g_lse is not None:
+            g_out = g_out - g_lse.to(dt)
+        grads = []
+        for o, w in zip(outs, _merge_weights(lses, lse)):
+            grads.append(g * w[..., None].to(g.dtype))
+            grads.append(w * (_row_dot(g, o, dt) - g_out))
+        return tuple(grads)
 
 
 def blocked_attention(
