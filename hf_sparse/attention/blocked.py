@@ -361,9 +361,10 @@ def _accumulate(p: _Prep, dX: torch.Tensor, chunk: torch.Tensor, r0, r1, b, h, s
 
 def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """x (B, H, n, D), index (Bl, Hl, m) -> (B, H, m, D)."""
-    B, H, _, D = x.shape
-    if _class_stride(index, x.shape[2]):  # a transpose, not a gather (see _class_stride)
-        return _transpose_rows(x, _class_stride(index, x.shape[2]))
+    B, H, n, D = x.shape
+    d = _class_stride(index, n)
+    if d:  # a transpose, not a gather
+        return _transpose_rows(x, d)
     idx = index.to(x.device).expand(B, H, -1)
     return x.gather(2, idx[..., None].expand(-1, -1, -1, D))
 
