@@ -43,9 +43,6 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
         offset = (s * cs - dmax + top - base) * pitch + W + cs - 2
         return buf.as_strided((e - s, cs, Lw), (cs * pitch, 1, pitch - 1), offset)
 
-    def windows(x, n):  # (n, Lw, X) zero-copy windows of x's rows, starting every cs rows
-        return x.as_strided((n, Lw, x.shape[-1]), (cs * x.shape[-1], x.shape[-1], 1))
-
     # (cs, Lw) tile mask: row r sees column t iff offset t - r is allowed
     off = torch.arange(Lw, device=dev)[None, :] - torch.arange(cs, device=dev)[:, None]
     tile01 = ((off >= 0) & (off < W) & cols[off.clamp(0, W - 1)]).to(cdt)
@@ -53,24 +50,17 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
     P, dS = (torch.zeros((cap + 1) * pitch, device=dev, dtype=cdt) for _ in range(2))
     S = torch.empty(step, cs, Lw, device=dev, dtype=cdt)
     dP = torch.empty(step, cs, Lw, device=dev, dtype=cdt)
-    # one head's keys, values, queries and output gradients with zero rows around them
-    kp, vp = (
-        torch.zeros(k_rows, D, device=dev, dtype=cdt),
-        torch.zeros(k_rows, v.shape[-1], device=dev, dtype=cdt),
-    )
-    qp, dOp = torch.zeros(end, D, device=dev, dtype=cdt), torch.zeros(end, v.shape[-1], device=dev, dtype=cdt)
     neg_lse = (-lse4).view(BH, nb, cs)
     neg_delta = (-delta).view(BH, nb, cs, 1)
+    scale = p.scale
     for b, h, r0, r1 in p.groups:
         chunks = _band_chunks(p, b, h, cs, step, dmin, F_k, k_rows, tile01)
         for r in range(r0, r1):
-            kp[F_k : F_k + nk], vp[F_k : F_k + nk] = k[r], v[r]
-            # scaled queries: S = qp k^T and dK = dS^T qp need no further scaling
-            torch.mul(q[r].reshape(nq_pad, D), p.scale, out=qp[top : top + nq_pad])
-            dOp[top : top + nq_pad] = d_out[r].reshape(nq_pad, -1)
-            kw, vw = windows(kp, nb), windows(vp, nb)  # (nb, Lw, D)
-            Qt, dOt = qp[top : top + nq_pad].view(nb, cs, D), dOp[top : top + nq_pad].view(nb, cs, -1)
-            dOw, qw = windows(dOp, nkb), windows(qp, nkb)
+            # one head's rows, read in place (copied only from another dtype); windows past the
+            # sequence's ends are built per chunk (``_windows``): no padded copy of the head
+            kr, vr = k[r].to(cdt), v[r].to(cdt)
+            qr, dOr = q[r].reshape(nq_pad, D).to(cdt), d_out[r].reshape(nq_pad, -1).to(cdt)
+            Qt, dOt = qr.view(nb, cs, D), dOr.view(nb, cs, -1)
             dqr, dkr, dvr = dq[r].view(nb, cs, D), dk[r, : nkb * cs].view(nkb, cs, D), dv[r, : nkb * cs]
             dvr = dvr.view(nkb, cs, -1)
             base, done = 0, 0  # storage row of the buffers' first row; key tiles finished
@@ -90,25 +80,42 @@ def _backward_band(p, q, k, v, d_out, delta, lse4, dq, dk, dv):
                         buf[(nq_pad + top - base) * pitch : (end - base) * pitch].zero_()
                 Pq, dSq = qmajor(P, base, s, e), qmajor(dS, base, s, e)
                 Sx, dPx = S[: e - s], dP[: e - s]
-                # S - lse in one op; masked and underflowing entries are clamped (fast exp) then zeroed
-                torch.baddbmm(
-                    neg_lse[r, s:e, :, None].expand(e - s, cs, Lw),
-                    Qt[s:e],
-                    kw[s:e].transpose(1, 2),
-                    out=Sx,
-                )
+                kw = _windows(kr, s * cs + dmin, e - s, cs, Lw)  # keys of query tiles s..e
+                vw = _windows(vr, s * cs + dmin, e - s, cs, Lw)
+                # scale q k^T - lse in one op; masked and underflowing entries are clamped (fast exp),
+                # then zeroed
+                neg_l = neg_lse[r, s:e, :, None].expand(e - s, cs, Lw)
+                torch.baddbmm(neg_l, Qt[s:e], kw.transpose(1, 2), alpha=scale, out=Sx)
                 torch.mul(Sx.clamp_(-87.0, 0.0).exp_(), mask, out=Pq)
-                torch.baddbmm(
-                    neg_delta[r, s:e].expand(e - s, cs, Lw), dOt[s:e], vw[s:e].transpose(1, 2), out=dPx
-                )
+                # scale (dO v^T - delta): dS = P (dP - delta) comes out scaled, so dQ = dS K and
+                # dK = dS^T Q need no further pass
+                neg_d = neg_delta[r, s:e].expand(e - s, cs, Lw)
+                torch.baddbmm(neg_d, dOt[s:e], vw.transpose(1, 2), beta=scale, alpha=scale, out=dPx)
                 torch.mul(dPx, Pq, out=dSq)
-                torch.bmm(dSq, kw[s:e], out=dqr[s:e]).mul_(p.scale)  # while it is in cache
+                torch.bmm(dSq, kw, out=dqr[s:e])  # while it is in cache
                 # key tiles whose queries (down to row (kb + 1) cs - 1 - dmin) are all done
                 ready = nkb if last else min(nkb, max(done, (e * cs + dmin) // cs))
-                if ready > done:
-                    torch.bmm(kmajor(P, base, done, ready), dOw[done:ready], out=dvr[done:ready])
-                    torch.bmm(kmajor(dS, base, done, ready), qw[done:ready], out=dkr[done:ready])
+                if ready > done:  # the queries of key tile kb: rows kb * cs - dmax ..
+                    dOw = _windows(dOr, done * cs - dmax, ready - done, cs, Lw)
+                    qw = _windows(qr, done * cs - dmax, ready - done, cs, Lw)
+                    torch.bmm(kmajor(P, base, done, ready), dOw, out=dvr[done:ready])
+                    torch.bmm(kmajor(dS, base, done, ready), qw, out=dkr[done:ready])
                     done = ready
+
+
+def _windows(x: torch.Tensor, first: int, n: int, cs: int, Lw: int) -> torch.Tensor:
+    """(n, Lw, X) windows of x's rows (x: (rows, X), contiguous), window i from row first + i cs; rows
+    outside x read as zeros. A zero-copy view where every window lies inside x (all chunks but those at
+    the sequence's ends), else a copy of just the rows these windows span."""
+    rows, X = x.shape
+    last = first + (n - 1) * cs + Lw  # one past the last row read
+    if first >= 0 and last <= rows:
+        return x.as_strided((n, Lw, X), (cs * X, X, 1), x.storage_offset() + first * X)
+    buf = x.new_zeros(last - first, X)
+    lo, hi = max(first, 0), min(last, rows)
+    if hi > lo:
+        buf[lo - first : hi - first] = x[lo:hi]
+    return buf.as_strided((n, Lw, X), (cs * X, X, 1))
 
 
 def _band_tile(p: _Prep) -> int:

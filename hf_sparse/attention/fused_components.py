@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import fused
-from .prepare import _Prep
+from .prepare import _Prep, _row_dot
 
 # Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 64 over 32
 # and 128 at 8k, window 512 (contended, same process, alternating): forward 1.50 s vs 1.85 / 1.48 s,
@@ -52,15 +52,13 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool) -> str | None:
     backward."""
     if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
         return None
-    if not fused.available():
-        return None
     if p.mode == "band" and p.offsets is not None and p.offsets[1] - p.offsets[0] < FUSED_BAND_MAX_WIDTH:
         kind = "band"
     else:
         kind = "tables"
-    if fused.mode() == "all" or (kind, grad) in FUSED_DEFAULT:
-        return kind
-    return None
+    if fused.mode() != "all" and (kind, grad) not in FUSED_DEFAULT:
+        return None  # decided before loading: a process that never runs the kernel never loads it
+    return kind if fused.available() else None
 
 
 def _tile_blocks(p: _Prep, b: int, h: int, device):
@@ -156,7 +154,7 @@ def _fused_band_args(p: _Prep, B: int, H: int, device):
 
 def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> torch.Tensor:
     """delta_i = sum_d dO * O - dlse, 0 on rows with no allowed key (their outputs are constants)."""
-    delta = torch.stack([(d_out[r] * out[r]).sum(-1) for r in range(out.shape[0])])  # cache-sized
+    delta = _row_dot(d_out, out, out.dtype)  # in cache-sized steps
     if d_lse is not None:
         delta = delta - d_lse.to(delta.dtype)
     return torch.where(torch.isinf(lse), torch.zeros_like(delta), delta).contiguous()

@@ -43,5 +43,9 @@ def test_blocked_forward_backward_at_64k_is_linear_in_memory():
     grown = big["peak_mb"] - big["before_mb"]
     assert grown < one_head_scores_mb / 8, grown
     assert grown < 2.5 * tensors_mb, (grown, tensors_mb)
+    # what it must hold: out, the output gradient and the three input gradients (q, k, v come before);
+    # 10% more at most: the band backward's per-head padded copies of q/k/v/dO (68 MB) or whole-head
+    # temporaries that glibc kept resident (up to 150 MB) made it 1,085-1,160 MB against 960 MB
+    assert grown < 1.10 * 5 / 7 * tensors_mb, (grown, tensors_mb)
     # 4x the tokens -> at most ~4x the memory (linear, not quadratic)
     assert grown < 5 * (small["peak_mb"] - small["before_mb"]), (big, small)
