@@ -9,9 +9,9 @@ and 128-token blocks of ScisummNet paper text, and a SparseTransformerForCausalL
 spans it learned. Adding a variant is adding an entry.
 
 Per variant: validation loss (token cross-entropy, without auxiliary losses) after ``--steps`` steps, the
-median training step time (forward + backward + optimizer, after ``--warmup-steps``), the parameter count
+median training step time (forward + backward + optimizer, ``--timing-rounds`` steps per variant taken round-robin after training), the parameter count
 (total, and active per token: a token runs ``num_experts_per_tok`` of ``num_experts`` experts) and the
-learned spans. Step times on a shared machine are contended: the table says so, with the load average.
+learned spans. Step times are taken round-robin, so every variant runs under the same load (the table gives the load average).
 
 Examples::
 
@@ -117,7 +117,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--eval-blocks", type=int, default=64, help="Validation blocks the loss averages over."
     )
     parser.add_argument("--steps", type=int, default=200, help="Training steps per variant.")
-    parser.add_argument("--warmup-steps", type=int, default=5, help="Steps left out of the step-time median.")
+    parser.add_argument(
+        "--warmup-steps", type=int, default=5, help="Steps left out of the sequential step-time median."
+    )
+    parser.add_argument(
+        "--timing-rounds",
+        type=int,
+        default=20,
+        help="Round-robin steps per variant for the step-time column.",
+    )
     parser.add_argument("--batch-size", type=int, default=16, help="Blocks per training step.")
     parser.add_argument(
         "--learning-rate", type=float, default=2e-3, help="AdamW peak learning rate (cosine decay)."
@@ -132,6 +140,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("train_documents", "eval_documents", "eval_blocks", "steps", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.timing_rounds < 1:
+        parser.error(f"--timing-rounds must be >= 1, got {args.timing_rounds}")
     if not 0 <= args.warmup_steps < args.steps:
         parser.error(f"--warmup-steps must be in [0, --steps), got {args.warmup_steps}")
     return args
@@ -193,23 +203,27 @@ def run_variant(name: str, variant: Variant, args, tokenizer, train, val) -> dic
     loader = torch.utils.data.DataLoader(
         train, batch_size=args.batch_size, shuffle=True, generator=order, drop_last=True
     )
+
+    def train_step(batch) -> float:
+        start = time.perf_counter()
+        out = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        )
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+        return out.loss.item()
+
     times, losses, step = [], [], 0
     model.train()
     while step < args.steps:
         for batch in loader:
             if step == args.steps:
                 break
-            start = time.perf_counter()
-            out = model(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
-            )
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad(set_to_none=True)
-            times.append(time.perf_counter() - start)
-            losses.append(out.loss.item())
+            losses.append(train_step(batch))
             step += 1
     val_loss = validation_loss(model, val, args.batch_size)
     if args.save_dir:
@@ -222,13 +236,27 @@ def run_variant(name: str, variant: Variant, args, tokenizer, train, val) -> dic
         "validation_loss": val_loss,
         "validation_perplexity": math.exp(val_loss),
         "final_train_loss": statistics.fmean(losses[-10:]),
-        "step_time_s": statistics.median(times[args.warmup_steps :]),
+        "step_time_sequential_s": statistics.median(times[args.warmup_steps :]),
         "parameters_total": total,
         "parameters_active": active,
         "learned_spans": variant.learned_spans(model) if variant.learned_spans is not None else None,
     }
     print(json.dumps(row), flush=True)
-    return row
+    timing = {"times": times, "step": train_step, "batch": next(iter(loader))}
+    return row, timing
+
+
+def interleaved_step_times(rows, timings, rounds: int) -> None:
+    """Step time of every variant from ``rounds`` more steps taken round-robin (one step of each variant in
+    turn, on one fixed batch, after the validation loss and the save): every variant sees the same load, so
+    the times compare on a shared host. Sets ``step_time_s`` (the median)."""
+    for timing in timings:
+        timing["times"].clear()
+    for _ in range(rounds):
+        for timing in timings:
+            timing["step"](timing["batch"])
+    for row, timing in zip(rows, timings):
+        row["step_time_s"] = statistics.median(timing["times"])
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -244,8 +272,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"losses) over {meta['eval_blocks']} validation blocks. Active parameters: what one token runs "
         "(a mixture-of-experts layer counts its top-k experts only).",
         "",
-        f"**Step times are contended**: {meta['machine']}, shared with other jobs (load average "
-        f"{meta['load_before']} before, {meta['load_after']} after); compare them within this table only.",
+        f"Step time: median of {meta['timing_rounds']} training steps (forward, backward, optimizer) per variant "
+        "taken round-robin after training (one step of each variant in turn, one fixed batch), so every variant "
+        f"ran under the same load: {meta['machine']}, load average {meta['load_before']} before, "
+        f"{meta['load_after']} after (a shared host: compare the times within this table).",
         "",
         "| variant | description | validation loss | perplexity | step time (s) | parameters (total) | parameters (active) | learned spans |",
         "|---|---|---:|---:|---:|---:|---:|---|",
@@ -268,7 +298,11 @@ def main(argv=None) -> int:
     started = time.time()
     load_before = os.getloadavg()[0]
     tokenizer, train, val = build_data(args)
-    rows = [run_variant(name, VARIANTS[name], args, tokenizer, train, val) for name in args.variants]
+    rows, timings = zip(
+        *(run_variant(name, VARIANTS[name], args, tokenizer, train, val) for name in args.variants)
+    )
+    interleaved_step_times(rows, timings, args.timing_rounds)
+    rows = list(rows)
     meta = {
         "command": "python scripts/benchmark_learned_sparsity.py "
         + shlex.join(sys.argv[1:] if argv is None else argv),
@@ -281,6 +315,7 @@ def main(argv=None) -> int:
         "steps": args.steps,
         "batch_size": args.batch_size,
         "seed": args.seed,
+        "timing_rounds": args.timing_rounds,
         "machine": f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads",
         "load_before": round(load_before, 1),
