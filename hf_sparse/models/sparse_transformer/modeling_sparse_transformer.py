@@ -331,8 +331,12 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = bool(cfg.is_decoder and (cfg.use_cache if use_cache is None else use_cache))
-        checkpointing = any(getattr(layer, "gradient_checkpointing", False) for layer in self.encoder.layer)
-        if use_cache and checkpointing and self.training and torch.is_grad_enabled():
+        if (
+            use_cache
+            and self.training
+            and torch.is_grad_enabled()
+            and any(getattr(layer, "gradient_checkpointing", False) for layer in self.encoder.layer)
+        ):
             # the backward replay of a checkpointed layer would write the cache a second time; transformers'
             # checkpointing layer drops the cache only under the names it knows (5.10: not `cache`), so here
             logger.warning_once(
