@@ -278,8 +278,9 @@ class _BlockSparse(torch.autograd.Function):
         p: _Prep = ctx.p
         BH, nq_pad, D = q.shape
         f32 = compute_dtype(q.dtype)
-        if d_out is None:
-            d_out = torch.zeros_like(out)
+        # contiguous: the band backward reads windows of it with as_strided (``out.sum().backward()``
+        # hands in an expanded, stride-0 gradient)
+        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous()
         d_out = d_out.view(BH, p.nqb, p.c, -1)
         # delta_i = sum_d dO * O - dlse (the log-sum-exp output's own gradient folds in here)
         delta = _row_dot(d_out, out.view(BH, p.nqb, p.c, -1), f32)  # in cache-sized steps

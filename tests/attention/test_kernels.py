@@ -499,3 +499,27 @@ def test_fused_mode_rejects_unknown_values(monkeypatch):
     for value, expected in (("0", "off"), ("1", "auto"), ("ALL", "all"), ("auto", "auto")):
         monkeypatch.setenv("HF_SPARSE_FUSED", value)
         assert fused.mode() == expected
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_band_backward_takes_a_broadcast_output_gradient(dtype, monkeypatch):
+    """``out.sum().backward()`` hands the kernel an expanded (stride-0) gradient; the band backward reads
+    windows of it with ``as_strided`` and must not assume its own layout (it raised "out of bounds for
+    storage" once the buffers slide). The pure-PyTorch band path (the compiled band kernel's fallback)."""
+    import hf_sparse.attention.band_backward as band_backward
+    import hf_sparse.attention.blocked as blocked
+
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
+    monkeypatch.setattr(band_backward, "BACKWARD_ELEMENTS", 4 * 32 * 128)  # chunks of 4 query tiles
+    calls = []
+    real = blocked._backward_band
+    monkeypatch.setattr(blocked, "_backward_band", lambda p, *a: calls.append(p.offsets) or real(p, *a))
+    q, k, v = (t.to(dtype).detach().requires_grad_() for t in _inputs(1024, D=16))
+    pattern = P.SlidingWindow(window=96)
+    sparse_attention(q, k, v, pattern, backend="blocked", block_size=32).sum().backward()
+    q2, k2, v2 = (t.detach().requires_grad_() for t in (q, k, v))
+    sparse_attention(q2, k2, v2, pattern, backend="dense").sum().backward()
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    for a, b in zip((q.grad, k.grad, v.grad), (q2.grad, k2.grad, v2.grad)):
+        torch.testing.assert_close(a, b, atol=tol, rtol=0)
+    assert calls
