@@ -270,7 +270,9 @@ def main():
             if "tokens_per_s" in r:
                 speed = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref else "—"
                 prof = " / ".join(f"{v:.2f}" for v in r["profile_s"].values())
-                rates = f"{r['matmul_before']:.0f} -> {r['matmul_after']:.0f}" + ("*" if "rate_moved" in r else "")
+                rates = f"{r['matmul_before']:.0f} -> {r['matmul_after']:.0f}" + (
+                    "*" if "rate_moved" in r else ""
+                )
                 lines.append(
                     f"| {r['model']} | {n:,} | {r['tokens_per_s']:.0f} | {r['time_s']:.2f} | {r['x_bound']:.2f}x | "
                     f"{rates} | {r['peak_rss_mb']:.0f} | {speed} | {prof} |"
