@@ -107,15 +107,23 @@ _COPY_OPS = ("aten::copy_", "aten::clone", "aten::contiguous", "aten::cat", "ate
              "aten::scatter_add", "aten::index_add_", "aten::pad", "aten::constant_pad_nd", "aten::repeat_interleave")  # fmt: skip
 
 
+# hf_sparse's attention as autograd functions (their events, forward and backward, include every op they run)
+_ATTENTION_FUNCTIONS = ("_BlockSparse", "_FusedBand", "_FusedBlockSparse", "_Merge")
+
+
 def profile_step(step) -> dict:
-    """Self CPU time of one step by category (seconds)."""
+    """Self CPU time of one step by category (seconds), plus the inclusive time of hf_sparse's attention
+    functions (kernels, their matmuls and elementwise work, the merge of components; forward and backward)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
     cats = {"matmul": 0.0, "attention kernels": 0.0, "copies": 0.0, "elementwise and other": 0.0}
+    sparse = 0.0
     for e in prof.key_averages():
         t = e.self_cpu_time_total / 1e6
+        if e.key.removesuffix("Backward") in _ATTENTION_FUNCTIONS:
+            sparse += e.cpu_time_total / 1e6
         if e.key in _MATMUL_OPS:
             cats["matmul"] += t
         elif "hf_sparse_fused" in e.key or "flash_attention" in e.key or "scaled_dot_product" in e.key:
@@ -124,6 +132,7 @@ def profile_step(step) -> dict:
             cats["copies"] += t
         else:
             cats["elementwise and other"] += t
+    cats["hf_sparse attention, inclusive"] = sparse
     return cats
 
 
@@ -252,7 +261,9 @@ def main():
         "FLOP bound of each row at the fp32 4096^2 matmul rate measured just before and after it (`matmul`, "
         f"GFLOP/s; a row where it moved by more than {MAX_RATE_MOVE:.0%} ran again, up to `--attempts`; rows still "
         f"marked * moved). Host rate at the start {rate_before:.0f}, at the end {rate_after:.0f} GFLOP/s. "
-        "Profile: self CPU time of one extra step (matmul / attention kernels / copies / elementwise and other).",
+        "Profile: self CPU time of one extra step (matmul / attention kernels / copies / elementwise and other), then "
+        "the inclusive time of hf_sparse's attention functions, forward and backward (their matmuls and elementwise "
+        "work included; 0 for the other models).",
         "",
         "| model | n | tokens/s | s/step | x FLOP bound | matmul (GFLOP/s) | peak RSS (MB) | speed-up vs LongformerForMaskedLM | profile (s) |",
         "|---|---|---|---|---|---|---|---|---|",
