@@ -40,6 +40,10 @@ SHAPE = dict(
 )
 WINDOW = 512
 MAX_RATE_MOVE = 0.10  # a (model, n) whose matmul rate moved by more than this runs again
+# ``--malloc-no-mmap``: glibc serves every allocation from its heap and keeps freed memory, so the large
+# activations of one step reuse the pages of the last instead of new, zero-filled mmaps (glibc maps anything
+# above 32 MB afresh and the kernel faults it in page by page on every step).
+NO_MMAP_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 
 
 def build(name: str, n: int):
@@ -185,12 +189,12 @@ def _write(path, text):
     os.replace(path + ".tmp", path)
 
 
-def _measure(name: str, n: int, budget_s: float) -> dict:
+def _measure(name: str, n: int, budget_s: float, env=None) -> dict:
     """One (model, n) in a fresh process, between two measurements of the matmul rate; its FLOP bound at
     the mean of the two."""
     rec = {"model": name, "n": n, "matmul_before": matmul_gflops()}
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps([name, n, budget_s])]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rec["matmul_after"] = matmul_gflops()
     rate = (rec["matmul_before"] + rec["matmul_after"]) / 2
     if proc.returncode != 0:
@@ -221,6 +225,11 @@ def main():
     ap.add_argument("--budget-s", type=float, default=60.0, help="time budget for the timed repetitions")
     ap.add_argument("--only", nargs="*", help="run models whose name contains one of these strings")
     ap.add_argument("--attempts", type=int, default=3, help="runs of a (model, n) whose matmul rate moved")
+    ap.add_argument(
+        "--malloc-no-mmap",
+        action="store_true",
+        help=f"run every model with glibc's {' '.join(f'{k}={v}' for k, v in NO_MMAP_ENV.items())} (see NO_MMAP_ENV)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.attempts < 1:
@@ -230,11 +239,12 @@ def main():
         print(json.dumps(worker(name, n, budget)))
         return
     records, started = [], time.perf_counter()
+    env = dict(os.environ, **NO_MMAP_ENV) if args.malloc_no_mmap else None
     models = [m for m in MODELS if not args.only or any(s in m for s in args.only)]
     for n in args.sizes:
         for name in models:
             for attempt in range(1, args.attempts + 1):
-                rec = _measure(name, n, args.budget_s)
+                rec = _measure(name, n, args.budget_s, env)
                 moved = rec["matmul_after"] / rec["matmul_before"] - 1
                 if abs(moved) <= MAX_RATE_MOVE or attempt == args.attempts or "error" in rec:
                     break
@@ -257,6 +267,16 @@ def main():
         f"B=1, hidden {SHAPE['hidden_size']}, {SHAPE['num_attention_heads']} heads, FFN {SHAPE['intermediate_size']}, "
         f"{SHAPE['num_hidden_layers']} layers, vocabulary {SHAPE['vocab_size']}, window {WINDOW}, first token global, float32, CPU. "
         "Each (model, n) ran in a fresh process; median step time. See the script's docstring for why the vocabulary is small.",
+        *(
+            [
+                "",
+                "Every model ran with glibc's "
+                + ", ".join(f"`{k}={v}`" for k, v in NO_MMAP_ENV.items())
+                + " (`--malloc-no-mmap`): large allocations reuse heap memory instead of fresh mmaps.",
+            ]
+            if args.malloc_no_mmap
+            else []
+        ),
         "",
         "FLOP bound of each row at the fp32 4096^2 matmul rate measured just before and after it (`matmul`, "
         f"GFLOP/s; a row where it moved by more than {MAX_RATE_MOVE:.0%} ran again, up to `--attempts`; rows still "
