@@ -127,7 +127,7 @@ def main():
     for name in args.patterns:
         pattern = P.from_dict(SPECS[name])
         for n in args.sizes:
-            pairs = pattern.density(n) * n * n
+            pairs = pattern.density(n) * n * n * H  # every head
             bound = (4 if args.forward else 12) * pairs * D / (rate0 * 1e9)
             g = torch.Generator().manual_seed(0)
             q, k, v = (

@@ -41,12 +41,28 @@ def enabled() -> bool:
 
 
 def _arch_flags() -> list[str]:
+    """Vector flags for this CPU, with the ``CPU_CAPABILITY_*`` macro that makes ATen's vector type
+    (``at::vec::Vectorized``, which the kernel's exp and row passes use) 16 or 8 floats wide; without
+    either it is ATen's scalar default."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
     except OSError:
         return []
-    return ["-mavx2", "-mfma"] if " avx2" in flags and " fma" in flags else []
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} <= flags:
+        return [
+            "-mavx512f",
+            "-mavx512bw",
+            "-mavx512vl",
+            "-mavx512dq",
+            "-mavx2",
+            "-mfma",
+            "-DCPU_CAPABILITY=AVX512",
+            "-DCPU_CAPABILITY_AVX512",
+        ]
+    if {"avx2", "fma"} <= flags:
+        return ["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
+    return []
 
 
 @functools.cache

@@ -19,6 +19,8 @@
 // take no padded copies: the last query / key block is cut to the rows that exist.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -61,24 +63,66 @@ void gemm_rm(bool ta, bool tb, int m, int n, int k, T alpha, const T* A, int lda
   }
 }
 
-// exp(x) for x <= 0, exactly 0 below -87 (masked entries are -inf): branch-free, so it vectorises.
-inline float exp_neg(float x) {
-  const float xc = x < -87.f ? -87.f : x;
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * r * r + r + 1.f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(float));
-  return x < -87.f ? 0.f : p * scale;
+// Element-wise passes over score rows, float on ATen's vector type (AVX-512 / AVX2 where fused.py
+// compiled for it: CPU_CAPABILITY_*, else its scalar default) with its exp_u20 (the exp torch's own CPU
+// flash kernel uses: 20 ulp, exactly 0 for -inf), double as plain loops (tests). Written with explicit
+// vectors: GCC left the inlined ``omp simd`` exp loop scalar inside the kernels (perf: the band forward
+// spent as long in that loop as in its products).
+using fVec = at::vec::Vectorized<float>;
+constexpr int64_t kV = fVec::size();
+
+template <typename T>
+inline T exp_scalar(T x) { return std::exp(x); }
+
+// max of Si[lo, hi) (-inf if empty)
+template <typename T>
+inline T row_max(const T* Si, int64_t lo, int64_t hi) {
+  T mx = -std::numeric_limits<T>::infinity();
+  int64_t j = lo;
+  if constexpr (std::is_same_v<T, float>) {
+    if (hi - lo >= kV) {
+      fVec m = fVec::loadu(Si + j);
+      for (j += kV; j + kV <= hi; j += kV) m = at::vec::maximum(m, fVec::loadu(Si + j));
+      mx = at::vec::vec_reduce_all<float>([](fVec& a, fVec& b) { return at::vec::maximum(a, b); }, m);
+    }
+  }
+  for (; j < hi; ++j) mx = Si[j] > mx ? Si[j] : mx;
+  return mx;
 }
-inline double exp_neg(double x) { return std::exp(x); }
+
+// Si[j] = exp(Si[j] - mx) over [lo, hi), in place; returns their sum.
+template <typename T>
+inline T exp_sum(T* Si, int64_t lo, int64_t hi, T mx) {
+  T sum = 0;
+  int64_t j = lo;
+  if constexpr (std::is_same_v<T, float>) {
+    const fVec vm(mx);
+    fVec acc(0.f);
+    for (; j + kV <= hi; j += kV) {
+      const fVec p = (fVec::loadu(Si + j) - vm).exp_u20();
+      p.store(Si + j);
+      acc = acc + p;
+    }
+    sum = at::vec::vec_reduce_all<float>([](fVec& a, fVec& b) { return a + b; }, acc);
+  }
+  for (; j < hi; ++j) {
+    const T p = exp_scalar(Si[j] - mx);
+    Si[j] = p;
+    sum += p;
+  }
+  return sum;
+}
+
+// x[0, n) *= a
+template <typename T>
+inline void scale_row(T* x, int64_t n, T a) {
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    const fVec va(a);
+    for (; j + kV <= n; j += kV) (fVec::loadu(x + j) * va).store(x + j);
+  }
+  for (; j < n; ++j) x[j] *= a;
+}
 
 struct Tables {
   const int32_t* kv;      // (G, nqb, K)
@@ -111,35 +155,21 @@ inline void mask_row(T* Si, const uint8_t* mi, int64_t n) {
   for (int64_t j = 0; j < n; ++j) Si[j] = mi[j] ? Si[j] : ninf;
 }
 
-// max of Si[lo, hi) (-inf if empty). ``omp simd`` lets the reduction vectorise (without it the float
-// reduction's order is fixed and the loop stays scalar).
-template <typename T>
-inline T row_max(const T* Si, int64_t lo, int64_t hi) {
-  T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = lo; j < hi; ++j) mx = Si[j] > mx ? Si[j] : mx;
-  return mx;
-}
-
-// Si[j] = exp(Si[j] - mx) over [lo, hi), in place; returns their sum (vectorised like ``row_max``).
-template <typename T>
-inline T exp_sum(T* Si, int64_t lo, int64_t hi, T mx) {
-  T sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = lo; j < hi; ++j) {
-    const T p = exp_neg(Si[j] - mx);
-    Si[j] = p;
-    sum += p;
-  }
-  return sum;
-}
-
 // Probabilities P = exp(S - lse) and dS = P (dP - delta) of one score row, in place (masked entries
 // are -inf in S and come out 0 in both). The backward of both component kinds shares this.
 template <typename T>
 inline void grad_row(T* Pi, T* dSi, int64_t n, T lse, T delta) {
-  for (int64_t j = 0; j < n; ++j) {
-    const T p = exp_neg(Pi[j] - lse);
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    const fVec vl(lse), vd(delta);
+    for (; j + kV <= n; j += kV) {
+      const fVec p = (fVec::loadu(Pi + j) - vl).exp_u20();
+      p.store(Pi + j);
+      (p * (fVec::loadu(dSi + j) - vd)).store(dSi + j);
+    }
+  }
+  for (; j < n; ++j) {
+    const T p = exp_scalar(Pi[j] - lse);
     Pi[j] = p;
     dSi[j] = p * (dSi[j] - delta);
   }
@@ -181,12 +211,9 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
             continue;
           }
           const T mnew = mx > m[i] ? mx : m[i];
-          const T corr = m[i] == ninf ? T(0) : exp_neg(m[i] - mnew);
+          const T corr = m[i] == ninf ? T(0) : exp_scalar(m[i] - mnew);
           const T sum = exp_sum(Si, 0, kn, mnew);
-          if (corr != T(1)) {
-            T* Oi = O + i * Dv;
-            for (int64_t d = 0; d < Dv; ++d) Oi[d] *= corr;
-          }
+          if (corr != T(1)) scale_row(O + i * Dv, Dv, corr);
           l[i] = l[i] * corr + sum;
           m[i] = mnew;
         }
@@ -196,8 +223,7 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
       for (int64_t i = 0; i < qn; ++i) {
         T* Oi = O + i * Dv;
         if (l[i] > T(0)) {
-          const T inv = T(1) / l[i];
-          for (int64_t d = 0; d < Dv; ++d) Oi[d] *= inv;
+          scale_row(Oi, Dv, T(1) / l[i]);
           L[i] = m[i] + std::log(l[i]);
         } else {
           std::fill(Oi, Oi + Dv, T(0));
@@ -299,7 +325,7 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH * ntiles, 1, [&](int64_t begin, int64_t end) {
     SequentialBlas seq;
-    std::vector<T> S(R * Wmax);
+    std::vector<T> S(R * Wmax), inv(R);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t r = task / ntiles, i0 = (task % ntiles) * R, qn = std::min(R, nq - i0);
       T* O = out + (r * nq + i0) * Dv;
@@ -324,15 +350,16 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
         if (mx == ninf) {  // no allowed key: output 0, lse -inf
           std::fill(Si, Si + W, T(0));
           L[i] = ninf;
+          inv[i] = T(0);
           continue;
         }
         const T sum = exp_sum(Si, lo, hi, mx);
-        const T inv = T(1) / sum;  // normalise P here, in cache, instead of O after the product
-        for (int64_t j = lo; j < hi; ++j) Si[j] *= inv;
+        inv[i] = T(1) / sum;  // normalised in O after the product: Dv entries per row, not W
         zero_outside(Si, lo, hi, W);
         L[i] = mx + std::log(sum);
       }
       gemm_rm<T>(false, false, qn, Dv, W, T(1), S.data(), Wmax, v + (r * nk + j0) * Dv, Dv, T(0), O, Dv);
+      for (int64_t i = 0; i < qn; ++i) scale_row(O + i * Dv, Dv, inv[i]);
     }
   });
 }
