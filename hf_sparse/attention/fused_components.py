@@ -21,26 +21,19 @@ FUSED_BAND_MAX_WIDTH = 4096
 
 
 # Where the compiled kernels run by default: (kind, with gradients). Measured, B=1 H=12 D=64 float32,
-# n=16384, compiled kernel (OpenMP build, vectorised exp) vs the pure-PyTorch path of ``blocked.py``:
+# both paths in one process, alternating (``scripts/compare_kernel_paths.py --paths fused fallback``,
+# idle host, 2 threads, matmul 186-193 GFLOP/s), seconds compiled / pure-PyTorch path of ``blocked.py``:
 #
-# * idle host (load 0.05, the lead, before the OpenMP build: the kernel ran on one of the 2 cores),
-#   SlidingWindow(512) band kernel / PyTorch path: forward 0.755 / 0.178 s, forward+backward
-#   1.78 / 0.745 s; with -fopenmp: 0.40-0.50 / 0.178 s and 1.0-1.17 / 0.745 s;
-# * contended host (load 9, 5 engineers), one thread each, same process, alternating, 3 runs after
-#   a warm-up, matmul 96-108 GFLOP/s (``scripts/compare_kernel_paths.py --paths fused fallback
-#   --threads 1 --sizes 16384``, with and without ``--forward``): ratio compiled / PyTorch
-#   SlidingWindow(512) forward 1.81, forward+backward 1.14 (band kernel); BigBird(64) forward 1.10,
-#   forward+backward 0.78; Strided(128) forward 0.92, forward+backward 1.00 (table kernel for its
-#   gathered columns, band kernel for its local band). Again at load 17 (matmul 54 -> 20 GFLOP/s, 2 runs),
-#   this rule / PyTorch: BigBird(64) forward+backward 0.65, Strided(128) 0.78; the same path twice
-#   gave 0.96-1.19 there, so only differences well beyond 20% count.
+# * n=16384 forward+backward: SlidingWindow(512) 0.704 / 1.247, causal window 0.716 / 1.265,
+#   BigBird(64) 1.154 / 2.317, Strided(128) 0.742 / 1.180, Fixed(128, 8) 1.011 / 3.637,
+#   Dilated(256, 2) 0.631 / 1.382, Longformer(512) + a global token 1.025 / 1.736;
+# * n=16384 forward (no grad): SlidingWindow 0.206 / 0.301, BigBird 0.403 / 0.759, Strided 0.256 / 0.435;
+# * n=1024 and 4096 forward+backward: SlidingWindow 0.044 / 0.101 and 0.167 / 0.322, BigBird
+#   0.061 / 0.137 and 0.256 / 0.540, Strided 0.030 / 0.053 and 0.138 / 0.223.
 #
-# So only the table kernel's forward+backward wins (BigBird 22% faster); everything else stays on the
-# PyTorch path, which the committed ``benchmarks/attention.md`` figures were measured on.
-# ``HF_SPARSE_FUSED=all`` runs the compiled kernels wherever they apply (the tests check both paths).
-# Not yet measured on an idle host with 2 threads: ``compare_kernel_paths.py --paths new fallback``
-# there says whether the table kernel's 22% holds (if it loses, this set becomes empty).
-FUSED_DEFAULT = {("tables", True)}
+# So the compiled kernels run everywhere they apply. (Before their exp and row passes were written with
+# explicit vectors, GCC had left them scalar and only the table kernel's forward+backward won.)
+FUSED_DEFAULT = {("band", False), ("band", True), ("tables", False), ("tables", True)}
 
 
 def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool) -> str | None:
