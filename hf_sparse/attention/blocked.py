@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from ..patterns.base import Component, Plan
 from .band_backward import BAND_BACKWARD_MIN_BLOCKS, _backward_band, _band_tile
 from .dense import compute_dtype
-from .fused_components import _fused_band_args, _fused_kind, _FusedBand, _FusedBlockSparse
+from .fused_components import _fused_band_args, _fused_kind, _fused_tables, _FusedPlan, _Rows, _Run
+from .merge import merge_partials
 from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs
 
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
@@ -390,29 +391,52 @@ def _transpose_rows(x: torch.Tensor, d: int) -> torch.Tensor:
     return x.view(B, H, n // d, d, X).transpose(2, 3).reshape(B, H, n, X)
 
 
-def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, seed=0):
-    """One component -> (out (B, H, nq, Dv), lse (B, H, nq)) in the query tensor's rows."""
+def _component_rows(index, valid, n: int, B: int, H: int, device) -> _Rows:
+    """Where a component's rows are in a tensor of n rows (``fused_components._Rows``)."""
+    if index is None:
+        return _Rows()
+    d = _class_stride(index, n) if valid is None else 0
+    if d:
+        return _Rows(d=d)
+    flat = index.to(device).expand(B, H, -1).reshape(B * H, -1)
+    if valid is not None:
+        valid = valid.to(device)[:, None, :].expand(B, H, -1).reshape(B * H, -1)
+    return _Rows(index=flat, valid=valid)
+
+
+def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
+    """(run, prep): the component as a run of the plan's one compiled node (``_FusedPlan``), or None
+    where it runs on the PyTorch path (``run_component``, which takes the preparation)."""
+    B, H, n = q.shape[:3]
+    nq = n if comp.q_index is None else comp.q_index.shape[-1]
+    nk = k.shape[2] if comp.k_index is None else comp.k_index.shape[-1]
+    p = _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, q.device)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    kind = _fused_kind(p, q, grad)
+    if kind is None:
+        return None, p
+    args = _fused_band_args(p, B, H, q.device) if kind == "band" else _fused_tables(p, B * H, q.device)
+    q_rows = _component_rows(comp.q_index, comp.q_valid, n, B, H, q.device)
+    k_rows = _component_rows(comp.k_index, None, k.shape[2], B, H, q.device)
+    return _Run(kind, p, args, q_rows, k_rows), p
+
+
+def _flat(q, k, v):
+    """(B, H, n, D) -> contiguous (B * H, n, D)."""
+    return tuple(t.reshape(-1, *t.shape[2:]).contiguous() for t in (q, k, v))
+
+
+def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, seed=0, p: _Prep | None = None):
+    """One component on the PyTorch path -> (out (B, H, nq, Dv), lse (B, H, nq)) in the query tensor's
+    rows (``p``: its preparation, where the caller has it)."""
     B, H, nq_t, D = q.shape
     device = q.device
     qs = q if comp.q_index is None else _gather_rows(q, comp.q_index)
     ks = k if comp.k_index is None else _gather_rows(k, comp.k_index)
     vs = v if comp.k_index is None else _gather_rows(v, comp.k_index)
     nq, nk = qs.shape[-2], ks.shape[-2]
-    p = _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, device)
+    p = p or _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, device)
     c = p.c
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    kind = _fused_kind(p, q, grad)
-    if kind is not None:  # no padding: the kernels cut the last blocks to the rows that exist
-        flat = (
-            qs.reshape(B * H, nq, D).contiguous(),
-            ks.reshape(B * H, nk, D).contiguous(),
-            vs.reshape(B * H, nk, -1).contiguous(),
-        )
-        if kind == "band":
-            out, lse = _FusedBand.apply(*flat, p, _fused_band_args(p, B, H, device))
-        else:
-            out, lse = _FusedBlockSparse.apply(*flat, p)
-        return _to_query_rows(comp, out.view(B, H, nq, -1), lse.view(B, H, nq), nq_t)
     # flatten (B, H) and pad rows to whole blocks (plus the band's look-around margins)
     qf = pad_rows(qs.reshape(B * H, nq, D), 0, p.nqb * c - nq)
     if p.mode == "band":  # edges are gathered with clamped rows; interior windows are views
@@ -462,58 +486,6 @@ def _to_query_rows(comp: Component, out, lse, nq_t: int):
     return full_out, torch.where(covered, full_lse, torch.full_like(full_lse, _NEG_INF))
 
 
-def merge_partials(parts):
-    """Exact combination of softmax partials over disjoint key sets: [(out, lse)] -> out, lse."""
-    if len(parts) == 1:
-        return parts[0]
-    return _Merge.apply(*[t for part in parts for t in part])
-
-
-def _merge_weights(lses, lse):
-    """w_i = exp(lse_i - lse), 0 where lse_i = -inf (also where every part is -inf: a row with no key)."""
-    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
-    return [torch.exp(l - safe) for l in lses]
-
-
-class _Merge(torch.autograd.Function):
-    """out = sum_i w_i o_i, lse = log sum_i exp(lse_i), w_i = exp(lse_i - lse). The backward is written
-    out (FlashAttention's identity): d o_i = g w_i, d lse_i = w_i (g . o_i - g . out + d lse), with the
-    row dots in cache-sized steps; autograd's version made two full-size products per part and reduced
-    them, and its log-sum-exp needed care where every part is -inf (torch.logsumexp's gradient is NaN)."""
-
-    @staticmethod
-    def forward(ctx, *flat):
-        outs, lses = list(flat[0::2]), list(flat[1::2])
-        stacked = torch.stack(lses)  # (P, B, H, n)
-        m = stacked.amax(0)
-        empty = torch.isinf(m)
-        m = torch.where(empty, torch.zeros_like(m), m)
-        total = torch.exp(stacked - m).sum(0)
-        lse = torch.where(empty, torch.full_like(m, _NEG_INF), m + torch.log(torch.where(empty, 1.0, total)))
-        out = None  # o_1 w_1, then one addcmul per further part: no extra passes over the output
-        for o, w in zip(outs, _merge_weights(lses, lse)):
-            w = w[..., None].to(o.dtype)
-            out = o * w if out is None else out.addcmul_(o, w)
-        ctx.save_for_backward(out, lse, *flat)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, g, g_lse):
-        out, lse, *flat = ctx.saved_tensors
-        outs, lses = flat[0::2], flat[1::2]
-        dt = lse.dtype
-        if g is None:
-            g = torch.zeros_like(out)
-        g_out = _row_dot(g, out, dt)  # g . out
-        if g_lse is not None:
-            g_out = g_out - g_lse.to(dt)
-        grads = []
-        for o, w in zip(outs, _merge_weights(lses, lse)):
-            grads.append(g * w[..., None].to(g.dtype))
-            grads.append(w * (_row_dot(g, o, dt) - g_out))
-        return tuple(grads)
-
-
 def blocked_attention(
     q, k, v, plan: Plan, key_valid=None, scale=None, dropout_p=0.0, seed=0, return_lse=False
 ):
@@ -536,10 +508,18 @@ def blocked_attention(
         ]
         out, lse = torch.cat([o for o, _ in outs], 1), torch.cat([l for _, l in outs], 1)
         return (out, lse) if return_lse else out
-    parts = [
-        run_component(q, k, v, comp, key_valid, scale, dropout_p, seed + i)
-        for i, comp in enumerate(plan.components)
-    ]
+    # components on the compiled kernels run as one node (shared gradients, no merge backward)
+    runs, parts = [], []
+    for i, comp in enumerate(plan.components):
+        run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, seed + i)
+        if run is not None:
+            runs.append(run)
+        else:
+            parts.append(run_component(q, k, v, comp, key_valid, scale, dropout_p, seed + i, p))
+    if runs:
+        B, H, nq = q.shape[:3]
+        out, lse = _FusedPlan.apply(*_flat(q, k, v), runs)
+        parts.append((out.view(B, H, nq, -1), lse.view(B, H, nq)))
     if not parts:
         B, H, nq, _ = q.shape
         out = q.new_zeros(B, H, nq, v.shape[-1]) + 0 * (q.sum() + k.sum() + v.sum())

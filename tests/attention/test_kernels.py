@@ -335,6 +335,24 @@ def test_sdpa_dropout_is_seeded():
     assert not torch.equal(run(5), run(6))
 
 
+def _count_paths(monkeypatch):
+    """Forward calls per path: the compiled band / table kernels, the pure-PyTorch component."""
+    import hf_sparse.attention.blocked as blocked
+    import hf_sparse.attention.fused_components as fused_components
+
+    calls = {"band": 0, "tables": 0, "torch": 0}
+
+    def count(kind):
+        calls[kind] += 1
+
+    real_kernel, real_torch = fused_components._kernel_forward, blocked._BlockSparse.apply
+    monkeypatch.setattr(
+        fused_components, "_kernel_forward", lambda run, *a: count(run.kind) or real_kernel(run, *a)
+    )
+    monkeypatch.setattr(blocked._BlockSparse, "apply", lambda *a: count("torch") or real_torch(*a))
+    return calls
+
+
 @pytest.mark.parametrize("path", ["fused", "fallback"])
 @pytest.mark.parametrize("mode", [*MODES, "gqa"])
 @pytest.mark.parametrize("n", [7, 129, 1000])
@@ -345,16 +363,12 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     runs them wherever they apply) and the pure-PyTorch one (``HF_SPARSE_FUSED=0``, or no compiler). Outputs and gradients equal the
     dense reference to 1e-10 in float64. ``gqa``: one key/value head for three query heads, with
     padding and global tokens."""
-    import hf_sparse.attention.blocked as blocked
     from hf_sparse.attention import fused
 
     if path == "fused" and not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "all" if path == "fused" else "0")
-    calls = []
-    for fn in (blocked._FusedBlockSparse, blocked._FusedBand):
-        real = fn.apply
-        monkeypatch.setattr(fn, "apply", lambda *a, real=real: calls.append(1) or real(*a))
+    calls = _count_paths(monkeypatch)
     pattern = PATTERNS[name]
     q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n, D=8))
     if mode == "gqa":
@@ -370,29 +384,19 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
-    assert bool(calls) == (path == "fused")
+    assert (calls["band"] + calls["tables"] > 0) == (path == "fused"), calls
 
 
 @pytest.mark.parametrize("name", ["sliding_window", "sliding_window_causal", "longformer", "strided"])
 def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
     """Translation-invariant bands (sliding windows, alone, in Longformer or in Strided) run the compiled band
     kernel (with ``HF_SPARSE_FUSED=all``), not the table kernel or the pure-PyTorch band path."""
-    import hf_sparse.attention.blocked as blocked
     from hf_sparse.attention import fused
 
     if not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "all")
-    calls = {"band": 0, "tables": 0, "torch": 0}
-    for fn, kind in (
-        (blocked._FusedBand, "band"),
-        (blocked._FusedBlockSparse, "tables"),
-        (blocked._BlockSparse, "torch"),
-    ):
-        real = fn.apply
-        monkeypatch.setattr(
-            fn, "apply", lambda *a, real=real, kind=kind: calls.__setitem__(kind, calls[kind] + 1) or real(*a)
-        )
+    calls = _count_paths(monkeypatch)
     q, k, v = _inputs(300)
     _run(q, k, v, PATTERNS[name], "padding", "blocked").sum().backward()
     assert calls["band"] == 1 and calls["torch"] == 0, calls  # Strided: its columns run on tables
@@ -400,7 +404,6 @@ def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
 
 def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
     """A band wider than FUSED_BAND_MAX_WIDTH key offsets goes to the table kernel, still exact."""
-    import hf_sparse.attention.blocked as blocked
     import hf_sparse.attention.fused_components as fused_components
     from hf_sparse.attention import fused
 
@@ -408,52 +411,36 @@ def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "all")
     monkeypatch.setattr(fused_components, "FUSED_BAND_MAX_WIDTH", 8)
-    calls = []
-    real = blocked._FusedBand.apply
-    monkeypatch.setattr(blocked._FusedBand, "apply", lambda *a: calls.append(1) or real(*a))
+    calls = _count_paths(monkeypatch)
     q, k, v = (t.double().detach().requires_grad_() for t in _inputs(200, D=8))
     for window, used in ((7, 1), (9, 0)):  # offsets -3..3 fit, -4..4 do not
-        calls.clear()
         pattern = P.SlidingWindow(window=window)
+        calls.update(band=0, tables=0, torch=0)
         out = _run(q, k, v, pattern, "padding", "blocked")
+        assert calls["band"] == used and calls["tables"] == 1 - used, calls
         torch.testing.assert_close(out, _run(q, k, v, pattern, "padding", "dense"), atol=1e-10, rtol=0)
-        assert len(calls) == used
 
 
-def test_fused_kernel_runs_gathered_components():
+def test_fused_kernel_runs_gathered_components(monkeypatch):
     """BigBird's and Strided's gathered components go through the compiled table kernel where it is built
-    (the default rule, ``fused_components.FUSED_DEFAULT``)."""
-    import hf_sparse.attention.blocked as blocked
+    (the default rule, ``fused_components.FUSED_DEFAULT``), every component of the plan in one autograd
+    node: its backward needs no merge and shares one set of gradient buffers."""
     from hf_sparse.attention import fused
 
     if not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
-    calls = []
-    real = blocked._FusedBlockSparse.apply
-    try:
-        blocked._FusedBlockSparse.apply = lambda *a: calls.append(1) or real(*a)
-        q, k, v = _inputs(300)
-        for pattern in (PATTERNS["bigbird"], PATTERNS["strided"]):
-            sparse_attention(q, k, v, pattern, backend="blocked").sum().backward()
-    finally:
-        blocked._FusedBlockSparse.apply = real
-    assert len(calls) >= 2
-
-
-def _count_paths(monkeypatch):
-    import hf_sparse.attention.blocked as blocked
-
-    calls = {"band": 0, "tables": 0, "torch": 0}
-    for fn, kind in (
-        (blocked._FusedBand, "band"),
-        (blocked._FusedBlockSparse, "tables"),
-        (blocked._BlockSparse, "torch"),
-    ):
-        real = fn.apply
-        monkeypatch.setattr(
-            fn, "apply", lambda *a, real=real, kind=kind: calls.__setitem__(kind, calls[kind] + 1) or real(*a)
-        )
-    return calls
+    monkeypatch.delenv("HF_SPARSE_FUSED", raising=False)
+    calls = _count_paths(monkeypatch)
+    q, k, v = _inputs(300)
+    for name, components in (("bigbird", 3), ("strided", 2)):
+        calls.update(band=0, tables=0, torch=0)
+        out = sparse_attention(q, k, v, PATTERNS[name], backend="blocked")
+        assert calls["tables"] >= 1 and calls["band"] + calls["tables"] == components, (name, calls)
+        assert calls["torch"] == 0
+        node = out.grad_fn  # the dispatch's reshapes, then the plan's node
+        while type(node).__name__ == "ViewBackward0":
+            node = node.next_functions[0][0]
+        assert type(node).__name__ == "_FusedPlanBackward", node
 
 
 @pytest.mark.parametrize(

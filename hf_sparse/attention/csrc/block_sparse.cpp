@@ -15,8 +15,11 @@
 //   least as long as the band is wide touch disjoint key rows two chunks apart, so even chunks run in
 //   parallel, then odd ones, each accumulating dK and dV in place.
 //
-// Both return the log-sum-exp of every row (-inf where a row has no allowed key; its output is 0) and
-// take no padded copies: the last query / key block is cut to the rows that exist.
+// Both forwards return the log-sum-exp of every row (-inf where a row has no allowed key; its output is
+// 0) and take no padded copies: the last query / key block is cut to the rows that exist. Both
+// backwards take the log-sum-exp and delta = rowsum(dO * O) of the *whole* attention (all components
+// of a plan: then exp(S - lse) are the final probabilities of this component's pairs, and no merge
+// needs a backward) and accumulate into dq, dk, dv, which every component of a plan shares.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -175,13 +178,13 @@ inline void grad_row(T* Pi, T* dSi, int64_t n, T lse, T delta) {
   }
 }
 
-// The tile products of the backward: dV += P^T dO, dK += scale dS^T Q, dQ (+)= scale dS K.
+// The tile products of the backward: dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
 template <typename T>
 inline void grad_products(const T* P, const T* dS, int64_t ld, int64_t qn, int64_t kn, const T* Q, const T* dO,
-                          const T* Kb, T* dQ, T* dKb, T* dVb, int64_t D, int64_t Dv, T scale, T dq_beta) {
+                          const T* Kb, T* dQ, T* dKb, T* dVb, int64_t D, int64_t Dv, T scale) {
   gemm_rm<T>(true, false, kn, Dv, qn, T(1), P, ld, dO, Dv, T(1), dVb, Dv);
   gemm_rm<T>(true, false, kn, D, qn, scale, dS, ld, Q, D, T(1), dKb, D);
-  gemm_rm<T>(false, false, qn, D, kn, scale, dS, ld, Kb, D, dq_beta, dQ, D);
+  gemm_rm<T>(false, false, qn, D, kn, scale, dS, ld, Kb, D, T(1), dQ, D);
 }
 
 template <typename T>
@@ -265,7 +268,7 @@ void backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* l
             grad_row(Pi, dSi, kn, L[i], De[i]);
           }
           grad_products<T>(P.data(), dS.data(), c, qn, kn, Q, dO, Kb, dq + (r * nq + q0) * D,
-                           dk + (r * nk + k0) * D, dv + (r * nk + k0) * Dv, D, Dv, scale, T(1));
+                           dk + (r * nk + k0) * D, dv + (r * nk + k0) * Dv, D, Dv, scale);
         });
       }
     }
@@ -391,10 +394,7 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
           int64_t j0, j1;
           band_window(b, i0, qn, nk, j0, j1);
           const int64_t W = j1 - j0;
-          if (W <= 0) {
-            std::fill(dQ, dQ + qn * D, T(0));
-            continue;
-          }
+          if (W <= 0) continue;
           const T* Kb = k + (r * nk + j0) * D;
           gemm_rm<T>(false, true, qn, W, D, scale, Q, D, Kb, D, T(0), P.data(), Wmax);                    // S
           gemm_rm<T>(false, true, qn, W, Dv, T(1), dO, Dv, v + (r * nk + j0) * Dv, Dv, T(0), dS.data(), Wmax);  // dP
@@ -410,7 +410,7 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
             zero_outside(dSi, lo, hi, W);
           }
           grad_products<T>(P.data(), dS.data(), Wmax, qn, W, Q, dO, Kb, dQ, dk + (r * nk + j0) * D,
-                           dv + (r * nk + j0) * Dv, D, Dv, scale, T(0));
+                           dv + (r * nk + j0) * Dv, D, Dv, scale);
         }
       }
     });
@@ -444,22 +444,30 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   return {out, lse};
 }
 
-std::vector<at::Tensor> backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const at::Tensor& dout, const at::Tensor& lse, const at::Tensor& delta,
-                                 const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& tiles,
-                                 const at::Tensor& group, int64_t c, double scale) {
+// Gradients accumulate into dq, dk, dv (the caller zeroes them once for every component of a plan).
+void check_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dq,
+                 const at::Tensor& dk, const at::Tensor& dv) {
+  TORCH_CHECK(dq.is_contiguous() && dk.is_contiguous() && dv.is_contiguous(), "contiguous dq, dk, dv");
+  TORCH_CHECK(dq.sizes() == q.sizes() && dk.sizes() == k.sizes() && dv.sizes() == v.sizes(), "dq, dk, dv shapes");
+  TORCH_CHECK(dq.scalar_type() == q.scalar_type() && dk.scalar_type() == q.scalar_type() &&
+              dv.scalar_type() == q.scalar_type(), "dq, dk, dv dtype");
+}
+
+void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+              const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& kv, const at::Tensor& tidx,
+              const at::Tensor& tiles, const at::Tensor& group, int64_t c, double scale, at::Tensor dq,
+              at::Tensor dk, at::Tensor dv) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
+  check_grads(q, k, v, dq, dk, dv);
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Tables t = tables(kv, tidx, tiles, group, c);
-  auto dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_backward", [&] {
     backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                             dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
                             dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), t, BH,
                             nq, nk, D, Dv, static_cast<scalar_t>(scale));
   });
-  return {dq, dk, dv};
 }
 
 Band band_spec(const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid, const at::Tensor& qvalid,
@@ -494,29 +502,28 @@ std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, c
   return {out, lse};
 }
 
-std::vector<at::Tensor> band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      const at::Tensor& dout, const at::Tensor& lse, const at::Tensor& delta,
-                                      const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid,
-                                      const at::Tensor& qvalid, int64_t R, double scale) {
+void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                   const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& ok, int64_t dmin,
+                   const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t R, double scale, at::Tensor dq,
+                   at::Tensor dk, at::Tensor dv) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
+  check_grads(q, k, v, dq, dk, dv);
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Band b = band_spec(ok, dmin, kvalid, qvalid, BH, nq, nk, R);
-  auto dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_band_backward", [&] {
     band_backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                                  dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
                                  delta.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(),
                                  dv.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv, static_cast<scalar_t>(scale));
   });
-  return {dq, dk, dv};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale) -> Tensor[]", &forward);
-  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale) -> Tensor[]", &backward);
+  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &backward);
   m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_forward);
-  m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_backward);
+  m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &band_backward);
 }
