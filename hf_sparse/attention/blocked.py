@@ -391,13 +391,14 @@ def _transpose_rows(x: torch.Tensor, d: int) -> torch.Tensor:
     return x.view(B, H, n // d, d, X).transpose(2, 3).reshape(B, H, n, X)
 
 
-def _component_rows(index, valid, n: int, B: int, H: int, device) -> _Rows:
-    """Where a component's rows are in a tensor of n rows (``fused_components._Rows``)."""
+def _component_rows(index, valid, n: int, B: int, H: int, device, in_place: int = 0) -> _Rows:
+    """Where a component's rows are in a tensor of n rows (``fused_components._Rows``); class rows are
+    read in place where ``in_place`` (the block) divides the rows per class."""
     if index is None:
         return _Rows()
     d = _class_stride(index, n) if valid is None else 0
     if d:
-        return _Rows(d=d)
+        return _Rows(d=d, strided=bool(in_place) and (n // d) % in_place == 0)
     flat = index.to(device).expand(B, H, -1).reshape(B * H, -1)
     if valid is not None:
         valid = valid.to(device)[:, None, :].expand(B, H, -1).reshape(B * H, -1)
@@ -416,8 +417,9 @@ def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
     if kind is None:
         return None, p
     args = _fused_band_args(p, B, H, q.device) if kind == "band" else _fused_tables(p, B * H, q.device)
-    q_rows = _component_rows(comp.q_index, comp.q_valid, n, B, H, q.device)
-    k_rows = _component_rows(comp.k_index, None, k.shape[2], B, H, q.device)
+    in_place = p.c if kind == "tables" else 0  # the table kernel reads class rows with a row stride
+    q_rows = _component_rows(comp.q_index, comp.q_valid, n, B, H, q.device, in_place)
+    k_rows = _component_rows(comp.k_index, None, k.shape[2], B, H, q.device, in_place)
     return _Run(kind, p, args, q_rows, k_rows), p
 
 

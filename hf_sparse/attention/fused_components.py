@@ -14,10 +14,11 @@ from . import fused
 from .merge import merge_forward
 from .prepare import _Prep, _row_dot
 
-# Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 64 over 32
-# and 128 at 8k, window 512 (contended, same process, alternating): forward 1.50 s vs 1.85 / 1.48 s,
-# backward 2.00 s vs 2.28 / 2.32 s.
-FUSED_BAND_ROWS = 64
+# Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 16k tokens,
+# H=12 D=64, forward+backward, idle host, 2 threads, alternating, median of 3, rows 16 / 32 / 64:
+# SlidingWindow(512) 0.789 / 0.694 / 0.696 s, causal window 128 0.318 / 0.311 / 0.338 s, Strided(128)
+# 0.504 / 0.508 / 0.532 s (narrow bands waste fewer masked scores with fewer rows per tile).
+FUSED_BAND_ROWS = 32
 # Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
 # should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
 FUSED_BAND_MAX_WIDTH = 4096
@@ -159,36 +160,47 @@ def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> 
 @dataclass
 class _Rows:
     """Where a component's rows are in the tensor's (dim 1 of a (B * H, n, ...) tensor): the same rows
-    (the default), the residue classes of stride ``d`` (Strided's and Dilated's permuted components,
-    ``blocked._class_stride``: copies by transposition), or the rows ``index`` (B * H, m), of which only
-    those ``valid`` (B * H, m) are the component's (BigBird's global rows and columns: each row at most
-    once among the valid ones, like ``blocked._to_query_rows`` assumes)."""
+    (the default); the residue classes of stride ``d`` (Strided's, Fixed's and Dilated's permuted
+    components, ``blocked._class_stride``), which the table kernel reads in place with a row stride
+    (``strided``: n / d rows per class, a multiple of the block) and others take as transposed copies;
+    or the rows ``index`` (B * H, m), of which only those ``valid`` (B * H, m) are the component's
+    (BigBird's global rows and columns: each row at most once among the valid ones, as
+    ``blocked._to_query_rows`` assumes)."""
 
     d: int = 0
     index: torch.Tensor | None = None
     valid: torch.Tensor | None = None
+    strided: bool = False
 
     @property
-    def same(self) -> bool:
-        return not self.d and self.index is None
+    def copied(self) -> bool:
+        """The kernel runs on a copy of these rows (else on the tensor itself)."""
+        return (self.d and not self.strided) or self.index is not None
+
+    @property
+    def stride(self) -> int:
+        """The class stride the kernel reads the tensor with (1: its rows in order)."""
+        return self.d if self.strided else 1
 
     def take(self, x: torch.Tensor) -> torch.Tensor:
-        """The component's rows of x: a contiguous copy (x itself where they are the same rows)."""
-        if self.d:
-            BH, n = x.shape[:2]
-            return x.view(BH, n // self.d, self.d, *x.shape[2:]).transpose(1, 2).reshape(x.shape)
+        """What the kernel reads: a contiguous copy of the component's rows of x where ``copied``."""
         if self.index is not None:
             idx = self.index if x.dim() == 2 else self.index[..., None].expand(-1, -1, x.shape[-1])
             return x.gather(1, idx)
+        if self.d and not self.strided:
+            BH, n = x.shape[:2]
+            return x.view(BH, n // self.d, self.d, *x.shape[2:]).transpose(1, 2).reshape(x.shape)
         return x
 
     def back(self, x: torch.Tensor) -> torch.Tensor:
-        """Stride rows back in the tensor's order (a copy)."""
+        """Class rows of a copy back in the tensor's order (a copy; x itself where not ``copied``)."""
+        if not (self.d and not self.strided):
+            return x
         BH, n = x.shape[:2]
         return x.view(BH, self.d, n // self.d, *x.shape[2:]).transpose(1, 2).reshape(x.shape)
 
     def add_back(self, dst: torch.Tensor, x: torch.Tensor) -> None:
-        """dst += x, x in the component's rows (a strided view or an index_add: no full-size copy)."""
+        """dst += x, x a gradient of the copied rows (a strided view or an index_add: no full-size copy)."""
         if self.d:
             BH, n = x.shape[:2]
             view = x.view(BH, self.d, n // self.d, *x.shape[2:]).transpose(1, 2)
@@ -227,7 +239,7 @@ def _kernel_forward(run: _Run, q, k, v):
     """(out, lse) of one component in its own rows."""
     if run.kind == "band":
         return fused.ops().band_forward(q, k, v, *run.args, FUSED_BAND_ROWS, run.p.scale)
-    return fused.ops().forward(q, k, v, *run.args, run.p.c, run.p.scale)
+    return fused.ops().forward(q, k, v, *run.args, run.p.c, run.p.scale, run.q_rows.stride, run.k_rows.stride)
 
 
 def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv) -> None:
@@ -237,7 +249,10 @@ def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv) -> None:
             q, k, v, d_out, lse, delta, *run.args, FUSED_BAND_ROWS, run.p.scale, dq, dk, dv
         )
     else:
-        fused.ops().backward(q, k, v, d_out, lse, delta, *run.args, run.p.c, run.p.scale, dq, dk, dv)
+        strides = run.q_rows.stride, run.k_rows.stride
+        fused.ops().backward(
+            q, k, v, d_out, lse, delta, *run.args, run.p.c, run.p.scale, *strides, dq, dk, dv
+        )
 
 
 class _FusedPlan(torch.autograd.Function):
@@ -246,7 +261,8 @@ class _FusedPlan(torch.autograd.Function):
     delta = rowsum(dO * O) once, then every component's kernel with the merged lse and delta, so its
     exp(S - lse) are the final probabilities and its gradients go straight into dq, dk, dv, shared by all
     components: no merge backward, no per-component gradient buffers or row dots (for BigBird at 16k
-    tokens those were ~30% of its forward+backward). Permuted components run on residue-class copies."""
+    tokens those were ~30% of its forward+backward). Components whose rows are not read in place run on
+    copies (``_Rows``)."""
 
     @staticmethod
     def forward(ctx, q, k, v, runs: list):
@@ -257,8 +273,8 @@ class _FusedPlan(torch.autograd.Function):
             if run.q_rows.index is not None:
                 indexed.append((run.q_rows, out, lse))
             else:
-                parts.append((run.q_rows.back(out), run.q_rows.back(lse)) if run.q_rows.d else (out, lse))
-            if not (run.q_rows.same and run.k_rows.same):
+                parts.append((run.q_rows.back(out), run.q_rows.back(lse)))
+            if run.q_rows.copied or run.k_rows.copied:
                 saved += [qs, ks, vs]
         if parts:
             out, lse = parts[0] if len(parts) == 1 else merge_forward(*zip(*parts))
@@ -277,19 +293,19 @@ class _FusedPlan(torch.autograd.Function):
         d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
         delta = _delta(d_out, out, lse, d_lse)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        permuted = iter(saved)
+        copies = iter(saved)
         for run in ctx.runs:
             qr, kr = run.q_rows, run.k_rows
-            if qr.same and kr.same:
+            if not (qr.copied or kr.copied):
                 _kernel_backward(run, q, k, v, d_out, lse, delta, dq, dk, dv)
                 continue
-            qs, ks, vs = next(permuted), next(permuted), next(permuted)
-            gq = dq if qr.same else torch.zeros_like(qs)
-            gk, gv = (dk, dv) if kr.same else (torch.zeros_like(ks), torch.zeros_like(vs))
+            qs, ks, vs = next(copies), next(copies), next(copies)
+            gq = torch.zeros_like(qs) if qr.copied else dq
+            gk, gv = (torch.zeros_like(ks), torch.zeros_like(vs)) if kr.copied else (dk, dv)
             _kernel_backward(run, qs, ks, vs, qr.take(d_out), qr.take(lse), qr.take(delta), gq, gk, gv)
-            if not qr.same:
+            if qr.copied:
                 qr.add_back(dq, gq)
-            if not kr.same:
+            if kr.copied:
                 kr.add_back(dk, gk)
                 kr.add_back(dv, gv)
         return dq, dk, dv, None

@@ -178,33 +178,44 @@ inline void grad_row(T* Pi, T* dSi, int64_t n, T lse, T delta) {
   }
 }
 
-// The tile products of the backward: dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
+// The tile products of the backward: dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K. ``lq`` / ``lk``:
+// the row stride of the query-side (Q, dO, dQ) / key-side (K, dK, dV) tensors, in rows.
 template <typename T>
 inline void grad_products(const T* P, const T* dS, int64_t ld, int64_t qn, int64_t kn, const T* Q, const T* dO,
-                          const T* Kb, T* dQ, T* dKb, T* dVb, int64_t D, int64_t Dv, T scale) {
-  gemm_rm<T>(true, false, kn, Dv, qn, T(1), P, ld, dO, Dv, T(1), dVb, Dv);
-  gemm_rm<T>(true, false, kn, D, qn, scale, dS, ld, Q, D, T(1), dKb, D);
-  gemm_rm<T>(false, false, qn, D, kn, scale, dS, ld, Kb, D, T(1), dQ, D);
+                          const T* Kb, T* dQ, T* dKb, T* dVb, int64_t D, int64_t Dv, T scale, int64_t lq = 1,
+                          int64_t lk = 1) {
+  gemm_rm<T>(true, false, kn, Dv, qn, T(1), P, ld, dO, lq * Dv, T(1), dVb, lk * Dv);
+  gemm_rm<T>(true, false, kn, D, qn, scale, dS, ld, Q, lq * D, T(1), dKb, lk * D);
+  gemm_rm<T>(false, false, qn, D, kn, scale, dS, ld, Kb, lk * D, T(1), dQ, lq * D);
 }
+
+// Rows of a component in a tensor's rows: component row i is tensor row (i % m) * d + i / m (d = 1, m = n:
+// the same rows; d > 1: the residue classes of stride d, m = n / d rows each, read in place with a row
+// stride of d instead of transposed copies). A block of rows never crosses a class (m % block == 0).
+struct Rows {
+  int64_t d, m;
+  int64_t operator()(int64_t i) const { return (i % m) * d + i / m; }
+};
 
 template <typename T>
 void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tables& t, int64_t BH,
-                  int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale) {
-  const int64_t c = t.c, nqb = t.nqb;
+                  int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale, Rows qr, Rows kr) {
+  const int64_t c = t.c, nqb = t.nqb, lq = qr.d, lk = kr.d;
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
     SequentialBlas seq;
     std::vector<T> S(c * c), m(c), l(c);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t r = task / nqb, qb = task % nqb;
-      const int64_t q0 = qb * c, qn = std::min(c, nq - q0);
-      const T* Q = q + (r * nq + q0) * D;
-      T* O = out + (r * nq + q0) * Dv;
+      const int64_t q0 = qb * c, qn = std::min(c, nq - q0), row0 = r * nq + qr(q0);
+      const T* Q = q + row0 * D;
+      T* O = out + row0 * Dv;
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), T(0));
-      std::fill(O, O + qn * Dv, T(0));
+      for (int64_t i = 0; i < qn; ++i) std::fill(O + i * lq * Dv, O + i * lq * Dv + Dv, T(0));
       for_each_tile(t, r, qb, nk, [&](int64_t k0, int64_t kn, const uint8_t* tile) {
-        gemm_rm<T>(false, true, qn, kn, D, scale, Q, D, k + (r * nk + k0) * D, D, T(0), S.data(), c);
+        const int64_t krow = r * nk + kr(k0);
+        gemm_rm<T>(false, true, qn, kn, D, scale, Q, lq * D, k + krow * D, lk * D, T(0), S.data(), c);
         for (int64_t i = 0; i < qn; ++i) {
           T* Si = S.data() + i * c;
           if (tile) mask_row(Si, tile + i * c, kn);
@@ -216,21 +227,21 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
           const T mnew = mx > m[i] ? mx : m[i];
           const T corr = m[i] == ninf ? T(0) : exp_scalar(m[i] - mnew);
           const T sum = exp_sum(Si, 0, kn, mnew);
-          if (corr != T(1)) scale_row(O + i * Dv, Dv, corr);
+          if (corr != T(1)) scale_row(O + i * lq * Dv, Dv, corr);
           l[i] = l[i] * corr + sum;
           m[i] = mnew;
         }
-        gemm_rm<T>(false, false, qn, Dv, kn, T(1), S.data(), c, v + (r * nk + k0) * Dv, Dv, T(1), O, Dv);
+        gemm_rm<T>(false, false, qn, Dv, kn, T(1), S.data(), c, v + krow * Dv, lk * Dv, T(1), O, lq * Dv);
       });
-      T* L = lse + r * nq + q0;
       for (int64_t i = 0; i < qn; ++i) {
-        T* Oi = O + i * Dv;
+        T* Oi = O + i * lq * Dv;
+        T& L = lse[row0 + i * lq];
         if (l[i] > T(0)) {
           scale_row(Oi, Dv, T(1) / l[i]);
-          L[i] = m[i] + std::log(l[i]);
+          L = m[i] + std::log(l[i]);
         } else {
           std::fill(Oi, Oi + Dv, T(0));
-          L[i] = ninf;
+          L = ninf;
         }
       }
     }
@@ -240,35 +251,35 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
 template <typename T>
 void backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta,
                    T* dq, T* dk, T* dv, const Tables& t, int64_t BH, int64_t nq, int64_t nk, int64_t D,
-                   int64_t Dv, T scale) {
-  const int64_t c = t.c, nqb = t.nqb;
+                   int64_t Dv, T scale, Rows qr, Rows kr) {
+  const int64_t c = t.c, nqb = t.nqb, lq = qr.d, lk = kr.d;
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
     SequentialBlas seq;
     std::vector<T> P(c * c), dS(c * c);
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t qb = 0; qb < nqb; ++qb) {
-        const int64_t q0 = qb * c, qn = std::min(c, nq - q0);
-        const T* Q = q + (r * nq + q0) * D;
-        const T* dO = dout + (r * nq + q0) * Dv;
-        const T* L = lse + r * nq + q0;
-        const T* De = delta + r * nq + q0;
+        const int64_t q0 = qb * c, qn = std::min(c, nq - q0), row0 = r * nq + qr(q0);
+        const T* Q = q + row0 * D;
+        const T* dO = dout + row0 * Dv;
         for_each_tile(t, r, qb, nk, [&](int64_t k0, int64_t kn, const uint8_t* tile) {
-          const T* Kb = k + (r * nk + k0) * D;
-          gemm_rm<T>(false, true, qn, kn, D, scale, Q, D, Kb, D, T(0), P.data(), c);                    // S
-          gemm_rm<T>(false, true, qn, kn, Dv, T(1), dO, Dv, v + (r * nk + k0) * Dv, Dv, T(0), dS.data(), c);  // dP
+          const int64_t krow = r * nk + kr(k0);
+          const T* Kb = k + krow * D;
+          gemm_rm<T>(false, true, qn, kn, D, scale, Q, lq * D, Kb, lk * D, T(0), P.data(), c);  // S
+          gemm_rm<T>(false, true, qn, kn, Dv, T(1), dO, lq * Dv, v + krow * Dv, lk * Dv, T(0), dS.data(), c);  // dP
           for (int64_t i = 0; i < qn; ++i) {
             T* Pi = P.data() + i * c;
             T* dSi = dS.data() + i * c;
-            if (std::isinf(L[i])) {  // no allowed key: no gradient
+            const T L = lse[row0 + i * lq];
+            if (std::isinf(L)) {  // no allowed key: no gradient
               std::fill(Pi, Pi + kn, T(0));
               std::fill(dSi, dSi + kn, T(0));
               continue;
             }
             if (tile) mask_row(Pi, tile + i * c, kn);
-            grad_row(Pi, dSi, kn, L[i], De[i]);
+            grad_row(Pi, dSi, kn, L, delta[row0 + i * lq]);
           }
-          grad_products<T>(P.data(), dS.data(), c, qn, kn, Q, dO, Kb, dq + (r * nq + q0) * D,
-                           dk + (r * nk + k0) * D, dv + (r * nk + k0) * Dv, D, Dv, scale);
+          grad_products<T>(P.data(), dS.data(), c, qn, kn, Q, dO, Kb, dq + row0 * D, dk + krow * D,
+                           dv + krow * Dv, D, Dv, scale, lq, lk);
         });
       }
     }
@@ -426,9 +437,17 @@ Tables tables(const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& ti
                 group.data_ptr<int32_t>(), kv.size(1), kv.size(2), c};
 }
 
+// The component's rows in the tensors' rows: class stride d (1: the same rows); see ``Rows``.
+Rows rows(int64_t d, int64_t n, int64_t c) {
+  TORCH_CHECK(d >= 1 && n % d == 0, "row class stride ", d, " does not divide ", n, " rows");
+  TORCH_CHECK(d == 1 || (n / d) % c == 0, "rows per class ", n / d, " not a multiple of the block ", c);
+  return Rows{d, n / d};
+}
+
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& tiles,
-                                const at::Tensor& group, int64_t c, double scale) {
+                                const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
+                                int64_t k_stride) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
@@ -439,7 +458,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_forward", [&] {
     forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                            out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), t, BH, nq, nk, D, Dv,
-                           static_cast<scalar_t>(scale));
+                           static_cast<scalar_t>(scale), rows(q_stride, nq, c), rows(k_stride, nk, c));
   });
   return {out, lse};
 }
@@ -455,8 +474,8 @@ void check_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
               const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& kv, const at::Tensor& tidx,
-              const at::Tensor& tiles, const at::Tensor& group, int64_t c, double scale, at::Tensor dq,
-              at::Tensor dk, at::Tensor dv) {
+              const at::Tensor& tiles, const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
+              int64_t k_stride, at::Tensor dq, at::Tensor dk, at::Tensor dv) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
@@ -466,7 +485,8 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
     backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                             dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
                             dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), t, BH,
-                            nq, nk, D, Dv, static_cast<scalar_t>(scale));
+                            nq, nk, D, Dv, static_cast<scalar_t>(scale), rows(q_stride, nq, c),
+                            rows(k_stride, nk, c));
   });
 }
 
@@ -522,8 +542,8 @@ void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 }  // namespace
 
 TORCH_LIBRARY(hf_sparse_fused, m) {
-  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale) -> Tensor[]", &forward);
-  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &backward);
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride) -> Tensor[]", &forward);
+  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &backward);
   m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_forward);
   m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &band_backward);
 }
