@@ -112,7 +112,7 @@ _COPY_OPS = ("aten::copy_", "aten::clone", "aten::contiguous", "aten::cat", "ate
 
 
 # hf_sparse's attention as autograd functions (their events, forward and backward, include every op they run)
-_ATTENTION_FUNCTIONS = ("_BlockSparse", "_FusedBand", "_FusedBlockSparse", "_Merge")
+_ATTENTION_FUNCTIONS = ("_BlockSparse", "_FusedPlan", "_Merge")
 
 
 def profile_step(step) -> dict:
