@@ -8,6 +8,8 @@
 //   (row, query block); each key tile is S = scale Q K^T (BLAS), masked and exponentiated in cache
 //   (online softmax), then accumulated as P V straight into the output rows. Backward: one task per
 //   row (it owns that row's dK and dV); probabilities are recomputed as exp(S - lse) tile by tile.
+//   A component in residue-class order (Strided's columns: component row i is tensor row
+//   (i % m) * d + i / m) is read and written in place with a row stride of d (``Rows``).
 // * Band: query row i sees key rows i + d for the allowed offsets d in [dmin, dmax] (sliding windows),
 //   minus padding. Query rows go in tiles of R; a tile's keys are one contiguous window of
 //   R + dmax - dmin rows, so S = Q K^T is one product whose rows each hold their whole softmax (no
