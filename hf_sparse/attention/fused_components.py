@@ -1,8 +1,8 @@
 """Components on the compiled CPU kernels of ``fused.py``: which kernel runs a component (``_fused_kind``,
-the measured default rule ``FUSED_DEFAULT``), the tables and band arguments the kernels take, and their
-autograd functions: the band kernel (``_FusedBand``: one contiguous key window per tile of
-``FUSED_BAND_ROWS`` queries) and the table kernel (``_FusedBlockSparse``: key-block tables and partial
-0/1 tiles built here, the rule evaluated only in tiles that are not full)."""
+the measured default rule ``FUSED_DEFAULT``), the arguments the kernels take (the band kernel: one
+contiguous key window per tile of ``FUSED_BAND_ROWS`` queries; the table kernel: key-block tables and
+partial 0/1 tiles built here, the rule evaluated only in tiles that are not full), where a component's
+rows are (``_Rows``), and the autograd node that runs every such component of a plan (``_FusedPlan``)."""
 
 from __future__ import annotations
 
