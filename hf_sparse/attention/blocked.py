@@ -43,7 +43,7 @@ from .band_backward import BAND_BACKWARD_MIN_BLOCKS, _backward_band, _band_tile
 from .dense import compute_dtype
 from .fused_components import _fused_band_args, _fused_kind, _fused_tables, _FusedPlan, _Rows, _Run
 from .merge import merge_partials
-from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs
+from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs, from_classes, to_classes
 
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
@@ -368,7 +368,7 @@ def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     B, H, n, D = x.shape
     d = _class_stride(index, n)
     if d:  # a transpose, not a gather
-        return _transpose_rows(x, d)
+        return to_classes(x, d, 2)
     idx = index.to(x.device).expand(B, H, -1)
     return x.gather(2, idx[..., None].expand(-1, -1, -1, D))
 
@@ -385,12 +385,6 @@ def _class_stride(index: torch.Tensor | None, n: int) -> int:
         return 0
     order = torch.arange(n, device=index.device).view(n // d, d).t().flatten()
     return d if torch.equal(index[0, 0], order) else 0
-
-
-def _transpose_rows(x: torch.Tensor, d: int) -> torch.Tensor:
-    """Rows of x (B, H, n, X) in residue-class order of stride d (n % d == 0): a contiguous copy."""
-    B, H, n, X = x.shape
-    return x.view(B, H, n // d, d, X).transpose(2, 3).reshape(B, H, n, X)
 
 
 def _component_rows(index, valid, n: int, B: int, H: int, device, in_place: int = 0) -> _Rows:
@@ -467,9 +461,7 @@ def _to_query_rows(comp: Component, out, lse, nq_t: int):
     B, H, device = out.shape[0], out.shape[1], out.device
     d = _class_stride(comp.q_index, nq_t) if comp.q_valid is None and out.shape[2] == nq_t else 0
     if d:  # a permutation of all rows: its inverse is the transpose back (rows without keys: 0, -inf)
-        n = nq_t
-        back = out.view(B, H, d, n // d, -1).transpose(2, 3).reshape(B, H, n, -1)
-        return back, lse.view(B, H, d, n // d).transpose(2, 3).reshape(B, H, n)
+        return from_classes(out, d, 2), from_classes(lse, d, 2)
     # back to the query tensor's rows; rows outside the component get zeros and -inf
     idx = comp.q_index.to(device).expand(B, H, -1)
     valid = (

@@ -12,7 +12,7 @@ import torch
 
 from . import fused
 from .merge import merge_forward
-from .prepare import _Prep, _row_dot
+from .prepare import _NEG_INF, _Prep, _row_dot, from_classes, to_classes
 
 # Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 16k tokens,
 # H=12 D=64, forward+backward, idle host, 2 threads, alternating, median of 3, rows 16 / 32 / 64:
@@ -173,9 +173,14 @@ class _Rows:
     strided: bool = False
 
     @property
+    def transposed(self) -> bool:
+        """Class rows the kernel takes as a transposed copy (not read in place)."""
+        return bool(self.d) and not self.strided
+
+    @property
     def copied(self) -> bool:
         """The kernel runs on a copy of these rows (else on the tensor itself)."""
-        return (self.d and not self.strided) or self.index is not None
+        return self.transposed or self.index is not None
 
     @property
     def stride(self) -> int:
@@ -187,24 +192,16 @@ class _Rows:
         if self.index is not None:
             idx = self.index if x.dim() == 2 else self.index[..., None].expand(-1, -1, x.shape[-1])
             return x.gather(1, idx)
-        if self.d and not self.strided:
-            BH, n = x.shape[:2]
-            return x.view(BH, n // self.d, self.d, *x.shape[2:]).transpose(1, 2).reshape(x.shape)
-        return x
+        return to_classes(x, self.d, 1) if self.transposed else x
 
     def back(self, x: torch.Tensor) -> torch.Tensor:
-        """Class rows of a copy back in the tensor's order (a copy; x itself where not ``copied``)."""
-        if not (self.d and not self.strided):
-            return x
-        BH, n = x.shape[:2]
-        return x.view(BH, self.d, n // self.d, *x.shape[2:]).transpose(1, 2).reshape(x.shape)
+        """Transposed class rows back in the tensor's order (a copy; x itself otherwise)."""
+        return from_classes(x, self.d, 1) if self.transposed else x
 
     def add_back(self, dst: torch.Tensor, x: torch.Tensor) -> None:
         """dst += x, x a gradient of the copied rows (a strided view or an index_add: no full-size copy)."""
         if self.d:
-            BH, n = x.shape[:2]
-            view = x.view(BH, self.d, n // self.d, *x.shape[2:]).transpose(1, 2)
-            dst.view(BH, n // self.d, self.d, *x.shape[2:]).add_(view)
+            dst.unflatten(1, (dst.shape[1] // self.d, self.d)).add_(from_classes(x, self.d, 1, copy=False))
         else:  # rows outside the component carry zero gradients: adding them is harmless
             n = dst.shape[1]
             flat = (self.index + n * torch.arange(dst.shape[0], device=dst.device)[:, None]).flatten()
@@ -280,7 +277,7 @@ class _FusedPlan(torch.autograd.Function):
             out, lse = parts[0] if len(parts) == 1 else merge_forward(*zip(*parts))
         else:  # only index rows: the others have no key
             out = q.new_zeros(*q.shape[:2], v.shape[-1])
-            lse = torch.full(q.shape[:2], float("-inf"), dtype=indexed[0][2].dtype, device=q.device)
+            lse = torch.full(q.shape[:2], _NEG_INF, dtype=indexed[0][2].dtype, device=q.device)
         for rows, out_c, lse_c in indexed:  # out, lse are this node's own tensors: merged in place
             _merge_rows_into(out, lse, rows, out_c, lse_c)
         ctx.runs = runs

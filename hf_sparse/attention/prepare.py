@@ -58,6 +58,21 @@ def _row_dot(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tens
     return out.view(a.shape[:-1])
 
 
+def to_classes(x: torch.Tensor, d: int, dim: int) -> torch.Tensor:
+    """Rows along ``dim`` in residue-class order of stride d (row r * (n // d) + t is row t * d + r; n % d
+    == 0): a contiguous copy."""
+    n = x.shape[dim]
+    return x.unflatten(dim, (n // d, d)).transpose(dim, dim + 1).reshape(x.shape)
+
+
+def from_classes(x: torch.Tensor, d: int, dim: int, copy: bool = True) -> torch.Tensor:
+    """The inverse of ``to_classes``: a contiguous copy, or (``copy=False``) a strided view with ``dim`` split
+    into (n // d, d)."""
+    n = x.shape[dim]
+    view = x.unflatten(dim, (d, n // d)).transpose(dim, dim + 1)
+    return view.reshape(x.shape) if copy else view
+
+
 def _is_dense(layout) -> bool:
     idx = layout.kv_index
     if idx.shape[-1] != layout.num_kv_blocks:
