@@ -6,7 +6,7 @@ STAMP := $(VENV)/.hf-sparse-installed
 DEMO_ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: setup demo gallery test test-slow test-gpu test-conformance conformance-cache test-compat bench lint clean
+.PHONY: setup demo gallery test test-slow test-gpu test-conformance conformance-cache test-compat bench bench-gpu lint clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,9 @@ test-gpu: $(STAMP)  ## tests that need a CUDA device
 bench: $(STAMP)  ## benchmarks -> benchmarks/*.json, *.md, *.png
 	$(PY) scripts/benchmark_attention.py
 	$(PY) scripts/benchmark_models.py
+
+bench-gpu: $(STAMP)  ## on a CUDA machine: kernels and models in bf16 -> benchmarks/attention_gpu.{json,md}
+	$(PY) scripts/benchmark_gpu.py --out benchmarks
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hf_sparse tests scripts

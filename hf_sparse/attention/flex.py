@@ -78,13 +78,9 @@ def build_block_mask(
     )
 
 
-def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, block: int):
-    """Exact attention of a bound pattern with FlexAttention: (B, H, q_len, Dv). The log-sum-exp is not
-    requested: compiled FlexAttention on CPU cannot return it."""
-    from torch.nn.attention.flex_attention import flex_attention
-
-    B, H, q_len, _ = query.shape
-    kv_len = key.shape[-2]
+def flex_block_mask(pattern, key_valid, B: int, H: int, q_len: int, kv_len: int, block: int, device):
+    """The ``BlockMask`` of a bound pattern (and padding, if ``key_valid`` is given): built from its block
+    layout, with the pattern's ``mask_mod`` for the partial tiles. Queries sit at the end of the keys."""
     layout = pattern.block_layout(q_len, block=block, kv_len=kv_len)
     off = kv_len - q_len
     rule = pattern.mask_mod
@@ -93,12 +89,27 @@ def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, 
         def mask_mod(b, h, q_idx, kv_idx):
             return rule(b, h, q_idx + off, kv_idx)
     else:
-        valid = key_valid.to(query.device)
+        valid = key_valid.to(device)
 
         def mask_mod(b, h, q_idx, kv_idx):
             return rule(b, h, q_idx + off, kv_idx) & valid[b, kv_idx]
 
-    block_mask = build_block_mask(layout, mask_mod, q_len, kv_len, B, H, query.device, key_valid is not None)
+    return build_block_mask(layout, mask_mod, q_len, kv_len, B, H, device, key_valid is not None)
+
+
+def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, block: int):
+    """Exact attention of a bound pattern with FlexAttention: (B, H, q_len, Dv). The log-sum-exp is not
+    requested: compiled FlexAttention on CPU cannot return it."""
+    B, H, q_len, _ = query.shape
+    block_mask = flex_block_mask(pattern, key_valid, B, H, q_len, key.shape[-2], block, query.device)
+    return run_flex(query, key, value, block_mask, scale)
+
+
+def run_flex(query, key, value, block_mask, scale: float):
+    """FlexAttention with a ``BlockMask``: compiled (once per shape and mask structure), or eager where
+    ``HF_SPARSE_FLEX_COMPILE=0``."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     if compile_enabled():
         fn = _compiled()
     else:
@@ -113,4 +124,6 @@ __all__ = [
     "compile_enabled",
     "flex_attention_forward",
     "flex_available",
+    "flex_block_mask",
+    "run_flex",
 ]
