@@ -353,7 +353,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benchmarks", help="folder for attention_gpu.{json,md}")
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES)
-    ap.add_argument("--model-sizes", type=int, nargs="*", default=[4096, 16384])
+    ap.add_argument("--model-sizes", type=int, nargs="*", default=[4096, 16384], help="none: no model steps")
     ap.add_argument("--only", nargs="*", help="kernels whose name contains one of these strings")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per figure")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to dry-run this script at small sizes")
@@ -379,7 +379,7 @@ def main():
     res = {"env": {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, "torch": torch.__version__,
                    "transformers": transformers.__version__, "flash_attn": fa},
            "kernels": [], "models": [], "notes": []}  # fmt: skip
-    if not args.only:
+    if args.model_sizes:
         for n in args.model_sizes:
             for model in ("SparseTransformerForMaskedLM", "LongformerForMaskedLM"):
                 if time.perf_counter() - start > args.deadline:

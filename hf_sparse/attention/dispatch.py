@@ -105,12 +105,15 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
         )
 
 
-def pick_backend(backend: str, pattern: P.Pattern, plan, query, needs_grad: bool, dropout_p: float) -> str:
+def pick_backend(backend: str, query, dropout_p: float) -> str:
+    """``auto`` above SDPA's range: FlexAttention on CUDA (measured on an H200, benchmarks/attention_gpu.md:
+    the blocked path's many small launches there run 100-10,000x the FLOP bound, compiled flex 4-30x, also
+    for permuted patterns, whose tiles flex visits in position order), the blocked kernels elsewhere and
+    with dropout, which flex does not have."""
     if backend != "auto":
         return backend
-    if query.device.type == "cuda" and flex_available() and dropout_p == 0.0 and plan.per_head is None:
-        if all(c.identity for c in plan.components):
-            return "flex"
+    if query.device.type == "cuda" and flex_available() and dropout_p == 0.0:
+        return "flex"
     return "blocked"
 
 
@@ -201,7 +204,10 @@ def sparse_attention(
         key_valid = None
 
     effective = with_runtime_globals(pattern, global_mask)
-    bound = effective.bind(q_len, kv_len, query=query, key=key)
+    if effective.length_dependent and not effective.content_based:  # seeded: the same blocks every call
+        bound = effective._memo(("bind", q_len, kv_len), lambda: effective.bind(q_len, kv_len))
+    else:
+        bound = effective.bind(q_len, kv_len, query=query, key=key)
     block = choose_block(bound, kv_len, block_size)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
 
@@ -223,11 +229,10 @@ def sparse_attention(
         return dense_attention(query, key, value, allowed, scale, dropout_p, gen)
 
     check_exportable(pattern, backend)
-    plan = bound.plan(q_len, kv_len, block=block)
-    chosen = pick_backend(backend, bound, plan, query, needs_grad, dropout_p)
-    if chosen == "flex":
+    if pick_backend(backend, query, dropout_p) == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
         return flex_attention_forward(query, key, value, bound, key_valid, scale, block)
+    plan = bound.plan(q_len, kv_len, block=block)
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if dropout_p > 0 else 0
     return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)

@@ -80,10 +80,22 @@ def build_block_mask(
 
 def flex_block_mask(pattern, key_valid, B: int, H: int, q_len: int, kv_len: int, block: int, device):
     """The ``BlockMask`` of a bound pattern (and padding, if ``key_valid`` is given): built from its block
-    layout, with the pattern's ``mask_mod`` for the partial tiles. Queries sit at the end of the keys."""
-    layout = pattern.block_layout(q_len, block=block, kv_len=kv_len)
+    layout, with the pattern's ``mask_mod`` for the partial tiles. Queries sit at the end of the keys.
+    Without padding it is built once per pattern, shape and device and kept on the pattern."""
+    device = torch.device(device)
+    if key_valid is None:
+        key = ("flex_block_mask", B, H, q_len, kv_len, block, str(device))
+        return pattern._memo(key, lambda: _block_mask(pattern, None, B, H, q_len, kv_len, block, device))
+    return _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device)
+
+
+def _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device):
+    if device.type == "cuda":
+        layout = cuda_layout(pattern, q_len, kv_len, block)
+    else:
+        layout = pattern.block_layout(q_len, block=block, kv_len=kv_len)
     off = kv_len - q_len
-    rule = pattern.mask_mod
+    rule = pattern.to(device).mask_mod  # the mask's tables on the kernel's device
     if key_valid is None:
 
         def mask_mod(b, h, q_idx, kv_idx):
@@ -95,6 +107,53 @@ def flex_block_mask(pattern, key_valid, B: int, H: int, q_len: int, kv_len: int,
             return rule(b, h, q_idx + off, kv_idx) & valid[b, kv_idx]
 
     return build_block_mask(layout, mask_mod, q_len, kv_len, B, H, device, key_valid is not None)
+
+
+# CUDA: the BlockMask's tile. Triton's flex kernels tile by BLOCK_M x BLOCK_N = 128 x 64 or 128 x 128
+# and refuse a mask whose block they do not divide (H200, torch 2.11: blocks of 16 and 64 raised
+# "Q and KV block size must be divisible by BLOCK_M and BLOCK_N").
+CUDA_BLOCK = 128
+
+
+def cuda_layout(pattern, q_len: int, kv_len: int, block: int):
+    """The pattern's block layout over ``CUDA_BLOCK`` tiles (or ``block``, if larger): directly where the
+    pattern's geometry allows that block, else the layout at ``block`` coarsened."""
+    if block >= CUDA_BLOCK:
+        return pattern.block_layout(q_len, block=block, kv_len=kv_len)
+    try:
+        return pattern.block_layout(q_len, block=CUDA_BLOCK, kv_len=kv_len)
+    except ValueError:  # a geometry (e.g. blocks of 48) that 128 is no multiple of
+        if CUDA_BLOCK % block:
+            raise
+        return coarsen(pattern.block_layout(q_len, block=block, kv_len=kv_len), CUDA_BLOCK // block)
+
+
+def coarsen(layout, factor: int):
+    """The layout over tiles ``factor`` times larger: a tile is kept if any of its sub-tiles is, and full
+    if all ``factor^2`` are (sub-tiles past the sequence's end count as not full)."""
+    from hf_sparse.patterns.base import BlockLayout
+
+    Bl, Hl, nqb, _ = layout.kv_index.shape
+    nkb = layout.num_kv_blocks
+    idx = torch.where(layout.kv_index < 0, torch.full_like(layout.kv_index, nkb), layout.kv_index)
+    kept = torch.zeros(Bl, Hl, nqb, nkb + 1, dtype=torch.bool, device=idx.device)
+    full = torch.zeros_like(kept)
+    kept.scatter_(-1, idx, True)
+    full.scatter_(-1, idx, layout.full & (layout.kv_index >= 0))
+    Q, K = -(-nqb // factor), -(-nkb // factor)
+
+    def tiles(m):  # (Bl, Hl, Q, factor, K, factor)
+        m = torch.nn.functional.pad(m[..., :nkb], (0, K * factor - nkb, 0, Q * factor - nqb))
+        return m.view(Bl, Hl, Q, factor, K, factor)
+
+    kept = tiles(kept).any(5).any(3)
+    full = tiles(full).all(5).all(3) & kept
+    key, order = torch.where(kept, torch.arange(K, device=idx.device), K).sort(dim=-1)
+    width = max(int(kept.sum(-1).max()), 1)
+    kv_index = torch.where(key[..., :width] < K, key[..., :width], -1)
+    return BlockLayout(
+        layout.block * factor, Q, K, kv_index, full.gather(-1, order)[..., :width] & (kv_index >= 0)
+    )
 
 
 def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, block: int):
@@ -119,8 +178,11 @@ def run_flex(query, key, value, block_mask, scale: float):
 
 
 __all__ = [
+    "CUDA_BLOCK",
     "build_block_mask",
     "can_compile_on",
+    "coarsen",
+    "cuda_layout",
     "compile_enabled",
     "flex_attention_forward",
     "flex_available",

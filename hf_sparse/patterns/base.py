@@ -527,6 +527,21 @@ class Pattern:
         drop the others without changing any future output."""
         return torch.ones_like(kv_pos, dtype=torch.bool)
 
+    def _memo(self, key, make):
+        """``make()``, kept on this pattern under ``key`` (the last few): what dispatch derives from a pattern
+        that is the same on every call (bound random blocks, FlexAttention block masks)."""
+        memo = self.__dict__.setdefault("_memo_", {})
+        if key not in memo:
+            if len(memo) >= 8:
+                memo.pop(next(iter(memo)))
+            memo[key] = make()
+        return memo[key]
+
+    def to(self, device) -> Pattern:
+        """The pattern with its tensors (block tables, global positions, hashes) on ``device``: what a
+        compiled ``mask_mod`` must capture there (a GPU kernel cannot copy a CPU table in its mask)."""
+        return _to_device(self, torch.device(device), {})
+
     def bind(self, q_len: int, kv_len: int | None = None, *, query=None, key=None) -> Pattern:
         """The pattern with its data-dependent parts (random blocks, buckets) fixed for this input."""
         return self
@@ -680,6 +695,30 @@ def _density_block(p: Pattern, n: int) -> int:
         except ValueError:
             continue
     return 1
+
+
+def _to_device(obj, device, memo):
+    """Copy of a pattern (and the patterns it holds) with every tensor attribute on ``device``; shared
+    objects stay shared (``memo``), and an object with nothing to move is returned as it is."""
+    if id(obj) in memo:
+        return memo[id(obj)]
+    if isinstance(obj, torch.Tensor):
+        out = obj.to(device)
+    elif isinstance(obj, Pattern):
+        fields = {k: v for k, v in vars(obj).items() if k != "_memo_"}  # what was derived stays behind
+        moved = {k: _to_device(v, device, memo) for k, v in fields.items()}
+        if all(moved[k] is v for k, v in fields.items()):
+            out = obj
+        else:
+            out = object.__new__(type(obj))
+            out.__dict__.update(moved)
+    elif isinstance(obj, (tuple, list)) and any(isinstance(x, (Pattern, torch.Tensor)) for x in obj):
+        items = [_to_device(x, device, memo) for x in obj]
+        out = obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+    else:
+        out = obj
+    memo[id(obj)] = out
+    return out
 
 
 def all_geometry(p: Pattern) -> tuple[int, ...]:

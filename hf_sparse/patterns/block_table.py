@@ -34,8 +34,9 @@ class BlockSet(Pattern):
         # (Bt, Ht, num query blocks, nkb + 1) bool: key block kb is listed for query block qb; the last
         # column (nkb = 1 + the largest listed block) answers every block past the table: False. The
         # blocked kernel's rule (``_map_rule``) is one lookup per pair in it; FlexAttention traces
-        # ``_mask``, which compares with the K listed blocks: compiled, that is faster (flex BigBird(64)
-        # forward at 16k, same host, interleaved: 0.415 s with the comparisons, 0.496 s with the lookup).
+        # ``_mask``, which compares with the K listed blocks: compiled on CPU, that is faster (flex BigBird(64)
+        # forward at 16k, same host, interleaved: 0.415 s with the comparisons, 0.496 s with the lookup);
+        # on CUDA, inductor cannot lower that reduction inside a mask, so ``_mask`` is the lookup there.
         t = self.table
         nkb = int(t.max()) + 1 if t.numel() else 0
         self.block_map = torch.zeros(*t.shape[:-1], nkb + 1, dtype=torch.bool)
@@ -43,6 +44,8 @@ class BlockSet(Pattern):
         self.block_map[..., nkb] = False
 
     def _mask(self, b, h, i, j):
+        if isinstance(i, torch.Tensor) and i.device.type == "cuda":  # Triton lowers lookups, not the any()
+            return self._map_rule(b, h, i, j)
         t = self.table.to(i.device) if isinstance(i, torch.Tensor) else self.table
         rows = t[b if t.shape[0] > 1 else 0, h if t.shape[1] > 1 else 0]  # (nqb, K)
         qb = torch.div(i, self.block, rounding_mode="floor").clamp(max=rows.shape[0] - 1)

@@ -62,8 +62,11 @@ class PerHead(Pattern):
     def _mask(self, b, h, i, j):
         if isinstance(h, int):
             return self.patterns[h]._mask(b, 0, i, j)
-        masks = torch.stack(torch.broadcast_tensors(*[p._mask(b, 0, i, j) for p in self.patterns]))
-        return masks[h]
+        masks = [p._mask(b, 0, i, j) for p in self.patterns]
+        out = masks[-1]
+        for k in range(len(masks) - 2, -1, -1):  # pointwise selects: a compiled mask_mod cannot index a stack
+            out = torch.where(h == k, masks[k], out)
+        return out
 
     def _dense(self, i, j):
         masks = [p._dense(i, j) for p in self.patterns]

@@ -1,0 +1,83 @@
+"""What FlexAttention gets on CUDA, checked on CPU: the block layout over 128-wide tiles (directly or
+coarsened) covers every allowed pair and calls a tile full only where every pair is allowed; patterns
+moved to a device carry every table there."""
+
+import pytest
+import torch
+
+from hf_sparse import patterns as P
+from hf_sparse.attention.dispatch import choose_block
+from hf_sparse.attention.flex import CUDA_BLOCK, coarsen, cuda_layout
+from tests.cases import all_patterns
+
+PATTERNS = all_patterns()
+
+
+def _bound(name, n):
+    pattern = PATTERNS[name]
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 3, n, 8, generator=g), torch.randn(2, 3, n, 8, generator=g)
+    return pattern.bind(n, query=q, key=k)
+
+
+def _check_covers(layout, allowed, n):
+    """Every allowed pair lies in a kept tile; every full tile is all allowed (allowed: (Ba, Ha, n, n))."""
+    b = layout.block
+    dense = layout.to_dense()  # (Bl, Hl, nqb, nkb)
+    full = torch.zeros_like(dense)
+    idx = layout.kv_index.clamp(min=0)
+    full.scatter_(-1, idx, layout.full & (layout.kv_index >= 0))
+    expand = lambda m: m.repeat_interleave(b, -2).repeat_interleave(b, -1)[..., :n, :n]  # noqa: E731
+    kept_pairs, full_pairs = expand(dense), expand(full)
+    assert not (allowed & ~kept_pairs).any(), "an allowed pair lies outside every kept tile"
+    assert not (full_pairs & ~allowed).any(), "a tile marked full holds a pair that is not allowed"
+
+
+@pytest.mark.parametrize("n", [129, 1000])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_cuda_layout_covers_the_pattern(name, n):
+    bound = _bound(name, n)
+    layout = cuda_layout(bound, n, n, choose_block(bound, n))
+    assert layout.block % CUDA_BLOCK == 0
+    allowed = bound.dense_mask(n)
+    allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
+    _check_covers(layout, allowed, n)
+
+
+@pytest.mark.parametrize("factor", [2, 4, 8])
+@pytest.mark.parametrize("name", ["sliding_window", "causal", "bigbird", "fixed", "topk_blocks", "per_head"])
+def test_coarsen_keeps_every_pair_and_only_true_full_tiles(name, factor):
+    n = 1000
+    bound = _bound(name, n)
+    layout = bound.block_layout(n, block=16)
+    coarse = coarsen(layout, factor)
+    assert coarse.block == 16 * factor and coarse.num_kv_blocks == -(-layout.num_kv_blocks // factor)
+    allowed = bound.dense_mask(n)
+    allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
+    _check_covers(coarse, allowed, n)
+    if name == "causal":  # below the diagonal tiles stay full, except in the last row, which runs past n
+        Q = coarse.num_q_blocks
+        assert int(coarse.full.sum()) == (Q - 1) * (Q - 2) // 2
+
+
+def test_pattern_to_device_moves_every_table():
+    bound = _bound("bigbird", 1000) | P.Global.from_mask(torch.tensor([[1] + [0] * 999]))
+    moved = bound.to("meta")
+
+    def tensors(obj, seen):
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            yield obj
+        elif isinstance(obj, P.Pattern):
+            for v in vars(obj).values():
+                yield from tensors(v, seen)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                yield from tensors(v, seen)
+
+    moved_tensors = list(tensors(moved, set()))
+    assert moved_tensors and all(t.device.type == "meta" for t in moved_tensors)
+    assert all(t.device.type == "cpu" for t in tensors(bound, set()))  # the original is left as it was
+    assert bound.to("cpu") is bound  # nothing to move: the same object
