@@ -300,18 +300,51 @@ def model_step(name: str, n: int, budget_s: float) -> dict:
 # ----------------------------------------------------------------------------- report
 
 
+def merge_runs(paths: list[str]) -> dict:
+    """One result from several runs' attention_gpu.json, in order: a later run's figure replaces an earlier
+    one's (same kernel, n and mode); every figure keeps the number of its run, every run its machine."""
+    runs, kernels, models, notes = [], {}, {}, []
+    for i, path in enumerate(paths, 1):
+        with open(path) as f:
+            res = json.load(f)
+        runs.append(res["env"])
+        kernels.update({(r["kernel"], r["n"], r["mode"]): dict(r, run=i) for r in res["kernels"]})
+        models.update({(r["model"], r["n"]): dict(r, run=i) for r in res["models"]})
+        notes += [(i, note) for note in res["notes"]]
+    final = list(kernels.values())
+    kept = [  # a run's note on a failure stays where that run's figure is the one shown
+        f"run {i}: {note}"
+        for i, note in notes
+        if any(
+            r["run"] == i and "error" in r and note.startswith(r["kernel"])
+            and ("at n=" not in note or f"at n={r['n']} ({r['mode']})" in note)
+            for r in final
+        )
+    ]  # fmt: skip
+    return {"runs": runs, "kernels": final, "models": list(models.values()), "notes": kept}
+
+
 def write_markdown(res: dict, path: str):
-    env = res["env"]
-    lines = [
-        "# Attention and models on a GPU (bf16)",
-        "",
-        f"{env['device']}; torch {env['torch']}, transformers {env['transformers']}, "
-        f"flash_attn {env['flash_attn']}. bf16 8192^3 matmul: {env['tflops_min']:.0f}-{env['tflops_max']:.0f} TFLOP/s "
-        "over the run (each figure's own before/after rates are in attention_gpu.json).",
+    runs = res.get("runs") or [res["env"]]
+    several = len(runs) > 1
+    lines = ["# Attention and models on a GPU (bf16)", ""]
+    for i, env in enumerate(runs, 1):
+        lines.append(
+            f"{f'Run {i}: ' if several else ''}{env['device']}; torch {env['torch']}, transformers "
+            f"{env['transformers']}, flash_attn {env['flash_attn']}; bf16 8192^3 matmul "
+            f"{env['tflops_min']:.0f}-{env['tflops_max']:.0f} TFLOP/s over the run.{'  ' if several else ''}"
+        )
+    lines += [
         "",
         "Written by `python scripts/benchmark_gpu.py --out benchmarks` (B=1, H=12, D=64; CUDA events, median "
-        "after a warm-up call that compiles). Each cell: time, (x FLOP bound of the allowed pairs), peak MB "
-        "above the inputs. `-`: not run (see the notes).",
+        "after a warm-up call that compiles; each figure's own before/after matmul rates are in "
+        "attention_gpu.json). Each cell: time, (x FLOP bound of the allowed pairs at that rate), peak MB "
+        "above the inputs. `-`: not run."
+        + (
+            " A row from an earlier run than the last names it; runs were merged with `--merge`."
+            if several
+            else ""
+        ),
         "",
     ]
     sizes = sorted({r["n"] for r in res["kernels"]})
@@ -319,18 +352,19 @@ def write_markdown(res: dict, path: str):
         lines += [f"## {mode}", "", "| kernel | " + " | ".join(f"{n // 1024}k" for n in sizes) + " |"]
         lines.append("|---" * (len(sizes) + 1) + "|")
         for name in dict.fromkeys(r["kernel"] for r in res["kernels"]):
+            row = {r["n"]: r for r in res["kernels"] if (r["kernel"], r["mode"]) == (name, mode)}
             cells = []
             for n in sizes:
-                r = next(
-                    (r for r in res["kernels"] if (r["kernel"], r["n"], r["mode"]) == (name, n, mode)), None
-                )
+                r = row.get(n)
                 if r is None:
                     cells.append("-")
                 elif "error" in r:
                     cells.append(r["error"])
                 else:
                     cells.append(f"{r['time_s'] * 1e3:.2f} ms ({r['x_bound']:.1f}x), {r['peak_mb']:.0f} MB")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            run = {r.get("run", len(runs)) for r in row.values()}
+            label = f"{name} (run {min(run)})" if several and max(run) < len(runs) else name
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
     if res["models"]:
         lines += ["## Models: one masked-LM training step, bf16 autocast", "",
@@ -344,7 +378,8 @@ def write_markdown(res: dict, path: str):
                     f"{r['x_bound']:.1f}x | {r['peak_mb']:.0f} |"
                 )
         lines.append("")
-    lines += ["## Notes", ""] + [f"- {n}" for n in res["notes"]]
+    if res["notes"]:
+        lines += ["## Notes", ""] + [f"- {n}" for n in res["notes"]]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -360,7 +395,17 @@ def main():
     ap.add_argument(
         "--deadline", type=float, default=float("inf"), help="stop starting new figures after this many s"
     )
+    ap.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="write --out from earlier runs' attention_gpu.json"
+    )
     args = ap.parse_args()
+    if args.merge:
+        res = merge_runs(args.merge)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "attention_gpu.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        write_markdown(res, os.path.join(args.out, "attention_gpu.md"))
+        return
     global DEVICE
     DEVICE = args.device
 

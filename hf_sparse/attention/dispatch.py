@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 
+import numpy as np
 import torch
 
 from .. import patterns as P
@@ -41,13 +44,24 @@ def _check_mask(name, m, B, n, device):
 
 
 def resolve_pattern(pattern) -> P.Pattern:
+    """A Pattern from a Pattern, a spec dict or a registered name; equal specs give the same object, so
+    what dispatch keeps on it (``Pattern._memo``: bound blocks, plans, block masks) serves every call."""
     if isinstance(pattern, P.Pattern):
         return pattern
     if isinstance(pattern, (dict, str)):
-        return P.from_dict(pattern)
+        try:
+            key = json.dumps(pattern, sort_keys=True)
+        except TypeError:  # a dict holding non-JSON values (e.g. Pattern objects): built every time
+            return P.from_dict(pattern)
+        return _pattern_from_json(key)
     raise TypeError(
         f"pattern must be a Pattern, a spec dict or a registered name, got {type(pattern).__name__}"
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern_from_json(spec_json: str) -> P.Pattern:
+    return P.from_dict(json.loads(spec_json))
 
 
 def choose_block(pattern: P.Pattern, n: int, requested: int | None = None) -> int:
@@ -77,6 +91,18 @@ def with_runtime_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
     """``pattern | Global(global tokens)``; for causal patterns the additions respect causality."""
     if global_mask is None or all_true(~global_mask.bool()):
         return pattern
+    mask = global_mask.bool()
+    if torch.compiler.is_compiling():  # traced: no host copy of the mask to key on
+        return _add_globals(pattern, mask)
+    key = (
+        "globals",
+        tuple(mask.shape),
+        bytes(np.packbits(mask.cpu().numpy())),
+    )  # the same tokens: the same object
+    return pattern._memo(key, lambda: _add_globals(pattern, mask))
+
+
+def _add_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
     g = P.Global.from_mask(global_mask)
     if pattern.is_causal:
         g = g & P.Causal()
@@ -232,7 +258,7 @@ def sparse_attention(
     if pick_backend(backend, query, dropout_p) == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
         return flex_attention_forward(query, key, value, bound, key_valid, scale, block)
-    plan = bound.plan(q_len, kv_len, block=block)
+    plan = bound._memo(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if dropout_p > 0 else 0
     return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)

@@ -62,7 +62,6 @@ attention masks, logit soft-capping and attention sinks.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, replace
 
 import torch
@@ -373,11 +372,6 @@ def sparse_attention_mask(
 # ----------------------------------------------------------------------------- patterns from the config
 
 
-@functools.lru_cache(maxsize=256)
-def _pattern_from_json(spec_json: str) -> P.Pattern:
-    return resolve_pattern(json.loads(spec_json))
-
-
 def _resolve_spec(spec, where: str) -> P.Pattern:
     if isinstance(spec, P.Pattern):
         return spec
@@ -387,11 +381,7 @@ def _resolve_spec(spec, where: str) -> P.Pattern:
             f"got {type(spec).__name__} ({spec!r})"
         )
     try:
-        key = json.dumps(spec, sort_keys=True)
-    except TypeError:  # a dict holding non-JSON values: resolve it every time
         return resolve_pattern(spec)
-    try:
-        return _pattern_from_json(key)
     except (KeyError, ValueError, TypeError) as e:
         raise type(e)(f"{where} = {spec!r} is not a valid pattern: {e}") from e
 
@@ -576,7 +566,7 @@ def sparse_attention_forward(
             "reached it, so its window convention is unknown; build masks with transformers.masking_utils"
         )
     if causal and not pattern.is_causal:
-        pattern = pattern & P.Causal()
+        pattern = pattern._memo("& Causal()", lambda p=pattern: p & P.Causal())  # one object: dispatch's memo
 
     # ---- align queries with keys: queries must be the last rows of the keys
     kv_len = kv_total
@@ -599,9 +589,8 @@ def sparse_attention_forward(
             )
         w = info.window
         if w is not None and (kv_len - 1 >= w if causal else kv_len - 1 > w):  # the window can bite
-            pattern = pattern & (
-                P.SlidingWindow(window=w, causal=True) if causal else P.SlidingWindow(2 * w + 1)
-            )
+            window = P.SlidingWindow(window=w, causal=True) if causal else P.SlidingWindow(2 * w + 1)
+            pattern = pattern._memo(("& window", w, causal), lambda p=pattern: p & window)
     g = None if info is None else info.global_tokens
     if output_attentions:
         allowed = _allowed(query, key, with_runtime_globals(pattern, g), padding)

@@ -346,13 +346,15 @@ class Component:
             k_valid=move(self.k_valid),
         )
 
-    def restricted(self, extra: MaskMod, name: str = "") -> Component:
-        """The same component with ``mask & extra`` (every tile re-evaluated: none stays full)."""
+    def restricted(self, extra: MaskMod, name: str = "", keep_full: torch.Tensor | None = None) -> Component:
+        """The same component with ``mask & extra``: every tile is re-evaluated, except full tiles where
+        ``keep_full`` (shaped like ``layout.full``) says ``extra`` allows every pair."""
         base = self.mask
+        full = torch.zeros_like(self.layout.full) if keep_full is None else self.layout.full & keep_full
         return replace(
             self,
             mask=lambda b, h, i, j: base(b, h, i, j) & extra(b, h, i, j),
-            layout=replace(self.layout, full=torch.zeros_like(self.layout.full)),
+            layout=replace(self.layout, full=full),
             translation_invariant=False,
             name=name or self.name,
         )

@@ -14,7 +14,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import Component, Pattern, Plan, from_dict, intersect_layouts, merge_layouts, register_pattern
+import torch
+
+from .base import (
+    BlockLayout,
+    Component,
+    Pattern,
+    Plan,
+    from_dict,
+    intersect_layouts,
+    merge_layouts,
+    register_pattern,
+)
 
 
 def _flatten(cls, parts):
@@ -152,10 +163,96 @@ def union_plans(plans: list[Plan]) -> Plan:
         merged.append(m)
     for c in others:
         earlier = [e.mask for e in merged]
-        merged.append(
-            c.restricted(lambda b, h, i, j, es=tuple(earlier): ~_any(es, b, h, i, j)) if earlier else c
-        )
+        if not earlier:
+            merged.append(c)
+            continue
+        rule = lambda b, h, i, j, es=tuple(earlier): ~_any(es, b, h, i, j)  # noqa: E731
+        merged.append(c.restricted(rule, keep_full=_clear_of(c, merged)))
     return Plan(merged)
+
+
+def _clear_of(c: Component, earlier: list[Component]) -> torch.Tensor | None:
+    """Which tiles of component ``c`` no kept tile of the ``earlier`` components overlaps (shaped like
+    ``c.layout.full``): there the earlier ones allow no pair, so c's full tiles stay full (BigBird's and
+    Longformer's global rows and columns: all but the few tiles that meet the window or a random block).
+    Worked out over blocks of positions of the first component in position order; None where there is
+    none, or for a component permuted on both sides (nothing is kept full then)."""
+    base = next((e.layout for e in earlier if e.identity), None)
+    if base is None or (c.q_index is not None) == (c.k_index is not None):
+        return None
+    if any(base.block % e.layout.block for e in [c, *earlier]):
+        return None
+    kept = None
+    for e in earlier:
+        m = _position_map(e, base)
+        if m is None:
+            return None
+        kept = m if kept is None else kept | m
+    return _gathered_tiles(c, ~kept, base.block)
+
+
+def _block_of(blocks: int, block: int, base: int) -> torch.Tensor:
+    """Base-block index of each of ``blocks`` blocks of size ``block`` (which divides ``base``)."""
+    return torch.arange(blocks) * block // base
+
+
+def _position_map(comp: Component, base: BlockLayout) -> torch.Tensor | None:
+    """(Bl, Hl, nqb, nkb) bool over ``base``'s blocks of positions: where ``comp`` keeps a tile; None for
+    a component permuted on both sides."""
+    if comp.q_index is not None and comp.k_index is not None:
+        return None
+    lay, blk = comp.layout, comp.layout.block
+    kept = lay.to_dense().to(torch.uint8)  # over the component's own blocks (rows or keys gathered)
+    for dim, index, nb in ((2, comp.q_index, base.num_q_blocks), (3, comp.k_index, base.num_kv_blocks)):
+        if index is None:  # in position order: own block -> base block
+            pos = _block_of(kept.shape[dim], blk, base.block)[None, None]
+        else:  # gathered: own row -> its position's base block
+            kept = kept.repeat_interleave(blk, dim).narrow(dim, 0, index.shape[-1])
+            pos = index // base.block
+        Bl, Hl = max(kept.shape[0], pos.shape[0]), max(kept.shape[1], pos.shape[1])
+        kept, pos = kept.expand(Bl, Hl, -1, -1), pos.expand(Bl, Hl, -1)
+        shape = list(kept.shape)
+        idx = pos[..., :, None].expand(shape) if dim == 2 else pos[..., None, :].expand(shape)
+        shape[dim] = nb
+        kept = torch.zeros(shape, dtype=torch.uint8).scatter_reduce(dim, idx, kept, "amax")
+    return kept.bool()
+
+
+def _gathered_tiles(c: Component, clear: torch.Tensor, base: int) -> torch.Tensor:
+    """``clear`` (Bl, Hl, nqb, nkb) over blocks of positions of size ``base``, read at the tiles of ``c``
+    (rows or keys gathered): a tile is clear if every base block its rows and keys fall in is; shaped
+    like ``c.layout.full`` (batch elements / heads it does not have must all agree)."""
+    lay, blk = c.layout, c.layout.block
+    Bl = max(
+        clear.shape[0], lay.kv_index.shape[0], *(t.shape[0] for t in (c.q_index, c.k_index) if t is not None)
+    )
+    Hl = max(
+        clear.shape[1], lay.kv_index.shape[1], *(t.shape[1] for t in (c.q_index, c.k_index) if t is not None)
+    )
+    per = clear.expand(Bl, Hl, -1, -1)
+    for dim, index, nb in ((2, c.q_index, lay.num_q_blocks), (3, c.k_index, lay.num_kv_blocks)):
+        if index is None:  # own block -> its base block
+            pos = _block_of(nb, blk, base).expand(Bl, Hl, -1)
+        else:  # own row -> its position's base block
+            pos = (index // base).expand(Bl, Hl, -1)
+        shape = list(per.shape)
+        shape[dim] = pos.shape[-1]
+        idx = pos[..., :, None].expand(shape) if dim == 2 else pos[..., None, :].expand(shape)
+        per = per.gather(dim, idx)
+        if index is not None:  # rows (keys) -> blocks of them: clear if all are (none past the end)
+            pad = [0, 0, 0, nb * blk - per.shape[2]] if dim == 2 else [0, nb * blk - per.shape[3]]
+            per = torch.nn.functional.pad(per, pad, value=True)
+            per = (
+                per.reshape(Bl, Hl, nb, blk, -1).all(3)
+                if dim == 2
+                else per.reshape(Bl, Hl, -1, nb, blk).all(4)
+            )
+    out = per.gather(-1, lay.kv_index.expand(Bl, Hl, -1, -1).clamp(0, per.shape[-1] - 1))
+    out = out & (lay.kv_index >= 0)
+    for dim, size in ((0, lay.full.shape[0]), (1, lay.full.shape[1])):
+        if size == 1 and out.shape[dim] > 1:
+            out = out.all(dim, keepdim=True)
+    return out
 
 
 def _any(masks, b, h, i, j):

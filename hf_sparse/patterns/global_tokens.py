@@ -144,7 +144,8 @@ class Global(Pattern):
         if self.runtime:
             return Plan([])
         off = kv_len - q_len
-        qrows, qvalid = _ragged(self._rows(q_len, off))
+        q_global = self._rows(q_len, off)
+        qrows, qvalid = _ragged(q_global)
         krows, kvalid = _ragged(self._rows(kv_len, 0))
         is_g = self.is_global
         # The G global rows (columns) are one thin block: with the pattern's block a single global
@@ -157,8 +158,15 @@ class Global(Pattern):
             q_offset=off,
             name="global_rows",
         )
+        # columns: full in the query blocks that hold no global row (of any batch element)
+        cols_layout = full_layout(q_len, krows.shape[-1], _thin_block(krows.shape[-1], block), full=False)
+        c = cols_layout.block
+        free = ~torch.nn.functional.pad(
+            q_global.any(0), (0, cols_layout.num_q_blocks * c - q_len), value=True
+        )
+        cols_layout.full[:] = free.view(-1, c).all(-1)[:, None]
         cols = Component(
-            full_layout(q_len, krows.shape[-1], _thin_block(krows.shape[-1], block), full=False),
+            cols_layout,
             lambda b, h, i, j: ~is_g(b, i) & is_g(b, j),
             k_index=krows,
             k_valid=kvalid,
