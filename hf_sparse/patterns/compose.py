@@ -146,6 +146,8 @@ class Union(_Combination):
 
 def union_plans(plans: list[Plan]) -> Plan:
     comps = [c for p in plans for c in p.components]
+    base = next((c.layout for c in comps if c.identity), None)
+    comps = [_columns_in_order(c, base) or c for c in comps]
     ident = [c for c in comps if c.identity]
     others = [c for c in comps if not c.identity]
     merged: list[Component] = []
@@ -169,6 +171,34 @@ def union_plans(plans: list[Plan]) -> Plan:
         rule = lambda b, h, i, j, es=tuple(earlier): ~_any(es, b, h, i, j)  # noqa: E731
         merged.append(c.restricted(rule, keep_full=_clear_of(c, merged)))
     return Plan(merged)
+
+
+def _columns_in_order(c: Component, base: BlockLayout | None) -> Component | None:
+    """A component of gathered key columns that are whole blocks of positions (BigBird's global blocks)
+    as the same component in position order, which then joins the others' kernel call instead of
+    running alone and being merged over every row; None where the columns are not whole blocks."""
+    index = c.k_index
+    if base is None or c.q_index is not None or index is None:
+        return None
+    block = base.block
+    if c.layout.block != block or c.layout.num_q_blocks != base.num_q_blocks:
+        return None
+    if (
+        index.shape[:2] != (1, 1)
+        or index.shape[-1] % block
+        or (c.k_valid is not None and not c.k_valid.all())
+    ):
+        return None
+    runs = index.reshape(-1, block)
+    if (runs[:, 0] % block).any() or not torch.equal(runs, runs[:, :1] + torch.arange(block)):
+        return None
+    position_block = runs[:, 0] // block  # component key block -> block of positions
+    kv = c.layout.kv_index
+    kv_index = torch.where(kv >= 0, position_block[kv.clamp(min=0)], kv)
+    if (kv_index[..., 1:] < kv_index[..., :-1]).any():  # the runs out of order: keep it as it is
+        return None
+    layout = BlockLayout(block, base.num_q_blocks, base.num_kv_blocks, kv_index, c.layout.full)
+    return replace(c, layout=layout, k_index=None, k_valid=None)
 
 
 def _clear_of(c: Component, earlier: list[Component]) -> torch.Tensor | None:

@@ -387,6 +387,29 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     assert (calls["band"] + calls["tables"] > 0) == (path == "fused"), calls
 
 
+@pytest.mark.parametrize("path", ["fused", "fallback"])
+@pytest.mark.parametrize("mode", ["none", "padding", "global"])
+def test_whole_global_blocks_join_the_position_order_component(mode, path, monkeypatch):
+    """BigBird's global key blocks are whole blocks of positions: its plan runs them with the window and
+    random blocks in position order (one component, no merge over every row), and the global rows keep
+    their full tiles; the result is exact on both paths."""
+    from hf_sparse.attention import fused
+
+    if path == "fused" and not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all" if path == "fused" else "0")
+    n, pattern = 256, PATTERNS["bigbird"]  # blocks of 16; n a multiple: the last global block is whole
+    plan = pattern.bind(n).plan(n, block=16)
+    assert [c.name for c in plan.components] == ["block_set|global_columns", "global_rows"]
+    assert bool(plan.components[1].layout.full.any())
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n, D=8))
+    ref, out = (_run(q, k, v, pattern, mode, backend) for backend in ("dense", "blocked"))
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    grad = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize("name", ["sliding_window", "sliding_window_causal", "longformer", "strided"])
 def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
     """Translation-invariant bands (sliding windows, alone, in Longformer or in Strided) run the compiled band
