@@ -45,7 +45,7 @@ def _check_mask(name, m, B, n, device):
 
 def resolve_pattern(pattern) -> P.Pattern:
     """A Pattern from a Pattern, a spec dict or a registered name; equal specs give the same object, so
-    what dispatch keeps on it (``Pattern._memo``: bound blocks, plans, block masks) serves every call."""
+    what dispatch keeps on it (``Pattern.derived``: bound blocks, plans, block masks) serves every call."""
     if isinstance(pattern, P.Pattern):
         return pattern
     if isinstance(pattern, (dict, str)):
@@ -99,7 +99,7 @@ def with_runtime_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
         tuple(mask.shape),
         bytes(np.packbits(mask.cpu().numpy())),
     )  # the same tokens: the same object
-    return pattern._memo(key, lambda: _add_globals(pattern, mask))
+    return pattern.derived(key, lambda: _add_globals(pattern, mask))
 
 
 def _add_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
@@ -231,7 +231,7 @@ def sparse_attention(
 
     effective = with_runtime_globals(pattern, global_mask)
     if effective.length_dependent and not effective.content_based:  # seeded: the same blocks every call
-        bound = effective._memo(("bind", q_len, kv_len), lambda: effective.bind(q_len, kv_len))
+        bound = effective.derived(("bind", q_len, kv_len), lambda: effective.bind(q_len, kv_len))
     else:
         bound = effective.bind(q_len, kv_len, query=query, key=key)
     block = choose_block(bound, kv_len, block_size)
@@ -258,7 +258,7 @@ def sparse_attention(
     if pick_backend(backend, query, dropout_p) == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
         return flex_attention_forward(query, key, value, bound, key_valid, scale, block)
-    plan = bound._memo(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
+    plan = bound.derived(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if dropout_p > 0 else 0
     return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)

@@ -85,7 +85,7 @@ def flex_block_mask(pattern, key_valid, B: int, H: int, q_len: int, kv_len: int,
     device = torch.device(device)
     if key_valid is None:
         key = ("flex_block_mask", B, H, q_len, kv_len, block, str(device))
-        return pattern._memo(key, lambda: _block_mask(pattern, None, B, H, q_len, kv_len, block, device))
+        return pattern.derived(key, lambda: _block_mask(pattern, None, B, H, q_len, kv_len, block, device))
     return _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device)
 
 

@@ -566,7 +566,9 @@ def sparse_attention_forward(
             "reached it, so its window convention is unknown; build masks with transformers.masking_utils"
         )
     if causal and not pattern.is_causal:
-        pattern = pattern._memo("& Causal()", lambda p=pattern: p & P.Causal())  # one object: dispatch's memo
+        pattern = pattern.derived(
+            "& Causal()", lambda p=pattern: p & P.Causal()
+        )  # one object: dispatch's memo
 
     # ---- align queries with keys: queries must be the last rows of the keys
     kv_len = kv_total
@@ -590,7 +592,7 @@ def sparse_attention_forward(
         w = info.window
         if w is not None and (kv_len - 1 >= w if causal else kv_len - 1 > w):  # the window can bite
             window = P.SlidingWindow(window=w, causal=True) if causal else P.SlidingWindow(2 * w + 1)
-            pattern = pattern._memo(("& window", w, causal), lambda p=pattern: p & window)
+            pattern = pattern.derived(("& window", w, causal), lambda p=pattern: p & window)
     g = None if info is None else info.global_tokens
     if output_attentions:
         allowed = _allowed(query, key, with_runtime_globals(pattern, g), padding)

@@ -529,10 +529,11 @@ class Pattern:
         drop the others without changing any future output."""
         return torch.ones_like(kv_pos, dtype=torch.bool)
 
-    def _memo(self, key, make):
-        """``make()``, kept on this pattern under ``key`` (the last few): what dispatch derives from a pattern
-        that is the same on every call (bound random blocks, FlexAttention block masks)."""
-        memo = self.__dict__.setdefault("_memo_", {})
+    def derived(self, key, make):
+        """``make()``, kept on this pattern under ``key`` (the last 8 keys): what dispatch derives from a
+        pattern that is the same on every call (bound random blocks, plans, FlexAttention block masks,
+        the pattern with a model's causal mask or global tokens added)."""
+        memo = self.__dict__.setdefault("_derived", {})
         if key not in memo:
             if len(memo) >= 8:
                 memo.pop(next(iter(memo)))
@@ -707,7 +708,7 @@ def _to_device(obj, device, memo):
     if isinstance(obj, torch.Tensor):
         out = obj.to(device)
     elif isinstance(obj, Pattern):
-        fields = {k: v for k, v in vars(obj).items() if k != "_memo_"}  # what was derived stays behind
+        fields = {k: v for k, v in vars(obj).items() if k != "_derived"}  # what was derived stays behind
         moved = {k: _to_device(v, device, memo) for k, v in fields.items()}
         if all(moved[k] is v for k, v in fields.items()):
             out = obj

@@ -535,3 +535,31 @@ def test_band_backward_takes_a_broadcast_output_gradient(dtype, monkeypatch):
     for a, b in zip((q.grad, k.grad, v.grad), (q2.grad, k2.grad, v2.grad)):
         torch.testing.assert_close(a, b, atol=tol, rtol=0)
     assert calls
+
+
+def test_repeated_calls_plan_once(monkeypatch):
+    """A spec dict resolves to one pattern object, whose bound random blocks and plan serve every later call
+    with the same lengths; the same global tokens give the same combined pattern, other tokens another."""
+    from hf_sparse.attention.dispatch import resolve_pattern, with_runtime_globals
+
+    spec = {"type": "bigbird", "block": 16, "seed": 3}
+    assert resolve_pattern(spec) is resolve_pattern(dict(reversed(spec.items())))
+    planned, bound = [], []
+    real_plan, real_bind = P.Pattern.plan, P.BigBird.bind
+    monkeypatch.setattr(
+        P.Pattern, "plan", lambda self, *a, **k: planned.append(1) or real_plan(self, *a, **k)
+    )
+    monkeypatch.setattr(P.BigBird, "bind", lambda self, *a, **k: bound.append(1) or real_bind(self, *a, **k))
+    q, k, v = _inputs(200, grad=False)
+    outs = [sparse_attention(q, k, v, spec, backend="blocked") for _ in range(3)]
+    assert len(planned) == 1 and len(bound) == 1
+    assert all(torch.equal(o, outs[0]) for o in outs)
+    sparse_attention(q[..., :100, :], k[..., :100, :], v[..., :100, :], spec, backend="blocked")
+    assert len(planned) == 2  # another length: planned again
+    base = P.SlidingWindow(window=8)
+    gm = torch.zeros(2, 50)
+    gm[0, 3] = 1
+    first = with_runtime_globals(base, gm)
+    assert with_runtime_globals(base, gm.clone()) is first
+    gm[1, 7] = 1
+    assert with_runtime_globals(base, gm) is not first
