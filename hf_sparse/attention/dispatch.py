@@ -6,7 +6,6 @@ import functools
 import json
 import math
 
-import numpy as np
 import torch
 
 from .. import patterns as P
@@ -94,11 +93,7 @@ def with_runtime_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
     mask = global_mask.bool()
     if torch.compiler.is_compiling():  # traced: no host copy of the mask to key on
         return _add_globals(pattern, mask)
-    key = (
-        "globals",
-        tuple(mask.shape),
-        bytes(np.packbits(mask.cpu().numpy())),
-    )  # the same tokens: the same object
+    key = ("globals", tuple(mask.shape), tuple(mask.nonzero().flatten().tolist()))  # same tokens, same object
     return pattern.derived(key, lambda: _add_globals(pattern, mask))
 
 
