@@ -565,10 +565,8 @@ def sparse_attention_forward(
             f"{type(module).__name__} asks for sliding_window={kwargs['sliding_window']} but no hf_sparse mask "
             "reached it, so its window convention is unknown; build masks with transformers.masking_utils"
         )
-    if causal and not pattern.is_causal:
-        pattern = pattern.derived(
-            "& Causal()", lambda p=pattern: p & P.Causal()
-        )  # one object: dispatch's memo
+    if causal and not pattern.is_causal:  # one object per pattern, so what dispatch keeps on it is reused
+        pattern = pattern.derived("& Causal()", lambda p=pattern: p & P.Causal())
 
     # ---- align queries with keys: queries must be the last rows of the keys
     kv_len = kv_total
