@@ -135,20 +135,16 @@ def coarsen(layout, factor: int):
 
     Bl, Hl, nqb, _ = layout.kv_index.shape
     nkb = layout.num_kv_blocks
-    idx = torch.where(layout.kv_index < 0, torch.full_like(layout.kv_index, nkb), layout.kv_index)
-    kept = torch.zeros(Bl, Hl, nqb, nkb + 1, dtype=torch.bool, device=idx.device)
-    full = torch.zeros_like(kept)
-    kept.scatter_(-1, idx, True)
-    full.scatter_(-1, idx, layout.full & (layout.kv_index >= 0))
+    kept, full = layout.to_dense(), layout.to_dense(full=True)
     Q, K = -(-nqb // factor), -(-nkb // factor)
 
     def tiles(m):  # (Bl, Hl, Q, factor, K, factor)
-        m = torch.nn.functional.pad(m[..., :nkb], (0, K * factor - nkb, 0, Q * factor - nqb))
+        m = torch.nn.functional.pad(m, (0, K * factor - nkb, 0, Q * factor - nqb))
         return m.view(Bl, Hl, Q, factor, K, factor)
 
     kept = tiles(kept).any(5).any(3)
     full = tiles(full).all(5).all(3) & kept
-    key, order = torch.where(kept, torch.arange(K, device=idx.device), K).sort(dim=-1)
+    key, order = torch.where(kept, torch.arange(K, device=kept.device), K).sort(dim=-1)
     width = max(int(kept.sum(-1).max()), 1)
     kv_index = torch.where(key[..., :width] < K, key[..., :width], -1)
     return BlockLayout(

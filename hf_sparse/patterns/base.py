@@ -57,13 +57,14 @@ class BlockLayout:
     def to(self, device) -> BlockLayout:
         return replace(self, kv_index=self.kv_index.to(device), full=self.full.to(device))
 
-    def to_dense(self) -> torch.Tensor:
-        """(Bl, Hl, nqb, nkb) bool block map; for plots and tests (block-level, small)."""
+    def to_dense(self, full: bool = False) -> torch.Tensor:
+        """(Bl, Hl, nqb, nkb) bool block map of the kept tiles (``full=True``: of the full ones); block-level,
+        small: for plots, tests and reasoning over whole layouts."""
         Bl, Hl, nqb, _ = self.kv_index.shape
         out = torch.zeros(Bl, Hl, nqb, self.num_kv_blocks + 1, dtype=torch.bool, device=self.kv_index.device)
         idx = self.kv_index.clone()
         idx[idx < 0] = self.num_kv_blocks
-        out.scatter_(-1, idx, True)
+        out.scatter_(-1, idx, self.full.expand_as(idx) if full else True)
         return out[..., : self.num_kv_blocks]
 
 

@@ -23,10 +23,7 @@ def _bound(name, n):
 def _check_covers(layout, allowed, n):
     """Every allowed pair lies in a kept tile; every full tile is all allowed (allowed: (Ba, Ha, n, n))."""
     b = layout.block
-    dense = layout.to_dense()  # (Bl, Hl, nqb, nkb)
-    full = torch.zeros_like(dense)
-    idx = layout.kv_index.clamp(min=0)
-    full.scatter_(-1, idx, layout.full & (layout.kv_index >= 0))
+    dense, full = layout.to_dense(), layout.to_dense(full=True)  # (Bl, Hl, nqb, nkb)
     expand = lambda m: m.repeat_interleave(b, -2).repeat_interleave(b, -1)[..., :n, :n]  # noqa: E731
     kept_pairs, full_pairs = expand(dense), expand(full)
     assert not (allowed & ~kept_pairs).any(), "an allowed pair lies outside every kept tile"
