@@ -228,7 +228,8 @@ class _BlockSparse(torch.autograd.Function):
         out = torch.zeros(BH, p.nqb, c, v.shape[-1], dtype=q.dtype, device=dev)
         lse = torch.full((BH, p.nqb, c), _NEG_INF, dtype=compute_dtype(q.dtype), device=dev)
         qb = q.view(BH, p.nqb, c, D)
-        use_flash = dev.type == "cpu" and p.dropout_p == 0.0 and _flash_cpu_available()
+        # torch's CPU flash kernel needs one head size for q, k and v
+        use_flash = dev.type == "cpu" and p.dropout_p == 0.0 and v.shape[-1] == D and _flash_cpu_available()
         cdt = compute_dtype(q.dtype)
         for gi, (b, h, r0, r1) in enumerate(p.groups):
             heads = r1 - r0

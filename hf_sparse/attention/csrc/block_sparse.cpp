@@ -15,7 +15,8 @@
 //   R + dmax - dmin rows, so S = Q K^T is one product whose rows each hold their whole softmax (no
 //   online rescaling, no skewed buffers). Backward: tasks are (row, chunk of query tiles); chunks at
 //   least as long as the band is wide touch disjoint key rows two chunks apart, so even chunks run in
-//   parallel, then odd ones, each accumulating dK and dV in place.
+//   parallel, then odd ones, each accumulating dK and dV in place. In float on AVX-512 both run
+//   register-blocked (``band_forward_rb`` / ``band_backward_rb``: no BLAS, transposed score tiles).
 //
 // Both forwards return the log-sum-exp of every row (-inf where a row has no allowed key; its output is
 // 0) and take no padded copies: the last query / key block is cut to the rows that exist. Both
@@ -30,7 +31,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -385,30 +385,42 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
 #if defined(CPU_CAPABILITY_AVX512)
 // ----------------------------------------------------------------------------- register-blocked band forward
 //
-// float, AVX-512, every offset in [dmin, dmax] allowed, Dv a multiple of 16: the band forward without BLAS.
-// A tile is 32 query rows in two halves of 16 (one zmm of rows); its scores are kept transposed,
-// ST[j][r] (key j, row r), so every pass over them is a vector over 16 rows: the row max, exp and sum
-// need no horizontal reduction, and each half computes only its own key range (R + width - 1 keys
-// for 16 rows instead of for 32: 1.03 keys per allowed pair at width 513, 1.06 before). Products:
-// ST = K (scale Q)^T as 8 keys x 16 rows of accumulators over d (Q^T packed per tile, 8 KB), and
-// O = P V as 4 rows x 64 values over keys (P's entries broadcast from ST, V's rows read in place).
-constexpr int64_t kRB = 32;
+// float, AVX-512, every offset in [dmin, dmax] allowed, D and Dv multiples of 16: the band kernels without
+// BLAS. A tile is kRB = 64 query rows in parts of 16 (one zmm of rows); its scores are kept transposed,
+// ST[j][r] (key j, row r), so every pass over them is a vector over 16 rows (the row max, exp and sum need
+// no horizontal reduction) and each part computes only its own key range: 16 + width - 1 keys per 16 rows
+// (1.03 keys per allowed pair at width 513; the BLAS tiles of FUSED_BAND_ROWS = 32 rows computed 1.06).
+// Products: ST = K (scale Q)^T as 8 keys x 16 rows of accumulators over d (Q^T packed per tile), O = P V
+// as 4 rows x 64 values over keys (P broadcast from ST, V's rows read in place); the backward adds dV and
+// dK as 4 keys x 64 values over the tile's rows. SW(512), 16k tokens, H=12 D=64, 2 threads: forward
+// 0.206 -> 0.167 s, backward alone 0.47 -> 0.39 s (every product at about the 4096^2 matmul rate: perf
+// puts the 5 backward products at equal shares); the BLAS path stays for double, other CPUs and
+// offset masks (dilated bands).
+constexpr int64_t kRB = 64, kParts = kRB / 16;
 
 inline __m512 masked_or_ninf(__m512 x, __mmask16 keep) {
   return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), keep, x);
 }
 
-// ST[j][16h .. 16h + 16) = sum_d K[j][d] QT[d][16h ..] for keys j in [ja, jb) (window-relative)
-inline void scores_half(const float* K, int64_t D, const float* QT, float* ST, int64_t ja, int64_t jb) {
+// ST[j][16h .. 16h + 16) = sum_d K[j][d] QT[d][16h ..] for keys j in [ja, jb) (window-relative). DC: D known
+// at compile time (the key rows' 8 addresses are then one register plus constants; with a runtime D, GCC
+// kept 8 pointers and spilled them inside the backward), 0: runtime D.
+template <int DC>
+__attribute__((noinline)) void scores_part_d(const float* K, int64_t D, const float* QT, float* ST, int64_t ja,
+                                             int64_t jb) {
+  if constexpr (DC > 0) D = DC;
   int64_t j = ja;
   for (; j + 8 <= jb; j += 8) {
     __m512 acc[8];
+#pragma GCC unroll 8
     for (int u = 0; u < 8; ++u) acc[u] = _mm512_setzero_ps();
     const float* k = K + j * D;
     for (int64_t d = 0; d < D; ++d) {
       const __m512 qv = _mm512_loadu_ps(QT + d * kRB);
+#pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(k[u * D + d]), qv, acc[u]);
     }
+#pragma GCC unroll 8
     for (int u = 0; u < 8; ++u) _mm512_storeu_ps(ST + (j + u) * kRB, acc[u]);
   }
   for (; j < jb; ++j) {
@@ -416,6 +428,15 @@ inline void scores_half(const float* K, int64_t D, const float* QT, float* ST, i
     const float* k = K + j * D;
     for (int64_t d = 0; d < D; ++d) acc = _mm512_fmadd_ps(_mm512_set1_ps(k[d]), _mm512_loadu_ps(QT + d * kRB), acc);
     _mm512_storeu_ps(ST + j * kRB, acc);
+  }
+}
+
+inline void scores_part(const float* K, int64_t D, const float* QT, float* ST, int64_t ja, int64_t jb) {
+  switch (D) {
+    case 64: return scores_part_d<64>(K, D, QT, ST, ja, jb);
+    case 128: return scores_part_d<128>(K, D, QT, ST, ja, jb);
+    case 32: return scores_part_d<32>(K, D, QT, ST, ja, jb);
+    default: return scores_part_d<0>(K, D, QT, ST, ja, jb);
   }
 }
 
@@ -503,7 +524,7 @@ inline void key_rows(const float* M, const float* X, int64_t ldx, int64_t ra, in
   for (; c0 < ldx; c0 += 16) key_block<1>(M, X + c0, ldx, ra, rb, A + c0, ldx, nkeys, alpha);
 }
 
-// Rows (bits, of the half starting at tile row r0) that see key row jk: ``rows`` (the half's valid rows)
+// Rows (bits, of the part starting at tile row r0) that see key row jk: ``rows`` (the part's valid rows)
 // with dmin <= jk - (i0 + i) <= dmax, none where the key is padding.
 inline __mmask16 band_keep(const Band& b, __mmask16 rows, int64_t r0, int64_t r1, int64_t i0, int64_t jk,
                            const uint8_t* kv) {
@@ -534,7 +555,7 @@ void band_forward_rb(const float* q, const float* k, const float* v, float* out,
         for (int64_t i = 0; i < kRB; ++i) QT[d * kRB + i] = i < qn ? scale * Q[i * D + d] : 0.f;
       for (int64_t h = 0; h * 16 < qn; ++h) {
         const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
-        // this half's keys, window-relative
+        // this part's keys, window-relative
         const int64_t ja = std::max<int64_t>(j0, i0 + r0 + b.dmin) - j0;
         const int64_t jb = std::min<int64_t>(j1, i0 + r1 - 1 + b.dmax + 1) - j0;
         __mmask16 rows = static_cast<__mmask16>((1u << (r1 - r0)) - 1u);
@@ -542,7 +563,7 @@ void band_forward_rb(const float* q, const float* k, const float* v, float* out,
           for (int64_t i = r0; i < r1; ++i)
             if (!qv[i]) rows &= static_cast<__mmask16>(~(1u << (i - r0)));
         float* S = ST.data() + r0;
-        if (jb > ja) scores_half(k + (r * nk + j0) * D, D, QT.data() + r0, S, ja, jb);
+        if (jb > ja) scores_part(k + (r * nk + j0) * D, D, QT.data() + r0, S, ja, jb);
         __m512 mx = _mm512_set1_ps(ninf);
         for (int64_t j = ja; j < jb; ++j) {
           const __mmask16 keep = band_keep(b, rows, r0, r1, i0, j0 + j, kv);
@@ -577,9 +598,9 @@ void band_forward_rb(const float* q, const float* k, const float* v, float* out,
     }
   });
 }
-// The band backward on the same tiles (chunks and phases as ``band_backward_impl``): per half, ST = K (scale
+// The band backward on the same tiles (chunks and phases as ``band_backward_impl``): per part, ST = K (scale
 // Q)^T and dPT = V dO^T, then P = exp(ST - lse) and dS = P (dPT - delta) in place; dV += P^T dO and dK +=
-// scale dS^T Q in groups of 4 keys over the rows of the halves that see them; dQ += scale dS K per half.
+// scale dS^T Q in groups of 4 keys over the rows of the parts that see them; dQ += scale dS K per part.
 void band_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                       const float* delta, float* dq, float* dk, float* dv, const Band& b, int64_t BH, int64_t nq,
                       int64_t nk, int64_t D, int64_t Dv, float scale) {
@@ -608,9 +629,9 @@ void band_backward_rb(const float* q, const float* k, const float* v, const floa
             for (int64_t i = 0; i < R; ++i) QT[d * R + i] = i < qn ? scale * Q[i * D + d] : 0.f;
           for (int64_t d = 0; d < Dv; ++d)
             for (int64_t i = 0; i < R; ++i) OT[d * R + i] = i < qn ? dO[i * Dv + d] : 0.f;
-          const int64_t halves = (qn + 15) / 16;
-          int64_t ja[2] = {0, 0}, jb[2] = {0, 0};
-          for (int64_t h = 0; h < halves; ++h) {
+          const int64_t parts = (qn + 15) / 16;
+          int64_t ja[kParts] = {}, jb[kParts] = {};
+          for (int64_t h = 0; h < parts; ++h) {
             const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
             ja[h] = std::max<int64_t>(j0, i0 + r0 + b.dmin) - j0;
             jb[h] = std::min<int64_t>(j1, i0 + r1 - 1 + b.dmax + 1) - j0;
@@ -621,8 +642,8 @@ void band_backward_rb(const float* q, const float* k, const float* v, const floa
             const fVec lv(_mm512_maskz_loadu_ps(rows, lse + row0 + r0));
             const fVec dl(_mm512_maskz_loadu_ps(inside, delta + row0 + r0));
             if (jb[h] <= ja[h]) continue;
-            scores_half(Kw, D, QT.data() + r0, ST.data() + r0, ja[h], jb[h]);
-            scores_half(Vw, Dv, OT.data() + r0, DS.data() + r0, ja[h], jb[h]);
+            scores_part(Kw, D, QT.data() + r0, ST.data() + r0, ja[h], jb[h]);
+            scores_part(Vw, Dv, OT.data() + r0, DS.data() + r0, ja[h], jb[h]);
             for (int64_t j = ja[h]; j < jb[h]; ++j) {
               float* sj = ST.data() + j * R + r0;
               float* dj = DS.data() + j * R + r0;
@@ -632,28 +653,25 @@ void band_backward_rb(const float* q, const float* k, const float* v, const floa
               _mm512_storeu_ps(dj, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
             }
           }
-          // keys of both halves: zeros where one half's range ends, so groups of 4 keys can run over both
+          // keys of all parts: zeros where a part's range ends, so groups of 4 keys can run over several
           int64_t ua = ja[0], ub = jb[0];
-          if (halves == 2) {
-            ua = std::min(ua, ja[1]);
-            ub = std::max(ub, jb[1]);
-            for (int64_t h = 0; h < 2; ++h)
-              for (int64_t j = ua; j < ub; ++j)
-                if (j < ja[h] || j >= jb[h]) {
-                  std::fill_n(ST.data() + j * R + 16 * h, 16, 0.f);
-                  std::fill_n(DS.data() + j * R + 16 * h, 16, 0.f);
-                }
-          }
+          for (int64_t h = 1; h < parts; ++h) ua = std::min(ua, ja[h]), ub = std::max(ub, jb[h]);
+          for (int64_t h = 0; h < parts && parts > 1; ++h)
+            for (int64_t j = ua; j < ub; ++j)
+              if (j < ja[h] || j >= jb[h]) {
+                std::fill_n(ST.data() + j * R + 16 * h, 16, 0.f);
+                std::fill_n(DS.data() + j * R + 16 * h, 16, 0.f);
+              }
           for (int64_t j = ua; j < ub; j += 4) {
             const int64_t nkeys = std::min<int64_t>(4, ub - j);
-            const bool h0 = j < jb[0] && j + nkeys > ja[0];
-            const bool h1 = halves == 2 && j < jb[1] && j + nkeys > ja[1];
-            const int64_t ra = h0 ? 0 : 16, rb = h1 ? qn : std::min<int64_t>(qn, 16);
+            int64_t ra = qn, rb = 0;  // rows of the parts that see a key of the group
+            for (int64_t h = 0; h < parts; ++h)
+              if (j < jb[h] && j + nkeys > ja[h]) ra = std::min(ra, 16 * h), rb = std::min(qn, 16 * h + 16);
             if (ra >= rb) continue;
             key_rows(ST.data() + j * R, dO, Dv, ra, rb, dv + (r * nk + j0 + j) * Dv, nkeys, 1.f);
             key_rows(DS.data() + j * R, Q, D, ra, rb, dk + (r * nk + j0 + j) * D, nkeys, scale);
           }
-          for (int64_t h = 0; h < halves; ++h)
+          for (int64_t h = 0; h < parts; ++h)
             for (int64_t g = 16 * h; g < std::min<int64_t>(qn, 16 * h + 16); g += 4)
               pv_rows<true>(DS.data() + g, Kw, D, ja[h], jb[h], dq + (row0 + g) * D,
                             std::min<int64_t>(4, std::min<int64_t>(qn, 16 * h + 16) - g), scl.data());
@@ -801,7 +819,7 @@ std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, c
   auto out = at::empty({BH, nq, Dv}, q.options());
   auto lse = at::empty({BH, nq}, q.options());
 #if defined(CPU_CAPABILITY_AVX512)
-  if (q.scalar_type() == at::kFloat && band_rb_applies(b, D, Dv) && !std::getenv("HF_SPARSE_NORB")) {
+  if (q.scalar_type() == at::kFloat && band_rb_applies(b, D, Dv)) {
     band_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
                     lse.data_ptr<float>(), b, BH, nq, nk, D, Dv, static_cast<float>(scale));
     return {out, lse};
@@ -825,7 +843,7 @@ void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Band b = band_spec(ok, dmin, kvalid, qvalid, BH, nq, nk, R);
 #if defined(CPU_CAPABILITY_AVX512)
-  if (q.scalar_type() == at::kFloat && band_rb_applies(b, D, Dv) && !std::getenv("HF_SPARSE_NORB")) {
+  if (q.scalar_type() == at::kFloat && band_rb_applies(b, D, Dv)) {
     band_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
                      lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
                      dv.data_ptr<float>(), b, BH, nq, nk, D, Dv, static_cast<float>(scale));
