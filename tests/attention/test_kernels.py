@@ -429,7 +429,9 @@ def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
 @pytest.mark.parametrize("mode", [*MODES, "gqa"])
 @pytest.mark.parametrize("n", [7, 129, 1000])
 @pytest.mark.parametrize("D, Dv", [(16, 16), (64, 48)])
-@pytest.mark.parametrize("name", ["sliding_window", "sliding_window_causal", "longformer", "strided_bidirectional"])
+@pytest.mark.parametrize(
+    "name", ["sliding_window", "sliding_window_causal", "longformer", "strided_bidirectional"]
+)
 def test_band_kernels_float32_match_dense(name, D, Dv, n, mode, path, monkeypatch):
     """Bands in float32 on both paths. The compiled band kernel runs register-blocked on AVX-512
     (``band_forward_rb`` / ``band_backward_rb`` in ``csrc/block_sparse.cpp``: no BLAS, 64-row tiles in
@@ -459,7 +461,9 @@ def test_band_kernels_float32_match_dense(name, D, Dv, n, mode, path, monkeypatc
     ref = sparse_attention(*x64, PATTERNS[name], backend="dense", **kw)
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
     grad = torch.randn(out.shape, generator=g)
-    for a, b, what in zip(torch.autograd.grad(out, x32, grad), torch.autograd.grad(ref, x64, grad.double()), "qkv"):
+    for a, b, what in zip(
+        torch.autograd.grad(out, x32, grad), torch.autograd.grad(ref, x64, grad.double()), "qkv"
+    ):
         # a global key's dv sums ~1000 float32 terms up to ~100 each: 2e-5 of rounding on both paths
         torch.testing.assert_close(a.double(), b, atol=5e-5, rtol=1e-5, msg=lambda m, w=what: f"d{w}: {m}")
     if mode in ("none", "padding"):  # global tokens can move short inputs onto the table kernel
