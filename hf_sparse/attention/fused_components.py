@@ -14,7 +14,9 @@ from . import fused
 from .merge import merge_forward
 from .prepare import _NEG_INF, _Prep, _row_dot, from_classes, to_classes
 
-# Query rows per tile of the compiled band kernel (its keys: FUSED_BAND_ROWS + band width - 1). 16k tokens,
+# Query rows per tile of the compiled band kernel's BLAS path (double, CPUs without AVX-512, bands with
+# disallowed offsets; float on AVX-512 runs register-blocked with its own 64-row tiles, ``csrc``'s kRB)
+# (its keys: FUSED_BAND_ROWS + band width - 1). 16k tokens,
 # H=12 D=64, forward+backward, idle host, 2 threads, alternating, median of 3, rows 16 / 32 / 64:
 # SlidingWindow(512) 0.789 / 0.694 / 0.696 s, causal window 128 0.318 / 0.311 / 0.338 s, Strided(128)
 # 0.504 / 0.508 / 0.532 s (narrow bands waste fewer masked scores with fewer rows per tile).
