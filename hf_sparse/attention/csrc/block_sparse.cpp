@@ -536,149 +536,254 @@ inline __mmask16 band_keep(const Band& b, __mmask16 rows, int64_t r0, int64_t r1
 
 inline bool band_rb_applies(const Band& b, int64_t D, int64_t Dv) { return b.all_ok && D % 16 == 0 && Dv % 16 == 0; }
 
+// Scratch of one thread of the register-blocked kernels (Wmax: the most keys of a tile).
+struct RbScratch {
+  std::vector<float> ST, DS, QT, OT, inv, scl;
+  RbScratch(int64_t Wmax, int64_t D, int64_t Dv, float scale)
+      // + 4 key rows: groups of 4 keys read (and discard) up to 3 rows past the last key
+      : ST((Wmax + 4) * kRB), DS((Wmax + 4) * kRB), QT(D * kRB), OT(Dv * kRB), inv(kRB), scl(kRB, scale) {}
+};
+
+// Forward of the tile of query rows [i0, i0 + kRB) of one sequence (q, k, v, out, lse at its row 0,
+// contiguous rows; kv / qv its key / query validity or nullptr).
+void band_tile_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
+                          const uint8_t* kv, const uint8_t* qv, int64_t nq, int64_t nk, int64_t D, int64_t Dv,
+                          float scale, int64_t i0, RbScratch& w) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t qn = std::min(kRB, nq - i0);
+  const float* Q = q + i0 * D;
+  float* O = out + i0 * Dv;
+  float* L = lse + i0;
+  int64_t j0, j1;
+  band_window(b, i0, qn, nk, j0, j1);
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t i = 0; i < kRB; ++i) w.QT[d * kRB + i] = i < qn ? scale * Q[i * D + d] : 0.f;
+  for (int64_t h = 0; h * 16 < qn; ++h) {
+    const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
+    // this part's keys, window-relative
+    const int64_t ja = std::max<int64_t>(j0, i0 + r0 + b.dmin) - j0;
+    const int64_t jb = std::min<int64_t>(j1, i0 + r1 - 1 + b.dmax + 1) - j0;
+    __mmask16 rows = static_cast<__mmask16>((1u << (r1 - r0)) - 1u);
+    if (qv)
+      for (int64_t i = r0; i < r1; ++i)
+        if (!qv[i0 + i]) rows &= static_cast<__mmask16>(~(1u << (i - r0)));
+    float* S = w.ST.data() + r0;
+    if (jb > ja) scores_part(k + j0 * D, D, w.QT.data() + r0, S, ja, jb);
+    __m512 mx = _mm512_set1_ps(ninf);
+    for (int64_t j = ja; j < jb; ++j) {
+      const __mmask16 keep = band_keep(b, rows, r0, r1, i0, j0 + j, kv);
+      __m512 s = _mm512_loadu_ps(S + j * kRB);
+      if (keep != 0xFFFF) {
+        s = masked_or_ninf(s, keep);
+        _mm512_storeu_ps(S + j * kRB, s);
+      }
+      mx = _mm512_max_ps(mx, s);
+    }
+    // rows with no allowed key: base 0, so exp(-inf - 0) = 0 and their sum stays 0
+    const __mmask16 empty = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(ninf), _CMP_EQ_OQ);
+    const fVec base(_mm512_mask_mov_ps(mx, empty, _mm512_setzero_ps()));
+    fVec sum(0.f);
+    for (int64_t j = ja; j < jb; ++j) {
+      const fVec p = (fVec::loadu(S + j * kRB) - base).exp_u20();
+      p.store(S + j * kRB);
+      sum = sum + p;
+    }
+    float sums[16], bases[16];
+    sum.store(sums);
+    base.store(bases);
+    for (int64_t i = r0; i < r1; ++i) {
+      const float sm = sums[i - r0];
+      w.inv[i] = sm > 0.f ? 1.f / sm : 0.f;
+      L[i] = sm > 0.f ? bases[i - r0] + std::log(sm) : ninf;
+    }
+    for (int64_t g = r0; g < r1; g += 4)
+      pv_rows(w.ST.data() + g, v + j0 * Dv, Dv, ja, jb, O + g * Dv, std::min<int64_t>(4, r1 - g), w.inv.data() + g);
+  }
+}
+
 void band_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
                      int64_t BH, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale) {
-  const int64_t ntiles = (nq + kRB - 1) / kRB, Wmax = kRB + b.dmax - b.dmin;
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t ntiles = (nq + kRB - 1) / kRB;
   at::parallel_for(0, BH * ntiles, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> ST(Wmax * kRB), QT(D * kRB), inv(kRB);
+    RbScratch w(b.width() - b.R + kRB, D, Dv, scale);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t r = task / ntiles, i0 = (task % ntiles) * kRB, qn = std::min(kRB, nq - i0);
-      const float* Q = q + (r * nq + i0) * D;
-      float* O = out + (r * nq + i0) * Dv;
-      float* L = lse + r * nq + i0;
-      int64_t j0, j1;
-      band_window(b, i0, qn, nk, j0, j1);
-      const uint8_t* kv = b.kvalid ? b.kvalid + r * nk : nullptr;
-      const uint8_t* qv = b.qvalid ? b.qvalid + r * nq + i0 : nullptr;
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t i = 0; i < kRB; ++i) QT[d * kRB + i] = i < qn ? scale * Q[i * D + d] : 0.f;
-      for (int64_t h = 0; h * 16 < qn; ++h) {
-        const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
-        // this part's keys, window-relative
-        const int64_t ja = std::max<int64_t>(j0, i0 + r0 + b.dmin) - j0;
-        const int64_t jb = std::min<int64_t>(j1, i0 + r1 - 1 + b.dmax + 1) - j0;
-        __mmask16 rows = static_cast<__mmask16>((1u << (r1 - r0)) - 1u);
-        if (qv)
-          for (int64_t i = r0; i < r1; ++i)
-            if (!qv[i]) rows &= static_cast<__mmask16>(~(1u << (i - r0)));
-        float* S = ST.data() + r0;
-        if (jb > ja) scores_part(k + (r * nk + j0) * D, D, QT.data() + r0, S, ja, jb);
-        __m512 mx = _mm512_set1_ps(ninf);
-        for (int64_t j = ja; j < jb; ++j) {
-          const __mmask16 keep = band_keep(b, rows, r0, r1, i0, j0 + j, kv);
-          __m512 s = _mm512_loadu_ps(S + j * kRB);
-          if (keep != 0xFFFF) {
-            s = masked_or_ninf(s, keep);
-            _mm512_storeu_ps(S + j * kRB, s);
-          }
-          mx = _mm512_max_ps(mx, s);
-        }
-        // rows with no allowed key: base 0, so exp(-inf - 0) = 0 and their sum stays 0
-        const __mmask16 empty = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(ninf), _CMP_EQ_OQ);
-        const fVec base(_mm512_mask_mov_ps(mx, empty, _mm512_setzero_ps()));
-        fVec sum(0.f);
-        for (int64_t j = ja; j < jb; ++j) {
-          const fVec p = (fVec::loadu(S + j * kRB) - base).exp_u20();
-          p.store(S + j * kRB);
-          sum = sum + p;
-        }
-        float sums[16], bases[16];
-        sum.store(sums);
-        base.store(bases);
-        for (int64_t i = r0; i < r1; ++i) {
-          const float sm = sums[i - r0];
-          inv[i] = sm > 0.f ? 1.f / sm : 0.f;
-          L[i] = sm > 0.f ? bases[i - r0] + std::log(sm) : ninf;
-        }
-        for (int64_t g = r0; g < r1; g += 4)
-          pv_rows(ST.data() + g, v + (r * nk + j0) * Dv, Dv, ja, jb, O + g * Dv, std::min<int64_t>(4, r1 - g),
-                  inv.data() + g);
+      const int64_t r = task / ntiles;
+      band_tile_forward_rb(q + r * nq * D, k + r * nk * D, v + r * nk * Dv, out + r * nq * Dv, lse + r * nq, b,
+                           b.kvalid ? b.kvalid + r * nk : nullptr, b.qvalid ? b.qvalid + r * nq : nullptr, nq, nk,
+                           D, Dv, scale, (task % ntiles) * kRB, w);
+    }
+  });
+}
+
+// The band backward on the same tiles (chunks and phases as ``band_backward_impl``): per part, ST = K (scale
+// Q)^T and dPT = V dO^T, then P = exp(ST - lse) and dS = P (dPT - delta) in place; dV += P^T dO and dK +=
+// scale dS^T Q in groups of 4 keys over the rows of the parts that see them; dQ += scale dS K per part.
+// Backward of the tile of query rows [i0, i0 + kRB) of one sequence (every pointer at its row 0, contiguous
+// rows): adds to dq (its rows) and dk, dv (its window's rows).
+void band_tile_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                           const float* delta, float* dq, float* dk, float* dv, const Band& b, const uint8_t* kv,
+                           const uint8_t* qv, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale, int64_t i0,
+                           RbScratch& w) {
+  constexpr int64_t R = kRB;
+  const int64_t qn = std::min(R, nq - i0);
+  const float* Q = q + i0 * D;
+  const float* dO = dout + i0 * Dv;
+  int64_t j0, j1;
+  band_window(b, i0, qn, nk, j0, j1);
+  if (j1 <= j0) return;
+  const float* Kw = k + j0 * D;
+  const float* Vw = v + j0 * Dv;
+  float *ST = w.ST.data(), *DS = w.DS.data();
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t i = 0; i < R; ++i) w.QT[d * R + i] = i < qn ? scale * Q[i * D + d] : 0.f;
+  for (int64_t d = 0; d < Dv; ++d)
+    for (int64_t i = 0; i < R; ++i) w.OT[d * R + i] = i < qn ? dO[i * Dv + d] : 0.f;
+  const int64_t parts = (qn + 15) / 16;
+  int64_t ja[kParts] = {}, jb[kParts] = {};
+  for (int64_t h = 0; h < parts; ++h) {
+    const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
+    ja[h] = std::max<int64_t>(j0, i0 + r0 + b.dmin) - j0;
+    jb[h] = std::min<int64_t>(j1, i0 + r1 - 1 + b.dmax + 1) - j0;
+    __mmask16 rows = 0;
+    for (int64_t i = r0; i < r1; ++i)
+      if ((!qv || qv[i0 + i]) && !std::isinf(lse[i0 + i])) rows |= static_cast<__mmask16>(1u << (i - r0));
+    const __mmask16 inside = static_cast<__mmask16>((1u << (r1 - r0)) - 1u);
+    const fVec lv(_mm512_maskz_loadu_ps(rows, lse + i0 + r0));
+    const fVec dl(_mm512_maskz_loadu_ps(inside, delta + i0 + r0));
+    if (jb[h] <= ja[h]) continue;
+    scores_part(Kw, D, w.QT.data() + r0, ST + r0, ja[h], jb[h]);
+    scores_part(Vw, Dv, w.OT.data() + r0, DS + r0, ja[h], jb[h]);
+    for (int64_t j = ja[h]; j < jb[h]; ++j) {
+      float* sj = ST + j * R + r0;
+      float* dj = DS + j * R + r0;
+      const __mmask16 keep = band_keep(b, rows, r0, r1, i0, j0 + j, kv);
+      const __m512 p = _mm512_maskz_mov_ps(keep, (fVec::loadu(sj) - lv).exp_u20());
+      _mm512_storeu_ps(sj, p);
+      _mm512_storeu_ps(dj, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
+    }
+  }
+  // keys of all parts: zeros where a part's range ends, so groups of 4 keys can run over several
+  int64_t ua = ja[0], ub = jb[0];
+  for (int64_t h = 1; h < parts; ++h) ua = std::min(ua, ja[h]), ub = std::max(ub, jb[h]);
+  for (int64_t h = 0; h < parts && parts > 1; ++h)
+    for (int64_t j = ua; j < ub; ++j)
+      if (j < ja[h] || j >= jb[h]) {
+        std::fill_n(ST + j * R + 16 * h, 16, 0.f);
+        std::fill_n(DS + j * R + 16 * h, 16, 0.f);
+      }
+  for (int64_t j = ua; j < ub; j += 4) {
+    const int64_t nkeys = std::min<int64_t>(4, ub - j);
+    int64_t ra = qn, rb = 0;  // rows of the parts that see a key of the group
+    for (int64_t h = 0; h < parts; ++h)
+      if (j < jb[h] && j + nkeys > ja[h]) ra = std::min(ra, 16 * h), rb = std::min(qn, 16 * h + 16);
+    if (ra >= rb) continue;
+    key_rows(ST + j * R, dO, Dv, ra, rb, dv + (j0 + j) * Dv, nkeys, 1.f);
+    key_rows(DS + j * R, Q, D, ra, rb, dk + (j0 + j) * D, nkeys, scale);
+  }
+  for (int64_t h = 0; h < parts; ++h) {
+    const int64_t r1 = std::min<int64_t>(qn, 16 * h + 16);
+    for (int64_t g = 16 * h; g < r1; g += 4)
+      pv_rows<true>(DS + g, Kw, D, ja[h], jb[h], dq + (i0 + g) * D, std::min<int64_t>(4, r1 - g), w.scl.data());
+  }
+}
+
+// The band backward on the same tiles, in chunks and phases as ``band_backward_impl``: per part, ST = K
+// (scale Q)^T and dPT = V dO^T, then P = exp(ST - lse) and dS = P (dPT - delta) in place; dV += P^T dO and
+// dK += scale dS^T Q in groups of 4 keys over the rows of the parts that see them; dQ += scale dS K per part.
+void band_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                      const float* delta, float* dq, float* dk, float* dv, const Band& b, int64_t BH, int64_t nq,
+                      int64_t nk, int64_t D, int64_t Dv, float scale) {
+  const int64_t chunk = std::max<int64_t>(1, (b.dmax - b.dmin + 1 + kRB - 1) / kRB) * kRB;
+  const int64_t nchunks = (nq + chunk - 1) / chunk, per_phase = (nchunks + 1) / 2;
+  for (int64_t phase = 0; phase < 2; ++phase) {
+    at::parallel_for(0, BH * per_phase, 1, [&](int64_t begin, int64_t end) {
+      RbScratch w(kRB + b.dmax - b.dmin, D, Dv, scale);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t r = task / per_phase, ch = 2 * (task % per_phase) + phase;
+        if (ch >= nchunks) continue;
+        for (int64_t i0 = ch * chunk; i0 < std::min(nq, (ch + 1) * chunk); i0 += kRB)
+          band_tile_backward_rb(q + r * nq * D, k + r * nk * D, v + r * nk * Dv, dout + r * nq * Dv, lse + r * nq,
+                                delta + r * nq, dq + r * nq * D, dk + r * nk * D, dv + r * nk * Dv, b,
+                                b.kvalid ? b.kvalid + r * nk : nullptr, b.qvalid ? b.qvalid + r * nq : nullptr, nq,
+                                nk, D, Dv, scale, i0, w);
+      }
+    });
+  }
+}
+
+// ----------------------------------------------------------------------------- bands within residue classes
+//
+// A component in residue-class order (Strided's causal columns, Dilated): n = d * m rows, class c holds the
+// tensor rows c, c + d, c + 2d, ... (component rows c * m .. c * m + m), and inside a class the component is
+// a band of offsets [dmin, dmax] in class positions (none across classes). One task per (row, class): its
+// rows are gathered into contiguous scratch (they are d rows apart in the tensor), run as one sequence on
+// the register-blocked tiles, and written (or, for gradients, added) back; validity is in component order.
+
+// rows t * d + c of x (row length len, starting at row 0 of one (batch, head)) <-> contiguous rows of s
+inline void gather_class(const float* x, int64_t len, int64_t d, int64_t c, int64_t m, float* s) {
+  for (int64_t t = 0; t < m; ++t) std::memcpy(s + t * len, x + (t * d + c) * len, len * sizeof(float));
+}
+
+inline void add_class(float* x, int64_t len, int64_t d, int64_t c, int64_t m, const float* s) {
+  for (int64_t t = 0; t < m; ++t) {
+    float* row = x + (t * d + c) * len;
+    const float* src = s + t * len;
+    for (int64_t e = 0; e < len; ++e) row[e] += src[e];
+  }
+}
+
+void class_band_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
+                           int64_t BH, int64_t n, int64_t D, int64_t Dv, float scale, int64_t d) {
+  const int64_t m = n / d;
+  at::parallel_for(0, BH * d, 1, [&](int64_t begin, int64_t end) {
+    RbScratch w(kRB + b.dmax - b.dmin, D, Dv, scale);
+    std::vector<float> Q(m * D), K(m * D), V(m * Dv), O(m * Dv), L(m);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t r = task / d, c = task % d;
+      gather_class(q + r * n * D, D, d, c, m, Q.data());
+      gather_class(k + r * n * D, D, d, c, m, K.data());
+      gather_class(v + r * n * Dv, Dv, d, c, m, V.data());
+      const uint8_t* kv = b.kvalid ? b.kvalid + r * n + c * m : nullptr;
+      const uint8_t* qv = b.qvalid ? b.qvalid + r * n + c * m : nullptr;
+      for (int64_t i0 = 0; i0 < m; i0 += kRB)
+        band_tile_forward_rb(Q.data(), K.data(), V.data(), O.data(), L.data(), b, kv, qv, m, m, D, Dv, scale, i0, w);
+      for (int64_t t = 0; t < m; ++t) {
+        const int64_t row = r * n + t * d + c;
+        std::memcpy(out + row * Dv, O.data() + t * Dv, Dv * sizeof(float));
+        lse[row] = L[t];
       }
     }
   });
 }
-// The band backward on the same tiles (chunks and phases as ``band_backward_impl``): per part, ST = K (scale
-// Q)^T and dPT = V dO^T, then P = exp(ST - lse) and dS = P (dPT - delta) in place; dV += P^T dO and dK +=
-// scale dS^T Q in groups of 4 keys over the rows of the parts that see them; dQ += scale dS K per part.
-void band_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                      const float* delta, float* dq, float* dk, float* dv, const Band& b, int64_t BH, int64_t nq,
-                      int64_t nk, int64_t D, int64_t Dv, float scale) {
-  const int64_t R = kRB, Wmax = R + b.dmax - b.dmin;
-  const int64_t chunk = std::max<int64_t>(1, (b.dmax - b.dmin + 1 + R - 1) / R) * R;
-  const int64_t nchunks = (nq + chunk - 1) / chunk, per_phase = (nchunks + 1) / 2;
-  for (int64_t phase = 0; phase < 2; ++phase) {
-    at::parallel_for(0, BH * per_phase, 1, [&](int64_t begin, int64_t end) {
-      // + 4 rows: key groups read (and discard) up to 3 rows past the last key
-      std::vector<float> ST((Wmax + 4) * R), DS((Wmax + 4) * R), QT(D * R), OT(Dv * R), scl(R, scale);
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t r = task / per_phase, ch = 2 * (task % per_phase) + phase;
-        if (ch >= nchunks) continue;
-        const uint8_t* kv = b.kvalid ? b.kvalid + r * nk : nullptr;
-        for (int64_t i0 = ch * chunk; i0 < std::min(nq, (ch + 1) * chunk); i0 += R) {
-          const int64_t qn = std::min(R, nq - i0), row0 = r * nq + i0;
-          const float* Q = q + row0 * D;
-          const float* dO = dout + row0 * Dv;
-          const uint8_t* qv = b.qvalid ? b.qvalid + row0 : nullptr;
-          int64_t j0, j1;
-          band_window(b, i0, qn, nk, j0, j1);
-          if (j1 <= j0) continue;
-          const float* Kw = k + (r * nk + j0) * D;
-          const float* Vw = v + (r * nk + j0) * Dv;
-          for (int64_t d = 0; d < D; ++d)
-            for (int64_t i = 0; i < R; ++i) QT[d * R + i] = i < qn ? scale * Q[i * D + d] : 0.f;
-          for (int64_t d = 0; d < Dv; ++d)
-            for (int64_t i = 0; i < R; ++i) OT[d * R + i] = i < qn ? dO[i * Dv + d] : 0.f;
-          const int64_t parts = (qn + 15) / 16;
-          int64_t ja[kParts] = {}, jb[kParts] = {};
-          for (int64_t h = 0; h < parts; ++h) {
-            const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
-            ja[h] = std::max<int64_t>(j0, i0 + r0 + b.dmin) - j0;
-            jb[h] = std::min<int64_t>(j1, i0 + r1 - 1 + b.dmax + 1) - j0;
-            __mmask16 rows = 0;
-            for (int64_t i = r0; i < r1; ++i)
-              if ((!qv || qv[i]) && !std::isinf(lse[row0 + i])) rows |= static_cast<__mmask16>(1u << (i - r0));
-            const __mmask16 inside = static_cast<__mmask16>((1u << (r1 - r0)) - 1u);
-            const fVec lv(_mm512_maskz_loadu_ps(rows, lse + row0 + r0));
-            const fVec dl(_mm512_maskz_loadu_ps(inside, delta + row0 + r0));
-            if (jb[h] <= ja[h]) continue;
-            scores_part(Kw, D, QT.data() + r0, ST.data() + r0, ja[h], jb[h]);
-            scores_part(Vw, Dv, OT.data() + r0, DS.data() + r0, ja[h], jb[h]);
-            for (int64_t j = ja[h]; j < jb[h]; ++j) {
-              float* sj = ST.data() + j * R + r0;
-              float* dj = DS.data() + j * R + r0;
-              const __mmask16 keep = band_keep(b, rows, r0, r1, i0, j0 + j, kv);
-              const __m512 p = _mm512_maskz_mov_ps(keep, (fVec::loadu(sj) - lv).exp_u20());
-              _mm512_storeu_ps(sj, p);
-              _mm512_storeu_ps(dj, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
-            }
-          }
-          // keys of all parts: zeros where a part's range ends, so groups of 4 keys can run over several
-          int64_t ua = ja[0], ub = jb[0];
-          for (int64_t h = 1; h < parts; ++h) ua = std::min(ua, ja[h]), ub = std::max(ub, jb[h]);
-          for (int64_t h = 0; h < parts && parts > 1; ++h)
-            for (int64_t j = ua; j < ub; ++j)
-              if (j < ja[h] || j >= jb[h]) {
-                std::fill_n(ST.data() + j * R + 16 * h, 16, 0.f);
-                std::fill_n(DS.data() + j * R + 16 * h, 16, 0.f);
-              }
-          for (int64_t j = ua; j < ub; j += 4) {
-            const int64_t nkeys = std::min<int64_t>(4, ub - j);
-            int64_t ra = qn, rb = 0;  // rows of the parts that see a key of the group
-            for (int64_t h = 0; h < parts; ++h)
-              if (j < jb[h] && j + nkeys > ja[h]) ra = std::min(ra, 16 * h), rb = std::min(qn, 16 * h + 16);
-            if (ra >= rb) continue;
-            key_rows(ST.data() + j * R, dO, Dv, ra, rb, dv + (r * nk + j0 + j) * Dv, nkeys, 1.f);
-            key_rows(DS.data() + j * R, Q, D, ra, rb, dk + (r * nk + j0 + j) * D, nkeys, scale);
-          }
-          for (int64_t h = 0; h < parts; ++h)
-            for (int64_t g = 16 * h; g < std::min<int64_t>(qn, 16 * h + 16); g += 4)
-              pv_rows<true>(DS.data() + g, Kw, D, ja[h], jb[h], dq + (row0 + g) * D,
-                            std::min<int64_t>(4, std::min<int64_t>(qn, 16 * h + 16) - g), scl.data());
-        }
-      }
-    });
-  }
+
+void class_band_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                            const float* delta, float* dq, float* dk, float* dv, const Band& b, int64_t BH, int64_t n,
+                            int64_t D, int64_t Dv, float scale, int64_t d) {
+  const int64_t m = n / d;
+  at::parallel_for(0, BH * d, 1, [&](int64_t begin, int64_t end) {
+    RbScratch w(kRB + b.dmax - b.dmin, D, Dv, scale);
+    std::vector<float> Q(m * D), K(m * D), V(m * Dv), dO(m * Dv), L(m), De(m), dQ(m * D), dK(m * D), dV(m * Dv);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t r = task / d, c = task % d;
+      gather_class(q + r * n * D, D, d, c, m, Q.data());
+      gather_class(k + r * n * D, D, d, c, m, K.data());
+      gather_class(v + r * n * Dv, Dv, d, c, m, V.data());
+      gather_class(dout + r * n * Dv, Dv, d, c, m, dO.data());
+      gather_class(lse + r * n, 1, d, c, m, L.data());
+      gather_class(delta + r * n, 1, d, c, m, De.data());
+      std::fill(dQ.begin(), dQ.end(), 0.f);
+      std::fill(dK.begin(), dK.end(), 0.f);
+      std::fill(dV.begin(), dV.end(), 0.f);
+      const uint8_t* kv = b.kvalid ? b.kvalid + r * n + c * m : nullptr;
+      const uint8_t* qv = b.qvalid ? b.qvalid + r * n + c * m : nullptr;
+      for (int64_t i0 = 0; i0 < m; i0 += kRB)
+        band_tile_backward_rb(Q.data(), K.data(), V.data(), dO.data(), L.data(), De.data(), dQ.data(), dK.data(),
+                              dV.data(), b, kv, qv, m, m, D, Dv, scale, i0, w);
+      add_class(dq + r * n * D, D, d, c, m, dQ.data());
+      add_class(dk + r * n * D, D, d, c, m, dK.data());
+      add_class(dv + r * n * Dv, Dv, d, c, m, dV.data());
+    }
+  });
 }
 #endif
 
@@ -858,11 +963,67 @@ void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   });
 }
 
+
+// Bands within residue classes (see ``class_band_forward_rb``): float on AVX-512 only; ``class_band_runs``
+// says whether this build runs them for head sizes D, Dv (the caller keeps such components elsewhere if not).
+bool class_band_runs(int64_t D, int64_t Dv) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return D % 16 == 0 && Dv % 16 == 0;
+#else
+  return false;
+#endif
+}
+
+Band class_band_spec(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t dmin, int64_t dmax,
+                     const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t d) {
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
+  TORCH_CHECK(q.dim() == 3 && q.sizes() == k.sizes() && v.size(1) == q.size(1), "(BH, n, D) q, k, v of one length");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && class_band_runs(q.size(2), v.size(2)), "float, AVX-512, D % 16 == 0");
+  const int64_t BH = q.size(0), n = q.size(1);
+  TORCH_CHECK(d >= 1 && n % d == 0, "class stride ", d, " does not divide ", n, " rows");
+  TORCH_CHECK(dmin <= dmax, "empty band");
+  TORCH_CHECK(kvalid.numel() == 0 || (kvalid.is_contiguous() && kvalid.numel() == BH * n), "key validity (BH, n)");
+  TORCH_CHECK(qvalid.numel() == 0 || (qvalid.is_contiguous() && qvalid.numel() == BH * n), "query validity (BH, n)");
+  return Band{nullptr, true, dmin, dmax, kvalid.numel() ? kvalid.data_ptr<uint8_t>() : nullptr,
+              qvalid.numel() ? qvalid.data_ptr<uint8_t>() : nullptr, 64};
+}
+
+std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                           int64_t dmin, int64_t dmax, const at::Tensor& kvalid,
+                                           const at::Tensor& qvalid, int64_t d, double scale) {
+  const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
+  auto out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
+  auto lse = at::empty({q.size(0), q.size(1)}, q.options());
+#if defined(CPU_CAPABILITY_AVX512)
+  class_band_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
+                        lse.data_ptr<float>(), b, q.size(0), q.size(1), q.size(2), v.size(2),
+                        static_cast<float>(scale), d);
+#endif
+  return {out, lse};
+}
+
+void class_band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                         const at::Tensor& lse, const at::Tensor& delta, int64_t dmin, int64_t dmax,
+                         const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t d, double scale, at::Tensor dq,
+                         at::Tensor dk, at::Tensor dv) {
+  const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
+  TORCH_CHECK(dout.is_contiguous() && lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
+  check_grads(q, k, v, dq, dk, dv);
+#if defined(CPU_CAPABILITY_AVX512)
+  class_band_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
+                         lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
+                         dv.data_ptr<float>(), b, q.size(0), q.size(1), q.size(2), v.size(2),
+                         static_cast<float>(scale), d);
+#endif
+}
 }  // namespace
 
 TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride) -> Tensor[]", &forward);
   m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &backward);
   m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_forward);
+  m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
+  m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale) -> Tensor[]", &class_band_forward);
+  m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &class_band_backward);
   m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &band_backward);
 }
