@@ -41,7 +41,15 @@ import torch.nn.functional as F
 from ..patterns.base import Component, Plan
 from .band_backward import BAND_BACKWARD_MIN_BLOCKS, _backward_band, _band_tile
 from .dense import compute_dtype
-from .fused_components import _fused_band_args, _fused_kind, _fused_tables, _FusedPlan, _Rows, _Run
+from .fused_components import (
+    _class_band_args,
+    _fused_band_args,
+    _fused_kind,
+    _fused_tables,
+    _FusedPlan,
+    _Rows,
+    _Run,
+)
 from .merge import merge_partials
 from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs, from_classes, to_classes
 
@@ -410,9 +418,15 @@ def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
     nk = k.shape[2] if comp.k_index is None else comp.k_index.shape[-1]
     p = _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, q.device)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    kind = _fused_kind(p, q, grad)
+    d = 0
+    if comp.class_band is not None and k.shape[2] == n:
+        d = _class_stride(comp.q_index, n)
+        d = d if _class_stride(comp.k_index, n) == d else 0
+    kind = _fused_kind(p, q, grad, v.shape[-1], d)
     if kind is None:
         return None, p
+    if kind == "class_band":  # the kernel reads and writes the tensors' rows itself
+        return _Run(kind, p, _class_band_args(p, B, H, q.device, d)), p
     args = _fused_band_args(p, B, H, q.device) if kind == "band" else _fused_tables(p, B * H, q.device)
     in_place = p.c if kind == "tables" else 0  # the table kernel reads class rows with a row stride
     q_rows = _component_rows(comp.q_index, comp.q_valid, n, B, H, q.device, in_place)

@@ -39,25 +39,32 @@ FUSED_BAND_MAX_WIDTH = 4096
 #
 # So the compiled kernels run everywhere they apply. (Before their exp and row passes were written with
 # explicit vectors, GCC had left them scalar and only the table kernel's forward+backward won.)
-FUSED_DEFAULT = {("band", False), ("band", True), ("tables", False), ("tables", True)}
+FUSED_DEFAULT = {(kind, grad) for kind in ("band", "class_band", "tables") for grad in (False, True)}
 
 
-def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool) -> str | None:
+def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride: int = 0) -> str | None:
     """Which compiled kernel (``fused.py``) runs this component: ``"band"`` for translation-invariant
     bands (sliding windows: one contiguous key window per ``FUSED_BAND_ROWS``-row query tile),
-    ``"tables"`` for gathered, dense and other band components, None for the pure-PyTorch path (not
-    CPU, dropout, half precision, the kernel not built / ``HF_SPARSE_FUSED=0``, or, by default, a
-    (kind, grad) the measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a
-    backward."""
+    ``"class_band"`` for bands inside residue classes (``Component.class_band``, rows of class stride
+    ``class_stride``; float32 where the build has the register-blocked kernels), ``"tables"`` for
+    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, dropout, half
+    precision, the kernel not built / ``HF_SPARSE_FUSED=0``, or, by default, a (kind, grad) the
+    measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a backward."""
     if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
         return None
     if p.mode == "band" and p.offsets is not None and p.offsets[1] - p.offsets[0] < FUSED_BAND_MAX_WIDTH:
         kind = "band"
+    elif p.comp.class_band is not None and class_stride and q.dtype == torch.float32 and p.q_valid is None:
+        kind = "class_band"
     else:
         kind = "tables"
     if fused.mode() != "all" and (kind, grad) not in FUSED_DEFAULT:
         return None  # decided before loading: a process that never runs the kernel never loads it
-    return kind if fused.available() else None
+    if not fused.available():
+        return None
+    if kind == "class_band" and not fused.ops().class_band_runs(q.shape[-1], v_dim):
+        return "tables" if fused.mode() == "all" or ("tables", grad) in FUSED_DEFAULT else None
+    return kind
 
 
 def _tile_blocks(p: _Prep, b: int, h: int, device):
@@ -137,10 +144,9 @@ def _fused_tables(p: _Prep, BH: int, device):
     return kv, tidx, tiles.contiguous(), group
 
 
-def _fused_band_args(p: _Prep, B: int, H: int, device):
-    """The band as the kernel takes it: allowed offsets (uint8, from dmin), dmin, and key / query
-    validity per flattened row ((B*H, n) uint8, or empty where every row is valid)."""
-    dmin, _, allowed = p.offsets
+def _validity_args(p: _Prep, B: int, H: int, device):
+    """Key / query validity of the component's rows per flattened row ((B*H, n) uint8, or empty where
+    every row is valid), as the band kernels take them."""
     none = torch.empty(0, dtype=torch.uint8, device=device)
     kv = none
     if p.key_valid is not None:
@@ -148,7 +154,20 @@ def _fused_band_args(p: _Prep, B: int, H: int, device):
     qv = none
     if p.q_valid is not None:
         qv = p.q_valid[:, None].expand(B, H, p.nq).reshape(B * H, p.nq).to(torch.uint8).contiguous()
-    return allowed.to(device=device, dtype=torch.uint8).contiguous(), dmin, kv, qv
+    return kv, qv
+
+
+def _fused_band_args(p: _Prep, B: int, H: int, device):
+    """The band as the kernel takes it: allowed offsets (uint8, from dmin), dmin, and key / query
+    validity (``_validity_args``)."""
+    dmin, _, allowed = p.offsets
+    return allowed.to(device=device, dtype=torch.uint8).contiguous(), dmin, *_validity_args(p, B, H, device)
+
+
+def _class_band_args(p: _Prep, B: int, H: int, device, d: int):
+    """A band inside the residue classes of stride d: its offsets (dmin, dmax) in class rows, validity
+    in component (class) order, d."""
+    return (*p.comp.class_band, *_validity_args(p, B, H, device), d)
 
 
 def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> torch.Tensor:
@@ -234,10 +253,13 @@ def _merge_rows_into(out, lse, rows: _Rows, out_c, lse_c) -> None:
     l_flat.index_copy_(0, flat, merged_l)
 
 
-def _kernel_forward(run: _Run, q, k, v):
-    """(out, lse) of one component in its own rows."""
+def _kernel_forward(run: _Run, q, k, v, into=None):
+    """(out, lse) of one component in its own rows. ``into``: another component's (out, lse) of the same
+    rows (tensors of this node) to merge this one into in place, where the kernel can (``class_band``)."""
     if run.kind == "band":
         return fused.ops().band_forward(q, k, v, *run.args, FUSED_BAND_ROWS, run.p.scale)
+    if run.kind == "class_band":
+        return fused.ops().class_band_forward(q, k, v, *run.args, run.p.scale, *(into or ()))
     return fused.ops().forward(q, k, v, *run.args, run.p.c, run.p.scale, run.q_rows.stride, run.k_rows.stride)
 
 
@@ -247,6 +269,8 @@ def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv) -> None:
         fused.ops().band_backward(
             q, k, v, d_out, lse, delta, *run.args, FUSED_BAND_ROWS, run.p.scale, dq, dk, dv
         )
+    elif run.kind == "class_band":
+        fused.ops().class_band_backward(q, k, v, d_out, lse, delta, *run.args, run.p.scale, dq, dk, dv)
     else:
         strides = run.q_rows.stride, run.k_rows.stride
         fused.ops().backward(
@@ -268,6 +292,9 @@ class _FusedPlan(torch.autograd.Function):
         parts, indexed, saved = [], [], []
         for run in runs:
             qs, ks, vs = run.q_rows.take(q), run.k_rows.take(k), run.k_rows.take(v)
+            if run.kind == "class_band" and len(parts) == 1:  # merged into the earlier part by the kernel
+                _kernel_forward(run, qs, ks, vs, into=parts[0])
+                continue
             out, lse = _kernel_forward(run, qs, ks, vs)
             if run.q_rows.index is not None:
                 indexed.append((run.q_rows, out, lse))

@@ -319,6 +319,10 @@ class Component:
     k_valid: torch.Tensor | None = None  # (Bl, nk)
     q_offset: int = 0
     translation_invariant: bool = False
+    # (lo, hi): q_index = k_index = ``residue_order`` of n rows with equal classes (n % d == 0), and the
+    # rule is exactly "same class and lo <= s - r <= hi" for component rows r, s (Strided's causal columns,
+    # Dilated): a band inside each class, which the compiled class-band kernel runs without tables
+    class_band: tuple[int, int] | None = None
     name: str = ""
     # the rule itself differs between batch elements / heads (per-batch global tokens, LSH buckets)
     batch_dependent: bool = False
@@ -357,6 +361,7 @@ class Component:
             mask=lambda b, h, i, j: base(b, h, i, j) & extra(b, h, i, j),
             layout=replace(self.layout, full=full),
             translation_invariant=False,
+            class_band=None,
             name=name or self.name,
         )
 

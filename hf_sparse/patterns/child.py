@@ -76,6 +76,8 @@ class Strided(Pattern):
             )
             return Plan([local, cols])
         perm, cls = residue_order(q_len, self.stride)
+        m = q_len // self.stride  # rows per class when the classes are equal: earlier rows of a class
+        band = (-(m - 1), -1) if self.causal and q_len % self.stride == 0 and m > 1 else None
         layout = segment_layout(cls, cls, block, causal="strict" if self.causal else None)
         if not self.causal:  # the diagonal (i == j) belongs to the local part
             qb = torch.arange(layout.num_q_blocks)[:, None]
@@ -84,7 +86,14 @@ class Strided(Pattern):
         return Plan(
             [
                 local,
-                Component(layout, self._columns, q_index=idx, k_index=idx, name=f"{self.__name__}_columns"),
+                Component(
+                    layout,
+                    self._columns,
+                    q_index=idx,
+                    k_index=idx,
+                    class_band=band,
+                    name=f"{self.__name__}_columns",
+                ),
             ]
         )
 

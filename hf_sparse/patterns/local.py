@@ -199,7 +199,11 @@ class Dilated(Pattern):
         same = (first == last)[:, None] & (kfirst == first[:, None]) & (klast == first[:, None])
         layout.full = layout.full & same[None, None] & (kb * c + c - 1 < kv_len)[None, None]
         idx = perm[None, None]
-        return Plan([Component(layout, self._mask, q_index=idx, k_index=idx, name=self.__name__)])
+        # key offsets j - i in [-hi, -lo] positions: [-hi, -lo] / dilation rows of the class
+        band = (-hi // self.dilation, -lo // self.dilation) if q_len % self.dilation == 0 else None
+        return Plan(
+            [Component(layout, self._mask, q_index=idx, k_index=idx, class_band=band, name=self.__name__)]
+        )
 
     def _original_layout(self, q_len, kv_len, block):
         lo, hi = self._reach()

@@ -340,14 +340,16 @@ def _count_paths(monkeypatch):
     import hf_sparse.attention.blocked as blocked
     import hf_sparse.attention.fused_components as fused_components
 
-    calls = {"band": 0, "tables": 0, "torch": 0}
+    calls = {"band": 0, "class_band": 0, "tables": 0, "torch": 0}
 
     def count(kind):
         calls[kind] += 1
 
     real_kernel, real_torch = fused_components._kernel_forward, blocked._BlockSparse.apply
     monkeypatch.setattr(
-        fused_components, "_kernel_forward", lambda run, *a: count(run.kind) or real_kernel(run, *a)
+        fused_components,
+        "_kernel_forward",
+        lambda run, *a, **kw: count(run.kind) or real_kernel(run, *a, **kw),
     )
     monkeypatch.setattr(blocked._BlockSparse, "apply", lambda *a: count("torch") or real_torch(*a))
     return calls
@@ -384,7 +386,7 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
-    assert (calls["band"] + calls["tables"] > 0) == (path == "fused"), calls
+    assert (calls["band"] + calls["class_band"] + calls["tables"] > 0) == (path == "fused"), calls
 
 
 @pytest.mark.parametrize("path", ["fused", "fallback"])
@@ -430,15 +432,18 @@ def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
 @pytest.mark.parametrize("n", [7, 129, 1000])
 @pytest.mark.parametrize("D, Dv", [(16, 16), (64, 48)])
 @pytest.mark.parametrize(
-    "name", ["sliding_window", "sliding_window_causal", "longformer", "strided_bidirectional"]
+    "name",
+    ["sliding_window", "sliding_window_causal", "longformer", "strided_bidirectional", "strided", "dilated"],
 )
 def test_band_kernels_float32_match_dense(name, D, Dv, n, mode, path, monkeypatch):
     """Bands in float32 on both paths. The compiled band kernel runs register-blocked on AVX-512
     (``band_forward_rb`` / ``band_backward_rb`` in ``csrc/block_sparse.cpp``: no BLAS, 64-row tiles in
-    parts of 16 rows with their own key ranges), which the float64 tables above never reach; the
-    pure-PyTorch path takes torch's CPU flash kernel only where v has q's head size. Outputs and
-    gradients equal the float64 dense reference of the same inputs, with padding, global tokens and
-    grouped-query heads, at lengths that end inside a part and a tile."""
+    parts of 16 rows with their own key ranges), which the float64 tables above never reach, and so do
+    bands inside residue classes (Strided's causal columns, Dilated: ``class_band_*``, where the classes
+    are equal: n = 1000 for stride 8, n = 129 for dilation 3; merged into the local band's output in
+    place); the pure-PyTorch path takes torch's CPU flash kernel only where v has q's head size.
+    Outputs and gradients equal the float64 dense reference of the same inputs, with padding, global
+    tokens and grouped-query heads, at lengths that end inside a part and a tile."""
     from hf_sparse.attention import fused
 
     if path == "fused" and not fused.available():
@@ -467,7 +472,11 @@ def test_band_kernels_float32_match_dense(name, D, Dv, n, mode, path, monkeypatc
         # a global key's dv sums ~1000 float32 terms up to ~100 each: 2e-5 of rounding on both paths
         torch.testing.assert_close(a.double(), b, atol=5e-5, rtol=1e-5, msg=lambda m, w=what: f"d{w}: {m}")
     if mode in ("none", "padding"):  # global tokens can move short inputs onto the table kernel
-        assert calls["band"] == (path == "fused"), calls
+        classes = {"strided": 8, "dilated": 3}.get(name)
+        if classes is None:
+            assert calls["band"] == (path == "fused"), calls
+        else:
+            assert calls["class_band"] == (path == "fused" and n % classes == 0), calls
 
 
 def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
@@ -500,8 +509,8 @@ def test_fused_kernel_runs_gathered_components(monkeypatch):
     monkeypatch.delenv("HF_SPARSE_FUSED", raising=False)
     calls = _count_paths(monkeypatch)
     q, k, v = _inputs(300)
-    for name, components in (("bigbird", 3), ("strided", 2)):
-        calls.update(band=0, tables=0, torch=0)
+    for name, components in (("bigbird", 3), ("strided", 2)):  # 300 rows: Strided(8)'s classes are unequal
+        calls.update(band=0, class_band=0, tables=0, torch=0)
         out = sparse_attention(q, k, v, PATTERNS[name], backend="blocked")
         assert calls["tables"] >= 1 and calls["band"] + calls["tables"] == components, (name, calls)
         assert calls["torch"] == 0
@@ -541,7 +550,7 @@ def test_default_dispatch_follows_the_measured_rule(name, grad, expected, monkey
     calls.update(band=0, tables=0, torch=0)
     with torch.no_grad():
         sparse_attention(q, k, v, PATTERNS["sliding_window"], backend="blocked")
-    assert calls == {"band": 0, "tables": 0, "torch": 1}
+    assert calls == {"band": 0, "class_band": 0, "tables": 0, "torch": 1}
 
 
 FUSED_DEFAULT_WITHOUT_BANDS = {("tables", False), ("tables", True)}

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 extern "C" {
@@ -732,8 +733,25 @@ inline void add_class(float* x, int64_t len, int64_t d, int64_t c, int64_t m, co
   }
 }
 
+// dst (Dv values, log-sum-exp dst_lse) <- the exact softmax merge of dst and src over disjoint key sets
+inline void merge_row(float* dst, float& dst_lse, const float* src, float src_lse, int64_t Dv) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  if (src_lse == ninf) return;
+  if (dst_lse == ninf) {
+    std::memcpy(dst, src, Dv * sizeof(float));
+    dst_lse = src_lse;
+    return;
+  }
+  const float mx = std::max(dst_lse, src_lse);
+  const float a = std::exp(dst_lse - mx), c = std::exp(src_lse - mx), inv = 1.f / (a + c);
+  for (int64_t e = 0; e < Dv; ++e) dst[e] = (dst[e] * a + src[e] * c) * inv;
+  dst_lse = mx + std::log(a + c);
+}
+
+// merge: out / lse hold another component's attention of the same rows, merged with this one in place
+// (no separate output, no merge pass); else they are written.
 void class_band_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
-                           int64_t BH, int64_t n, int64_t D, int64_t Dv, float scale, int64_t d) {
+                           int64_t BH, int64_t n, int64_t D, int64_t Dv, float scale, int64_t d, bool merge) {
   const int64_t m = n / d;
   at::parallel_for(0, BH * d, 1, [&](int64_t begin, int64_t end) {
     RbScratch w(kRB + b.dmax - b.dmin, D, Dv, scale);
@@ -749,8 +767,12 @@ void class_band_forward_rb(const float* q, const float* k, const float* v, float
         band_tile_forward_rb(Q.data(), K.data(), V.data(), O.data(), L.data(), b, kv, qv, m, m, D, Dv, scale, i0, w);
       for (int64_t t = 0; t < m; ++t) {
         const int64_t row = r * n + t * d + c;
-        std::memcpy(out + row * Dv, O.data() + t * Dv, Dv * sizeof(float));
-        lse[row] = L[t];
+        if (merge) {
+          merge_row(out + row * Dv, lse[row], O.data() + t * Dv, L[t], Dv);
+        } else {
+          std::memcpy(out + row * Dv, O.data() + t * Dv, Dv * sizeof(float));
+          lse[row] = L[t];
+        }
       }
     }
   });
@@ -988,16 +1010,26 @@ Band class_band_spec(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
               qvalid.numel() ? qvalid.data_ptr<uint8_t>() : nullptr, 64};
 }
 
+// out, lse: undefined to return new ones, else another component's (out, lse) of the same rows to merge
+// this component into, in place.
 std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                            int64_t dmin, int64_t dmax, const at::Tensor& kvalid,
-                                           const at::Tensor& qvalid, int64_t d, double scale) {
+                                           const at::Tensor& qvalid, int64_t d, double scale,
+                                           const std::optional<at::Tensor>& out_in,
+                                           const std::optional<at::Tensor>& lse_in) {
   const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
-  auto out = at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
-  auto lse = at::empty({q.size(0), q.size(1)}, q.options());
+  const bool merge = out_in.has_value();
+  TORCH_CHECK(merge == lse_in.has_value(), "out and lse together");
+  auto out = merge ? *out_in : at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
+  auto lse = merge ? *lse_in : at::empty({q.size(0), q.size(1)}, q.options());
+  TORCH_CHECK(out.is_contiguous() && lse.is_contiguous() && out.scalar_type() == at::kFloat &&
+              lse.scalar_type() == at::kFloat, "contiguous float out, lse");
+  TORCH_CHECK(out.sizes() == at::IntArrayRef({q.size(0), q.size(1), v.size(2)}) && lse.numel() == q.size(0) * q.size(1),
+              "out (BH, n, Dv), lse (BH, n)");
 #if defined(CPU_CAPABILITY_AVX512)
   class_band_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
                         lse.data_ptr<float>(), b, q.size(0), q.size(1), q.size(2), v.size(2),
-                        static_cast<float>(scale), d);
+                        static_cast<float>(scale), d, merge);
 #endif
   return {out, lse};
 }
@@ -1023,7 +1055,7 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &backward);
   m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_forward);
   m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
-  m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale) -> Tensor[]", &class_band_forward);
+  m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None) -> Tensor[]", &class_band_forward);
   m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &class_band_backward);
   m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &band_backward);
 }
