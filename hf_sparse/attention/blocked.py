@@ -25,9 +25,10 @@ that see it, so key and value gradients are plain matmuls written to their own r
 On CPU in float32/float64 without dropout, components run the compiled kernels of ``fused.py``
 instead (``fused_components.py``; no padded or gathered copies of q/k/v/dO): translation-invariant
 bands the band kernel, bands inside residue classes (``Component.class_band``) the class-band kernel,
-everything else the table kernel (``_fused_kind``, by the measured rule ``FUSED_DEFAULT``). Every such component of a plan runs in one autograd node (``_FusedPlan``) whose
-backward gives each kernel the merged log-sum-exp and delta, so the kernels accumulate the final
-gradients in one set of buffers and no merge has a backward. Where the kernels cannot be built, or
+everything else the table kernel (``_fused_kind``, by the measured rule ``FUSED_DEFAULT``). Every such
+component of a plan runs in one autograd node (``_FusedPlan``) whose backward gives each kernel the
+merged log-sum-exp and delta, so the kernels accumulate the final gradients in one set of buffers and
+no merge has a backward. Where the kernels cannot be built, or
 with ``HF_SPARSE_FUSED=0``, the pure-PyTorch path above runs: same results.
 """
 

@@ -2,8 +2,8 @@
 the measured default rule ``FUSED_DEFAULT``), the arguments the kernels take (the band kernel: one
 contiguous key window per tile of ``FUSED_BAND_ROWS`` queries; the class-band kernel: a band's offsets
 inside residue classes; the table kernel: key-block tables and partial 0/1 tiles built here, the rule
-evaluated only in tiles that are not full), where a component's
-rows are (``_Rows``), and the autograd node that runs every such component of a plan (``_FusedPlan``)."""
+evaluated only in tiles that are not full), where a component's rows are (``_Rows``), and the autograd
+node that runs every such component of a plan (``_FusedPlan``)."""
 
 from __future__ import annotations
 
