@@ -301,17 +301,21 @@ def model_step(name: str, n: int, budget_s: float) -> dict:
 
 
 def merge_runs(paths: list[str]) -> dict:
-    """One result from several runs' attention_gpu.json, in order: a later run's figure replaces an earlier
-    one's (same kernel, n and mode); every figure keeps the number of its run, every run its machine."""
+    """One result from several runs' attention_gpu.json, in order: a later run's row replaces an earlier
+    one's (same kernel and mode: a row's figures all come from one run); every figure keeps the number
+    of its run, every run its machine."""
     runs, kernels, models, notes = [], {}, {}, []
     for i, path in enumerate(paths, 1):
         with open(path) as f:
             res = json.load(f)
         runs.append(res["env"])
+        rows = {(r["kernel"], r["mode"]) for r in res["kernels"]}
+        kernels = {key: r for key, r in kernels.items() if (key[0], key[2]) not in rows}
         kernels.update({(r["kernel"], r["n"], r["mode"]): dict(r, run=i) for r in res["kernels"]})
         models.update({(r["model"], r["n"]): dict(r, run=i) for r in res["models"]})
         notes += [(i, note) for note in res["notes"]]
-    final = list(kernels.values())
+    order = {name: i for i, name in enumerate(_kernels())}  # the script's order of rows, not the runs'
+    final = sorted(kernels.values(), key=lambda r: (order.get(r["kernel"], len(order)), r["n"]))
     kept = [  # a run's note on a failure stays where that run's figure is the one shown
         f"run {i}: {note}"
         for i, note in notes

@@ -128,9 +128,9 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
 
 def pick_backend(backend: str, query, dropout_p: float) -> str:
     """``auto`` above SDPA's range: FlexAttention on CUDA (measured on an H200, benchmarks/attention_gpu.md:
-    the blocked path's many small launches there run 100-10,000x the FLOP bound, compiled flex 4-30x, also
-    for permuted patterns, whose tiles flex visits in position order), the blocked kernels elsewhere and
-    with dropout, which flex does not have."""
+    the blocked path's many small launches there run 1,000-18,000x the FLOP bound, compiled flex 4-70x at
+    16k-64k: SlidingWindow, BigBird, Strided), the blocked kernels elsewhere and with dropout, which flex
+    does not have."""
     if backend != "auto":
         return backend
     if query.device.type == "cuda" and flex_available() and dropout_p == 0.0:

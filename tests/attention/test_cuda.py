@@ -79,6 +79,7 @@ SOME = ["sliding_window", "sliding_window_causal", "strided", "bigbird", "longfo
 FLEX_CASES = [(name, "padding", torch.float32) for name in PATTERNS]
 FLEX_CASES += [(name, "global", torch.float32) for name in SOME]
 FLEX_CASES += [(name, "none", torch.bfloat16) for name in SOME]
+FLEX_CASES += [("bigbird", "none", torch.float32)]  # 64 x 64 Triton tiles for masks reading tables
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention has no backward off CUDA")
@@ -86,6 +87,18 @@ FLEX_CASES += [(name, "none", torch.bfloat16) for name in SOME]
 def test_compiled_flex_matches_dense(name, mode, dtype):
     torch._dynamo.config.recompile_limit = 1024  # one compile per pattern type x mask; never eager
     _check(name, 1000, mode, "flex", dtype)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention has no backward off CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["strided", "dilated"])
+def test_compiled_flex_in_class_order_matches_dense(name, dtype, monkeypatch):
+    """Bands inside residue classes run in class order (calls merged by log-sum-exp), here from n = 1000."""
+    from hf_sparse.attention import flex
+
+    monkeypatch.setattr(flex, "FLEX_CLASS_ORDER_MIN_LEN", 0)
+    torch._dynamo.config.recompile_limit = 1024
+    _check(name, 1000, "none", "flex", dtype)
 
 
 def test_auto_runs_flex_on_cuda_for_position_order_patterns():

@@ -78,3 +78,30 @@ def test_pattern_to_device_moves_every_table():
     assert moved_tensors and all(t.device.type == "meta" for t in moved_tensors)
     assert all(t.device.type == "cpu" for t in tensors(bound, set()))  # the original is left as it was
     assert bound.to("cpu") is bound  # nothing to move: the same object
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "calls"),
+    [("strided", 64, [0, 8]), ("strided", 1000, [0, 8]), ("dilated", 129, [3]), ("strided", 65, None)],
+)
+def test_bands_inside_classes_run_as_calls_in_class_order(name, n, calls):
+    """Strided's causal columns and Dilated (equal residue classes) run as a band in class order, beside
+    the position-order rest; unequal classes keep one call. The flex tables (test_kernels) check the
+    result against the dense reference on this path."""
+    from hf_sparse.attention.flex import class_order_parts
+
+    bound = _bound(name, n)
+    parts = class_order_parts(bound, 2, 3, n, n, choose_block(bound, n), "cpu")
+    assert (parts and [p.d for p in parts]) == calls
+
+
+def test_masks_reading_tables_get_small_triton_tiles_on_cuda_only():
+    from hf_sparse.attention.flex import class_order_parts, kernel_options
+
+    bigbird, window = _bound("bigbird", 1024), _bound("sliding_window", 1024)
+    assert kernel_options(bigbird, "cuda") == {"BLOCK_M": 64, "BLOCK_N": 64}
+    assert kernel_options(_bound("global_indices", 1024), "cuda") == {"BLOCK_M": 64, "BLOCK_N": 64}
+    assert kernel_options(bigbird, "cpu") is None and kernel_options(window, "cuda") is None
+    # a pattern whose rule reads tables keeps one call (its mask in class order would need them too)
+    with_global = P.Strided(stride=8) | P.Global(indices=[3])
+    assert class_order_parts(with_global, 1, 1, 64, 64, 64, "cpu") is None
