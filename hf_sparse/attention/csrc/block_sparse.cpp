@@ -395,8 +395,9 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
 // as 4 rows x 64 values over keys (P broadcast from ST, V's rows read in place); the backward adds dV and
 // dK as 4 keys x 64 values over the tile's rows. SW(512), 16k tokens, H=12 D=64, 2 threads: forward
 // 0.206 -> 0.167 s, backward alone 0.47 -> 0.39 s (every product at about the 4096^2 matmul rate: perf
-// puts the 5 backward products at equal shares); the BLAS path stays for double, other CPUs and
-// offset masks (dilated bands).
+// puts the 5 backward products at equal shares); the BLAS path stays for double, other CPUs and bands with
+// disallowed offsets. Dilated is no longer one: with n % dilation == 0 it runs here as a class band
+// (``class_band_forward_rb``), otherwise (and when decoding) on the table kernel.
 constexpr int64_t kRB = 64, kParts = kRB / 16;
 
 inline __m512 masked_or_ninf(__m512 x, __mmask16 keep) {
@@ -441,88 +442,66 @@ inline void scores_part(const float* K, int64_t D, const float* QT, float* ST, i
   }
 }
 
-// O[4 rows][c0 .. c0 + 16 NC) = sum_j P[j][4 rows] V[j][c0 ..], P = ST + row offset (stride kRB), rows scaled
-// by inv. The 4 x NC accumulators stay in registers only when every loop over them is unrolled.
-template <int NC, bool ACC>
-inline void pv_block(const float* P, const float* V, int64_t Dv, int64_t ja, int64_t jb, float* O, int64_t nrows,
-                     const float* inv) {
+// A[u][c0 .. c0 + 16 NC) (=, or += with ACC) s[u * ss] sum_{l in [la, lb)} B[u BU + l BL] X[l][c0 ..] for
+// u < nu: the products of a transposed tile B (ST or DS, stride kRB) with row-major X (stride ldx) into A
+// (stride lda), s[0] alone where ss = 0. O = P V and dQ = dS K take 4 rows of the tile (BU = 1, BL = kRB) over
+// keys; dV = P^T dO and dK = dS^T Q take 4 keys (BU = kRB, BL = 1) over rows. The 4 x NC accumulators stay in
+// registers only when every loop over them is unrolled; the strides of B are template arguments so the 4
+// broadcasts' addresses are one register plus constants.
+template <int NC, int64_t BU, int64_t BL, bool ACC>
+inline void rb_block(const float* B, const float* X, int64_t ldx, int64_t la, int64_t lb, float* A, int64_t lda,
+                     int64_t nu, const float* s, int64_t ss) {
   __m512 acc[4][NC];
 #pragma GCC unroll 4
   for (int u = 0; u < 4; ++u)
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) acc[u][c] = _mm512_setzero_ps();
-  for (int64_t j = ja; j < jb; ++j) {
-    const float* vr = V + j * Dv;
-    const float* p = P + j * kRB;
-    __m512 vc[NC];
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; ++c) vc[c] = _mm512_loadu_ps(vr + 16 * c);
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) {
-      const __m512 bu = _mm512_set1_ps(p[u]);
-#pragma GCC unroll 4
-      for (int c = 0; c < NC; ++c) acc[u][c] = _mm512_fmadd_ps(bu, vc[c], acc[u][c]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int u = 0; u < 4; ++u) {
-    if (u >= nrows) break;
-    const __m512 s = _mm512_set1_ps(inv[u]);
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; ++c) {
-      float* o = O + u * Dv + 16 * c;
-      _mm512_storeu_ps(o, ACC ? _mm512_fmadd_ps(acc[u][c], s, _mm512_loadu_ps(o)) : _mm512_mul_ps(acc[u][c], s));
-    }
-  }
-}
-
-// O[4 rows] (=, or += with ACC) inv[row] * sum_j P[j][row] V[j] over keys [ja, jb)
-template <bool ACC = false>
-inline void pv_rows(const float* P, const float* V, int64_t Dv, int64_t ja, int64_t jb, float* O, int64_t nrows,
-                    const float* inv) {
-  int64_t c0 = 0;
-  for (; c0 + 64 <= Dv; c0 += 64) pv_block<4, ACC>(P, V + c0, Dv, ja, jb, O + c0, nrows, inv);
-  for (; c0 < Dv; c0 += 16) pv_block<1, ACC>(P, V + c0, Dv, ja, jb, O + c0, nrows, inv);
-}
-
-// A[key u][c0 .. c0 + 16 NC) += alpha * sum_{rows i in [ra, rb)} M[u][i] X[i][c0 ..] for keys u < nkeys
-// (M stride kRB: a transposed score tile; X row-major, stride ldx; A stride lda): dV and dK.
-template <int NC>
-inline void key_block(const float* M, const float* X, int64_t ldx, int64_t ra, int64_t rb, float* A, int64_t lda,
-                      int64_t nkeys, float alpha) {
-  __m512 acc[4][NC];
-#pragma GCC unroll 4
-  for (int u = 0; u < 4; ++u)
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; ++c) acc[u][c] = _mm512_setzero_ps();
-  for (int64_t i = ra; i < rb; ++i) {
+  for (int64_t l = la; l < lb; ++l) {
+    const float* xr = X + l * ldx;
+    const float* b = B + l * BL;
     __m512 xc[NC];
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; ++c) xc[c] = _mm512_loadu_ps(X + i * ldx + 16 * c);
+    for (int c = 0; c < NC; ++c) xc[c] = _mm512_loadu_ps(xr + 16 * c);
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) {
-      const __m512 bu = _mm512_set1_ps(M[u * kRB + i]);
+      const __m512 bu = _mm512_set1_ps(b[u * BU]);
 #pragma GCC unroll 4
       for (int c = 0; c < NC; ++c) acc[u][c] = _mm512_fmadd_ps(bu, xc[c], acc[u][c]);
     }
   }
-  const __m512 s = _mm512_set1_ps(alpha);
 #pragma GCC unroll 4
   for (int u = 0; u < 4; ++u) {
-    if (u >= nkeys) break;
+    if (u >= nu) break;
+    const __m512 su = _mm512_set1_ps(s[u * ss]);
 #pragma GCC unroll 4
     for (int c = 0; c < NC; ++c) {
       float* a = A + u * lda + 16 * c;
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(acc[u][c], s, _mm512_loadu_ps(a)));
+      _mm512_storeu_ps(a, ACC ? _mm512_fmadd_ps(acc[u][c], su, _mm512_loadu_ps(a)) : _mm512_mul_ps(acc[u][c], su));
     }
   }
 }
 
+// rb_block over all ld columns of X and A (both of row stride ld): 64 at a time, then 16
+template <int64_t BU, int64_t BL, bool ACC>
+inline void rb_rows(const float* B, const float* X, int64_t ld, int64_t la, int64_t lb, float* A, int64_t nu,
+                    const float* s, int64_t ss) {
+  int64_t c0 = 0;
+  for (; c0 + 64 <= ld; c0 += 64) rb_block<4, BU, BL, ACC>(B, X + c0, ld, la, lb, A + c0, ld, nu, s, ss);
+  for (; c0 < ld; c0 += 16) rb_block<1, BU, BL, ACC>(B, X + c0, ld, la, lb, A + c0, ld, nu, s, ss);
+}
+
+// O[4 rows] (=, or += with ACC) inv[row] * sum_j P[j][row] V[j] over keys [ja, jb) (P = ST + row offset)
+template <bool ACC = false>
+inline void pv_rows(const float* P, const float* V, int64_t Dv, int64_t ja, int64_t jb, float* O, int64_t nrows,
+                    const float* inv) {
+  rb_rows<1, kRB, ACC>(P, V, Dv, ja, jb, O, nrows, inv, 1);
+}
+
+// A[key u] += alpha * sum_{rows i in [ra, rb)} M[u][i] X[i] for keys u < nkeys (M = ST or DS + key offset;
+// X and A of row stride ldx): dV and dK.
 inline void key_rows(const float* M, const float* X, int64_t ldx, int64_t ra, int64_t rb, float* A, int64_t nkeys,
                      float alpha) {
-  int64_t c0 = 0;
-  for (; c0 + 64 <= ldx; c0 += 64) key_block<4>(M, X + c0, ldx, ra, rb, A + c0, ldx, nkeys, alpha);
-  for (; c0 < ldx; c0 += 16) key_block<1>(M, X + c0, ldx, ra, rb, A + c0, ldx, nkeys, alpha);
+  rb_rows<kRB, 1, true>(M, X, ldx, ra, rb, A, nkeys, &alpha, 0);
 }
 
 // Rows (bits, of the part starting at tile row r0) that see key row jk: ``rows`` (the part's valid rows)
