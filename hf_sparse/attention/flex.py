@@ -36,11 +36,25 @@ def can_compile_on(device: torch.device) -> bool:
     return True
 
 
+# Compiled with dynamic=False, FlexAttention compiles once per shape (sequence length) and mask structure;
+# past dynamo's recompile_limit (8 by default) it would run eagerly, materialising n^2 scores. Automatic
+# dynamic shapes are no way out (H200, torch 2.11, SlidingWindow(512) and BigBird(64) at 64k: 1.5-1.6x
+# slower, and still a compile per length), so every new length compiles (seconds), up to this many.
+FLEX_RECOMPILE_LIMIT = 256
+
+
 @functools.cache
 def _compiled():
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    compiled = torch.compile(flex_attention, dynamic=False)
+
+    def run(*args, **kwargs):
+        limit = max(torch._dynamo.config.recompile_limit, FLEX_RECOMPILE_LIMIT)
+        with torch._dynamo.config.patch(recompile_limit=limit):
+            return compiled(*args, **kwargs)
+
+    return run
 
 
 def build_block_mask(
@@ -320,6 +334,7 @@ def run_flex(query, key, value, block_mask, scale: float, kernel_options=None, r
 __all__ = [
     "CUDA_BLOCK",
     "FLEX_CLASS_ORDER_MIN_LEN",
+    "FLEX_RECOMPILE_LIMIT",
     "build_block_mask",
     "can_compile_on",
     "class_order_parts",

@@ -307,6 +307,24 @@ def test_compiled_flex_forward_on_cpu_matches_dense():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
+def test_compiled_flex_compiles_every_new_length_instead_of_falling_back_to_eager():
+    """Past dynamo's recompile limit (8) compiled FlexAttention would run eagerly (n^2 scores)."""
+    from torch._dynamo.utils import counters
+
+    pattern = P.SlidingWindow(window=8)
+    lengths = range(40, 40 + 10 * 9, 9)
+    before = counters["frames"]["ok"]  # frames dynamo compiled
+    for n in lengths:
+        q, k, v = _inputs(n, grad=False)
+        with torch.no_grad():
+            out = sparse_attention(q, k, v, pattern, backend="flex")
+        torch.testing.assert_close(
+            out, sparse_attention(q, k, v, pattern, backend="dense"), atol=1e-5, rtol=0
+        )
+    assert counters["frames"]["ok"] - before == len(lengths)
+
+
 def test_auto_runs_short_inputs_on_sdpa_and_long_ones_blocked(monkeypatch):
     """auto: the fused SDPA kernel up to SDPA_MAX_PAIRS query-key pairs, the blocked kernel past it."""
     import hf_sparse.attention.dispatch as dispatch
