@@ -170,7 +170,8 @@ def coarsen(layout, factor: int):
 # From this length on, bands inside residue classes run in class order (a call of their own, merged by
 # log-sum-exp; FlexAttention returns it on CUDA, and in eager mode, which the CPU tests run). Shorter
 # inputs are launch-bound there: Strided(128), H200, bf16, torch 2.11, position order vs class order:
-# 4k forward 0.23 vs 1.26 ms, forward+backward 0.77 vs 2.91 ms; 16k 1.94 vs 1.20 ms and 6.76 vs 2.47 ms.
+# 4k forward 0.23 vs 1.26 ms, forward+backward 0.77 vs 2.91 ms; 16k 1.94 vs 0.87 ms and 6.76 vs 2.58 ms
+# (benchmarks/attention_gpu.md; the 4k figures from a run before the lerp merge, as the 16k ones at 1.20 / 2.47).
 FLEX_CLASS_ORDER_MIN_LEN = 12288
 
 
@@ -228,8 +229,8 @@ def class_order_parts(pattern, B, H, q_len, kv_len, block, device) -> list[_Part
     """The calls of a pattern whose plan is position-order components plus bands inside residue classes
     (``Component.class_band``; equal classes, rules without tables), kept on the pattern; else None.
     In position order Strided(128)'s columns touch every earlier tile (as many as causal full attention);
-    in class order they are one band per class: 16k, H200, bf16, forward 2.13 -> 0.80 ms, forward+backward
-    6.97 -> 2.98 ms."""
+    in class order they are one band per class (benchmarks/attention_gpu.md, H200, bf16: 16k forward 1.94 ->
+    0.87 ms, forward+backward 6.76 -> 2.58 ms; 64k 25.4 -> 1.40 ms and 96.5 -> 5.18 ms)."""
     if q_len != kv_len or reads_tables(pattern):
         return None
     device = torch.device(device)
