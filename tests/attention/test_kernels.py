@@ -445,11 +445,15 @@ def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
     assert calls["band"] == 1 and calls["torch"] == 0, calls  # Strided: its columns run on tables
 
 
-# the fused path at a runtime head size (16) and a compiled one with a different value size (64, 48); the
-# fallback where it differed (torch's CPU flash kernel raised for Dv != D)
-@pytest.mark.parametrize("path, D, Dv", [("fused", 16, 16), ("fused", 64, 48), ("fallback", 64, 48)])
+# the fused path at a runtime head size (16) and a compiled one with a different value size (64, 48), at
+# lengths that end inside a part and a tile, and (n = 1000) where the classes are equal for stride 8; the
+# fallback where it differed (torch's CPU flash kernel raised for Dv != D, at any length)
+BAND_CASES = [("fused", 16, 16, n) for n in (7, 129, 1000)] + [("fused", 64, 48, n) for n in (7, 129, 1000)]
+BAND_CASES += [("fallback", 64, 48, n) for n in (7, 129)]
+
+
+@pytest.mark.parametrize("path, D, Dv, n", BAND_CASES)
 @pytest.mark.parametrize("mode", [*MODES, "gqa"])
-@pytest.mark.parametrize("n", [7, 129, 1000])
 @pytest.mark.parametrize(
     "name",
     ["sliding_window", "sliding_window_causal", "longformer", "strided_bidirectional", "strided", "dilated"],
