@@ -28,8 +28,8 @@ bands the band kernel, bands inside residue classes (``Component.class_band``) t
 everything else the table kernel (``_fused_kind``, by the measured rule ``FUSED_DEFAULT``). Every such
 component of a plan runs in one autograd node (``_FusedPlan``) whose backward gives each kernel the
 merged log-sum-exp and delta, so the kernels accumulate the final gradients in one set of buffers and
-no merge has a backward. Where the kernels cannot be built, or
-with ``HF_SPARSE_FUSED=0``, the pure-PyTorch path above runs: same results.
+no merge has a backward. Where the kernels cannot be built, or with ``HF_SPARSE_FUSED=0``, the
+pure-PyTorch path above runs: same results.
 """
 
 from __future__ import annotations

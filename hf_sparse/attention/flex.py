@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hf_sparse.patterns.base import holds_tensors
+
 
 def flex_available() -> bool:
     try:
@@ -191,27 +193,12 @@ def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, 
     return run_flex(query, key, value, block_mask, scale, kernel_options(pattern, query.device))
 
 
-def reads_tables(obj, seen=None) -> bool:
-    """Does a pattern's rule read tensors (block tables, global positions, buckets)?"""
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return False
-    seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
-        return True
-    if isinstance(obj, (tuple, list)):
-        return any(reads_tables(x, seen) for x in obj)
-    if hasattr(obj, "mask_mod") and hasattr(obj, "__dict__"):
-        return any(reads_tables(v, seen) for k, v in vars(obj).items() if k != "_derived")
-    return False
-
-
 def kernel_options(pattern, device) -> dict | None:
     """Triton tiles of 64 x 64 for masks that read tables, on CUDA. At 128 x 128 (the default on an H200,
     torch 2.11) such a mask ran 20x slower than the same tiles without it: BigBird(64) at 16k, bf16,
     forward 31.2 ms, 0.54 ms with a no-op mask on the same BlockMask, 1.37 ms with 64 x 64 tiles
     (2.28 ms with 128 x 64). Arithmetic masks (bands, strides) keep the default."""
-    if torch.device(device).type != "cuda" or not reads_tables(pattern):
+    if torch.device(device).type != "cuda" or not holds_tensors(pattern):
         return None
     return {"BLOCK_M": 64, "BLOCK_N": 64}
 
@@ -231,7 +218,7 @@ def class_order_parts(pattern, B, H, q_len, kv_len, block, device) -> list[_Part
     In position order Strided(128)'s columns touch every earlier tile (as many as causal full attention);
     in class order they are one band per class (benchmarks/attention_gpu.md, H200, bf16: 16k forward 1.94 ->
     0.87 ms, forward+backward 6.76 -> 2.58 ms; 64k 25.4 -> 1.40 ms and 96.5 -> 5.18 ms)."""
-    if q_len != kv_len or reads_tables(pattern):
+    if q_len != kv_len:
         return None
     device = torch.device(device)
     key = ("flex_class_parts", B, H, q_len, block, str(device))
@@ -242,16 +229,18 @@ def _class_order_parts(pattern, B, H, n, block, device):
     from hf_sparse.attention.blocked import _class_stride
     from hf_sparse.patterns.base import merge_layouts
 
+    if holds_tensors(pattern):  # its rule in class order would need its tables permuted too
+        return None
     plan = pattern.plan(n, n, block=block)
-    comps = plan.components
-    bands = [c for c in comps if c.class_band is not None]
-    rest = [c for c in comps if c.class_band is None]
+    bands = [c for c in plan.components if c.class_band is not None]
+    rest = [c for c in plan.components if c.class_band is None]
+    strides = [_class_stride(c.q_index, n) for c in bands]
     if plan.per_head or not bands or any(not c.identity or c.q_offset for c in rest):
         return None
-    for c in bands:
-        if c.q_offset or c.q_valid is not None or c.k_valid is not None:
+    for c, d in zip(bands, strides):
+        if not d or c.q_offset or c.q_valid is not None or c.k_valid is not None:
             return None
-        if not _class_stride(c.q_index, n) or not torch.equal(c.q_index, c.k_index):
+        if not torch.equal(c.q_index, c.k_index):
             return None
 
     def tile(layout):  # Triton's tiles on CUDA
@@ -273,8 +262,7 @@ def _class_order_parts(pattern, B, H, n, block, device):
             return out
 
         parts.append(_Part(build_block_mask(tile(layout), mask_mod, n, n, B, H, device, False)))
-    for c in bands:
-        d = _class_stride(c.q_index, n)
+    for c, d in zip(bands, strides):
         m, (lo, hi) = n // d, c.class_band
 
         def band_mod(b, h, q_idx, kv_idx, m=m, lo=lo, hi=hi):  # rows r, s of one class, lo <= s - r <= hi
@@ -346,7 +334,6 @@ __all__ = [
     "flex_available",
     "flex_block_mask",
     "kernel_options",
-    "reads_tables",
     "run_flex",
     "run_parts",
 ]

@@ -706,6 +706,21 @@ def _density_block(p: Pattern, n: int) -> int:
     return 1
 
 
+def _own_fields(p: Pattern) -> dict:
+    """A pattern's attributes, without what dispatch derived from it (``Pattern.derived``)."""
+    return {k: v for k, v in vars(p).items() if k != "_derived"}
+
+
+def holds_tensors(obj) -> bool:
+    """Does a pattern (or a pattern it holds) keep tensors: block tables, global positions, buckets, which
+    its rule reads? The attributes ``Pattern.to`` moves."""
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, Pattern):
+        return any(holds_tensors(v) for v in _own_fields(obj).values())
+    return isinstance(obj, (tuple, list)) and any(holds_tensors(x) for x in obj)
+
+
 def _to_device(obj, device, memo):
     """Copy of a pattern (and the patterns it holds) with every tensor attribute on ``device``; shared
     objects stay shared (``memo``), and an object with nothing to move is returned as it is."""
@@ -714,7 +729,7 @@ def _to_device(obj, device, memo):
     if isinstance(obj, torch.Tensor):
         out = obj.to(device)
     elif isinstance(obj, Pattern):
-        fields = {k: v for k, v in vars(obj).items() if k != "_derived"}  # what was derived stays behind
+        fields = _own_fields(obj)  # what was derived stays behind
         moved = {k: _to_device(v, device, memo) for k, v in fields.items()}
         if all(moved[k] is v for k, v in fields.items()):
             out = obj
