@@ -48,6 +48,7 @@ from .fused_components import (
     _fused_kind,
     _fused_tables,
     _FusedPlan,
+    _range_args,
     _Rows,
     _Run,
 )
@@ -428,7 +429,12 @@ def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
         return None, p
     if kind == "class_band":  # the kernel reads and writes the tensors' rows itself
         return _Run(kind, p, _class_band_args(p, B, H, q.device, d)), p
-    args = _fused_band_args(p, B, H, q.device) if kind == "band" else _fused_tables(p, B * H, q.device)
+    if kind == "band":
+        args = _fused_band_args(p, B, H, q.device)
+    elif kind == "range":
+        args = _range_args(p, B, H, q.device)
+    else:
+        args = _fused_tables(p, B * H, q.device)
     in_place = p.c if kind == "tables" else 0  # the table kernel reads class rows with a row stride
     q_rows = _component_rows(comp.q_index, comp.q_valid, n, B, H, q.device, in_place)
     k_rows = _component_rows(comp.k_index, None, k.shape[2], B, H, q.device, in_place)

@@ -323,6 +323,10 @@ class Component:
     # rule is exactly "same class and lo <= s - r <= hi" for component rows r, s (Strided's causal columns,
     # Dilated): a band inside each class, which the compiled class-band kernel runs without tables
     class_band: tuple[int, int] | None = None
+    # (lo, hi), each (Bl, Hl, nq) int64: the rule is exactly "lo[r] <= s < hi[r]" for component rows r, s
+    # (LSH's first round in bucket order: every row's keys are one contiguous run), which the compiled
+    # range kernel runs without tables
+    key_range: tuple[torch.Tensor, torch.Tensor] | None = None
     name: str = ""
     # the rule itself differs between batch elements / heads (per-batch global tokens, LSH buckets)
     batch_dependent: bool = False
@@ -349,6 +353,7 @@ class Component:
             k_index=move(self.k_index),
             q_valid=move(self.q_valid),
             k_valid=move(self.k_valid),
+            key_range=None if self.key_range is None else tuple(t.to(device) for t in self.key_range),
         )
 
     def restricted(self, extra: MaskMod, name: str = "", keep_full: torch.Tensor | None = None) -> Component:
@@ -362,6 +367,7 @@ class Component:
             layout=replace(self.layout, full=full),
             translation_invariant=False,
             class_band=None,
+            key_range=None,
             name=name or self.name,
         )
 

@@ -198,7 +198,7 @@ def _columns_in_order(c: Component, base: BlockLayout | None) -> Component | Non
     if (kv_index[..., 1:] < kv_index[..., :-1]).any():  # the runs out of order: keep it as it is
         return None
     layout = BlockLayout(block, base.num_q_blocks, base.num_kv_blocks, kv_index, c.layout.full)
-    return replace(c, layout=layout, k_index=None, k_valid=None, class_band=None)
+    return replace(c, layout=layout, k_index=None, k_valid=None, class_band=None, key_range=None)
 
 
 def _clear_of(c: Component, earlier: list[Component]) -> torch.Tensor | None:

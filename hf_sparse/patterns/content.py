@@ -45,13 +45,19 @@ class LSH(Pattern):
         return max(2, 2 * round(n / (2 * self.bucket_size)))
 
     def hash(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        """(B, H, L, D) -> (B, H, L, num_hashes) bucket ids, for a sequence of length n."""
+        """(B, H, L, D) -> (B, H, L, num_hashes) bucket ids, for a sequence of length n: in each round
+        the argmax of ``[x R, -x R]`` for a random rotation R (D, buckets / 2), the first of equal
+        maxima (x and x / |x| hash alike, so x is not normalised)."""
         nb = self.num_buckets(n)
         gen = torch.Generator().manual_seed(self.seed)
         rot = torch.randn(self.num_hashes, x.shape[-1], nb // 2, generator=gen).to(x.device)
-        x = torch.nn.functional.normalize(x.detach().float(), dim=-1)
-        proj = torch.einsum("bhld,rdk->bhlrk", x, rot)
-        return torch.cat([proj, -proj], dim=-1).argmax(-1)
+        # one product for every round, then the max of proj and of -proj without concatenating them
+        # (16k tokens, 12 heads, 256 buckets: 0.38 -> 0.04 s for q and k)
+        proj = x.detach().float() @ rot.permute(1, 0, 2).reshape(x.shape[-1], -1)
+        proj = proj.view(*proj.shape[:-1], self.num_hashes, nb // 2)
+        hi, hi_at = proj.max(-1)
+        lo, lo_at = proj.min(-1)
+        return torch.where(hi >= -lo, hi_at, lo_at + nb // 2)
 
     def bind(self, q_len, kv_len=None, *, query=None, key=None):
         _check_qk(self, query, key)
@@ -109,10 +115,30 @@ class LSHBuckets(Pattern):
                     m = m & ~self._same(b, h, i, j, slice(0, r))
                 return m & (j <= i) if self.causal else m
 
+            key_range = self._key_range(hq, hk, q_index, k_index, off) if r == 0 else None
             comps.append(
-                Component(layout, mask, q_index=q_index, k_index=k_index, q_offset=off, name=f"lsh_round{r}")
+                Component(
+                    layout,
+                    mask,
+                    q_index=q_index,
+                    k_index=k_index,
+                    q_offset=off,
+                    key_range=key_range,
+                    name=f"lsh_round{r}",
+                )
             )
         return Plan(comps)
+
+    def _key_range(self, hq, hk, q_index, k_index, off):
+        """The first round's rule in bucket order, as key rows [lo, hi) of each query row (B, H, nq): its
+        bucket's keys (with ``causal``, those up to the query's position: keys are in position order
+        inside a bucket), one contiguous run (``Component.key_range``)."""
+        kv_len = hk.shape[-1]
+        stride = kv_len + 1  # (bucket, position) as one number, in the component's (sorted) key order
+        keys = (hk * stride + torch.arange(kv_len, device=hk.device)).gather(-1, k_index)
+        first = hq.gather(-1, q_index) * stride
+        last = first + (q_index + off if self.causal else kv_len)
+        return torch.searchsorted(keys, first), torch.searchsorted(keys, last, right=True)
 
     def _original_layout(self, q_len, kv_len, block):
         c = block

@@ -358,7 +358,7 @@ def _count_paths(monkeypatch):
     import hf_sparse.attention.blocked as blocked
     import hf_sparse.attention.fused_components as fused_components
 
-    calls = {"band": 0, "class_band": 0, "tables": 0, "torch": 0}
+    calls = {"band": 0, "class_band": 0, "range": 0, "tables": 0, "torch": 0}
 
     def count(kind):
         calls[kind] += 1
@@ -404,7 +404,39 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
-    assert (calls["band"] + calls["class_band"] + calls["tables"] > 0) == (path == "fused"), calls
+    assert (calls["band"] + calls["class_band"] + calls["range"] + calls["tables"] > 0) == (
+        path == "fused"
+    ), calls
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mode", [*MODES, "decode"])
+@pytest.mark.parametrize("n", [7, 129, 1000])
+def test_lsh_first_round_runs_on_the_range_kernel(causal, mode, n, monkeypatch):
+    """LSH's first hashing round in bucket order is one contiguous run of keys per query (its bucket; with
+    causal, up to the query's position): the range kernel runs it (not tables) and equals the dense
+    reference to 1e-10 in float64, outputs and gradients, with padding and when decoding (a query shorter
+    than the keys) and with global tokens (causal ones restrict the rule: it may go back to the tables)."""
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all")
+    calls = _count_paths(monkeypatch)
+    pattern = P.LSH(bucket_size=8, causal=causal, seed=3)
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n))
+    if mode == "decode":
+        q = q[:, :, -max(1, n // 3) :].detach().requires_grad_()
+        ref = sparse_attention(q, k, v, pattern, backend="dense")
+        out = sparse_attention(q, k, v, pattern, backend="blocked")
+    else:
+        ref = _run(q, k, v, pattern, mode, "dense")
+        out = _run(q, k, v, pattern, mode, "blocked")
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    grad = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    assert calls["range"] == 1 or mode == "global", calls
 
 
 @pytest.mark.parametrize("path", ["fused", "fallback"])
@@ -573,7 +605,7 @@ def test_default_dispatch_follows_the_measured_rule(name, grad, expected, monkey
     calls.update(band=0, tables=0, torch=0)
     with torch.no_grad():
         sparse_attention(q, k, v, PATTERNS["sliding_window"], backend="blocked")
-    assert calls == {"band": 0, "class_band": 0, "tables": 0, "torch": 1}
+    assert calls == {"band": 0, "class_band": 0, "range": 0, "tables": 0, "torch": 1}
 
 
 FUSED_DEFAULT_WITHOUT_BANDS = {("tables", False), ("tables", True)}

@@ -17,6 +17,8 @@
 //   least as long as the band is wide touch disjoint key rows two chunks apart, so even chunks run in
 //   parallel, then odd ones, each accumulating dK and dV in place. In float on AVX-512 both run
 //   register-blocked (``band_forward_rb`` / ``band_backward_rb``: no BLAS, transposed score tiles).
+//   With key ranges (``range_forward``: LSH's first round in bucket order), row i sees only key rows
+//   [rlo[i], rhi[i]) and a tile's window is the union of its rows' ranges (BLAS path).
 //
 // Both forwards return the log-sum-exp of every row (-inf where a row has no allowed key; its output is
 // 0) and take no padded copies: the last query / key block is cut to the rows that exist. Both
@@ -299,6 +301,10 @@ struct Band {
   const uint8_t* kvalid;  // (BH, nk) 0/1, or nullptr: every key is valid
   const uint8_t* qvalid;  // (BH, nq) 0/1, or nullptr
   int64_t R;              // query rows per tile
+  // Key ranges (``range_forward``): row i of flattened row r sees key rows [rlo, rhi)[r * nq + i] only
+  // (and only offsets in [dmin, dmax], which then bound every range); nullptr: no ranges.
+  const int32_t* rlo = nullptr;
+  const int32_t* rhi = nullptr;
   int64_t width() const { return R + dmax - dmin; }  // keys of one tile
 };
 
@@ -306,6 +312,27 @@ struct Band {
 inline void band_window(const Band& b, int64_t i0, int64_t qn, int64_t nk, int64_t& j0, int64_t& j1) {
   j0 = std::max<int64_t>(0, i0 + b.dmin);
   j1 = std::min<int64_t>(nk, i0 + qn + b.dmax);
+}
+
+// With key ranges: [j0, j1) cut to the union of the tile's rows' ranges (``at``: the tile's first row in
+// the flattened rows); no row with a key leaves j1 <= j0.
+inline void range_window(const Band& b, int64_t at, int64_t qn, int64_t& j0, int64_t& j1) {
+  if (!b.rlo) return;
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (int64_t i = 0; i < qn; ++i) {
+    if (b.rhi[at + i] <= b.rlo[at + i]) continue;
+    lo = std::min<int64_t>(lo, b.rlo[at + i]);
+    hi = std::max<int64_t>(hi, b.rhi[at + i]);
+  }
+  j0 = std::max(j0, lo);
+  j1 = std::min(j1, hi);
+}
+
+// A score row's columns [lo, hi) cut to the row's key range (flattened row ``at``; column 0: key j0).
+inline void range_row(const Band& b, int64_t at, int64_t j0, int64_t& lo, int64_t& hi) {
+  if (!b.rlo) return;
+  lo = std::max<int64_t>(lo, b.rlo[at] - j0);
+  hi = std::min<int64_t>(hi, b.rhi[at] - j0);
 }
 
 // Row i (query row qi) of a score tile whose column 0 is key row j0: masks disallowed entries inside
@@ -350,6 +377,7 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
       T* L = lse + r * nq + i0;
       int64_t j0, j1;
       band_window(b, i0, qn, nk, j0, j1);
+      range_window(b, r * nq + i0, qn, j0, j1);
       const int64_t W = j1 - j0;
       if (W <= 0) {
         std::fill(O, O + qn * Dv, T(0));
@@ -363,7 +391,10 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
       for (int64_t i = 0; i < qn; ++i) {
         T* Si = S.data() + i * Wmax;
         int64_t lo = 0, hi = 0;
-        if (!qv || qv[i0 + i]) band_mask_row(b, Si, i0 + i, j0, W, kv, lo, hi);
+        if (!qv || qv[i0 + i]) {
+          band_mask_row(b, Si, i0 + i, j0, W, kv, lo, hi);
+          range_row(b, r * nq + i0 + i, j0, lo, hi);
+        }
         const T mx = row_max(Si, lo, hi);
         if (mx == ninf) {  // no allowed key: output 0, lse -inf
           std::fill(Si, Si + W, T(0));
@@ -514,7 +545,9 @@ inline __mmask16 band_keep(const Band& b, __mmask16 rows, int64_t r0, int64_t r1
   return rows & static_cast<__mmask16>(((2u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
-inline bool band_rb_applies(const Band& b, int64_t D, int64_t Dv) { return b.all_ok && D % 16 == 0 && Dv % 16 == 0; }
+inline bool band_rb_applies(const Band& b, int64_t D, int64_t Dv) {
+  return b.all_ok && !b.rlo && D % 16 == 0 && Dv % 16 == 0;
+}
 
 // Scratch of one thread of the register-blocked kernels (Wmax: the most keys of a tile).
 struct RbScratch {
@@ -814,6 +847,7 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
           T* dQ = dq + (r * nq + i0) * D;
           int64_t j0, j1;
           band_window(b, i0, qn, nk, j0, j1);
+          range_window(b, r * nq + i0, qn, j0, j1);
           const int64_t W = j1 - j0;
           if (W <= 0) continue;
           const T* Kb = k + (r * nk + j0) * D;
@@ -825,7 +859,8 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
             int64_t lo = 0, hi = 0;
             if (!std::isinf(L[i]) && (!qv || qv[i0 + i])) {
               band_mask_row(b, Pi, i0 + i, j0, W, kv, lo, hi);
-              grad_row(Pi + lo, dSi + lo, hi - lo, L[i], De[i]);
+              range_row(b, r * nq + i0 + i, j0, lo, hi);
+              if (hi > lo) grad_row(Pi + lo, dSi + lo, hi - lo, L[i], De[i]);
             }
             zero_outside(Pi, lo, hi, W);
             zero_outside(dSi, lo, hi, W);
@@ -965,6 +1000,67 @@ void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 }
 
 
+// Rows with key ranges (LSH buckets in sorted order: every row's keys are one contiguous run): the band
+// kernels' BLAS path with each row's window cut to [rlo, rhi) (``range_window`` / ``range_row``); the band
+// is the smallest one holding every range, so the backward's chunks stay disjoint two apart.
+Band range_spec(const at::Tensor& rlo, const at::Tensor& rhi, const at::Tensor& kvalid, const at::Tensor& qvalid,
+                int64_t BH, int64_t nq, int64_t nk, int64_t R) {
+  TORCH_CHECK(rlo.dtype() == at::kInt && rhi.dtype() == at::kInt && rlo.is_contiguous() && rhi.is_contiguous() &&
+              rlo.numel() == BH * nq && rhi.numel() == BH * nq, "int32 key ranges (BH, nq)");
+  const int32_t *lo = rlo.data_ptr<int32_t>(), *hi = rhi.data_ptr<int32_t>();
+  int64_t dmin = std::numeric_limits<int64_t>::max(), dmax = std::numeric_limits<int64_t>::min();
+  for (int64_t a = 0; a < BH * nq; ++a) {
+    if (hi[a] <= lo[a]) continue;
+    TORCH_CHECK(lo[a] >= 0 && hi[a] <= nk, "key range [", lo[a], ", ", hi[a], ") outside ", nk, " keys");
+    const int64_t i = a % nq;
+    dmin = std::min<int64_t>(dmin, lo[a] - i);
+    dmax = std::max<int64_t>(dmax, hi[a] - 1 - i);
+  }
+  if (dmin > dmax) dmin = dmax = 0;  // no row has a key
+  static const uint8_t all = 1;  // all_ok: the offsets table is never read
+  Band b = band_spec(at::ones({1}, at::kByte), 0, kvalid, qvalid, BH, nq, nk, R);
+  b.ok = &all;
+  b.dmin = dmin;
+  b.dmax = dmax;
+  b.rlo = lo;
+  b.rhi = hi;
+  return b;
+}
+
+std::vector<at::Tensor> range_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& rlo, const at::Tensor& rhi, const at::Tensor& kvalid,
+                                      const at::Tensor& qvalid, int64_t R, double scale) {
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
+  const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
+  const Band b = range_spec(rlo, rhi, kvalid, qvalid, BH, nq, nk, R);
+  auto out = at::empty({BH, nq, Dv}, q.options());
+  auto lse = at::empty({BH, nq}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_range_forward", [&] {
+    band_forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                                out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv,
+                                static_cast<scalar_t>(scale));
+  });
+  return {out, lse};
+}
+
+void range_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                    const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& rlo, const at::Tensor& rhi,
+                    const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t R, double scale, at::Tensor dq,
+                    at::Tensor dk, at::Tensor dv) {
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
+              lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
+  check_grads(q, k, v, dq, dk, dv);
+  const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
+  const Band b = range_spec(rlo, rhi, kvalid, qvalid, BH, nq, nk, R);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_range_backward", [&] {
+    band_backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                                 dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+                                 delta.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(),
+                                 dv.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv, static_cast<scalar_t>(scale));
+  });
+}
+
 // Bands within residue classes (see ``class_band_forward_rb``): float on AVX-512 only; ``class_band_runs``
 // says whether this build runs them for head sizes D, Dv (the caller keeps such components elsewhere if not).
 bool class_band_runs(int64_t D, int64_t Dv) {
@@ -1036,5 +1132,7 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
   m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None) -> Tensor[]", &class_band_forward);
   m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &class_band_backward);
+  m.def("range_forward(Tensor q, Tensor k, Tensor v, Tensor rlo, Tensor rhi, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &range_forward);
+  m.def("range_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor rlo, Tensor rhi, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &range_backward);
   m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &band_backward);
 }
