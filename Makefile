@@ -40,6 +40,7 @@ test-gpu: $(STAMP)  ## tests that need a CUDA device
 
 bench: $(STAMP)  ## benchmarks -> benchmarks/*.json, *.md, *.png
 	$(PY) scripts/benchmark_attention.py
+	$(PY) scripts/benchmark_patterns.py
 	$(PY) scripts/benchmark_models.py
 
 bench-gpu: $(STAMP)  ## on a CUDA machine: kernels and models in bf16 -> benchmarks/attention_gpu.{json,md}
