@@ -10,7 +10,7 @@
 //   row (it owns that row's dK and dV); probabilities are recomputed as exp(S - lse) tile by tile.
 //   A component in residue-class order (Strided's columns: component row i is tensor row
 //   (i % m) * d + i / m) is read and written in place with a row stride of d (``Rows``). In float on
-//   AVX-512 the forward of rows in order runs register-blocked (``tables_forward_rb``).
+//   AVX-512 rows in order run register-blocked (``tables_forward_rb`` / ``tables_backward_rb``).
 // * Band: query row i sees key rows i + d for the allowed offsets d in [dmin, dmax] (sliding windows),
 //   minus padding. Query rows go in tiles of R; a tile's keys are one contiguous window of
 //   R + dmax - dmin rows, so S = Q K^T is one product whose rows each hold their whole softmax (no
@@ -732,10 +732,17 @@ void band_backward_rb(const float* q, const float* k, const float* v, const floa
 // buffer (ST[key][row], every kept key of the block), masked where a tile is partial, then one max, exp and sum
 // per 16 rows over all of them (two passes over cache-resident scores: no online rescaling) and O = P V tile by
 // tile, accumulated in place. No BLAS calls and no packing: MKL spent ~40% of its 64 x 64 tile products copying
-// (perf, BlockLocal(128) at 16k). The backward stays on BLAS (``backward_impl``). 16k tokens, H=12 D=64, 2
+// (perf, BlockLocal(128) at 16k). The backward: ``tables_backward_rb``. 16k tokens, H=12 D=64, 2
 // threads, forward (one host, the same timing script before and after): BlockLocal(128) 0.075 ->
 // 0.061 s, TopKBlocks(64, 4) 0.163 -> 0.114 s, Random(64, 3) 0.102 -> 0.085 s, Fixed(128, 8) 0.317 -> 0.277 s,
 // BigBird(64) 0.278 -> 0.258 s.
+// Bits of the rows [r0, r1) of a partial tile (c = kRB, row-major 0/1) that allow key column j.
+inline __mmask16 tile_bits(const uint8_t* tile, int64_t r0, int64_t r1, int64_t j) {
+  __mmask16 keep = 0;
+  for (int64_t i = r0; i < r1; ++i) keep |= static_cast<__mmask16>(tile[i * kRB + j] ? 1u << (i - r0) : 0u);
+  return keep;
+}
+
 inline bool tables_rb_applies(const Tables& t, int64_t D, int64_t Dv, int64_t lq, int64_t lk) {
   return t.c == kRB && lq == 1 && lk == 1 && D % 16 == 0 && Dv % 16 == 0;
 }
@@ -776,9 +783,7 @@ void tables_forward_rb(const float* q, const float* k, const float* v, float* ou
           for (int64_t j = 0; j < kns[s]; ++j) {
             __m512 x = _mm512_loadu_ps(S + (off + j) * kRB);
             if (tile) {
-              __mmask16 keep = 0;
-              for (int64_t i = r0; i < r1; ++i) keep |= static_cast<__mmask16>(tile[i * kRB + j] ? 1u << (i - r0) : 0u);
-              x = masked_or_ninf(x, keep);
+              x = masked_or_ninf(x, tile_bits(tile, r0, r1, j));
               _mm512_storeu_ps(S + (off + j) * kRB, x);
             }
             mx = _mm512_max_ps(mx, x);
@@ -812,6 +817,73 @@ void tables_forward_rb(const float* q, const float* k, const float* v, float* ou
               pv_rows<true>(P, V, Dv, 0, kns[s], O + g * Dv, nrows, w.inv.data() + g);
           }
         }
+      }
+    }
+  });
+}
+
+// The table kernel's backward on the same micro-kernels (``tables_rb_applies``): one task per flattened row
+// (it owns that row's dK, dV), its query blocks in turn; per block, ST = K (scale Q)^T and dPT = V dO^T for
+// every kept key, P = exp(ST - lse) and dS = P (dPT - delta) in place, then per tile dV += P^T dO and dK +=
+// scale dS^T Q in groups of 4 keys, and dQ += scale dS K over all tiles. 16k tokens, forward+backward (one host,
+// forward already register-blocked in both): BlockLocal(128) 0.230 -> 0.209 s, TopKBlocks(64, 4) 0.413 ->
+// 0.358 s, Random(64, 3) 0.332 -> 0.284 s, Fixed(128, 8) 0.836 -> 0.743 s, BigBird(64) 0.902 -> 0.748 s.
+void tables_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                        const float* delta, float* dq, float* dk, float* dv, const Tables& t, int64_t BH,
+                        int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale) {
+  constexpr int64_t R = kRB;
+  at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
+    RbScratch w(t.K * R, D, Dv, scale);
+    std::vector<int64_t> k0s(t.K), kns(t.K);
+    std::vector<const uint8_t*> masks(t.K);
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t qb = 0; qb < t.nqb; ++qb) {
+        const int64_t i0 = qb * R, qn = std::min(R, nq - i0);
+        int64_t T = 0;
+        for_each_tile(t, r, qb, nk, [&](int64_t k0, int64_t kn, const uint8_t* tile) {
+          k0s[T] = k0, kns[T] = kn, masks[T++] = tile;
+        });
+        if (T == 0) continue;
+        const float* Q = q + (r * nq + i0) * D;
+        const float* dO = dout + (r * nq + i0) * Dv;
+        const float* Lr = lse + r * nq + i0;
+        float *ST = w.ST.data(), *DS = w.DS.data();
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t i = 0; i < R; ++i) w.QT[d * R + i] = i < qn ? scale * Q[i * D + d] : 0.f;
+        for (int64_t d = 0; d < Dv; ++d)
+          for (int64_t i = 0; i < R; ++i) w.OT[d * R + i] = i < qn ? dO[i * Dv + d] : 0.f;
+        for (int64_t h = 0; h * 16 < qn; ++h) {
+          const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
+          __mmask16 rows = 0;  // rows with an allowed key (the others get no gradient)
+          for (int64_t i = r0; i < r1; ++i)
+            if (!std::isinf(Lr[i])) rows |= static_cast<__mmask16>(1u << (i - r0));
+          const __mmask16 inside = static_cast<__mmask16>((1u << (r1 - r0)) - 1u);
+          const fVec lv(_mm512_maskz_loadu_ps(rows, Lr + r0));
+          const fVec dl(_mm512_maskz_loadu_ps(inside, delta + r * nq + i0 + r0));
+          for (int64_t s = 0, off = 0; s < T; off += kns[s++]) {
+            float* S = ST + off * R + r0;
+            float* dP = DS + off * R + r0;
+            scores_part(k + (r * nk + k0s[s]) * D, D, w.QT.data() + r0, S, 0, kns[s]);
+            scores_part(v + (r * nk + k0s[s]) * Dv, Dv, w.OT.data() + r0, dP, 0, kns[s]);
+            for (int64_t j = 0; j < kns[s]; ++j) {
+              const __mmask16 keep = masks[s] ? rows & tile_bits(masks[s], r0, r1, j) : rows;
+              const __m512 p = _mm512_maskz_mov_ps(keep, (fVec::loadu(S + j * R) - lv).exp_u20());
+              _mm512_storeu_ps(S + j * R, p);
+              _mm512_storeu_ps(dP + j * R, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dP + j * R), dl)));
+            }
+          }
+        }
+        for (int64_t s = 0, off = 0; s < T; off += kns[s++]) {
+          for (int64_t j = 0; j < kns[s]; j += 4) {
+            const int64_t nkeys = std::min<int64_t>(4, kns[s] - j), krow = r * nk + k0s[s] + j;
+            key_rows(ST + (off + j) * R, dO, Dv, 0, qn, dv + krow * Dv, nkeys, 1.f);
+            key_rows(DS + (off + j) * R, Q, D, 0, qn, dk + krow * D, nkeys, scale);
+          }
+        }
+        for (int64_t g = 0; g < qn; g += 4)
+          for (int64_t s = 0, off = 0; s < T; off += kns[s++])
+            pv_rows<true>(DS + off * R + g, k + (r * nk + k0s[s]) * D, D, 0, kns[s], dq + (r * nq + i0 + g) * D,
+                          std::min<int64_t>(4, qn - g), w.scl.data());
       }
     }
   });
@@ -1026,6 +1098,14 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
   check_grads(q, k, v, dq, dk, dv);
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Tables t = tables(kv, tidx, tiles, group, c);
+#if defined(CPU_CAPABILITY_AVX512)
+  if (q.scalar_type() == at::kFloat && tables_rb_applies(t, D, Dv, q_stride, k_stride)) {
+    tables_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
+                       lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
+                       dv.data_ptr<float>(), t, BH, nq, nk, D, Dv, static_cast<float>(scale));
+    return;
+  }
+#endif
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_backward", [&] {
     backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                             dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
