@@ -22,7 +22,7 @@ from .prepare import _NEG_INF, _Prep, _row_dot, from_classes, to_classes
 # SlidingWindow(512) 0.789 / 0.694 / 0.696 s, causal window 128 0.318 / 0.311 / 0.338 s, Strided(128)
 # 0.504 / 0.508 / 0.532 s (narrow bands waste fewer masked scores with fewer rows per tile).
 # The range kernel (the same BLAS path) takes the same rows: LSH(64) bound at 16k, forward, rows 16 / 32 / 64:
-# 0.159-0.164 / 0.156-0.158 / 0.162-0.170 s (two rounds).
+# 0.159-0.164 / 0.156-0.158 / 0.162-0.170 s.
 FUSED_BAND_ROWS = 32
 # Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
 # should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
