@@ -175,14 +175,17 @@ def report(results) -> str:
     ]
     for row in results["rows"]:
         f, b = row["fwd"], row["fwd+bwd"]
+        moved = abs(row["matmul_after"] - row["matmul_before"]) / row["matmul_before"] > MAX_RATE_MOVE
         hashing = "—"
         if "x_bound_with_selection" in f:
             hashing = f"{_cell(f, 'x_bound_with_selection')} / {_cell(b, 'x_bound_with_selection')}"
         lines.append(
-            f"| {row['pattern']} | {row['pairs_per_query']:.1f} | "
+            f"| {row['pattern'].replace('|', chr(92) + '|')} | {row['pairs_per_query']:.1f} | "
             f"{f.get('time_s', float('nan')):.3f} | {_cell(f, 'x_bound')} | {b.get('time_s', float('nan')):.3f} | "
-            f"{_cell(b, 'x_bound')} | {hashing} | {row['matmul_before']:.0f} -> {row['matmul_after']:.0f} |"
+            f"{_cell(b, 'x_bound')} | {hashing} | {row['matmul_before']:.0f} -> {row['matmul_after']:.0f}"
+            f"{'*' if moved else ''} |"
         )
+    lines += ["", "\\* the matmul rate still moved by more than 10% in the pattern's last run."]
     return "\n".join(lines) + "\n"
 
 
