@@ -731,7 +731,7 @@ void band_backward_rb(const float* q, const float* k, const float* v, const floa
 // rows read in order): a query block's key tiles are scored one after another into one transposed score
 // buffer (ST[key][row], every kept key of the block), masked where a tile is partial, then one max, exp and sum
 // per 16 rows over all of them (two passes over cache-resident scores: no online rescaling) and O = P V tile by
-// tile, accumulated in place. No BLAS calls and no packing: MKL spent ~40% of its 64 x 64 tile products copying
+// tile, accumulated in place. No BLAS calls and no packing: MKL spent ~30% of its 64 x 64 tile products packing
 // (perf, BlockLocal(128) at 16k). The backward: ``tables_backward_rb``. 16k tokens, H=12 D=64, 2
 // threads, forward (one host, the same timing script before and after): BlockLocal(128) 0.075 ->
 // 0.061 s, TopKBlocks(64, 4) 0.163 -> 0.114 s, Random(64, 3) 0.102 -> 0.085 s, Fixed(128, 8) 0.317 -> 0.277 s,
