@@ -558,6 +558,29 @@ struct RbScratch {
       : ST((Wmax + 4) * kRB), DS((Wmax + 4) * kRB), QT(D * kRB), OT(Dv * kRB), inv(kRB), scl(kRB, scale) {}
 };
 
+// Softmax of one 16-row part over its transposed scores S[j * kRB] (keys [ja, jb), row max mx): P = exp(S - mx)
+// in place, inv[i] = 1 / row sum and L[i] = log-sum-exp for tile rows [r0, r1) (0 and -inf for a row with no
+// allowed key: its base is 0, so exp(-inf - 0) = 0 and its sum stays 0).
+inline void part_softmax(float* S, int64_t ja, int64_t jb, __m512 mx, int64_t r0, int64_t r1, float* inv, float* L) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const __mmask16 empty = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(ninf), _CMP_EQ_OQ);
+  const fVec base(_mm512_mask_mov_ps(mx, empty, _mm512_setzero_ps()));
+  fVec sum(0.f);
+  for (int64_t j = ja; j < jb; ++j) {
+    const fVec p = (fVec::loadu(S + j * kRB) - base).exp_u20();
+    p.store(S + j * kRB);
+    sum = sum + p;
+  }
+  float sums[16], bases[16];
+  sum.store(sums);
+  base.store(bases);
+  for (int64_t i = r0; i < r1; ++i) {
+    const float sm = sums[i - r0];
+    inv[i] = sm > 0.f ? 1.f / sm : 0.f;
+    L[i] = sm > 0.f ? bases[i - r0] + std::log(sm) : ninf;
+  }
+}
+
 // Forward of the tile of query rows [i0, i0 + kRB) of one sequence (q, k, v, out, lse at its row 0,
 // contiguous rows; kv / qv its key / query validity or nullptr).
 void band_tile_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
@@ -593,23 +616,7 @@ void band_tile_forward_rb(const float* q, const float* k, const float* v, float*
       }
       mx = _mm512_max_ps(mx, s);
     }
-    // rows with no allowed key: base 0, so exp(-inf - 0) = 0 and their sum stays 0
-    const __mmask16 empty = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(ninf), _CMP_EQ_OQ);
-    const fVec base(_mm512_mask_mov_ps(mx, empty, _mm512_setzero_ps()));
-    fVec sum(0.f);
-    for (int64_t j = ja; j < jb; ++j) {
-      const fVec p = (fVec::loadu(S + j * kRB) - base).exp_u20();
-      p.store(S + j * kRB);
-      sum = sum + p;
-    }
-    float sums[16], bases[16];
-    sum.store(sums);
-    base.store(bases);
-    for (int64_t i = r0; i < r1; ++i) {
-      const float sm = sums[i - r0];
-      w.inv[i] = sm > 0.f ? 1.f / sm : 0.f;
-      L[i] = sm > 0.f ? bases[i - r0] + std::log(sm) : ninf;
-    }
+    part_softmax(S, ja, jb, mx, r0, r1, w.inv.data(), L);
     for (int64_t g = r0; g < r1; g += 4)
       pv_rows(w.ST.data() + g, v + j0 * Dv, Dv, ja, jb, O + g * Dv, std::min<int64_t>(4, r1 - g), w.inv.data() + g);
   }
@@ -794,23 +801,7 @@ void tables_forward_rb(const float* q, const float* k, const float* v, float* ou
             mx = _mm512_max_ps(mx, x);
           }
         }
-        // rows with no allowed key: base 0, so exp(-inf - 0) = 0 and their sum stays 0
-        const __mmask16 empty = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(ninf), _CMP_EQ_OQ);
-        const fVec base(_mm512_mask_mov_ps(mx, empty, _mm512_setzero_ps()));
-        fVec sum(0.f);
-        for (int64_t j = 0; j < W; ++j) {
-          const fVec p = (fVec::loadu(S + j * kRB) - base).exp_u20();
-          p.store(S + j * kRB);
-          sum = sum + p;
-        }
-        float sums[16], bases[16];
-        sum.store(sums);
-        base.store(bases);
-        for (int64_t i = r0; i < r1; ++i) {
-          const float sm = sums[i - r0];
-          w.inv[i] = sm > 0.f ? 1.f / sm : 0.f;
-          L[i] = sm > 0.f ? bases[i - r0] + std::log(sm) : ninf;
-        }
+        part_softmax(S, 0, W, mx, r0, r1, w.inv.data(), L);
         for (int64_t g = r0; g < r1; g += 4) {
           const int64_t nrows = std::min<int64_t>(4, r1 - g);
           for (int64_t s = 0, off = 0; s < T; off += kns[s++]) {
