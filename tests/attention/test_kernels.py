@@ -439,6 +439,37 @@ def test_lsh_first_round_runs_on_the_range_kernel(causal, mode, n, monkeypatch):
     assert calls["range"] == 1 or mode == "global", calls
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_range_kernel_tile_without_keys(dtype):
+    """A tile of the range kernel where no row has a key (LSH: a 1-token query whose key hashed to
+    another bucket) has output 0, log-sum-exp -inf and no gradient, and touches no memory outside its
+    tensors: each tensor here is preceded by a NaN row (the empty union of the rows' ranges once made
+    the tile's window overflow to one key row before the tensor, read forward and added to backward)."""
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    BH, n, D = 2, 3, 16
+
+    def after_nan_row(x):  # x as a view whose storage holds a NaN row just before it
+        big = torch.full((BH * n + 1, D), float("nan"), dtype=dtype)
+        big[1:] = x.reshape(-1, D)
+        return big, big[1:].view(BH, n, D)
+
+    (qb, q), (kb, k), (vb, v), (_, d_out) = (after_nan_row(torch.randn(BH, n, D)) for _ in range(4))
+    lo = hi = torch.zeros(BH, n, dtype=torch.int32)  # every range empty
+    none = torch.empty(0, dtype=torch.uint8)
+    out, lse = fused.ops().range_forward(q, k, v, lo, hi, none, none, 32, 0.25)
+    assert bool((out == 0).all()) and bool(torch.isneginf(lse).all())
+    grads = [after_nan_row(torch.zeros(BH, n, D)) for _ in range(3)]
+    delta = torch.zeros(BH, n, dtype=dtype)
+    fused.ops().range_backward(
+        q, k, v, d_out, lse, delta, lo, hi, none, none, 32, 0.25, *(g for _, g in grads)
+    )
+    for big, g in grads:
+        assert bool((g == 0).all()) and bool(torch.isnan(big[0]).all())
+
+
 @pytest.mark.parametrize("path", ["fused", "fallback"])
 @pytest.mark.parametrize("mode", ["none", "padding", "global"])
 def test_whole_global_blocks_join_the_position_order_component(mode, path, monkeypatch):

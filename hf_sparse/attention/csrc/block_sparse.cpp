@@ -316,7 +316,9 @@ inline void band_window(const Band& b, int64_t i0, int64_t qn, int64_t nk, int64
 }
 
 // With key ranges: [j0, j1) cut to the union of the tile's rows' ranges (``at``: the tile's first row in
-// the flattened rows); no row with a key leaves j1 <= j0.
+// the flattened rows); no row with a key leaves j1 = j0 (empty). (Cutting to the empty union itself, lo = max
+// and hi = min, made j1 - j0 overflow to 1: the tile read, and its backward added to, a key row before the
+// tensor; a tile of 1-token rows whose only key was in another bucket gave NaN.)
 inline void range_window(const Band& b, int64_t at, int64_t qn, int64_t& j0, int64_t& j1) {
   if (!b.rlo) return;
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
@@ -324,6 +326,10 @@ inline void range_window(const Band& b, int64_t at, int64_t qn, int64_t& j0, int
     if (b.rhi[at + i] <= b.rlo[at + i]) continue;
     lo = std::min<int64_t>(lo, b.rlo[at + i]);
     hi = std::max<int64_t>(hi, b.rhi[at + i]);
+  }
+  if (lo >= hi) {
+    j1 = j0;
+    return;
   }
   j0 = std::max(j0, lo);
   j1 = std::min(j1, hi);
