@@ -1008,12 +1008,12 @@ void class_band_forward_rb(const float* q, const float* k, const float* v, float
       gather_classes(k + r * n * D, D, d, c0, G, m, K.data());
       gather_classes(v + r * n * Dv, Dv, d, c0, G, m, V.data());
       for (int64_t g = 0; g < G; ++g) {
-        const int64_t at = (c0 + g) * m;  // the class's first row in component order
+        const int64_t at = (c0 + g) * m, o = g * m;  // the class's first row in component order, in scratch
         const uint8_t* kv = b.kvalid ? b.kvalid + r * n + at : nullptr;
         const uint8_t* qv = b.qvalid ? b.qvalid + r * n + at : nullptr;
         for (int64_t i0 = 0; i0 < m; i0 += kRB)
-          band_tile_forward_rb(Q.data() + g * m * D, K.data() + g * m * D, V.data() + g * m * Dv,
-                               O.data() + g * m * Dv, L.data() + g * m, b, kv, qv, m, m, D, Dv, scale, i0, w);
+          band_tile_forward_rb(Q.data() + o * D, K.data() + o * D, V.data() + o * Dv, O.data() + o * Dv, L.data() + o,
+                               b, kv, qv, m, m, D, Dv, scale, i0, w);
       }
       for (int64_t t = 0; t < m; ++t)
         for (int64_t g = 0; g < G; ++g) {
@@ -1048,10 +1048,9 @@ void class_band_backward_rb(const float* q, const float* k, const float* v, cons
       std::fill(dK.begin(), dK.end(), 0.f);
       std::fill(dV.begin(), dV.end(), 0.f);
       for (int64_t g = 0; g < G; ++g) {
-        const int64_t at = (c0 + g) * m;
+        const int64_t at = (c0 + g) * m, o = g * m;
         const uint8_t* kv = b.kvalid ? b.kvalid + r * n + at : nullptr;
         const uint8_t* qv = b.qvalid ? b.qvalid + r * n + at : nullptr;
-        const int64_t o = g * m;
         for (int64_t i0 = 0; i0 < m; i0 += kRB)
           band_tile_backward_rb(Q.data() + o * D, K.data() + o * D, V.data() + o * Dv, dO.data() + o * Dv,
                                 L.data() + o, De.data() + o, dQ.data() + o * D, dK.data() + o * D,
