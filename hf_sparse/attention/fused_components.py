@@ -370,7 +370,7 @@ class _FusedPlan(torch.autograd.Function):
         q, k, v, out, lse, *saved = ctx.saved_tensors
         d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
         delta = _delta(d_out, out, lse, d_lse)
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dq, dk, dv = fused.zeros_like(q), fused.zeros_like(k), fused.zeros_like(v)
         copies = iter(saved)
         for run in ctx.runs:
             qr, kr = run.q_rows, run.k_rows

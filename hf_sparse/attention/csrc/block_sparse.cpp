@@ -30,13 +30,17 @@
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <torch/library.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <pthread.h>
 #include <vector>
 
 extern "C" {
@@ -46,6 +50,95 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
             const int*, const double*, const int*, const double*, double*, const int*);
 int MKL_Set_Num_Threads_Local(int);  // MKL (torch's BLAS): this thread's BLAS calls stay single-threaded
 }
+
+// Kernel outputs (out; dq, dk, dv from Python) come from a pool of recently freed blocks. glibc gives
+// every freed block over 32 MB back to the system and maps the next one afresh, so each step paid the
+// page faults of every output again: ~11 ms per 50 MB (one output of 12 heads x 16k rows), ~40% of
+// Strided(128)'s forward at 16k. A block is reused only at its exact byte size; at most `limit` bytes
+// are held (``HF_SPARSE_POOL_MB``), the oldest freed block is released first.
+namespace {
+class BlockPool {
+ public:
+  static BlockPool& get() {
+    static BlockPool* pool = [] {  // never destroyed: tensors may be freed during interpreter exit
+      auto* p = new BlockPool();
+      // a fork while another thread holds the lock would leave it locked in the child forever
+      pthread_atfork([] { get().mutex_.lock(); }, [] { get().mutex_.unlock(); }, [] { get().mutex_.unlock(); });
+      return p;
+    }();
+    return *pool;
+  }
+
+  at::Tensor empty(at::IntArrayRef size, const at::TensorOptions& options) {
+    const size_t bytes = c10::multiply_integers(size) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+    if (bytes < kMinBytes) return at::empty(size, options);  // small blocks: malloc reuses its heap already
+    void* data = take(bytes);
+    if (data == nullptr) data = c10::alloc_cpu(bytes);
+    return at::from_blob(data, size, [bytes](void* p) { get().give(p, bytes); }, options);
+  }
+
+  // Sets the limit, releases blocks down to it, returns the bytes still held.
+  int64_t set_limit(int64_t bytes) {
+    TORCH_CHECK(bytes >= 0, "pool limit must be >= 0, got ", bytes);
+    std::vector<void*> drop;
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = static_cast<size_t>(bytes);
+    trim(drop);
+    for (void* p : drop) c10::free_cpu(p);
+    return static_cast<int64_t>(held_);
+  }
+
+ private:
+  static constexpr size_t kMinBytes = size_t(1) << 20;
+
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it) {  // the most recently freed: warmest in cache
+      if (it->second != bytes) continue;
+      void* p = it->first;
+      free_.erase(std::next(it).base());
+      held_ -= bytes;
+      return p;
+    }
+    return nullptr;
+  }
+
+  void give(void* p, size_t bytes) {
+    std::vector<void*> drop;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      free_.emplace_back(p, bytes);
+      held_ += bytes;
+      trim(drop);
+    }
+    for (void* d : drop) c10::free_cpu(d);
+  }
+
+  void trim(std::vector<void*>& drop) {  // with the lock held
+    while (held_ > limit_) {
+      drop.push_back(free_.front().first);
+      held_ -= free_.front().second;
+      free_.pop_front();
+    }
+  }
+
+  std::mutex mutex_;
+  std::deque<std::pair<void*, size_t>> free_;
+  size_t held_ = 0;
+  size_t limit_ = size_t(512) << 20;
+};
+
+at::Tensor pooled_empty(at::IntArrayRef size, const at::TensorOptions& options) {
+  return BlockPool::get().empty(size, options);
+}
+
+at::Tensor pool_empty_like(const at::Tensor& like) {
+  TORCH_CHECK(like.device().is_cpu(), "pooled tensors are CPU tensors");
+  return pooled_empty(like.sizes(), like.options());
+}
+
+int64_t pool_limit(int64_t bytes) { return BlockPool::get().set_limit(bytes); }
+}  // namespace
 
 namespace {
 // Inside a parallel_for task the tile products must not start BLAS threads of their own
@@ -1140,7 +1233,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Tables t = tables(kv, tidx, tiles, group, c);
   TORCH_CHECK(t.nqb * c >= nq, "query blocks do not cover the queries");
-  auto out = at::empty({BH, nq, Dv}, q.options());
+  auto out = pooled_empty({BH, nq, Dv}, q.options());
   auto lse = at::empty({BH, nq}, q.options());
 #if defined(CPU_CAPABILITY_AVX512)
   if (q.scalar_type() == at::kFloat && tables_rb_applies(t, D, Dv, q_stride, k_stride)) {
@@ -1214,7 +1307,7 @@ std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, c
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Band b = band_spec(ok, dmin, kvalid, qvalid, BH, nq, nk, R);
-  auto out = at::empty({BH, nq, Dv}, q.options());
+  auto out = pooled_empty({BH, nq, Dv}, q.options());
   auto lse = at::empty({BH, nq}, q.options());
 #if defined(CPU_CAPABILITY_AVX512)
   if (q.scalar_type() == at::kFloat && band_rb_applies(b, D, Dv)) {
@@ -1291,7 +1384,7 @@ std::vector<at::Tensor> range_forward(const at::Tensor& q, const at::Tensor& k, 
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   const Band b = range_spec(rlo, rhi, kvalid, qvalid, BH, nq, nk, R);
-  auto out = at::empty({BH, nq, Dv}, q.options());
+  auto out = pooled_empty({BH, nq, Dv}, q.options());
   auto lse = at::empty({BH, nq}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_range_forward", [&] {
     band_forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
@@ -1352,7 +1445,7 @@ std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor
   const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
   const bool merge = out_in.has_value();
   TORCH_CHECK(merge == lse_in.has_value(), "out and lse together");
-  auto out = merge ? *out_in : at::empty({q.size(0), q.size(1), v.size(2)}, q.options());
+  auto out = merge ? *out_in : pooled_empty({q.size(0), q.size(1), v.size(2)}, q.options());
   auto lse = merge ? *lse_in : at::empty({q.size(0), q.size(1)}, q.options());
   TORCH_CHECK(out.is_contiguous() && lse.is_contiguous() && out.scalar_type() == at::kFloat &&
               lse.scalar_type() == at::kFloat, "contiguous float out, lse");
@@ -1383,6 +1476,8 @@ void class_band_backward(const at::Tensor& q, const at::Tensor& k, const at::Ten
 }  // namespace
 
 TORCH_LIBRARY(hf_sparse_fused, m) {
+  m.def("pool_empty_like(Tensor like) -> Tensor", &pool_empty_like);
+  m.def("pool_limit(int bytes) -> int", &pool_limit);
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride) -> Tensor[]", &forward);
   m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &backward);
   m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_forward);
