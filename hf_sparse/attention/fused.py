@@ -122,10 +122,16 @@ def pool_limit_bytes() -> int:
     return mb << 20
 
 
+def empty(size, like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised contiguous tensor of ``size`` with like's dtype and device, from the kernel's pool
+    of freed outputs where it is built (CPU)."""
+    lib = _load() if like.device.type == "cpu" else None
+    return like.new_empty(size) if lib is None else lib.pool_empty(list(size), like)
+
+
 def zeros_like(x: torch.Tensor) -> torch.Tensor:
-    """Zeros shaped like ``x`` (contiguous), from the kernel's pool of freed outputs when it is built."""
-    lib = _load()
-    return torch.zeros_like(x) if lib is None or x.device.type != "cpu" else lib.pool_empty_like(x).zero_()
+    """Zeros shaped like ``x`` (contiguous), from the kernel's pool where it is built."""
+    return empty(x.shape, x).zero_()
 
 
 def empty_cache() -> None:
@@ -143,4 +149,4 @@ def ops():
     return _load()
 
 
-__all__ = ["available", "empty_cache", "enabled", "mode", "ops", "pool_limit_bytes", "zeros_like"]
+__all__ = ["available", "empty", "empty_cache", "enabled", "mode", "ops", "pool_limit_bytes", "zeros_like"]

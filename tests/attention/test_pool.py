@@ -40,7 +40,7 @@ def test_a_freed_output_is_reused(lib):
 
 def test_reused_gradient_blocks_start_at_zero(lib):
     q, k, v = (torch.randn(1, 4, 2048, 32, dtype=torch.float32, requires_grad=True) for _ in range(3))
-    blocks = [lib.pool_empty_like(q.detach().view(4, 2048, 32)).fill_(float("nan")) for _ in range(3)]
+    blocks = [fused.empty((4, 2048, 32), q).fill_(float("nan")) for _ in range(3)]
     del blocks  # blocks of the gradients' size, full of NaN, freed into the pool
     assert _held(lib) == 3 * q.nbytes
     sparse_attention(q, k, v, WINDOW, backend="blocked").square().sum().backward()
@@ -54,7 +54,7 @@ def test_reused_gradient_blocks_start_at_zero(lib):
 def test_the_limit_holds(lib):
     like = torch.empty(1 << 19)  # 2 MiB
     assert lib.pool_limit(3 << 20) == 0
-    blocks = [lib.pool_empty_like(like) for _ in range(3)]
+    blocks = [fused.empty(like.shape, like) for _ in range(3)]
     del blocks
     assert lib.pool_limit(3 << 20) == 2 << 20  # the first two freed: one block fits
     assert lib.pool_limit(0) == 0

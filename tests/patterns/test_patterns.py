@@ -202,6 +202,33 @@ def test_length_dependent_patterns_ask_to_be_bound():
         P.LSH().bind(8)
 
 
+@pytest.mark.parametrize("num_hashes, transposed, n", [(1, False, 1000), (2, True, 1024)])
+def test_lsh_hash_kernel_matches_the_torch_rule(num_hashes, transposed, n, monkeypatch):
+    """The compiled hash (product and argmax in cache) gives the buckets of the PyTorch rule, argmax of
+    ``[x R, -x R]``: the same ids for every row whose two largest candidates are not within rounding of
+    each other, bucket 0 for a zero row (all candidates equal: the first), on a transposed (strided) x;
+    n = 1024: 32 candidates per sign (the kernel's vector scan), n = 1000: 31 (its scalar loop)."""
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.delenv("HF_SPARSE_FUSED", raising=False)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, n, 3, 32, generator=g).transpose(1, 2) if transposed else torch.randn(2, 3, n, 32)
+    x[0, 1, 5] = 0
+    lsh = P.LSH(bucket_size=16, num_hashes=num_hashes)
+    got = lsh.hash(x, n)
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
+    want = lsh.hash(x, n)
+    assert got.shape == want.shape == (2, 3, n, num_hashes) and got.dtype == want.dtype
+    assert (got[0, 1, 5] == 0).all()
+    rot = torch.randn(num_hashes, 32, lsh.num_buckets(n) // 2, generator=torch.Generator().manual_seed(0))
+    proj = torch.einsum("bhld,rdk->bhlrk", x.double(), rot.double())
+    top2 = torch.cat([proj, -proj], -1).topk(2, -1).values
+    clear = (top2[..., 0] - top2[..., 1]) > 1e-4
+    assert clear.float().mean() > 0.99 and torch.equal(got[clear], want[clear])
+
+
 def test_layout_never_evaluates_n_squared_pairs(monkeypatch):
     """Plans at 64k positions are built from the geometry alone: the rule is never called."""
     calls = []
