@@ -125,7 +125,7 @@ def pool_limit_bytes() -> int:
 def empty(size, like: torch.Tensor) -> torch.Tensor:
     """An uninitialised contiguous tensor of ``size`` with like's dtype and device, from the kernel's pool
     of freed outputs where it is built (CPU)."""
-    lib = _load() if like.device.type == "cpu" else None
+    lib = _load() if like.device.type == "cpu" and enabled() else None
     return like.new_empty(size) if lib is None else lib.pool_empty(list(size), like)
 
 

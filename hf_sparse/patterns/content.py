@@ -55,7 +55,9 @@ class LSH(Pattern):
         rot = torch.randn(self.num_hashes, x.shape[-1], nb // 2, generator=gen).to(x.device)
         rot = rot.permute(1, 0, 2).reshape(x.shape[-1], -1).contiguous()  # every round in one product
         x = x.detach().float()
-        if x.device.type == "cpu" and x.stride(-1) == 1 and fused.available():  # product and scan in cache
+        if (
+            x.device.type == "cpu" and x.dim() == 4 and x.stride(-1) == 1 and fused.available()
+        ):  # scan in cache
             return fused.ops().lsh_hash(x, rot, self.num_hashes)
         # the max of proj and of -proj without concatenating them
         proj = x @ rot

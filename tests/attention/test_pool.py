@@ -69,3 +69,10 @@ def test_bad_pool_size_is_refused(value, monkeypatch):
         fused.pool_limit_bytes()
     monkeypatch.setenv("HF_SPARSE_POOL_MB", "64")
     assert fused.pool_limit_bytes() == 64 << 20
+
+
+def test_pure_pytorch_mode_leaves_the_pool_alone(lib, monkeypatch):
+    monkeypatch.setenv("HF_SPARSE_FUSED", "0")
+    block = fused.empty((1 << 19,), torch.empty(1))  # 2 MiB
+    del block
+    assert _held(lib) == 0
