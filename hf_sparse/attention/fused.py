@@ -19,6 +19,8 @@ import warnings
 
 import torch
 
+from ..patterns import content
+
 _SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "block_sparse.cpp")
 
 
@@ -147,6 +149,17 @@ def available() -> bool:
 
 def ops():
     return _load()
+
+
+def _lsh_hash(x: torch.Tensor, rot: torch.Tensor, rounds: int) -> torch.Tensor | None:
+    """``LSH.hash`` on the compiled kernel (256 rows at a time, product and argmax in cache), or None
+    where it does not run."""
+    if x.device.type != "cpu" or x.dim() != 4 or x.stride(-1) != 1 or not available():
+        return None
+    return _load().lsh_hash(x, rot, rounds)
+
+
+content.hash_kernel = _lsh_hash
 
 
 __all__ = ["available", "empty", "empty_cache", "enabled", "mode", "ops", "pool_limit_bytes", "zeros_like"]

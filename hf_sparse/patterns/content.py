@@ -25,6 +25,12 @@ def _check_qk(pattern, query, key):
         )
 
 
+# The compiled kernel's hash, ``fn(x, rot, rounds) -> bucket ids`` or None where it does not run (product and
+# argmax in cache, same ids): ``hf_sparse.attention.fused`` installs it when imported, so that patterns
+# import nothing from attention.
+hash_kernel = None
+
+
 @register_pattern("lsh")
 class LSH(Pattern):
     """Reformer-style LSH attention: query i attends key j iff, in some hashing round, they fall in
@@ -48,17 +54,13 @@ class LSH(Pattern):
         """(B, H, L, D) -> (B, H, L, num_hashes) bucket ids, for a sequence of length n: in each round
         the argmax of ``[x R, -x R]`` for a random rotation R (D, buckets / 2), the first of equal
         maxima (x and x / |x| hash alike, so x is not normalised)."""
-        from ..attention import fused  # the compiled kernel's loader (imports no pattern)
-
         nb = self.num_buckets(n)
         gen = torch.Generator().manual_seed(self.seed)
         rot = torch.randn(self.num_hashes, x.shape[-1], nb // 2, generator=gen).to(x.device)
         rot = rot.permute(1, 0, 2).reshape(x.shape[-1], -1).contiguous()  # every round in one product
         x = x.detach().float()
-        if (
-            x.device.type == "cpu" and x.dim() == 4 and x.stride(-1) == 1 and fused.available()
-        ):  # scan in cache
-            return fused.ops().lsh_hash(x, rot, self.num_hashes)
+        if hash_kernel is not None and (ids := hash_kernel(x, rot, self.num_hashes)) is not None:
+            return ids
         # the max of proj and of -proj without concatenating them
         proj = x @ rot
         proj = proj.view(*proj.shape[:-1], self.num_hashes, nb // 2)

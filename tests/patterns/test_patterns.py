@@ -209,6 +209,7 @@ def test_lsh_hash_kernel_matches_the_torch_rule(num_hashes, transposed, n, monke
     each other, bucket 0 for a zero row (all candidates equal: the first), on a transposed (strided) x;
     n = 1024: 32 candidates per sign (the kernel's vector scan), n = 1000: 31 (its scalar loop)."""
     from hf_sparse.attention import fused
+    from hf_sparse.patterns import content
 
     if not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
@@ -217,7 +218,11 @@ def test_lsh_hash_kernel_matches_the_torch_rule(num_hashes, transposed, n, monke
     x = torch.randn(2, n, 3, 32, generator=g).transpose(1, 2) if transposed else torch.randn(2, 3, n, 32)
     x[0, 1, 5] = 0
     lsh = P.LSH(bucket_size=16, num_hashes=num_hashes)
+    ran = []
+    kernel = content.hash_kernel
+    monkeypatch.setattr(content, "hash_kernel", lambda *a: ran.append(kernel(*a)) or ran[-1])
     got = lsh.hash(x, n)
+    assert ran and ran[0] is not None  # the compiled kernel gave these ids
     monkeypatch.setenv("HF_SPARSE_FUSED", "0")
     want = lsh.hash(x, n)
     assert got.shape == want.shape == (2, 3, n, num_hashes) and got.dtype == want.dtype
