@@ -121,11 +121,12 @@ def run(names, budget_s: float, attempts: int) -> dict:
             recs = {mode: _spawn(name, mode, budget_s) for mode in ("fwd", "fwd+bwd")}
             after = matmul_gflops("cpu")
             moved = (after - before) / before
-            if abs(moved) <= MAX_RATE_MOVE or attempt == attempts:
+            still_moved = abs(moved) > MAX_RATE_MOVE
+            if not still_moved or attempt == attempts:
                 break
             print(f"{name}: the matmul rate moved {moved:+.0%}: repeating", flush=True)
         row = {"pattern": name, "matmul_before": before, "matmul_after": after, "attempt": attempt}
-        if abs(moved) > MAX_RATE_MOVE:
+        if still_moved:
             row["rate_moved"] = moved
         rate = (before + after) / 2 * 1e9
         for mode, rec in recs.items():
