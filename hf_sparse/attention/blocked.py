@@ -429,10 +429,10 @@ def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
         return None, p
     if kind == "class_band":  # the kernel reads and writes the tensors' rows itself
         return _Run(kind, p, _class_band_args(p, B, H, q.device, d)), p
+    if kind == "range":  # so does this one
+        return _Run(kind, p, _range_args(p, B, H, q.device)), p
     if kind == "band":
         args = _fused_band_args(p, B, H, q.device)
-    elif kind == "range":
-        args = _range_args(p, B, H, q.device)
     else:
         args = _fused_tables(p, B * H, q.device)
     in_place = p.c if kind == "tables" else 0  # the table kernel reads class rows with a row stride

@@ -159,7 +159,19 @@ def _lsh_hash(x: torch.Tensor, rot: torch.Tensor, rounds: int) -> torch.Tensor |
     return _load().lsh_hash(x, rot, rounds)
 
 
+def _lsh_order(hq: torch.Tensor, hk: torch.Tensor, causal: bool, off: int) -> tuple | None:
+    """``LSHBuckets._order`` on the compiled kernel (a counting sort), or None where it does not run."""
+    if hq.device.type != "cpu" or hq.shape[:-1] != hk.shape[:-1] or not available():
+        return None
+    lead = hq.shape[:-1]
+    nb = int(max(hq.max(), hk.max())) + 1 if hq.numel() and hk.numel() else 1
+    flat = (t.reshape(-1, t.shape[-1]).contiguous() for t in (hq, hk))
+    q_index, k_index, lo, hi = _load().lsh_order(*flat, nb, causal, off)
+    return tuple(t.view(*lead, t.shape[-1]) for t in (q_index, k_index, lo, hi))
+
+
 content.hash_kernel = _lsh_hash
+content.order_kernel = _lsh_order
 
 
 __all__ = ["available", "empty", "empty_cache", "enabled", "mode", "ops", "pool_limit_bytes", "zeros_like"]

@@ -21,9 +21,9 @@ from .prepare import _NEG_INF, _Prep, _row_dot, from_classes, to_classes
 # H=12 D=64, forward+backward, idle host, 2 threads, alternating, median of 3, rows 16 / 32 / 64:
 # SlidingWindow(512) 0.789 / 0.694 / 0.696 s, causal window 128 0.318 / 0.311 / 0.338 s, Strided(128)
 # 0.504 / 0.508 / 0.532 s (narrow bands waste fewer masked scores with fewer rows per tile).
-# The range kernel (the same BLAS path) takes the same rows: LSH(64) bound at 16k, forward, rows 16 / 32 / 64:
-# 0.159-0.164 / 0.156-0.158 / 0.162-0.170 s.
 FUSED_BAND_ROWS = 32
+# Most query rows per tile of the range kernel (a tile is one bucket's rows, cut at this many).
+FUSED_RANGE_ROWS = 64
 # Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
 # should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
 FUSED_BAND_MAX_WIDTH = 4096
@@ -60,8 +60,8 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride:
     measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a backward."""
     if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
         return None
-    if p.comp.key_range is not None and p.q_valid is None:
-        kind = "range"
+    if p.comp.key_range is not None and p.q_valid is None and p.nq == q.shape[2]:
+        kind = "range"  # its orders are permutations of the rows (LSH's sorted buckets)
     elif p.mode == "band" and p.offsets is not None and p.offsets[1] - p.offsets[0] < FUSED_BAND_MAX_WIDTH:
         kind = "band"
     elif p.comp.class_band is not None and class_stride and q.dtype == torch.float32 and p.q_valid is None:
@@ -181,12 +181,13 @@ def _class_band_args(p: _Prep, B: int, H: int, device, d: int):
 
 
 def _range_args(p: _Prep, B: int, H: int, device):
-    """Key ranges as the range kernel takes them: lo, hi (B * H, nq) int32, and validity."""
-    lo, hi = (
-        t.to(device).expand(B, H, p.nq).reshape(B * H, p.nq).to(torch.int32).contiguous()
-        for t in p.comp.key_range
-    )
-    return lo, hi, *_validity_args(p, B, H, device)
+    """The component as the range kernel takes it: its query and key orders as tensor rows (B * H, n) int64
+    (permutations: the kernel reads q, k, v and writes the output in the tensors' rows itself), key
+    ranges lo, hi (B * H, nq) int32 in the key order, and key validity in that order."""
+    flat = lambda t, n: t.to(device).expand(B, H, n).reshape(B * H, n)  # noqa: E731
+    qidx, kidx = flat(p.comp.q_index, p.nq).contiguous(), flat(p.comp.k_index, p.nk).contiguous()
+    lo, hi = (flat(t, p.nq).to(torch.int32).contiguous() for t in p.comp.key_range)
+    return qidx, kidx, lo, hi, _validity_args(p, B, H, device)[0]
 
 
 def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> torch.Tensor:
@@ -304,7 +305,7 @@ def _kernel_forward(run: _Run, q, k, v, into=None):
     if run.kind == "class_band":
         return fused.ops().class_band_forward(q, k, v, *run.args, run.p.scale, *(into or ()))
     if run.kind == "range":
-        return fused.ops().range_forward(q, k, v, *run.args, FUSED_BAND_ROWS, run.p.scale)
+        return fused.ops().range_forward(q, k, v, *run.args, FUSED_RANGE_ROWS, run.p.scale)
     return fused.ops().forward(q, k, v, *run.args, run.p.c, run.p.scale, run.q_rows.stride, run.k_rows.stride)
 
 
@@ -318,7 +319,7 @@ def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv) -> None:
         fused.ops().class_band_backward(q, k, v, d_out, lse, delta, *run.args, run.p.scale, dq, dk, dv)
     elif run.kind == "range":
         fused.ops().range_backward(
-            q, k, v, d_out, lse, delta, *run.args, FUSED_BAND_ROWS, run.p.scale, dq, dk, dv
+            q, k, v, d_out, lse, delta, *run.args, FUSED_RANGE_ROWS, run.p.scale, dq, dk, dv
         )
     else:
         strides = run.q_rows.stride, run.k_rows.stride

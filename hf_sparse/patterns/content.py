@@ -29,6 +29,9 @@ def _check_qk(pattern, query, key):
 # argmax in cache, same ids): ``hf_sparse.attention.fused`` installs it when imported, so that patterns
 # import nothing from attention.
 hash_kernel = None
+# Its bucket order, ``fn(hq, hk, causal, off) -> (q_index, k_index, lo, hi)`` or None (``LSHBuckets._order``:
+# a counting sort, same results), installed alike.
+order_kernel = None
 
 
 @register_pattern("lsh")
@@ -112,8 +115,7 @@ class LSHBuckets(Pattern):
         comps = []
         for r in range(self.hq.shape[-1]):
             hq, hk = self.hq[..., r], self.hk[..., r]  # (B, H, n)
-            q_index = torch.argsort(hq * q_len + torch.arange(q_len, device=hq.device), dim=-1)
-            k_index = torch.argsort(hk * kv_len + torch.arange(kv_len, device=hk.device), dim=-1)
+            q_index, k_index, key_range = self._order(hq, hk, off, ranges=r == 0)
             layout = segment_layout(hq.gather(-1, q_index).cpu(), hk.gather(-1, k_index).cpu(), block)
             if r > 0 or self.causal:
                 layout.full[:] = False
@@ -124,7 +126,6 @@ class LSHBuckets(Pattern):
                     m = m & ~self._same(b, h, i, j, slice(0, r))
                 return m & (j <= i) if self.causal else m
 
-            key_range = self._key_range(hq, hk, q_index, k_index, off) if r == 0 else None
             comps.append(
                 Component(
                     layout,
@@ -138,10 +139,20 @@ class LSHBuckets(Pattern):
             )
         return Plan(comps)
 
+    def _order(self, hq, hk, off, ranges):
+        """One round's bucket order: q_index (B, H, nq) and k_index (B, H, nk), positions sorted by bucket and
+        then position, and with ``ranges`` the key rows [lo, hi) in that order of each query row (its
+        bucket's keys; with ``causal``, those up to the query's position: keys are in position order inside a
+        bucket), one contiguous run (``Component.key_range``), else None."""
+        if order_kernel is not None and (got := order_kernel(hq, hk, self.causal, off)) is not None:
+            q_index, k_index, lo, hi = got
+            return q_index, k_index, (lo, hi) if ranges else None
+        q_len, kv_len = hq.shape[-1], hk.shape[-1]
+        q_index = torch.argsort(hq * q_len + torch.arange(q_len, device=hq.device), dim=-1)
+        k_index = torch.argsort(hk * kv_len + torch.arange(kv_len, device=hk.device), dim=-1)
+        return q_index, k_index, self._key_range(hq, hk, q_index, k_index, off) if ranges else None
+
     def _key_range(self, hq, hk, q_index, k_index, off):
-        """The first round's rule in bucket order, as key rows [lo, hi) of each query row (B, H, nq): its
-        bucket's keys (with ``causal``, those up to the query's position: keys are in position order
-        inside a bucket), one contiguous run (``Component.key_range``)."""
         kv_len = hk.shape[-1]
         stride = kv_len + 1  # (bucket, position) as one number, in the component's (sorted) key order
         keys = (hk * stride + torch.arange(kv_len, device=hk.device)).gather(-1, k_index)

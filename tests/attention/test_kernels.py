@@ -439,16 +439,90 @@ def test_lsh_first_round_runs_on_the_range_kernel(causal, mode, n, monkeypatch):
     assert calls["range"] == 1 or mode == "global", calls
 
 
+def _range_reference(q, k, v, qidx, kidx, lo, hi, kvalid, scale):
+    """The range kernel's rule as a dense mask in the tensors' rows: component row i (tensor row qidx[i])
+    sees the component key rows [lo[i], hi[i]) (tensor rows kidx[j]) that are valid -> (out, lse)."""
+    BH, n = qidx.shape
+    allowed = torch.zeros(BH, n, k.shape[1], dtype=torch.bool)
+    j = torch.arange(kidx.shape[1])
+    for r in range(BH):
+        in_range = (j >= lo[r, :, None]) & (j < hi[r, :, None])
+        if kvalid.numel():
+            in_range &= kvalid[r].bool()
+        allowed[r, qidx[r, :, None], kidx[r][None, :]] = in_range
+    s = (q @ k.transpose(-1, -2) * scale).masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.where(allowed, torch.exp(s - lse[..., None].clamp(min=-1e300)), torch.zeros_like(s))
+    return p @ v, lse
+
+
+def _fused_or_skip():
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    return fused
+
+
+@pytest.mark.parametrize("rows", [1, 3, 64])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_range_kernel_matches_dense_with_its_own_row_orders(ordered, rows):
+    """The range kernel reads q, k, v and writes out, lse, dq, dk, dv through its row orders (permutations),
+    with tiles of up to ``rows`` rows of one range start grouped by disjoint key windows. Against a dense
+    reference of the same rule in float64, outputs and gradients: LSH-like ranges (sorted buckets, some
+    rows without keys, some invalid keys) and arbitrary ones (overlapping, out of order: one group per row)."""
+    fused = _fused_or_skip()
+    g = torch.Generator().manual_seed(1)
+    BH, n, nk, D = 3, 50, 40, 8
+    q, k, v = (torch.randn(BH, m, D, generator=g, dtype=torch.float64) for m in (n, nk, nk))
+    qidx = torch.stack([torch.randperm(n, generator=g) for _ in range(BH)])
+    kidx = torch.stack([torch.randperm(nk, generator=g) for _ in range(BH)])
+    if ordered:  # buckets: sorted runs, as LSH's bucket order gives
+        qb = torch.randint(0, 8, (BH, n), generator=g).sort(-1).values  # buckets 6, 7: no key
+        kb = torch.randint(0, 6, (BH, nk), generator=g).sort(-1).values
+        lo = torch.searchsorted(kb, qb)
+        hi = torch.searchsorted(kb, qb, right=True)
+    else:
+        lo = torch.randint(0, nk, (BH, n), generator=g)
+        hi = (lo + torch.randint(-3, 15, (BH, n), generator=g)).clamp(max=nk)
+    lo, hi = lo.to(torch.int32), hi.to(torch.int32)
+    kvalid = (torch.rand(BH, nk, generator=g) > 0.1).to(torch.uint8)
+    ref_out, ref_lse = _range_reference(q, k, v, qidx, kidx, lo, hi, kvalid, 0.3)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out, lse = fused.ops().range_forward(q, k, v, qidx, kidx, lo, hi, kvalid, rows, 0.3)
+    torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=0)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-10, rtol=0)
+    assert bool(torch.isneginf(lse).any()) and bool(torch.isfinite(lse).any())  # both kinds of row were met
+    d_out = torch.randn_like(out)
+    ref = torch.autograd.grad(_range_reference(q, k, v, qidx, kidx, lo, hi, kvalid, 0.3)[0], (q, k, v), d_out)
+    delta = torch.where(torch.isinf(lse), 0.0, (d_out * out).sum(-1))
+    grads = [torch.zeros_like(t) for t in (q, k, v)]
+    fused.ops().range_backward(
+        q.detach(), k.detach(), v.detach(), d_out, lse, delta, qidx, kidx, lo, hi, kvalid, rows, 0.3, *grads
+    )
+    for a, b in zip(grads, ref):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+def test_range_kernel_rejects_orders_that_are_not_permutations():
+    """A row order that repeats a row would leave output rows unwritten: refused."""
+    fused = _fused_or_skip()
+    q = k = v = torch.randn(1, 4, 8)
+    lo = hi = torch.zeros(1, 4, dtype=torch.int32)
+    none = torch.empty(0, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="permutations"):
+        fused.ops().range_forward(
+            q, k, v, torch.tensor([[0, 1, 1, 3]]), torch.arange(4)[None], lo, hi, none, 8, 1.0
+        )
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_range_kernel_tile_without_keys(dtype):
     """A tile of the range kernel where no row has a key (LSH: a 1-token query whose key hashed to
     another bucket) has output 0, log-sum-exp -inf and no gradient, and touches no memory outside its
     tensors: each tensor here is preceded by a NaN row (the empty union of the rows' ranges once made
     the tile's window overflow to one key row before the tensor, read forward and added to backward)."""
-    from hf_sparse.attention import fused
-
-    if not fused.available():
-        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    fused = _fused_or_skip()
     BH, n, D = 2, 3, 16
 
     def after_nan_row(x):  # x as a view whose storage holds a NaN row just before it
@@ -458,13 +532,14 @@ def test_range_kernel_tile_without_keys(dtype):
 
     (qb, q), (kb, k), (vb, v), (_, d_out) = (after_nan_row(torch.randn(BH, n, D)) for _ in range(4))
     lo = hi = torch.zeros(BH, n, dtype=torch.int32)  # every range empty
+    order = torch.arange(n).expand(BH, n).contiguous()
     none = torch.empty(0, dtype=torch.uint8)
-    out, lse = fused.ops().range_forward(q, k, v, lo, hi, none, none, 32, 0.25)
+    out, lse = fused.ops().range_forward(q, k, v, order, order, lo, hi, none, 32, 0.25)
     assert bool((out == 0).all()) and bool(torch.isneginf(lse).all())
     grads = [after_nan_row(torch.zeros(BH, n, D)) for _ in range(3)]
     delta = torch.zeros(BH, n, dtype=dtype)
     fused.ops().range_backward(
-        q, k, v, d_out, lse, delta, lo, hi, none, none, 32, 0.25, *(g for _, g in grads)
+        q, k, v, d_out, lse, delta, order, order, lo, hi, none, 32, 0.25, *(g for _, g in grads)
     )
     for big, g in grads:
         assert bool((g == 0).all()) and bool(torch.isnan(big[0]).all())
