@@ -13,7 +13,7 @@ import torch
 
 from . import fused
 from .merge import merge_forward
-from .prepare import _NEG_INF, _Prep, _row_dot, from_classes, to_classes
+from .prepare import _NEG_INF, _Prep, from_classes, to_classes
 
 # Query rows per tile of the compiled band kernel's BLAS path (double, CPUs without AVX-512, bands with
 # disallowed offsets; float on AVX-512 runs register-blocked with its own 64-row tiles, ``csrc``'s kRB)
@@ -23,7 +23,7 @@ from .prepare import _NEG_INF, _Prep, _row_dot, from_classes, to_classes
 # 0.504 / 0.508 / 0.532 s (narrow bands waste fewer masked scores with fewer rows per tile).
 FUSED_BAND_ROWS = 32
 # Most query rows per tile of the range kernel (a tile is one bucket's rows, cut at this many).
-FUSED_RANGE_ROWS = 64
+FUSED_RANGE_ROWS = 128
 # Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
 # should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
 FUSED_BAND_MAX_WIDTH = 4096
@@ -191,11 +191,10 @@ def _range_args(p: _Prep, B: int, H: int, device):
 
 
 def _delta(d_out: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, d_lse) -> torch.Tensor:
-    """delta_i = sum_d dO * O - dlse, 0 on rows with no allowed key (their outputs are constants)."""
-    delta = _row_dot(d_out, out, out.dtype)  # in cache-sized steps
-    if d_lse is not None:
-        delta = delta - d_lse.to(delta.dtype)
-    return torch.where(torch.isinf(lse), torch.zeros_like(delta), delta).contiguous()
+    """delta_i = sum_d dO * O - dlse, 0 on rows with no allowed key (their outputs are constants): one pass
+    over dO and O in the kernel."""
+    d_lse = None if d_lse is None else d_lse.to(out.dtype).contiguous()
+    return fused.ops().row_delta(d_out, out.contiguous(), lse.to(out.dtype).contiguous(), d_lse)
 
 
 @dataclass
