@@ -778,3 +778,35 @@ def test_repeated_calls_plan_once(monkeypatch):
     assert with_runtime_globals(base, gm.clone()) is first
     gm[1, 7] = 1
     assert with_runtime_globals(base, gm) is not first
+
+
+@pytest.mark.parametrize(
+    "pattern", [P.SlidingWindow(window=9), P.BigBird(block=8, seed=1)], ids=["band", "tables"]
+)
+def test_fused_gradients_through_the_log_sum_exp(pattern, monkeypatch):
+    """A caller that uses the log-sum-exp too (``return_lse``: merges with other attention) gets its gradient:
+    the kernels' delta subtracts it (``row_delta``'s dlse). Against autograd through a dense masked softmax,
+    float64, with padding (rows without keys: lse -inf, no gradient)."""
+    from hf_sparse.attention.blocked import blocked_attention
+
+    _fused_or_skip()
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all")
+    calls = _count_paths(monkeypatch)
+    n = 70
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n))
+    key_valid = torch.ones(2, n, dtype=torch.bool)
+    key_valid[1, 40:] = False
+    out, lse = blocked_attention(q, k, v, pattern.bind(n).plan(n), key_valid=key_valid, return_lse=True)
+    allowed = pattern.bind(n).dense_mask(n).bool() & key_valid[:, None, None, :]
+    s = (q @ k.transpose(-1, -2) / 4.0).masked_fill(~allowed, float("-inf"))
+    ref_lse = torch.logsumexp(s, -1)
+    ref_out = torch.softmax(s, -1).nan_to_num() @ v
+    finite = torch.isfinite(ref_lse)
+    torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=0)
+    g_out, g_lse = torch.randn_like(out), torch.randn_like(lse)
+    loss = lambda o, l: (o * g_out).sum() + (l.masked_fill(~finite, 0) * g_lse).sum()  # noqa: E731, E741
+    got = torch.autograd.grad(loss(out, lse), (q, k, v))
+    ref = torch.autograd.grad(loss(ref_out, ref_lse), (q, k, v))
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    assert calls["band"] + calls["tables"] >= 1 and calls["torch"] == 0, calls
