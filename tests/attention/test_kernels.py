@@ -464,16 +464,20 @@ def _fused_or_skip():
     return fused
 
 
+@pytest.mark.parametrize("path", ["blas", "register_blocked"])
 @pytest.mark.parametrize("rows", [1, 3, 64])
 @pytest.mark.parametrize("ordered", [True, False])
-def test_range_kernel_matches_dense_with_its_own_row_orders(ordered, rows):
+def test_range_kernel_matches_dense_with_its_own_row_orders(ordered, rows, path):
     """The range kernel reads q, k, v and writes out, lse, dq, dk, dv through its row orders (permutations),
     with tiles of up to ``rows`` rows of one range start grouped by disjoint key windows. Against a dense
-    reference of the same rule in float64, outputs and gradients: LSH-like ranges (sorted buckets, some
-    rows without keys, some invalid keys) and arbitrary ones (overlapping, out of order: one group per row)."""
+    reference of the same rule, outputs and gradients: LSH-like ranges (sorted buckets, some rows without
+    keys, some invalid keys) and arbitrary ones (overlapping, out of order: one group per row). ``blas``:
+    float64 to 1e-10 (and float32 with the register-blocked kernels off); ``register_blocked``: float32,
+    D = 16, where the build has them (AVX-512), to 1e-5."""
     fused = _fused_or_skip()
     g = torch.Generator().manual_seed(1)
-    BH, n, nk, D = 3, 50, 40, 8
+    BH, n, nk, D = 3, 50, 40, 16
+    dtype, tol = (torch.float64, 1e-10) if path == "blas" else (torch.float32, 1e-5)
     q, k, v = (torch.randn(BH, m, D, generator=g, dtype=torch.float64) for m in (n, nk, nk))
     qidx = torch.stack([torch.randperm(n, generator=g) for _ in range(BH)])
     kidx = torch.stack([torch.randperm(nk, generator=g) for _ in range(BH)])
@@ -489,19 +493,26 @@ def test_range_kernel_matches_dense_with_its_own_row_orders(ordered, rows):
     kvalid = (torch.rand(BH, nk, generator=g) > 0.1).to(torch.uint8)
     ref_out, ref_lse = _range_reference(q, k, v, qidx, kidx, lo, hi, kvalid, 0.3)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out, lse = fused.ops().range_forward(q, k, v, qidx, kidx, lo, hi, kvalid, rows, 0.3)
-    torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=0)
-    torch.testing.assert_close(lse, ref_lse, atol=1e-10, rtol=0)
-    assert bool(torch.isneginf(lse).any()) and bool(torch.isfinite(lse).any())  # both kinds of row were met
-    d_out = torch.randn_like(out)
+    d_out = torch.randn_like(ref_out)
     ref = torch.autograd.grad(_range_reference(q, k, v, qidx, kidx, lo, hi, kvalid, 0.3)[0], (q, k, v), d_out)
-    delta = torch.where(torch.isinf(lse), 0.0, (d_out * out).sum(-1))
-    grads = [torch.zeros_like(t) for t in (q, k, v)]
-    fused.ops().range_backward(
-        q.detach(), k.detach(), v.detach(), d_out, lse, delta, qidx, kidx, lo, hi, kvalid, rows, 0.3, *grads
-    )
+    qx, kx, vx, d_out = (t.detach().to(dtype) for t in (q, k, v, d_out))
+    if path == "register_blocked" and not fused.ops().range_register_blocked(True):
+        pytest.skip("this build has no register-blocked range kernels (AVX-512)")
+    fused.ops().range_register_blocked(path == "register_blocked")
+    try:
+        out, lse = fused.ops().range_forward(qx, kx, vx, qidx, kidx, lo, hi, kvalid, rows, 0.3)
+        delta = torch.where(torch.isinf(lse), 0.0, (d_out * out).sum(-1))
+        grads = [torch.zeros_like(t) for t in (qx, kx, vx)]
+        fused.ops().range_backward(
+            qx, kx, vx, d_out, lse, delta, qidx, kidx, lo, hi, kvalid, rows, 0.3, *grads
+        )
+    finally:
+        fused.ops().range_register_blocked(True)
+    torch.testing.assert_close(out, ref_out.to(dtype), atol=tol, rtol=0)
+    torch.testing.assert_close(lse, ref_lse.to(dtype), atol=tol, rtol=0)
+    assert bool(torch.isneginf(lse).any()) and bool(torch.isfinite(lse).any())  # both kinds of row were met
     for a, b in zip(grads, ref):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+        torch.testing.assert_close(a, b.to(dtype), atol=tol, rtol=0)
 
 
 def test_range_kernel_rejects_orders_that_are_not_permutations():

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -1345,7 +1346,8 @@ struct RangePlan {
   std::vector<int64_t> tile_row;              // first flattened component row (r * nq + i) of each tile
   std::vector<int32_t> tile_n, tile_j0, tile_j1;  // its rows, its key window [j0, j1) (j1 <= j0: no key)
   std::vector<int64_t> group;                 // first tile of each group, then the number of tiles
-  int64_t W = 1, GW = 1;                      // widest tile window, widest group window
+  std::vector<int64_t> group_j0, group_j1;    // each group's key window (the union of its tiles')
+  int64_t W = 1;                              // widest tile window
 };
 
 // Whether idx (BH, n) holds every row 0 .. nt - 1 once in each flattened row.
@@ -1417,7 +1419,8 @@ RangePlan range_plan(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
     for (int64_t t = p.group[g]; t < p.group[g + 1]; ++t)
       if (p.tile_j1[t] > p.tile_j0[t]) lo = std::min<int64_t>(lo, p.tile_j0[t]), hi = std::max<int64_t>(hi, p.tile_j1[t]);
-    p.GW = std::max<int64_t>(p.GW, hi - std::min(lo, hi));
+    p.group_j0.push_back(std::min(lo, hi));
+    p.group_j1.push_back(hi);
   }
   return p;
 }
@@ -1460,21 +1463,46 @@ inline void scatter_add_rows(T* dst, const T* src, const int64_t* idx, int64_t n
   }
 }
 
-// f(r, g0, g1, tiles [t0, t1)) for each group, in parallel: the group's key window is [g0, g1) of row r.
-template <typename F>
-void for_each_range_group(const RangePlan& p, F&& f) {
+// Requests the rows of group g (its key rows of k and v, its query rows of each of ``qs``) into L2 while the
+// group before it computes: the rows are scattered over the tensors, and copied one after another each would
+// wait for memory in turn.
+template <typename T>
+inline void prefetch_l2(const T* row, int64_t w) {
+  for (int64_t b = 0; b < w * static_cast<int64_t>(sizeof(T)); b += 64)
+    __builtin_prefetch(reinterpret_cast<const char*>(row) + b, 0, 2);
+}
+
+template <typename T>
+void prefetch_group(const RangePlan& p, int64_t g, const T* k, const T* v,
+                    std::initializer_list<std::pair<const T*, int64_t>> qs, int64_t D, int64_t Dv) {
+  const int64_t t0 = p.group[g], t1 = p.group[g + 1], r = p.tile_row[t0] / p.nq;
+  const int64_t* krows = p.kidx + r * p.nk;
+  for (int64_t j = p.group_j0[g]; j < p.group_j1[g]; ++j) {
+    prefetch_l2(k + (r * p.nkt + krows[j]) * D, D);
+    prefetch_l2(v + (r * p.nkt + krows[j]) * Dv, Dv);
+  }
+  for (int64_t a = p.tile_row[t0]; a < p.tile_row[t1 - 1] + p.tile_n[t1 - 1]; ++a)
+    for (const auto& [x, w] : qs) prefetch_l2(x + (r * p.nqt + p.qidx[a]) * w, w);
+}
+
+// f(scratch, r, g0, g1, tiles [t0, t1), next) for each group, in parallel (``make()``: one scratch per thread):
+// the group's key window is [g0, g1) of row r; ``next``: the group this thread runs next, or -1.
+template <typename M, typename F>
+void for_each_range_group(const RangePlan& p, M&& make, F&& f) {
   const int64_t ngroups = static_cast<int64_t>(p.group.size()) - 1;
   at::parallel_for(0, ngroups, 1, [&](int64_t begin, int64_t end) {
     SequentialBlas seq;
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t t0 = p.group[g], t1 = p.group[g + 1];
-      int64_t g0 = std::numeric_limits<int64_t>::max(), g1 = 0;
-      for (int64_t t = t0; t < t1; ++t)
-        if (p.tile_j1[t] > p.tile_j0[t]) g0 = std::min<int64_t>(g0, p.tile_j0[t]), g1 = std::max<int64_t>(g1, p.tile_j1[t]);
-      f(p.tile_row[t0] / p.nq, std::min(g0, g1), g1, t0, t1);
-    }
+    auto scratch = make();
+    for (int64_t g = begin; g < end; ++g)
+      f(scratch, p.tile_row[p.group[g]] / p.nq, p.group_j0[g], p.group_j1[g], p.group[g], p.group[g + 1],
+        g + 1 < end ? g + 1 : -1);
   });
 }
+
+template <typename T>
+struct RangeScratch {
+  std::vector<T> Q, dO, K, V, dK, dV, S, dS, O, dQ, inv;
+};
 
 // Row i of a tile (flattened component row a) in a score tile whose column 0 is key row j0: entries of
 // invalid keys -> -inf; returns the row's columns [lo, hi) (lo >= hi: none).
@@ -1491,8 +1519,9 @@ template <typename T>
 void range_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const RangePlan& p, int64_t R,
                         int64_t D, int64_t Dv, T scale) {
   const T ninf = -std::numeric_limits<T>::infinity();
-  for_each_range_group(p, [&](int64_t r, int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
-    thread_local std::vector<T> Q, K, V, S, O, inv;
+  for_each_range_group(p, [] { return RangeScratch<T>(); }, [&](RangeScratch<T>& s, int64_t r, int64_t g0, int64_t g1,
+                                                             int64_t t0, int64_t t1, int64_t) {
+    auto &Q = s.Q, &K = s.K, &V = s.V, &S = s.S, &O = s.O, &inv = s.inv;
     Q.resize(R * D), K.resize((g1 - g0) * D), V.resize((g1 - g0) * Dv), S.resize(R * p.W), O.resize(R * Dv);
     inv.resize(R);
     gather_rows(K.data(), k + r * p.nkt * D, p.kidx + r * p.nk + g0, g1 - g0, D);
@@ -1536,10 +1565,11 @@ void range_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, cons
 template <typename T>
 void range_backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dq,
                          T* dk, T* dv, const RangePlan& p, int64_t R, int64_t D, int64_t Dv, T scale) {
-  for_each_range_group(p, [&](int64_t r, int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+  for_each_range_group(p, [] { return RangeScratch<T>(); }, [&](RangeScratch<T>& s, int64_t r, int64_t g0, int64_t g1,
+                                                             int64_t t0, int64_t t1, int64_t) {
     if (g1 <= g0) return;
     const int64_t GW = g1 - g0;
-    thread_local std::vector<T> Q, dO, K, V, dK, dV, P, dS, dQ;
+    auto &Q = s.Q, &dO = s.dO, &K = s.K, &V = s.V, &dK = s.dK, &dV = s.dV, &P = s.S, &dS = s.dS, &dQ = s.dQ;
     Q.resize(R * D), dO.resize(R * Dv), K.resize(GW * D), V.resize(GW * Dv), P.resize(R * p.W), dS.resize(R * p.W);
     dQ.resize(R * D);
     dK.assign(GW * D, T(0)), dV.assign(GW * Dv, T(0));
@@ -1578,13 +1608,226 @@ void range_backward_impl(const T* q, const T* k, const T* v, const T* dout, cons
   });
 }
 
+// Whether the range kernels run register-blocked (float, AVX-512, D and Dv multiples of 16), on tiles of at
+// most kRangeRb rows; else the BLAS path, on tiles of the caller's R.
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr int64_t kRangeRb = kRB;
+#else
+constexpr int64_t kRangeRb = 64;
+#endif
+bool range_rb_enabled = true;  // tests run both paths (``range_register_blocked``)
+
+inline bool range_rb_applies(const at::Tensor& q, int64_t D, int64_t Dv) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return range_rb_enabled && q.scalar_type() == at::kFloat && D % 16 == 0 && Dv % 16 == 0;
+#else
+  return false;
+#endif
+}
+
+// Turns the register-blocked range kernels on or off (tests); returns whether they now run where they apply.
+bool range_register_blocked(bool enable) {
+  range_rb_enabled = enable;
+#if defined(CPU_CAPABILITY_AVX512)
+  return enable;
+#else
+  return false;
+#endif
+}
+
+#if defined(CPU_CAPABILITY_AVX512)
+// The range kernels on the band's register-blocked micro-kernels (float, AVX-512, D and Dv multiples of 16,
+// tiles of at most kRB rows): a tile's rows are gathered into contiguous buffers, the group's key rows once
+// per group; per 16-row part, its keys are the union of its rows' ranges and a key's rows are two vector
+// compares against the rows' range bounds. No BLAS calls: MKL's 64-row products on these small shapes ran
+// at about half its large-matmul rate and packed every operand (perf of LSH(64) at 16k).
+struct RangeRbScratch {
+  RbScratch w;
+  std::vector<float> Q, dO, O, dQ, L, De, K, V, dK, dV;
+  RangeRbScratch(const RangePlan& p, int64_t D, int64_t Dv, float scale)
+      : w(p.W, D, Dv, scale), Q(kRB * D), dO(kRB * Dv), O(kRB * Dv), dQ(kRB * D), L(kRB), De(kRB) {}
+};
+
+// Rows (bits) of the part of tile rows [r0, r1) that see window key j: lo <= j < hi (bounds relative to the
+// window, ``lov`` / ``hiv``), and the key is valid.
+inline __mmask16 range_keep(__mmask16 rows, __m512i lov, __m512i hiv, int64_t j, const uint8_t* kvw) {
+  if (kvw && !kvw[j]) return 0;
+  const __m512i jv = _mm512_set1_epi32(static_cast<int32_t>(j));
+  return rows & _mm512_cmp_epi32_mask(lov, jv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(jv, hiv, _MM_CMPINT_LT);
+}
+
+// A part's rows with keys, its window-relative bounds as vectors and its keys [ja, jb) (the union).
+struct RangePart {
+  __mmask16 rows = 0;
+  __m512i lov, hiv;
+  int64_t ja = 0, jb = 0;
+};
+
+inline RangePart range_part(const RangePlan& p, int64_t a0, int64_t r0, int64_t r1, int64_t j0) {
+  RangePart s;
+  alignas(64) int32_t lo[16] = {}, hi[16] = {};
+  int64_t ja = std::numeric_limits<int64_t>::max(), jb = std::numeric_limits<int64_t>::min();
+  for (int64_t i = r0; i < r1; ++i) {
+    const int64_t l = p.rlo[a0 + i], h = p.rhi[a0 + i];
+    if (h <= l) continue;
+    lo[i - r0] = static_cast<int32_t>(l - j0), hi[i - r0] = static_cast<int32_t>(h - j0);
+    s.rows |= static_cast<__mmask16>(1u << (i - r0));
+    ja = std::min(ja, l - j0), jb = std::max(jb, h - j0);
+  }
+  s.lov = _mm512_load_si512(lo), s.hiv = _mm512_load_si512(hi);
+  if (s.rows) s.ja = ja, s.jb = jb;
+  return s;
+}
+
+void range_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const RangePlan& p,
+                      int64_t D, int64_t Dv, float scale) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for_each_range_group(
+      p, [&] { return RangeRbScratch(p, D, Dv, scale); },
+      [&](RangeRbScratch& s, int64_t r, int64_t g0, int64_t g1, int64_t t0, int64_t t1, int64_t next) {
+        if (next >= 0) prefetch_group<float>(p, next, k, v, {{q, D}}, D, Dv);
+        s.K.resize((g1 - g0 + 4) * D), s.V.resize((g1 - g0 + 4) * Dv);
+        gather_rows(s.K.data(), k + r * p.nkt * D, p.kidx + r * p.nk + g0, g1 - g0, D);
+        gather_rows(s.V.data(), v + r * p.nkt * Dv, p.kidx + r * p.nk + g0, g1 - g0, Dv);
+        const uint8_t* kv = p.kvalid ? p.kvalid + r * p.nk : nullptr;
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t a0 = p.tile_row[t], qn = p.tile_n[t], j0 = p.tile_j0[t];
+          const int64_t* rows = p.qidx + a0;
+          float* Ot = out + r * p.nqt * Dv;
+          float* Lt = lse + r * p.nqt;
+          gather_rows(s.Q.data(), q + r * p.nqt * D, rows, qn, D);
+          pack_transposed(s.Q.data(), D, qn, D, scale, s.w.QT.data());
+          const float* Kw = s.K.data() + (j0 - g0) * D;
+          const float* Vw = s.V.data() + (j0 - g0) * Dv;
+          for (int64_t r0 = 0; r0 < qn; r0 += 16) {
+            const int64_t r1 = std::min<int64_t>(qn, r0 + 16);
+            const RangePart part = range_part(p, a0, r0, r1, j0);
+            float* S = s.w.ST.data() + r0;
+            if (part.jb > part.ja) scores_part(Kw, D, s.w.QT.data() + r0, S, part.ja, part.jb);
+            __m512 mx = _mm512_set1_ps(ninf);
+            for (int64_t j = part.ja; j < part.jb; ++j) {
+              const __mmask16 keep = range_keep(part.rows, part.lov, part.hiv, j, kv ? kv + j0 : nullptr);
+              __m512 x = _mm512_loadu_ps(S + j * kRB);
+              if (keep != 0xFFFF) {
+                x = masked_or_ninf(x, keep);
+                _mm512_storeu_ps(S + j * kRB, x);
+              }
+              mx = _mm512_max_ps(mx, x);
+            }
+            part_softmax(S, part.ja, part.jb, mx, r0, r1, s.w.inv.data(), s.L.data());
+            for (int64_t g = r0; g < r1; g += 4)
+              pv_rows(s.w.ST.data() + g, Vw, Dv, part.ja, part.jb, s.O.data() + g * Dv, std::min<int64_t>(4, r1 - g),
+                      s.w.inv.data() + g);
+          }
+          for (int64_t i = 0; i < qn; ++i) {
+            std::memcpy(Ot + rows[i] * Dv, s.O.data() + i * Dv, Dv * sizeof(float));
+            Lt[rows[i]] = s.L[i];
+          }
+        }
+      });
+}
+
+void range_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                       const float* delta, float* dq, float* dk, float* dv, const RangePlan& p, int64_t D, int64_t Dv,
+                       float scale) {
+  constexpr int64_t R = kRB;
+  for_each_range_group(
+      p, [&] { return RangeRbScratch(p, D, Dv, scale); },
+      [&](RangeRbScratch& s, int64_t r, int64_t g0, int64_t g1, int64_t t0, int64_t t1, int64_t next) {
+        if (next >= 0) prefetch_group<float>(p, next, k, v, {{q, D}, {dout, Dv}}, D, Dv);
+        if (g1 <= g0) return;
+        const int64_t GW = g1 - g0;
+        const int64_t* krows = p.kidx + r * p.nk + g0;
+        s.K.resize((GW + 4) * D), s.V.resize((GW + 4) * Dv);
+        s.dK.assign((GW + 4) * D, 0.f), s.dV.assign((GW + 4) * Dv, 0.f);
+        gather_rows(s.K.data(), k + r * p.nkt * D, krows, GW, D);
+        gather_rows(s.V.data(), v + r * p.nkt * Dv, krows, GW, Dv);
+        const uint8_t* kv = p.kvalid ? p.kvalid + r * p.nk : nullptr;
+        float *ST = s.w.ST.data(), *DS = s.w.DS.data();
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t a0 = p.tile_row[t], qn = p.tile_n[t], j0 = p.tile_j0[t];
+          if (p.tile_j1[t] <= j0) continue;
+          const int64_t* rows = p.qidx + a0;
+          gather_rows(s.Q.data(), q + r * p.nqt * D, rows, qn, D);
+          gather_rows(s.dO.data(), dout + r * p.nqt * Dv, rows, qn, Dv);
+          for (int64_t i = 0; i < qn; ++i) s.L[i] = lse[r * p.nqt + rows[i]], s.De[i] = delta[r * p.nqt + rows[i]];
+          pack_transposed(s.Q.data(), D, qn, D, scale, s.w.QT.data());
+          pack_transposed(s.dO.data(), Dv, qn, Dv, 1.f, s.w.OT.data());
+          const float* Kw = s.K.data() + (j0 - g0) * D;
+          const float* Vw = s.V.data() + (j0 - g0) * Dv;
+          const int64_t parts = (qn + 15) / 16;
+          int64_t ja[kParts] = {}, jb[kParts] = {};
+          for (int64_t h = 0; h < parts; ++h) {
+            const int64_t r0 = 16 * h, r1 = std::min<int64_t>(qn, r0 + 16);
+            RangePart part = range_part(p, a0, r0, r1, j0);
+            for (int64_t i = r0; i < r1; ++i)
+              if (std::isinf(s.L[i])) part.rows &= static_cast<__mmask16>(~(1u << (i - r0)));
+            ja[h] = part.ja, jb[h] = part.jb;
+            if (jb[h] <= ja[h]) continue;
+            const __mmask16 inside = static_cast<__mmask16>((1u << (r1 - r0)) - 1u);
+            const fVec lv(_mm512_maskz_loadu_ps(part.rows, s.L.data() + r0));
+            const fVec dl(_mm512_maskz_loadu_ps(inside, s.De.data() + r0));
+            scores_part(Kw, D, s.w.QT.data() + r0, ST + r0, ja[h], jb[h]);
+            scores_part(Vw, Dv, s.w.OT.data() + r0, DS + r0, ja[h], jb[h]);
+            for (int64_t j = ja[h]; j < jb[h]; ++j) {
+              float* sj = ST + j * R + r0;
+              float* dj = DS + j * R + r0;
+              const __mmask16 keep = range_keep(part.rows, part.lov, part.hiv, j, kv ? kv + j0 : nullptr);
+              const __m512 pr = _mm512_maskz_mov_ps(keep, (fVec::loadu(sj) - lv).exp_u20());
+              _mm512_storeu_ps(sj, pr);
+              _mm512_storeu_ps(dj, _mm512_mul_ps(pr, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
+            }
+          }
+          // keys of all parts: zeros where a part's keys end, so groups of 4 keys can run over several
+          int64_t ua = std::numeric_limits<int64_t>::max(), ub = 0;
+          for (int64_t h = 0; h < parts; ++h)
+            if (jb[h] > ja[h]) ua = std::min(ua, ja[h]), ub = std::max(ub, jb[h]);
+          if (ub <= ua) continue;
+          for (int64_t h = 0; h < parts; ++h)
+            for (int64_t j = ua; j < ub; ++j)
+              if (j < ja[h] || j >= jb[h]) {
+                std::fill_n(ST + j * R + 16 * h, 16, 0.f);
+                std::fill_n(DS + j * R + 16 * h, 16, 0.f);
+              }
+          for (int64_t j = ua; j < ub; j += 4) {
+            const int64_t nkeys = std::min<int64_t>(4, ub - j);
+            int64_t ra = qn, rb = 0;  // rows of the parts that see a key of the group
+            for (int64_t h = 0; h < parts; ++h)
+              if (j < jb[h] && j + nkeys > ja[h]) ra = std::min(ra, 16 * h), rb = std::min(qn, 16 * h + 16);
+            if (ra >= rb) continue;
+            key_rows(ST + j * R, s.dO.data(), Dv, ra, rb, s.dV.data() + (j0 - g0 + j) * Dv, nkeys, 1.f);
+            key_rows(DS + j * R, s.Q.data(), D, ra, rb, s.dK.data() + (j0 - g0 + j) * D, nkeys, scale);
+          }
+          std::fill_n(s.dQ.data(), qn * D, 0.f);
+          for (int64_t h = 0; h < parts; ++h) {
+            const int64_t r1 = std::min<int64_t>(qn, 16 * h + 16);
+            for (int64_t g = 16 * h; g < r1; g += 4)
+              pv_rows<true>(DS + g, Kw, D, ja[h], jb[h], s.dQ.data() + g * D, std::min<int64_t>(4, r1 - g),
+                            s.w.scl.data());
+          }
+          scatter_add_rows(dq + r * p.nqt * D, s.dQ.data(), rows, qn, D);
+        }
+        scatter_add_rows(dk + r * p.nkt * D, s.dK.data(), krows, GW, D);
+        scatter_add_rows(dv + r * p.nkt * Dv, s.dV.data(), krows, GW, Dv);
+      });
+}
+#endif
+
 std::vector<at::Tensor> range_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& qidx, const at::Tensor& kidx, const at::Tensor& rlo,
                                       const at::Tensor& rhi, const at::Tensor& kvalid, int64_t R, double scale) {
-  const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, R);
   const int64_t D = q.size(2), Dv = v.size(2);
+  const bool rb = range_rb_applies(q, D, Dv);
+  const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, rb ? std::min(R, kRangeRb) : R);
   auto out = pooled_empty({p.BH, p.nqt, Dv}, q.options());
   auto lse = at::empty({p.BH, p.nqt}, q.options());
+#if defined(CPU_CAPABILITY_AVX512)
+  if (rb) {
+    range_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
+                     lse.data_ptr<float>(), p, D, Dv, static_cast<float>(scale));
+    return {out, lse};
+  }
+#endif
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_range_forward", [&] {
     range_forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                                  out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), p, R, D, Dv,
@@ -1599,8 +1842,17 @@ void range_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     at::Tensor dq, at::Tensor dk, at::Tensor dv) {
   TORCH_CHECK(dout.is_contiguous() && lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
-  const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, R);
   const int64_t D = q.size(2), Dv = v.size(2);
+  const bool rb = range_rb_applies(q, D, Dv);
+  const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, rb ? std::min(R, kRangeRb) : R);
+#if defined(CPU_CAPABILITY_AVX512)
+  if (rb) {
+    range_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
+                      lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
+                      dv.data_ptr<float>(), p, D, Dv, static_cast<float>(scale));
+    return;
+  }
+#endif
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_range_backward", [&] {
     range_backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                                   dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
@@ -1820,6 +2072,7 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("pool_empty(int[] size, Tensor like) -> Tensor", &pool_empty);
   m.def("pool_limit(int bytes) -> int", &pool_limit);
   m.def("lsh_hash(Tensor x, Tensor rot, int rounds) -> Tensor", &lsh_hash);
+  m.def("range_register_blocked(bool enable) -> bool", &range_register_blocked);
   m.def("row_delta(Tensor dout, Tensor out, Tensor lse, Tensor? dlse) -> Tensor", &row_delta);
   m.def("lsh_order(Tensor hq, Tensor hk, int nb, bool causal, int off) -> Tensor[]", &lsh_order);
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride) -> Tensor[]", &forward);
