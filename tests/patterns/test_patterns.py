@@ -202,6 +202,35 @@ def test_length_dependent_patterns_ask_to_be_bound():
         P.LSH().bind(8)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("q_len", [300, 120])
+def test_lsh_order_kernel_matches_the_torch_sort(causal, q_len, monkeypatch):
+    """The compiled bucket order (a counting sort) gives the torch path's: positions sorted by bucket, then
+    by position, and each query's key range in that order (its bucket's keys; causal: those at or before
+    it), also when decoding (fewer queries than keys) and with empty buckets on either side."""
+    from hf_sparse.attention import fused
+    from hf_sparse.patterns import content
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    g = torch.Generator().manual_seed(0)
+    hq = torch.randint(0, 9, (2, 3, q_len), generator=g)  # bucket 8: queries only
+    hk = torch.randint(0, 8, (2, 3, 300), generator=g)
+    hk[hk == 3] = 4  # bucket 3: no key
+    buckets = content.LSHBuckets(hq[..., None], hk[..., None], causal)
+    ran = []
+    kernel = content.order_kernel
+    monkeypatch.setattr(content, "order_kernel", lambda *a: ran.append(kernel(*a)) or ran[-1])
+    got = buckets._order(hq, hk, 300 - q_len, ranges=True)
+    assert ran and ran[0] is not None  # the compiled kernel gave these
+    monkeypatch.setattr(content, "order_kernel", None)
+    want = buckets._order(hq, hk, 300 - q_len, ranges=True)
+    for a, b in zip((got[0], got[1], *got[2]), (want[0], want[1], *want[2])):
+        assert torch.equal(a, b)
+    lo, hi = got[2]
+    assert bool((hi <= lo).any()) and bool((hi > lo).any())
+
+
 @pytest.mark.parametrize("num_hashes, transposed, n", [(1, False, 1000), (2, True, 1024)])
 def test_lsh_hash_kernel_matches_the_torch_rule(num_hashes, transposed, n, monkeypatch):
     """The compiled hash (product and argmax in cache) gives the buckets of the PyTorch rule, argmax of
