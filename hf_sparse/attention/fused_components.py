@@ -22,7 +22,10 @@ from .prepare import _NEG_INF, _Prep, from_classes, to_classes
 # SlidingWindow(512) 0.789 / 0.694 / 0.696 s, causal window 128 0.318 / 0.311 / 0.338 s, Strided(128)
 # 0.504 / 0.508 / 0.532 s (narrow bands waste fewer masked scores with fewer rows per tile).
 FUSED_BAND_ROWS = 32
-# Most query rows per tile of the range kernel (a tile is one bucket's rows, cut at this many).
+# Most query rows per tile of the range kernel's BLAS path (a tile is one bucket's rows, cut at this many;
+# register-blocked tiles hold 64): LSH(64) bound at 16k, BLAS path, rows 64 / 128 / 256, forward
+# 55.9 / 55.2 / 55.8 ms, forward+backward 178 / 175 / 175 ms (alternating, median of 9; 32 rows: 227 ms
+# forward+backward in a shorter run).
 FUSED_RANGE_ROWS = 128
 # Widest band (key offsets) for that kernel: one tile's scores, FUSED_BAND_ROWS x (rows + width) floats,
 # should stay in cache; wider bands (e.g. a window as long as the sequence) run on the table kernel.
