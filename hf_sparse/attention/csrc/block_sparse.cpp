@@ -772,6 +772,40 @@ void band_forward_rb(const float* q, const float* k, const float* v, float* out,
   });
 }
 
+// The products of a backward tile after its parts' P (in ST) and dS (in DS) over their keys [ja[h], jb[h]):
+// dV += P^T dO and dK += scale dS^T Q in groups of 4 keys over the rows of the parts that see them (window rows
+// of dK, dV from key 0 of the tile's window), dQ += scale dS K per part (dQ at the tile's row 0). Zeros first
+// where a part's keys end inside the union, so groups of 4 keys can run over several parts.
+inline void tile_grads(float* ST, float* DS, const int64_t* ja, const int64_t* jb, int64_t parts, int64_t qn,
+                       const float* Q, const float* dO, const float* Kw, int64_t D, int64_t Dv, float* dK, float* dV,
+                       float* dQ, const float* scl, float scale) {
+  constexpr int64_t R = kRB;
+  int64_t ua = std::numeric_limits<int64_t>::max(), ub = 0;
+  for (int64_t h = 0; h < parts; ++h)
+    if (jb[h] > ja[h]) ua = std::min(ua, ja[h]), ub = std::max(ub, jb[h]);
+  if (ub <= ua) return;
+  for (int64_t h = 0; h < parts && parts > 1; ++h)
+    for (int64_t j = ua; j < ub; ++j)
+      if (j < ja[h] || j >= jb[h]) {
+        std::fill_n(ST + j * R + 16 * h, 16, 0.f);
+        std::fill_n(DS + j * R + 16 * h, 16, 0.f);
+      }
+  for (int64_t j = ua; j < ub; j += 4) {
+    const int64_t nkeys = std::min<int64_t>(4, ub - j);
+    int64_t ra = qn, rb = 0;  // rows of the parts that see a key of the group
+    for (int64_t h = 0; h < parts; ++h)
+      if (j < jb[h] && j + nkeys > ja[h]) ra = std::min(ra, 16 * h), rb = std::min(qn, 16 * h + 16);
+    if (ra >= rb) continue;
+    key_rows(ST + j * R, dO, Dv, ra, rb, dV + j * Dv, nkeys, 1.f);
+    key_rows(DS + j * R, Q, D, ra, rb, dK + j * D, nkeys, scale);
+  }
+  for (int64_t h = 0; h < parts; ++h) {
+    const int64_t r1 = std::min<int64_t>(qn, 16 * h + 16);
+    for (int64_t g = 16 * h; g < r1; g += 4)
+      pv_rows<true>(DS + g, Kw, D, ja[h], jb[h], dQ + g * D, std::min<int64_t>(4, r1 - g), scl);
+  }
+}
+
 // The band backward on the same tiles (chunks and phases as ``band_backward_impl``): per part, ST = K (scale
 // Q)^T and dPT = V dO^T, then P = exp(ST - lse) and dS = P (dPT - delta) in place; dV += P^T dO and dK +=
 // scale dS^T Q in groups of 4 keys over the rows of the parts that see them; dQ += scale dS K per part.
@@ -817,29 +851,7 @@ void band_tile_backward_rb(const float* q, const float* k, const float* v, const
       _mm512_storeu_ps(dj, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
     }
   }
-  // keys of all parts: zeros where a part's range ends, so groups of 4 keys can run over several
-  int64_t ua = ja[0], ub = jb[0];
-  for (int64_t h = 1; h < parts; ++h) ua = std::min(ua, ja[h]), ub = std::max(ub, jb[h]);
-  for (int64_t h = 0; h < parts && parts > 1; ++h)
-    for (int64_t j = ua; j < ub; ++j)
-      if (j < ja[h] || j >= jb[h]) {
-        std::fill_n(ST + j * R + 16 * h, 16, 0.f);
-        std::fill_n(DS + j * R + 16 * h, 16, 0.f);
-      }
-  for (int64_t j = ua; j < ub; j += 4) {
-    const int64_t nkeys = std::min<int64_t>(4, ub - j);
-    int64_t ra = qn, rb = 0;  // rows of the parts that see a key of the group
-    for (int64_t h = 0; h < parts; ++h)
-      if (j < jb[h] && j + nkeys > ja[h]) ra = std::min(ra, 16 * h), rb = std::min(qn, 16 * h + 16);
-    if (ra >= rb) continue;
-    key_rows(ST + j * R, dO, Dv, ra, rb, dv + (j0 + j) * Dv, nkeys, 1.f);
-    key_rows(DS + j * R, Q, D, ra, rb, dk + (j0 + j) * D, nkeys, scale);
-  }
-  for (int64_t h = 0; h < parts; ++h) {
-    const int64_t r1 = std::min<int64_t>(qn, 16 * h + 16);
-    for (int64_t g = 16 * h; g < r1; g += 4)
-      pv_rows<true>(DS + g, Kw, D, ja[h], jb[h], dq + (i0 + g) * D, std::min<int64_t>(4, r1 - g), w.scl.data());
-  }
+  tile_grads(ST, DS, ja, jb, parts, qn, Q, dO, Kw, D, Dv, dk + j0 * D, dv + j0 * Dv, dq + i0 * D, w.scl.data(), scale);
 }
 
 // The band backward on the same tiles, in chunks and phases as ``band_backward_impl``: per part, ST = K
@@ -1782,33 +1794,9 @@ void range_backward_rb(const float* q, const float* k, const float* v, const flo
               _mm512_storeu_ps(dj, _mm512_mul_ps(pr, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
             }
           }
-          // keys of all parts: zeros where a part's keys end, so groups of 4 keys can run over several
-          int64_t ua = std::numeric_limits<int64_t>::max(), ub = 0;
-          for (int64_t h = 0; h < parts; ++h)
-            if (jb[h] > ja[h]) ua = std::min(ua, ja[h]), ub = std::max(ub, jb[h]);
-          if (ub <= ua) continue;
-          for (int64_t h = 0; h < parts; ++h)
-            for (int64_t j = ua; j < ub; ++j)
-              if (j < ja[h] || j >= jb[h]) {
-                std::fill_n(ST + j * R + 16 * h, 16, 0.f);
-                std::fill_n(DS + j * R + 16 * h, 16, 0.f);
-              }
-          for (int64_t j = ua; j < ub; j += 4) {
-            const int64_t nkeys = std::min<int64_t>(4, ub - j);
-            int64_t ra = qn, rb = 0;  // rows of the parts that see a key of the group
-            for (int64_t h = 0; h < parts; ++h)
-              if (j < jb[h] && j + nkeys > ja[h]) ra = std::min(ra, 16 * h), rb = std::min(qn, 16 * h + 16);
-            if (ra >= rb) continue;
-            key_rows(ST + j * R, s.dO.data(), Dv, ra, rb, s.dV.data() + (j0 - g0 + j) * Dv, nkeys, 1.f);
-            key_rows(DS + j * R, s.Q.data(), D, ra, rb, s.dK.data() + (j0 - g0 + j) * D, nkeys, scale);
-          }
           std::fill_n(s.dQ.data(), qn * D, 0.f);
-          for (int64_t h = 0; h < parts; ++h) {
-            const int64_t r1 = std::min<int64_t>(qn, 16 * h + 16);
-            for (int64_t g = 16 * h; g < r1; g += 4)
-              pv_rows<true>(DS + g, Kw, D, ja[h], jb[h], s.dQ.data() + g * D, std::min<int64_t>(4, r1 - g),
-                            s.w.scl.data());
-          }
+          tile_grads(ST, DS, ja, jb, parts, qn, s.Q.data(), s.dO.data(), Kw, D, Dv, s.dK.data() + (j0 - g0) * D,
+                     s.dV.data() + (j0 - g0) * Dv, s.dQ.data(), s.w.scl.data(), scale);
           scatter_add_rows(dq + r * p.nqt * D, s.dQ.data(), rows, qn, D);
         }
         scatter_add_rows(dk + r * p.nkt * D, s.dK.data(), krows, GW, D);
