@@ -838,6 +838,32 @@ def test_reexport_again_removes_stale_files_and_merges_auto_map(fakepkg, tmp_pat
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staging left
 
 
+def test_reexport_reuses_the_flattened_package_until_a_file_changes(fakepkg, tmp_path, monkeypatch):
+    """Every save_pretrained exports the bundle: the package is flattened once per content of its files."""
+    from hf_sparse.hub import flatten
+
+    calls = []
+    closure = flatten._Bundler.closure
+    monkeypatch.setattr(
+        flatten._Bundler, "closure", lambda self, entries: calls.append(1) or closure(self, entries)
+    )
+    leaf = fakepkg / "fakepkg" / "core" / "deep" / "leaf.py"
+    _export_fake(fakepkg, tmp_path / "a")
+    _export_fake(fakepkg, tmp_path / "b")
+    assert len(calls) == 1
+    assert (tmp_path / "a" / "core_deep_leaf.py").read_text() == (
+        tmp_path / "b" / "core_deep_leaf.py"
+    ).read_text()
+    # same size, same folder, within the file system's timestamp tick: only the content tells
+    source = leaf.read_text()
+    changed = source.replace("x), 2)", "x), 3)")
+    assert changed != source and len(changed) == len(source)
+    leaf.write_text(changed)
+    _export_fake(fakepkg, tmp_path / "c")
+    assert len(calls) == 2
+    assert "x), 3)" in (tmp_path / "c" / "core_deep_leaf.py").read_text()
+
+
 @pytest.mark.parametrize(
     "files, match",
     [

@@ -8,6 +8,7 @@ siblings, and a deeper relative import (``from ...attention import x``) makes it
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -25,6 +27,48 @@ from .flatten import BundleError, _Bundler, _module_level, _top_level_names, fla
 logger = logging.getLogger(__name__)
 
 BUNDLE_MANIFEST = "hf_sparse_bundle.json"
+
+
+# Flattening the package (parsing ~70 modules) and transformers' import checks of the result take ~0.9 s, and
+# every save_pretrained of a model exports its bundle (a Trainer: every checkpoint); both depend only on the
+# package's files, so they are kept per digest of those files (a few ms to read): the last few closures,
+# and the checks of the last bundles' files.
+_CLOSURES: OrderedDict = OrderedDict()
+_IMPORTS: OrderedDict = OrderedDict()
+
+
+def _remember(memo: OrderedDict, key, make, size: int):
+    if key in memo:
+        memo.move_to_end(key)
+        return memo[key]
+    value = memo[key] = make()
+    if len(memo) > size:
+        memo.popitem(last=False)
+    return value
+
+
+def _package_digest(package_dir: Path) -> str:
+    """A digest of the package's folders and Python files (what the closure can depend on)."""
+    h = hashlib.blake2b(digest_size=16)
+    for path in sorted(package_dir.rglob("*")):
+        rel = path.relative_to(package_dir)
+        if "__pycache__" in rel.parts:
+            continue
+        if path.is_dir():
+            h.update(b"d\0" + str(rel).encode() + b"\0")
+        elif path.suffix == ".py":
+            h.update(b"f\0" + str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _checked_imports(file: Path, text: str) -> tuple[frozenset, frozenset]:
+    """(relative imports, imports) of a staged bundle file, as transformers' loader sees them."""
+    from transformers.dynamic_module_utils import get_imports, get_relative_imports
+
+    key = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+    return _remember(
+        _IMPORTS, key, lambda: (frozenset(get_relative_imports(file)), frozenset(get_imports(file))), 1024
+    )
 
 
 def _with_header(source: str, module: str, version: str) -> str:
@@ -234,7 +278,8 @@ def export_remote_code(
             )
 
     # -- closure and rewritten sources, checked before anything is written ---------------------
-    sources = bundler.closure(entries)
+    key = (package, str(package_dir.resolve()), tuple(entries), tuple(exclude), _package_digest(package_dir))
+    sources = _remember(_CLOSURES, key, lambda: bundler.closure(entries), 8)
     bundle: dict[str, str] = {}
     origin: dict[str, str] = {}
     for name, source in sources.items():
@@ -257,23 +302,21 @@ def export_remote_code(
         )
 
     # -- stage, validate with transformers' own loader helpers, then move into place ------------
-    from transformers.dynamic_module_utils import get_imports, get_relative_imports
-
     version = _version()
     stage = Path(tempfile.mkdtemp(dir=folder, prefix=".hf_sparse_bundle_"))
     try:
         requirements = set()
         for flat, source in bundle.items():
-            (stage / f"{flat}.py").write_text(_with_header(source, origin[flat], version), encoding="utf-8")
-        for flat in bundle:
+            text = _with_header(source, origin[flat], version)
             file = stage / f"{flat}.py"
-            missing = sorted(set(get_relative_imports(file)) - set(bundle))
+            file.write_text(text, encoding="utf-8")
+            relative, imports = _checked_imports(file, text)
+            missing = sorted(relative - set(bundle))
             if missing:
                 raise BundleError(
                     f"{origin[flat]}: transformers would look for {', '.join(m + '.py' for m in missing)} "
                     f"(a line reading `from .{missing[0]} import ...`, perhaps in a docstring)"
                 )
-            imports = set(get_imports(file))
             if package in imports:
                 raise BundleError(f"{origin[flat]}: an import of {package} was left unrewritten")
             requirements |= imports
