@@ -12,6 +12,13 @@ os.environ.update(
     HF_HUB_DISABLE_TELEMETRY="1",
 )
 
+# pytest-xdist's workers share the cores: with torch's default (a thread per core) in each, `-n auto` on 2 cores
+# ran the kernel tables 2.3x slower (OpenMP threads waiting on busy cores). Each worker gets its share; the
+# kernels' splits over several threads have tests of their own (test_kernels.py, `threads`).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

@@ -383,6 +383,10 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     runs them wherever they apply) and the pure-PyTorch one (``HF_SPARSE_FUSED=0``, or no compiler). Outputs and gradients equal the
     dense reference to 1e-10 in float64. ``gqa``: one key/value head for three query heads, with
     padding and global tokens."""
+    _assert_path_matches_dense_float64(name, n, mode, path, monkeypatch)
+
+
+def _assert_path_matches_dense_float64(name, n, mode, path, monkeypatch):
     from hf_sparse.attention import fused
 
     if path == "fused" and not fused.available():
@@ -407,6 +411,26 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     assert (calls["band"] + calls["class_band"] + calls["range"] + calls["tables"] > 0) == (
         path == "fused"
     ), calls
+
+
+@pytest.fixture
+def threads(request):
+    """torch's intra-op threads for one test (the suite gives each xdist worker its share: conftest.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [3], indirect=True)
+@pytest.mark.parametrize("mode", ["none", "gqa"])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_fused_kernels_match_dense_on_several_threads(name, mode, threads, monkeypatch):
+    """The compiled kernels split query blocks, heads and key groups into tasks over threads (4 per thread) and
+    add gradients per key group without locks; the suite may run on one thread per worker, so the float64
+    table runs here on 3."""
+    assert torch.get_num_threads() == threads
+    _assert_path_matches_dense_float64(name, 1000, mode, "fused", monkeypatch)
 
 
 @pytest.mark.parametrize("causal", [False, True])
