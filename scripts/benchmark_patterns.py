@@ -176,7 +176,8 @@ def report(results) -> str:
         "forward 4 * pairs * D, forward+backward 3x, at the mean of the matmul rates measured before and after "
         "the pattern's runs, GFLOP/s; a pattern whose rate moved by more than 10% was run again). "
         "Content-based patterns bind on the same q, k first (inside the timed call: hashing and block "
-        "selection are part of the time); LSH's `with hashing` column adds its hashing products to the bound (once: no gradient flows through the buckets).",
+        "selection are part of the time); LSH's `with hashing` column adds its hashing products to the bound "
+        "(once: no gradient flows through the buckets).",
         "",
         "| pattern | pairs / query | fwd (s) | fwd x bound | fwd+bwd (s) | fwd+bwd x bound | x bound with hashing (fwd / fwd+bwd) | matmul (GFLOP/s) |",
         "|---|---|---|---|---|---|---|---|",

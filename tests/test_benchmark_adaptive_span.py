@@ -1,27 +1,17 @@
 """scripts/benchmark_adaptive_span.py: the timing table and the learned-spans plot, on tiny inputs."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
 from tests.models.tiny import tiny_decoder_config
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_adaptive_span.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("benchmark_adaptive_span", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.script_loader import load_script
 
 
 def test_timing_table_and_spans_plot(tmp_path):
-    bench = _script()
+    bench = load_script("benchmark_adaptive_span")
     cfg = tiny_decoder_config({"type": "causal"}, adaptive_span={"max_span": 16, "ramp": 4, "init": 3})
     model = SparseTransformerForCausalLM(cfg)
     with torch.no_grad():
@@ -40,7 +30,7 @@ def test_timing_table_and_spans_plot(tmp_path):
 
 
 def test_bad_arguments_are_refused():
-    bench = _script()
+    bench = load_script("benchmark_adaptive_span")
     with pytest.raises(ValueError, match="--spans must be >= 0"):
         bench.parse_args(["--spans", "-1"])
     with pytest.raises(ValueError, match="--skip-timing without --model"):

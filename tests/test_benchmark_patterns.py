@@ -1,24 +1,13 @@
 """scripts/benchmark_patterns.py: a time as a multiple of its FLOP bound."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_patterns.py"
-
-
-def _script(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # it imports benchmark_attention beside it
-    spec = importlib.util.spec_from_file_location("benchmark_patterns", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.script_loader import load_script
 
 
 @pytest.mark.parametrize("mode, times", [("fwd", 1), ("fwd+bwd", 3)])
-def test_bound_counts_the_pairs_per_pass_and_the_hashing_once(mode, times, monkeypatch):
-    bench = _script(monkeypatch)
+def test_bound_counts_the_pairs_per_pass_and_the_hashing_once(mode, times):
+    bench = load_script("benchmark_patterns")
     pairs, hashing, rate = 1000, 5e6, 1e9
     rec = bench._with_ratios({"time_s": 1.0, "pairs": pairs, "extra_flops": hashing}, mode, rate)
     attention = 4 * pairs * bench.D * times / rate

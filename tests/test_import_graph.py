@@ -4,13 +4,12 @@ Counting the imports inside functions too (a deferred import still ties two modu
 none either: the ``patterns`` circle (base, compose, global_tokens, local, per_head) was broken by
 hooks on the pattern classes."""
 
-import importlib.util
 from pathlib import Path
 
+from tests.script_loader import load_script
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("import_cycles", REPO / "scripts" / "import_cycles.py")
-import_cycles = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(import_cycles)
+import_cycles = load_script("import_cycles")
 
 
 def test_no_module_level_import_circle():

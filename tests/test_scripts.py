@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.script_loader import load_script
 from tests.training.helpers import subprocess_env
 
 SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py"))
@@ -21,11 +22,7 @@ def test_help_prints_help_and_does_nothing_else(script, tmp_path):
 
 
 def test_demo_user_error_is_one_line(tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("demo_script", SCRIPTS[0].parent / "demo.py")
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+    demo = load_script("demo")
     argv = ["--output_dir", str(tmp_path / "out"), "--override", "motifs=[NOTAMOTIF]"]
     assert demo.main(argv) == 2
     err = capsys.readouterr().err

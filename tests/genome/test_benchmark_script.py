@@ -1,20 +1,15 @@
 """scripts/benchmark_genome_scan.py: the E. coli row alone (the 5-minute target), run end to end on a small
 stand-in genome, and its verdict against the targets."""
 
-import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from tests.genome.test_scan import planted_genome, save_model, write_fasta
+from tests.script_loader import load_script
 
-_spec = importlib.util.spec_from_file_location(
-    "benchmark_genome_scan", Path(__file__).resolve().parents[2] / "scripts" / "benchmark_genome_scan.py"
-)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_script("benchmark_genome_scan")
 
 
 def run(r_wall, r_rss):

@@ -3,10 +3,8 @@ scanner, the PWM scan and scripts/scan_genome.py; plain, gzip and BGZF give the 
 sorted, in bounds, strand-aware and identical to scanning each sequence as one string."""
 
 import gzip
-import importlib.util
 import random
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,12 +20,9 @@ from hf_sparse.genome.windows import find_segments
 from hf_sparse.tasks.motif.data import builtin_motifs, scan
 from hf_sparse.tokenization_dna import DNATokenizer, reverse_complement
 from tests.models.motif_tiny import motif_model
+from tests.script_loader import load_script
 
-_spec = importlib.util.spec_from_file_location(
-    "scan_genome", Path(__file__).resolve().parents[2] / "scripts" / "scan_genome.py"
-)
-scan_genome = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(scan_genome)
+scan_genome = load_script("scan_genome")
 
 G = DNATokenizer().convert_tokens_to_ids("G")
 CTCF = builtin_motifs(["CTCF"])[0]

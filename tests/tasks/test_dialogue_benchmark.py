@@ -1,19 +1,15 @@
 """scripts/benchmark_dialogue.py writes the Markdown/JSON report from the runs' results (no training here)."""
 
-import importlib.util
 import json
 from pathlib import Path
+
+from tests import script_loader
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_dialogue", REPO / "scripts" / "benchmark_dialogue.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_loader.load_script("benchmark_dialogue")
 
 
 def fake_results(name, metrics, long_history):

@@ -45,12 +45,9 @@ def subprocess_env() -> dict:
 
 def load_finetune_module():
     """scripts/finetune.py as a module (scripts/ is not a package)."""
-    import importlib.util
+    from tests.script_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("finetune_script", FINETUNE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("finetune")
 
 
 PYTHON = sys.executable
