@@ -675,6 +675,32 @@ def test_band_kernels_float32_match_dense(name, D, Dv, n, mode, path, monkeypatc
             assert calls["class_band"] == (path == "fused" and n % classes == 0), calls
 
 
+@pytest.mark.parametrize("D", [16, 64])
+@pytest.mark.parametrize("window", range(2, 10))
+def test_band_kernel_scores_every_count_of_keys_left_after_groups_of_8(window, D, monkeypatch):
+    """The register-blocked band kernel scores a part's keys 8 at a time, then the 1-7 left in one call
+    (``scores_part_d`` in ``csrc/block_sparse.cpp``): a 16-row part of a causal window w has 15 + w keys,
+    so windows 2-9 leave every count 1-7 and 0 (at a runtime head size, 16, and a compiled one, 64)."""
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all")
+    calls = _count_paths(monkeypatch)
+    q, k, v = _inputs(160, B=1, H=2, D=D)
+    pattern = P.SlidingWindow(window=window, causal=True)
+    out = sparse_attention(q, k, v, pattern, backend="blocked")
+    x64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = sparse_attention(*x64, pattern, backend="dense")
+    assert calls["band"] == 1, calls
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(out)
+    for a, b, what in zip(
+        torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, x64, grad.double()), "qkv"
+    ):
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5, msg=lambda m, w=what: f"d{w}: {m}")
+
+
 def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
     """A band wider than FUSED_BAND_MAX_WIDTH key offsets goes to the table kernel, still exact."""
     import hf_sparse.attention.fused_components as fused_components
