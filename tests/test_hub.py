@@ -8,11 +8,13 @@ import http.server
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from huggingface_hub import ModelCard, constants
 import hf_sparse
 from hf_sparse import hub
 from hf_sparse import patterns as P
+from hf_sparse.attention import fused
 from hf_sparse.hub import push as hub_push
 from hf_sparse.utils import io as utils_io
 
@@ -954,10 +957,15 @@ def test_flat_module_names(module, flat):
 # -------------------------------------------------------------------------------------------------
 
 
+FUSED_SOURCE = REPO / "hf_sparse" / "attention" / "csrc" / "block_sparse.cpp"
+
+
 def test_real_attention_bundle_matches_the_package(tmp_path):
     folder = tmp_path / "sparse_bundle"
     folder.mkdir()
-    manifest = hub.export_remote_code(folder, ["hf_sparse.attention.dispatch"], None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*not part of the bundle")  # fused.py's csrc is
+        manifest = hub.export_remote_code(folder, ["hf_sparse.attention.dispatch"], None)
     files = set(manifest["files"])
     assert {
         "attention_dispatch.py",
@@ -998,14 +1006,56 @@ for backend in ("dense", "blocked"):
 torch.save(out, {str(tmp_path / "bundle_out.pt")!r})
 leaked = [m for m, mod in sys.modules.items() if "{REPO / "hf_sparse"}" in str(getattr(mod, "__file__", ""))]
 print("leaked:", leaked)
+fused = importlib.import_module("sparse_bundle.attention_fused")
+print("fused:", fused.available(), fused._source() == open({str(FUSED_SOURCE)!r}, "rb").read())
 """
     )
     res = _run([sys.executable, "-c", script], cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "leaked: []" in res.stdout
+    # the kernel's C++ source travels in the bundle (BUNDLE_FILES): the bundle builds the same kernel
+    assert not (folder / "csrc").exists()
+    assert f"fused: {fused.available()} True" in res.stdout, res.stdout + res.stderr
     got = torch.load(tmp_path / "bundle_out.pt")
     for backend, expected in cases.items():
         torch.testing.assert_close(got[backend], expected, rtol=0, atol=1e-6)
+
+
+def test_files_a_module_declares_are_embedded_in_its_bundled_copy(tmp_path):
+    """``BUNDLE_FILES`` (files a module reads next to itself) become ``BUNDLED_FILES`` in the flat copy, one
+    line per file, so transformers' line-based import scan sees no import in them; bad declarations raise."""
+    from hf_sparse.hub.bundle import _bundled_files
+
+    (tmp_path / "data").mkdir()
+    text = "from .x import y\nimport os\n"
+    (tmp_path / "data" / "k.txt").write_text(text)
+    module = tmp_path / "m.py"
+    source = 'BUNDLE_FILES = ("data/k.txt",)\n'
+    extra = _bundled_files(module, source, "pkg.m")
+    namespace = {}
+    exec(source + extra, namespace)
+    assert namespace["BUNDLED_FILES"] == {"data/k.txt": text}
+    assert not re.search(r"^\s*(from|import)\s", extra, re.MULTILINE)
+    assert _bundled_files(module, "X = 1\n", "pkg.m") == ""
+    for bad in ('("missing.txt",)', '("../m.py",)', "[name]", '"data/k.txt"'):
+        with pytest.raises(hub.BundleError, match="pkg.m: BUNDLE_FILES"):
+            _bundled_files(module, f"BUNDLE_FILES = {bad}\n", "pkg.m")
+
+
+def test_fused_kernel_source_from_the_package_or_the_bundled_copy(tmp_path, monkeypatch):
+    """The kernel compiles from csrc/block_sparse.cpp in the package, from ``BUNDLED_FILES`` in a bundle
+    (no csrc folder there), and says which file is missing where neither is (``_load`` then falls back)."""
+    assert fused._source() == FUSED_SOURCE.read_bytes()
+    monkeypatch.setattr(fused, "_SOURCE", str(tmp_path / "csrc" / "block_sparse.cpp"))
+    with pytest.raises(FileNotFoundError, match="block_sparse.cpp"):
+        fused._source()
+    monkeypatch.setattr(fused, "BUNDLED_FILES", {"csrc/block_sparse.cpp": "// é\n"}, raising=False)
+    assert fused._source() == "// é\n".encode()
+    build = tmp_path / "build"
+    build.mkdir()
+    path = fused._build_source(b"// the source\n", str(build))
+    assert Path(path).read_bytes() == b"// the source\n" and Path(path).parent == build
+    assert fused._build_source(b"// other\n", str(build)) == path  # a build folder holds one source's copy
 
 
 SAVE_ONLY = """

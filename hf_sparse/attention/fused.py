@@ -21,7 +21,35 @@ import torch
 
 from ..patterns import content
 
-_SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "block_sparse.cpp")
+# Files this module reads, relative to it: ``hf_sparse.hub.bundle`` embeds them in the remote-code bundle's copy
+# of this module as ``BUNDLED_FILES`` ({path: text}), so a model loaded with ``trust_remote_code`` where
+# hf-sparse is not installed builds the same kernel.
+BUNDLE_FILES = ("csrc/block_sparse.cpp",)
+_SOURCE = os.path.join(os.path.dirname(__file__), *BUNDLE_FILES[0].split("/"))
+
+
+def _source() -> bytes:
+    """The kernel's C++ source: the package's file, or the remote-code bundle's embedded copy."""
+    if os.path.isfile(_SOURCE):
+        with open(_SOURCE, "rb") as f:
+            return f.read()
+    bundled = globals().get("BUNDLED_FILES", {})
+    if BUNDLE_FILES[0] in bundled:
+        return bundled[BUNDLE_FILES[0]].encode("utf-8")
+    raise FileNotFoundError(f"{_SOURCE} does not exist")
+
+
+def _build_source(source: bytes, build_dir: str) -> str:
+    """The path the kernel is compiled from: a copy of its source in its own build folder (whose name
+    holds the source's hash), the same path for the package and a remote-code bundle, so neither
+    rebuilds the other's build (ninja rebuilds when a source path changes)."""
+    path = os.path.join(build_dir, "block_sparse.cpp")
+    if not os.path.isfile(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    return path
 
 
 _MODES = {"0": "off", "false": "off", "off": "off", "1": "auto", "true": "auto", "auto": "auto", "all": "all"}
@@ -85,16 +113,17 @@ def _load():
         cflags = ["-O3", "-ffp-contract=fast", "-fopenmp", *_arch_flags()]
         # the hash of the source and flags in the name: checkouts with different sources keep separate
         # builds instead of rebuilding over each other in the shared extensions directory
-        with open(_SOURCE, "rb") as f:
-            digest = hashlib.sha256(f.read() + " ".join(cflags).encode()).hexdigest()[:10]
+        source = _source()
+        digest = hashlib.sha256(source + " ".join(cflags).encode()).hexdigest()[:10]
         name = f"hf_sparse_fused_{digest}"
-        if not os.path.exists(os.path.join(cpp_extension._get_build_directory(name, False), name + ".so")):
+        build_dir = cpp_extension._get_build_directory(name, False)
+        if not os.path.exists(os.path.join(build_dir, name + ".so")):
             logging.getLogger(__name__).warning(
                 "hf_sparse: compiling the fused CPU attention kernel (once per environment, about a minute)"
             )
         cpp_extension.load(
             name=name,
-            sources=[_SOURCE],
+            sources=[_build_source(source, build_dir)],
             extra_cflags=cflags,
             extra_ldflags=["-fopenmp"],
             is_python_module=False,
