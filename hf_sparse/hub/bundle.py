@@ -324,7 +324,7 @@ def export_remote_code(
         if flat in origin:
             raise BundleError(f"{origin[flat]} and {name} would both be bundled as {flat}.py; rename one")
         origin[flat] = name
-        files = _bundled_files(bundler.load(name).path, source, name)
+        files = _bundled_files(bundler.locate(name)[0], source, name)  # locate: a stat, load would parse
         if files:
             carried.add(name)
         bundle[flat] = source + files

@@ -618,6 +618,23 @@ def test_fused_band_kernel_runs_sliding_windows(name, monkeypatch):
     assert calls["band"] == 1 and calls["torch"] == 0, calls  # Strided: its columns run on tables
 
 
+def _assert_float32_blocked_matches_float64_dense(q, k, v, pattern, g, grad_atol=1e-5, **kw):
+    """Outputs and input gradients (for a random output gradient from ``g``) of the blocked kernel in float32
+    equal the dense reference of the same inputs in float64."""
+    x32 = [t.clone().requires_grad_() for t in (q, k, v)]
+    x64 = [t.double().requires_grad_() for t in (q, k, v)]
+    out = sparse_attention(*x32, pattern, backend="blocked", **kw)
+    ref = sparse_attention(*x64, pattern, backend="dense", **kw)
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    grad = torch.randn(out.shape, generator=g)
+    for a, b, what in zip(
+        torch.autograd.grad(out, x32, grad), torch.autograd.grad(ref, x64, grad.double()), "qkv"
+    ):
+        torch.testing.assert_close(
+            a.double(), b, atol=grad_atol, rtol=1e-5, msg=lambda m, w=what: f"d{w}: {m}"
+        )
+
+
 # the fused path at a runtime head size (16) and a compiled one with a different value size (64, 48), at
 # lengths that end inside a part and a tile, and (n = 1000) where the classes are equal for stride 8; the
 # fallback where it differed (torch's CPU flash kernel raised for Dv != D, at any length)
@@ -656,17 +673,8 @@ def test_band_kernels_float32_match_dense(name, D, Dv, n, mode, path, monkeypatc
     else:
         masks = make_masks(mode, 2, n)
     kw = {"attention_mask": masks[0], "global_attention_mask": masks[1]}
-    x32 = [t.clone().requires_grad_() for t in (q, k, v)]
-    x64 = [t.double().requires_grad_() for t in (q, k, v)]
-    out = sparse_attention(*x32, PATTERNS[name], backend="blocked", **kw)
-    ref = sparse_attention(*x64, PATTERNS[name], backend="dense", **kw)
-    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
-    grad = torch.randn(out.shape, generator=g)
-    for a, b, what in zip(
-        torch.autograd.grad(out, x32, grad), torch.autograd.grad(ref, x64, grad.double()), "qkv"
-    ):
-        # a global key's dv sums ~1000 float32 terms up to ~100 each: 2e-5 of rounding on both paths
-        torch.testing.assert_close(a.double(), b, atol=5e-5, rtol=1e-5, msg=lambda m, w=what: f"d{w}: {m}")
+    # a global key's dv sums ~1000 float32 terms up to ~100 each: 2e-5 of rounding on both paths
+    _assert_float32_blocked_matches_float64_dense(q, k, v, PATTERNS[name], g, grad_atol=5e-5, **kw)
     if mode in ("none", "padding"):  # global tokens can move short inputs onto the table kernel
         classes = {"strided": 8, "dilated": 3}.get(name)
         if classes is None:
@@ -687,18 +695,10 @@ def test_band_kernel_scores_every_count_of_keys_left_after_groups_of_8(window, D
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "all")
     calls = _count_paths(monkeypatch)
-    q, k, v = _inputs(160, B=1, H=2, D=D)
-    pattern = P.SlidingWindow(window=window, causal=True)
-    out = sparse_attention(q, k, v, pattern, backend="blocked")
-    x64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    ref = sparse_attention(*x64, pattern, backend="dense")
+    q, k, v = _inputs(160, B=1, H=2, D=D, grad=False)
+    g = torch.Generator().manual_seed(window)
+    _assert_float32_blocked_matches_float64_dense(q, k, v, P.SlidingWindow(window=window, causal=True), g)
     assert calls["band"] == 1, calls
-    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
-    grad = torch.randn_like(out)
-    for a, b, what in zip(
-        torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, x64, grad.double()), "qkv"
-    ):
-        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5, msg=lambda m, w=what: f"d{w}: {m}")
 
 
 def test_bands_wider_than_the_band_kernel_run_on_tables(monkeypatch):
