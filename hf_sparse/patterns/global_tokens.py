@@ -178,17 +178,21 @@ class Global(Pattern):
     def _original_layout(self, q_len, kv_len, block):
         c = block
         nqb, nkb = math.ceil(q_len / c), math.ceil(kv_len / c)
-        qg = self._rows(q_len, kv_len - q_len).any(0)
-        kg = self._rows(kv_len, 0).any(0)
-        pad_q, pad_k = nqb * c - q_len, nkb * c - kv_len
-        qb_g = torch.nn.functional.pad(qg, (0, pad_q)).view(nqb, c).any(-1)
-        kb_g = torch.nn.functional.pad(kg, (0, pad_k)).view(nkb, c).any(-1)
-        keep = qb_g[:, None] | kb_g[None, :]
+        qg, kg = self._rows(q_len, kv_len - q_len), self._rows(kv_len, 0)
+
+        def blocks(g, num, any_):  # (Bt, len) -> (num,): a block holds a global position in some batch
+            # element (any_), or only global positions in every one (a block past the end is not all global)
+            g = torch.nn.functional.pad(g, (0, num * c - g.shape[-1]), value=False).view(-1, num, c)
+            return g.any(-1).any(0) if any_ else g.all(-1).all(0)
+
+        keep = blocks(qg, nqb, True)[:, None] | blocks(kg, nkb, True)[None, :]
+        # full: every query of the block is global, or every key is (FlexAttention skips the mask there)
+        full = blocks(qg, nqb, False)[:, None] | blocks(kg, nkb, False)[None, :]
         order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)
         idx = torch.where(keep, torch.arange(nkb)[None].expand(nqb, -1), -1).gather(-1, order)
         width = max(int(keep.sum(-1).max()), 1)
-        idx = idx[:, :width]
-        return BlockLayout(c, nqb, nkb, idx[None, None], torch.zeros_like(idx, dtype=torch.bool)[None, None])
+        idx, full = idx[:, :width], (full & keep).gather(-1, order)[:, :width]
+        return BlockLayout(c, nqb, nkb, idx[None, None], full[None, None])
 
     def _params(self):
         if self.indices is not None:

@@ -145,3 +145,36 @@ def test_model_trains_and_generates_on_device(dtype):
     with torch.no_grad():  # greedy decoding with the cache equals the argmax of a full forward
         logits = model(input_ids=out[:, :-1]).logits
     torch.testing.assert_close(out[:, 20:], logits[:, 19:].argmax(-1))
+
+
+# Without gradients, masks that read tables get BlockMasks of 64 (their tiles whole: no mask evaluated);
+# at n = 1024 (whole blocks) masks of whole-block patterns are one block-map lookup, with gradients too.
+INFERENCE_CASES = [
+    (name, mode)
+    for name in ["bigbird", "random", "topk_blocks", "global_indices", "longformer", "sliding_window"]
+    for mode in ("none", "padding", "gqa")
+]
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="compiled FlexAttention on CUDA")
+@pytest.mark.parametrize(("name", "mode"), INFERENCE_CASES, ids=str)
+def test_compiled_flex_without_gradients_matches_dense(name, mode):
+    torch._dynamo.config.recompile_limit = 1024
+    pattern = PATTERNS[name]
+    q, k, v = (t.detach() for t in _inputs(1024, torch.float32, mode))
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    if pattern.content_based:
+        pattern = pattern.bind(1024, query=q64, key=k64.repeat_interleave(q.shape[1] // k.shape[1], dim=1))
+    with torch.no_grad():
+        out = _attend(q, k, v, pattern, mode, "flex")
+    ref = _attend(q64, k64, v64, pattern, mode, "dense")
+    atol, rtol = TOLERANCE[torch.float32]
+    torch.testing.assert_close(out.double(), ref, atol=atol * max(1.0, ref.abs().max().item()), rtol=rtol)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention has no backward off CUDA")
+@pytest.mark.parametrize("mode", ["none", "padding"])
+@pytest.mark.parametrize("name", ["bigbird", "topk_blocks"])
+def test_compiled_flex_with_block_map_lookup_matches_dense(name, mode):
+    torch._dynamo.config.recompile_limit = 1024
+    _check(name, 1024, mode, "flex", torch.float32)

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from hf_sparse import patterns as P
+from hf_sparse import sparse_attention
 from hf_sparse.attention.dispatch import choose_block
-from hf_sparse.attention.flex import CUDA_BLOCK, coarsen, cuda_layout
-from tests.cases import all_patterns
+from hf_sparse.attention.flex import CUDA_BLOCK, CUDA_INFERENCE_BLOCK, coarsen, cuda_layout
+from tests.cases import all_patterns, make_masks
 
 PATTERNS = all_patterns()
 
@@ -105,3 +106,52 @@ def test_masks_reading_tables_get_small_triton_tiles_on_cuda_only():
     # a pattern whose rule reads tables keeps one call (its mask in class order would need them too)
     with_global = P.Strided(stride=8) | P.Global(indices=[3])
     assert class_order_parts(with_global, 1, 1, 64, 64, 64, "cpu") is None
+
+
+@pytest.mark.parametrize("n", [129, 1000])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_block_layout_calls_a_tile_full_only_where_every_pair_is_allowed(name, n):
+    """The layout at the pattern's own block (what FlexAttention gets on CPU, and on CUDA without
+    gradients for masks that read tables): every allowed pair in a kept tile, only allowed pairs in a full
+    one (FlexAttention skips the mask there)."""
+    bound = _bound(name, n)
+    layout = bound.block_layout(n, block=choose_block(bound, n))
+    allowed = bound.dense_mask(n)
+    _check_covers(layout, allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape)), n)
+
+
+def test_whole_block_patterns_have_only_full_tiles():
+    """BigBird's tiles (window, random and global blocks) are all full at its block, so on CUDA its
+    inference BlockMask evaluates no mask and its training mask is one block-map lookup."""
+    from hf_sparse.attention.flex import _lookup_rule
+
+    bigbird = _bound("bigbird", 1024).block_layout(1024, block=16)
+    assert bool((bigbird.full | (bigbird.kv_index < 0)).all())
+    assert _lookup_rule(bigbird, "cpu") is not None
+    window = _bound("sliding_window", 1024).block_layout(1024, block=16)
+    assert _lookup_rule(window, "cpu") is None
+
+
+@pytest.mark.parametrize("mode", ["none", "padding", "global"])
+@pytest.mark.parametrize("tile", [CUDA_INFERENCE_BLOCK, CUDA_BLOCK])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_cuda_block_masks_give_the_dense_result(name, tile, mode, monkeypatch):
+    """The BlockMasks CUDA gets (tiles of 64 or 128; a mask that reads tables as one block-map lookup
+    where the pattern's tiles are whole blocks), run here by FlexAttention's eager implementation, which
+    evaluates the mask at every pair: the dense reference's output. n = 1024: whole blocks (the lookup
+    is only taken where every kept tile is full, and tiles past the end are not)."""
+    from hf_sparse.attention import flex
+
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    monkeypatch.setattr(flex, "flex_tile", lambda pattern, device, grad: tile)
+    n, B, H = 1024, 2, 3
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, n, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    pattern = PATTERNS[name]
+    if pattern.content_based:
+        pattern = pattern.bind(n, query=q, key=k)
+    am, gm = make_masks(mode, B, n)
+    kw = dict(attention_mask=am, global_attention_mask=gm)
+    out = sparse_attention(q, k, v, pattern, backend="flex", **kw)
+    ref = sparse_attention(q, k, v, pattern, backend="dense", **kw)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
