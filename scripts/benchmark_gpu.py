@@ -305,9 +305,11 @@ def merge_runs(paths: list[str]) -> dict:
     one's (same kernel and mode: a row's figures all come from one run); every figure keeps the number
     of its run, every run its machine."""
     runs, kernels, models, notes = [], {}, {}, []
-    for i, path in enumerate(paths, 1):
+    results = []
+    for path in paths:
         with open(path) as f:
-            res = json.load(f)
+            results += _split_runs(json.load(f))
+    for i, res in enumerate(results, 1):
         runs.append(res["env"])
         rows = {(r["kernel"], r["mode"]) for r in res["kernels"]}
         kernels = {key: r for key, r in kernels.items() if (key[0], key[2]) not in rows}
@@ -326,6 +328,22 @@ def merge_runs(paths: list[str]) -> dict:
         )
     ]  # fmt: skip
     return {"runs": runs, "kernels": final, "models": list(models.values()), "notes": kept}
+
+
+def _split_runs(res: dict) -> list[dict]:
+    """A run's result as it is; an earlier merge's (``runs``) as its runs again, in order, each with its rows
+    and notes, so that a new run can be merged into the committed table."""
+    if "runs" not in res:
+        return [res]
+    return [
+        {
+            "env": env,
+            "kernels": [r for r in res["kernels"] if r["run"] == i],
+            "models": [r for r in res["models"] if r["run"] == i],
+            "notes": [n.split(": ", 1)[1] for n in res["notes"] if n.startswith(f"run {i}: ")],
+        }
+        for i, env in enumerate(res["runs"], 1)
+    ]
 
 
 def write_markdown(res: dict, path: str):
@@ -400,7 +418,10 @@ def main():
         "--deadline", type=float, default=float("inf"), help="stop starting new figures after this many s"
     )
     ap.add_argument(
-        "--merge", nargs="+", metavar="JSON", help="write --out from earlier runs' attention_gpu.json"
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="write --out from earlier runs' attention_gpu.json (a run's, or an earlier merge's)",
     )
     args = ap.parse_args()
     if args.merge:
