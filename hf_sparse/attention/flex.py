@@ -151,8 +151,8 @@ def _lookup_rule(layout, device):
     """The mask of a layout whose kept tiles are all full (BigBird, BlockLocal, Random, TopKBlocks: whole
     blocks) as one lookup in its block map, or None. On CUDA this replaces a mask that reads several
     tables where a tile is partial: in BlockMask tiles coarser than the pattern's blocks, and everywhere
-    with padding (H200, torch 2.11, bf16, BigBird(64) forward+backward: 16k 3.87 -> 3.24 ms, 64k 15.5 ->
-    12.3 ms, on the 64 x 64 Triton tiles of ``kernel_options``)."""
+    with padding (H200, torch 2.11, bf16, BigBird(64) through sparse_attention, forward+backward, the code
+    before and after on one machine: 16k 4.12 -> 3.43 ms, 64k 16.0 -> 13.0 ms)."""
     if not bool((layout.full | (layout.kv_index < 0)).all()):
         return None
     c, table = layout.block, layout.to_dense().to(device)
@@ -172,7 +172,8 @@ def _lookup_rule(layout, device):
 CUDA_BLOCK = 128
 # Without gradients, masks that read tables run on 64 x 64 Triton tiles (kernel_options), so their
 # BlockMask keeps blocks of 64: BigBird's tiles are then all full and its mask is never evaluated (H200,
-# torch 2.11, bf16, BigBird(64) forward: 16k 1.40 -> 0.40 ms, 64k 5.25 -> 1.42 ms).
+# torch 2.11, bf16, BigBird(64) forward, the code before and after on one machine: 16k 1.52 -> 0.70 ms,
+# 64k 5.42 -> 1.56 ms; benchmarks/attention_gpu.md's run 5: 0.47 and 1.38 ms).
 CUDA_INFERENCE_BLOCK = 64
 
 
