@@ -1,6 +1,7 @@
-"""What FlexAttention gets on CUDA, checked on CPU: the block layout over 128-wide tiles (directly or
-coarsened) covers every allowed pair and calls a tile full only where every pair is allowed; patterns
-moved to a device carry every table there."""
+"""What FlexAttention gets, checked on CPU: the block layouts (at the pattern's own block, and over CUDA's
+tiles of 64 and 128, directly or coarsened) cover every allowed pair and call a tile full only where every
+pair is allowed; CUDA's BlockMasks give the dense result in eager FlexAttention; patterns moved to a device
+carry every table there."""
 
 import pytest
 import torch
@@ -21,8 +22,10 @@ def _bound(name, n):
     return pattern.bind(n, query=q, key=k)
 
 
-def _check_covers(layout, allowed, n):
-    """Every allowed pair lies in a kept tile; every full tile is all allowed (allowed: (Ba, Ha, n, n))."""
+def _check_covers(layout, bound, n):
+    """Every allowed pair lies in a kept tile; every full tile is all allowed."""
+    allowed = bound.dense_mask(n)
+    allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))  # (Ba, Ha, n, n)
     b = layout.block
     dense, full = layout.to_dense(), layout.to_dense(full=True)  # (Bl, Hl, nqb, nkb)
     expand = lambda m: m.repeat_interleave(b, -2).repeat_interleave(b, -1)[..., :n, :n]  # noqa: E731
@@ -31,15 +34,21 @@ def _check_covers(layout, allowed, n):
     assert not (full_pairs & ~allowed).any(), "a tile marked full holds a pair that is not allowed"
 
 
+@pytest.mark.parametrize("tile", [None, CUDA_INFERENCE_BLOCK, CUDA_BLOCK])
 @pytest.mark.parametrize("n", [129, 1000])
 @pytest.mark.parametrize("name", list(PATTERNS))
-def test_cuda_layout_covers_the_pattern(name, n):
+def test_layouts_cover_the_pattern(name, n, tile):
+    """What FlexAttention's BlockMask is built from: the layout at the pattern's own block (CPU; tile
+    None) and over CUDA's tiles (directly or coarsened): every allowed pair in a kept tile, only allowed
+    pairs in a full one (FlexAttention skips the mask there)."""
     bound = _bound(name, n)
-    layout = cuda_layout(bound, n, n, choose_block(bound, n))
-    assert layout.block % CUDA_BLOCK == 0
-    allowed = bound.dense_mask(n)
-    allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
-    _check_covers(layout, allowed, n)
+    block = choose_block(bound, n)
+    if tile is None:
+        layout = bound.block_layout(n, block=block)
+    else:
+        layout = cuda_layout(bound, n, n, block, tile)
+        assert layout.block % tile == 0
+    _check_covers(layout, bound, n)
 
 
 @pytest.mark.parametrize("factor", [2, 4, 8])
@@ -50,9 +59,7 @@ def test_coarsen_keeps_every_pair_and_only_true_full_tiles(name, factor):
     layout = bound.block_layout(n, block=16)
     coarse = coarsen(layout, factor)
     assert coarse.block == 16 * factor and coarse.num_kv_blocks == -(-layout.num_kv_blocks // factor)
-    allowed = bound.dense_mask(n)
-    allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
-    _check_covers(coarse, allowed, n)
+    _check_covers(coarse, bound, n)
     if name == "causal":  # below the diagonal tiles stay full, except in the last row, which runs past n
         Q = coarse.num_q_blocks
         assert int(coarse.full.sum()) == (Q - 1) * (Q - 2) // 2
@@ -106,18 +113,6 @@ def test_masks_reading_tables_get_small_triton_tiles_on_cuda_only():
     # a pattern whose rule reads tables keeps one call (its mask in class order would need them too)
     with_global = P.Strided(stride=8) | P.Global(indices=[3])
     assert class_order_parts(with_global, 1, 1, 64, 64, 64, "cpu") is None
-
-
-@pytest.mark.parametrize("n", [129, 1000])
-@pytest.mark.parametrize("name", list(PATTERNS))
-def test_block_layout_calls_a_tile_full_only_where_every_pair_is_allowed(name, n):
-    """The layout at the pattern's own block (what FlexAttention gets on CPU, and on CUDA without
-    gradients for masks that read tables): every allowed pair in a kept tile, only allowed pairs in a full
-    one (FlexAttention skips the mask there)."""
-    bound = _bound(name, n)
-    layout = bound.block_layout(n, block=choose_block(bound, n))
-    allowed = bound.dense_mask(n)
-    _check_covers(layout, allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape)), n)
 
 
 def test_whole_block_patterns_have_only_full_tiles():
