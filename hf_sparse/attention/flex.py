@@ -148,7 +148,7 @@ def _finest_block(pattern, block: int) -> int:
 
 
 def _lookup_rule(layout, device):
-    """The mask of a layout whose kept tiles are all full (BigBird, BlockLocal, Random, TopKBlocks: whole
+    """The mask of a layout whose kept tiles are all full (BigBird, Random, TopKBlocks after binding: whole
     blocks) as one lookup in its block map, or None. On CUDA this replaces a mask that reads several
     tables where a tile is partial: in BlockMask tiles coarser than the pattern's blocks, and everywhere
     with padding (H200, torch 2.11, bf16, BigBird(64) through sparse_attention, forward+backward, the code
