@@ -101,6 +101,28 @@ def test_compiled_flex_in_class_order_matches_dense(name, dtype, monkeypatch):
     _check(name, 1000, "none", "flex", dtype)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention has no backward off CUDA")
+def test_compiled_flex_class_bands_of_several_patterns_in_one_process_match_dense(monkeypatch):
+    """Class-order bands of different patterns at one shape: each must compile its own mask (one whose
+    bounds were default arguments reused the first pattern's compiled kernel: Dilated after Strided)."""
+    from hf_sparse.attention import flex
+
+    monkeypatch.setattr(flex, "FLEX_CLASS_ORDER_MIN_LEN", 0)
+    torch._dynamo.config.recompile_limit = 1024
+    q, k, v = _inputs(2048, torch.float32, "none", B=1, H=2)
+    for pattern in (
+        P.Strided(stride=128),
+        P.Dilated(window=256, dilation=2),
+        P.Dilated(window=256, dilation=4),
+    ):
+        with torch.no_grad():
+            out = sparse_attention(q, k, v, pattern, backend="flex")
+            ref = sparse_attention(q.double(), k.double(), v.double(), pattern, backend="dense")
+        torch.testing.assert_close(
+            out.double(), ref, atol=2e-4, rtol=2e-4, msg=lambda m, p=pattern: f"{p}: {m}"
+        )
+
+
 def test_auto_runs_flex_on_cuda_for_position_order_patterns():
     """On CUDA, ``auto`` gives long position-order inputs to FlexAttention; its result is exact."""
     if DEVICE != "cuda":
