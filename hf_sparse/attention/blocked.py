@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from ..patterns.base import Component, Plan
+from . import fused
 from .band_backward import BAND_BACKWARD_MIN_BLOCKS, _backward_band, _band_tile
 from .dense import compute_dtype
 from .fused_components import (
@@ -442,8 +443,8 @@ def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
 
 
 def _flat(q, k, v):
-    """(B, H, n, D) -> contiguous (B * H, n, D)."""
-    return tuple(t.reshape(-1, *t.shape[2:]).contiguous() for t in (q, k, v))
+    """(B, H, n, D) -> contiguous (B * H, n, D): a view, or a copy in the kernel's pool."""
+    return tuple(fused.contiguous(t).view(-1, *t.shape[2:]) for t in (q, k, v))
 
 
 def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, seed=0, p: _Prep | None = None):

@@ -373,7 +373,7 @@ class _FusedPlan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse, *saved = ctx.saved_tensors
-        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous().to(out.dtype)
+        d_out = torch.zeros_like(out) if d_out is None else fused.contiguous(d_out).to(out.dtype)
         delta = _delta(d_out, out, lse, d_lse)
         dq, dk, dv = fused.zeros_like(q), fused.zeros_like(k), fused.zeros_like(v)
         copies = iter(saved)

@@ -70,6 +70,7 @@ from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging
 
 from .. import patterns as P
+from . import fused
 from .dense import all_true, allowed_mask, dense_weights, sdpa_attention
 from .dispatch import BACKENDS, resolve_pattern, sparse_attention, with_runtime_globals
 
@@ -606,7 +607,7 @@ def sparse_attention_forward(
         out = sparse_attention(
             query, key, value, pattern, padding, g, scale, dropout_p, backend, block_size=block_size
         )
-    return out.transpose(1, 2).contiguous(), None  # (B, q, H, D)
+    return fused.contiguous(out.transpose(1, 2)), None  # (B, q, H, D)
 
 
 def _allowed(query, key, pattern, padding) -> torch.Tensor:
