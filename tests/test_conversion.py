@@ -118,6 +118,30 @@ def test_longformer_conversion_matches_longformer_hidden_states(globals_, window
     torch.testing.assert_close(got[keep], want[keep], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("B", [1, 2])
+def test_longformer_conversion_gives_longformer_gradients(B):
+    """Through the global tokens' rows too (their own projections, written over the local outputs)."""
+    torch.manual_seed(0)
+    cfg = LongformerConfig(max_position_embeddings=130, attention_window=[8, 8], **SMALL)
+    src = LongformerModel(cfg).train()
+    ids, am = _ids(cfg, B=2, n=45, pad=cfg.pad_token_id)
+    ids, am = ids[-B:], am[-B:]  # B = 1: the padded sequence
+    gm = torch.zeros_like(am)
+    gm[:, 0] = 1
+    gm[0, 17] = 1
+    model = from_longformer(src).train()
+    keep = am.bool()
+    for m in (src, model):
+        out = m(input_ids=ids, attention_mask=am, global_attention_mask=gm).last_hidden_state
+        (out[keep] * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+    grads = dict(model.named_parameters())
+    for name in ("query_global", "key_global", "value_global", "query", "value"):
+        want = src.encoder.layer[1].attention.self.get_submodule(name).weight.grad
+        got = [p.grad for n, p in grads.items() if n.endswith(f"layer.1.attention.self.{name}.weight")]
+        assert len(got) == 1, name
+        torch.testing.assert_close(got[0], want, atol=1e-4, rtol=1e-4, msg=lambda m, w=name: f"{w}: {m}")
+
+
 def test_longformer_masked_lm_head_converts():
     torch.manual_seed(0)
     cfg = LongformerConfig(max_position_embeddings=130, attention_window=[8, 8], **SMALL)

@@ -197,10 +197,7 @@ class SparseTransformerSelfAttention(nn.Module):
         )  # (B, n, H, D)
         cfg = self.config
         if cfg.global_projections and global_attention_mask is not None and bool(global_attention_mask.any()):
-            out = self._global_rows(
-                hidden_states, out.transpose(1, 2), query_mask, global_attention_mask, dropout
-            )
-            out = out.transpose(1, 2)
+            out = self._global_rows(hidden_states, out, query_mask, global_attention_mask, dropout)
         if query_mask is not None:  # padding queries output zeros (Longformer convention)
             out = out * query_mask.to(out.dtype)[:, :, None, None]
         return out.reshape(B, n, -1), (weights if output_attentions else None)
@@ -230,23 +227,36 @@ class SparseTransformerSelfAttention(nn.Module):
         return adaptive_span_attention(q, k, v, spans, dropout_p=dropout, block_size=block, **kw), None
 
     def _global_rows(self, hidden, out, attention_mask, global_attention_mask, dropout):
-        """Longformer: global tokens' outputs from their own projections, over every key."""
-        out = out.clone()
+        """Longformer: global tokens' outputs from their own projections, over every key, in place of
+        their rows of ``out`` (B, n, H, D). One out-of-place ``index_copy`` over the (B * n) rows: a clone
+        and the rows' index_put in place on a (B, H, n, D) view made autograd copy every row of out
+        about six times (16k tokens, 12 heads: 0.3 s of a 2-layer step, now 0.06 s)."""
+        B, n = out.shape[:2]
         kg = self._heads(self.key_global(hidden))
         vg = self._heads(self.value_global(hidden))
-        for b in range(hidden.shape[0]):
+        # per sequence: whole tensors for one; for several, unbind's backward stacks every gradient once
+        # (a slice's backward writes a zero-filled copy of the whole batch per sequence)
+        kgs, vgs = (
+            ((kg,), (vg,)) if B == 1 else ((t[None] for t in kg.unbind(0)), (t[None] for t in vg.unbind(0)))
+        )
+        index, values = [], []
+        for b, kb, vb in zip(range(B), kgs, vgs):
             rows = torch.nonzero(global_attention_mask[b]).flatten()
             if rows.numel() == 0:
                 continue
             qg = self._heads(self.query_global(hidden[b : b + 1, rows]))  # (1, H, G, D)
-            scores = torch.matmul(qg, kg[b : b + 1].transpose(-1, -2)) * self.scale  # (1, H, G, n)
+            scores = torch.matmul(qg, kb.transpose(-1, -2)) * self.scale  # (1, H, G, n)
             if attention_mask is not None:
                 scores = scores.masked_fill(~attention_mask[b : b + 1, None, None, :].bool(), float("-inf"))
             probs = F.dropout(
                 torch.softmax(scores.float(), dim=-1).to(qg.dtype), p=dropout, training=dropout > 0
             )
-            out[b, :, rows] = torch.matmul(probs, vg[b : b + 1])[0]
-        return out
+            values.append(torch.matmul(probs, vb)[0].transpose(0, 1))  # (G, H, D)
+            index.append(rows + b * n)
+        if not index:
+            return out
+        flat = out.reshape(B * n, *out.shape[2:])
+        return flat.index_copy(0, torch.cat(index), torch.cat(values).to(out.dtype)).view(out.shape)
 
 
 def _additive(mask, dtype):
