@@ -201,7 +201,7 @@ def contiguous(x: torch.Tensor) -> torch.Tensor:
         or x.device.type != "cpu"
         or torch.compiler.is_compiling()
         or not _dense(x)
-        or not available()
+        or not (_load.cache_info().currsize and available())  # never the reason to build the kernel
     ):
         return x.contiguous()
     return _PooledCopy.apply(x)
