@@ -298,6 +298,16 @@ def intersect_layouts(a: BlockLayout, b: BlockLayout) -> BlockLayout:
 # ----------------------------------------------------------------------------- components / plans
 
 
+def kept(obj, key, make):
+    """``make()``, kept on ``obj`` (a pattern or a component) under ``key`` (the last 8 keys)."""
+    memo = obj.__dict__.setdefault("_derived", {})
+    if key not in memo:
+        if len(memo) >= 8:
+            memo.pop(next(iter(memo)))
+        memo[key] = make()
+    return memo[key]
+
+
 @dataclass
 class Component:
     """One disjoint piece of a pattern, executed by one kernel call.
@@ -545,12 +555,7 @@ class Pattern:
         """``make()``, kept on this pattern under ``key`` (the last 8 keys): what dispatch derives from a
         pattern that is the same on every call (bound random blocks, plans, FlexAttention block masks,
         the pattern with a model's causal mask or global tokens added)."""
-        memo = self.__dict__.setdefault("_derived", {})
-        if key not in memo:
-            if len(memo) >= 8:
-                memo.pop(next(iter(memo)))
-            memo[key] = make()
-        return memo[key]
+        return kept(self, key, make)
 
     def to(self, device) -> Pattern:
         """The pattern with its tensors (block tables, global positions, hashes) on ``device``: what a

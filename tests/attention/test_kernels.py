@@ -742,6 +742,54 @@ def test_fused_kernel_runs_gathered_components(monkeypatch):
         assert type(node).__name__ == "_FusedPlanBackward", node
 
 
+def test_repeated_calls_reuse_the_kernel_arguments(monkeypatch):
+    """A pattern called again at the same shape (every layer of a model that shares it, every step) reuses
+    each component's preparation and kernel tables; padding and another shape get their own; the kernel is
+    still chosen on every call; and every call stays exact."""
+    import hf_sparse.attention.blocked as blocked
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.delenv("HF_SPARSE_FUSED", raising=False)
+    made = []
+    for name in ("_prepare", "_fused_tables", "_fused_band_args"):
+        real = getattr(blocked, name)
+        monkeypatch.setattr(blocked, name, lambda *a, real=real, name=name: made.append(name) or real(*a))
+    calls = _count_paths(monkeypatch)
+    calls_in_order = [  # (mask, n, batch, prepared before)
+        ("none", 300, 2, False),
+        ("none", 300, 2, True),
+        ("padding", 300, 2, False),
+        ("none", 300, 1, False),
+        ("none", 300, 2, True),
+        ("none", 256, 2, False),
+    ]
+    for name, builds in (("sliding_window", "_fused_band_args"), ("bigbird", "_fused_tables")):
+        pattern = all_patterns()[name]  # a fresh one: nothing kept on it yet
+        for seed, (mode, n, B, reused) in enumerate(calls_in_order):
+            made.clear()
+            q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n, B=B, seed=seed))
+            out = _run(q, k, v, pattern, mode, "blocked")
+            assert made == [] if reused else {"_prepare", builds} <= set(made), (name, mode, n, B, made)
+            _assert_matches_dense(q, k, v, out, _run(q, k, v, pattern, mode, "dense"))
+        calls.update(band=0, tables=0, torch=0)
+        monkeypatch.setenv("HF_SPARSE_FUSED", "0")  # chosen per call: the kept run does not force its kernel
+        q, k, v = (t.double().detach().requires_grad_() for t in _inputs(300, B=2, seed=9))
+        out = _run(q, k, v, pattern, "none", "blocked")
+        assert calls["torch"] == len(pattern.bind(300).plan(300).components), calls
+        assert calls["band"] + calls["tables"] == 0, calls
+        _assert_matches_dense(q, k, v, out, _run(q, k, v, pattern, "none", "dense"))
+        monkeypatch.delenv("HF_SPARSE_FUSED")
+
+
+def _assert_matches_dense(q, k, v, out, ref):
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    grad = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+
+
 @pytest.mark.parametrize(
     "name, grad, expected",
     [
