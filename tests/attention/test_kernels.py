@@ -386,6 +386,14 @@ def test_fused_and_fallback_paths_match_dense_float64(name, n, mode, path, monke
     _assert_path_matches_dense_float64(name, n, mode, path, monkeypatch)
 
 
+def _assert_matches_dense(q, k, v, out, ref):
+    """float64 outputs and input gradients (for a random output gradient) equal the reference's to 1e-10."""
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    grad = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
 def _assert_path_matches_dense_float64(name, n, mode, path, monkeypatch):
     from hf_sparse.attention import fused
 
@@ -404,10 +412,7 @@ def _assert_path_matches_dense_float64(name, n, mode, path, monkeypatch):
     else:
         ref = _run(q, k, v, pattern, mode, "dense")
         out = _run(q, k, v, pattern, mode, "blocked")
-    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
-    grad = torch.randn_like(ref)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    _assert_matches_dense(q, k, v, out, ref)
     assert (calls["band"] + calls["class_band"] + calls["range"] + calls["tables"] > 0) == (
         path == "fused"
     ), calls
@@ -781,13 +786,6 @@ def test_repeated_calls_reuse_the_kernel_arguments(monkeypatch):
         assert calls["band"] + calls["tables"] == 0, calls
         _assert_matches_dense(q, k, v, out, _run(q, k, v, pattern, "none", "dense"))
         monkeypatch.delenv("HF_SPARSE_FUSED")
-
-
-def _assert_matches_dense(q, k, v, out, ref):
-    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
-    grad = torch.randn_like(ref)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize(
