@@ -415,26 +415,32 @@ def _component_rows(index, valid, n: int, B: int, H: int, device, in_place: int 
 
 def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
     """(run, prep): the component as a run of the plan's one compiled node (``_FusedPlan``), or None
-    where it runs on the PyTorch path (``run_component``, which takes the preparation). Without padding
-    or dropout, the preparation and the kernel's arguments depend on the component and the input's shape
-    alone, so they are kept on the component: a model's later calls (every layer that shares the pattern,
-    every step) skip them. BigBird(64) forward+backward, H=12 D=64, the code before and after in alternating
-    processes: n = 256 (H=2) 2.8-3.9 -> 1.5 ms, n = 4,096 176-194 -> 164-166 ms; 15 ms of a 16k
-    SparseTransformerForMaskedLM step. Which kernel runs is still decided on every call."""
+    where it runs on the PyTorch path (``run_component``, which takes the preparation). Without dropout,
+    the preparation and the kernel's arguments depend only on the component, the input's shape and its
+    padding mask, so they are kept on the component under those (the mask by its bytes, on CPU): a model's
+    later calls (every layer that shares the pattern and the mask, every step without padding) skip them.
+    BigBird(64) forward+backward, H=12 D=64, the code before and after in alternating processes: n = 256
+    (H=2) 2.8-3.9 -> 1.5 ms, n = 4,096 176-194 -> 164-166 ms; 15 ms of a 16k SparseTransformerForMaskedLM
+    step; with padding (B=2, n = 4,096, the same mask again) planning 6.9 -> 0.1 ms of a ~320 ms call. Which
+    kernel runs is still decided on every call."""
     B, H, n = q.shape[:3]
     nq = n if comp.q_index is None else comp.q_index.shape[-1]
     nk = k.shape[2] if comp.k_index is None else comp.k_index.shape[-1]
-    shape = (B, H, n, k.shape[2], scale, q.device)
+    mask = None if key_valid is None or key_valid.device.type != "cpu" else key_valid.numpy().tobytes()
+    shape = (B, H, n, k.shape[2], scale, q.device, mask)
 
     def keep(key, make):
-        return make() if key_valid is not None or dropout_p > 0.0 else kept(comp, (key, *shape), make)
+        if dropout_p > 0.0 or (key_valid is not None and mask is None):
+            return make()
+        return kept(comp, (key, *shape), make)
 
     def prepare():
         d = 0  # the class stride of a band inside residue classes, where its rows are all classes
         if comp.class_band is not None and k.shape[2] == n:
             d = _class_stride(comp.q_index, n)
             d = d if _class_stride(comp.k_index, n) == d else 0
-        return _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, q.device), d
+        kv = key_valid if mask is None else key_valid.clone()  # kept: the caller's tensor may change
+        return _prepare(comp, B, H, nq, nk, kv, scale, dropout_p, seed, q.device), d
 
     p, d = keep("prep", prepare)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))

@@ -748,9 +748,10 @@ def test_fused_kernel_runs_gathered_components(monkeypatch):
 
 
 def test_repeated_calls_reuse_the_kernel_arguments(monkeypatch):
-    """A pattern called again at the same shape (every layer of a model that shares it, every step) reuses
-    each component's preparation and kernel tables; padding and another shape get their own; the kernel is
-    still chosen on every call; and every call stays exact."""
+    """A pattern called again at the same shape and padding (every layer of a model that shares it, every
+    step) reuses each component's preparation and kernel tables; another padding mask or shape gets its own
+    (a mask changed in place after a call included); the kernel is still chosen on every call; and every
+    call stays exact."""
     import hf_sparse.attention.blocked as blocked
     from hf_sparse.attention import fused
 
@@ -766,18 +767,28 @@ def test_repeated_calls_reuse_the_kernel_arguments(monkeypatch):
         ("none", 300, 2, False),
         ("none", 300, 2, True),
         ("padding", 300, 2, False),
+        ("padding", 300, 2, True),
+        ("other padding", 300, 2, False),  # the same mask tensor as the last call, changed in place
+        ("padding", 300, 2, True),
         ("none", 300, 1, False),
         ("none", 300, 2, True),
         ("none", 256, 2, False),
     ]
     for name, builds in (("sliding_window", "_fused_band_args"), ("bigbird", "_fused_tables")):
         pattern = all_patterns()[name]  # a fresh one: nothing kept on it yet
+        mask = torch.ones(2, 300, dtype=torch.bool)
         for seed, (mode, n, B, reused) in enumerate(calls_in_order):
             made.clear()
             q, k, v = (t.double().detach().requires_grad_() for t in _inputs(n, B=B, seed=seed))
-            out = _run(q, k, v, pattern, mode, "blocked")
+            if mode != "none":
+                mask.fill_(True)
+                mask[-1, 151 if mode == "padding" else 200 :] = False
+            am = mask if mode != "none" else None
+            out = sparse_attention(q, k, v, pattern, attention_mask=am, backend="blocked")
             assert made == [] if reused else {"_prepare", builds} <= set(made), (name, mode, n, B, made)
-            _assert_matches_dense(q, k, v, out, _run(q, k, v, pattern, mode, "dense"))
+            _assert_matches_dense(
+                q, k, v, out, sparse_attention(q, k, v, pattern, attention_mask=am, backend="dense")
+            )
         calls.update(band=0, tables=0, torch=0)
         monkeypatch.setenv("HF_SPARSE_FUSED", "0")  # chosen per call: the kept run does not force its kernel
         q, k, v = (t.double().detach().requires_grad_() for t in _inputs(300, B=2, seed=9))
