@@ -413,33 +413,40 @@ def _component_rows(index, valid, n: int, B: int, H: int, device, in_place: int 
     return _Rows(index=flat, valid=valid)
 
 
-def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
+def _kept_key(q, k, key_valid, scale, dropout_p):
+    """What a component's preparation and kernel arguments depend on besides the component: the input's
+    shape and its padding mask (by its bytes; on CPU only). None where they cannot be kept (dropout: its seed
+    is in the preparation; a GPU mask would have to be read back)."""
+    if dropout_p > 0.0 or (key_valid is not None and key_valid.device.type != "cpu"):
+        return None
+    mask = None if key_valid is None else key_valid.numpy().tobytes()
+    return (*q.shape[:3], k.shape[2], scale, q.device, mask)
+
+
+def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed, kept_key=None):
     """(run, prep): the component as a run of the plan's one compiled node (``_FusedPlan``), or None
-    where it runs on the PyTorch path (``run_component``, which takes the preparation). Without dropout,
-    the preparation and the kernel's arguments depend only on the component, the input's shape and its
-    padding mask, so they are kept on the component under those (the mask by its bytes, on CPU): a model's
-    later calls (every layer that shares the pattern and the mask, every step without padding) skip them.
-    BigBird(64) forward+backward, H=12 D=64, the code before and after in alternating processes: n = 256
-    (H=2) 2.8-3.9 -> 1.5 ms, n = 4,096 176-194 -> 164-166 ms; 15 ms of a 16k SparseTransformerForMaskedLM
-    step; with padding (B=2, n = 4,096, the same mask again) planning 6.9 -> 0.1 ms of a ~320 ms call. Which
-    kernel runs is still decided on every call."""
+    where it runs on the PyTorch path (``run_component``, which takes the preparation). Both are kept on the
+    component under ``kept_key`` (``_kept_key``) where it is given: a model's later calls (every layer that
+    shares the pattern and the mask, every step without padding) skip them. BigBird(64) forward+backward,
+    H=12 D=64, the code before and after in alternating processes: n = 256 (H=2) 2.8-3.9 -> 1.5 ms,
+    n = 4,096 176-194 -> 164-166 ms; 15 ms of a 16k SparseTransformerForMaskedLM step; with padding (B=2,
+    n = 4,096, the same mask again) planning 6.9 -> 0.1 ms of a ~320 ms call. Which kernel runs is still
+    decided on every call."""
     B, H, n = q.shape[:3]
     nq = n if comp.q_index is None else comp.q_index.shape[-1]
     nk = k.shape[2] if comp.k_index is None else comp.k_index.shape[-1]
-    mask = None if key_valid is None or key_valid.device.type != "cpu" else key_valid.numpy().tobytes()
-    shape = (B, H, n, k.shape[2], scale, q.device, mask)
 
     def keep(key, make):
-        if dropout_p > 0.0 or (key_valid is not None and mask is None):
-            return make()
-        return kept(comp, (key, *shape), make)
+        return make() if kept_key is None else kept(comp, (key, *kept_key), make)
 
     def prepare():
         d = 0  # the class stride of a band inside residue classes, where its rows are all classes
         if comp.class_band is not None and k.shape[2] == n:
             d = _class_stride(comp.q_index, n)
             d = d if _class_stride(comp.k_index, n) == d else 0
-        kv = key_valid if mask is None else key_valid.clone()  # kept: the caller's tensor may change
+        kv = key_valid  # a kept preparation holds its own copy: the caller's mask may change
+        if kept_key is not None and key_valid is not None:
+            kv = key_valid.clone()
         return _prepare(comp, B, H, nq, nk, kv, scale, dropout_p, seed, q.device), d
 
     p, d = keep("prep", prepare)
@@ -451,6 +458,7 @@ def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed):
 
 
 def _new_run(kind: str, q, k, p: _Prep, d: int) -> _Run:
+    """The kernel's arguments for one prepared component (``d``: its class stride, or 0)."""
     B, H, n = q.shape[:3]
     if kind == "class_band":  # the kernel reads and writes the tensors' rows itself
         return _Run(kind, p, _class_band_args(p, B, H, q.device, d))
@@ -553,8 +561,9 @@ def blocked_attention(
         return (out, lse) if return_lse else out
     # components on the compiled kernels run as one node (shared gradients, no merge backward)
     runs, parts = [], []
+    kept_key = _kept_key(q, k, key_valid, scale, dropout_p)
     for i, comp in enumerate(plan.components):
-        run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, seed + i)
+        run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, seed + i, kept_key)
         if run is not None:
             runs.append(run)
         else:
