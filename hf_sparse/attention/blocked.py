@@ -43,6 +43,7 @@ from ..patterns.base import Component, Plan, kept
 from . import fused
 from .band_backward import BAND_BACKWARD_MIN_BLOCKS, _backward_band, _band_tile
 from .dense import compute_dtype
+from .dropout import keep_pairs
 from .fused_components import (
     _class_band_args,
     _fused_band_args,
@@ -215,12 +216,24 @@ def _chunk_mask(p: _Prep, b, h, s, e, clean, device, dtype=torch.float32):
     return (bias[0] == 0).to(dtype), any_key
 
 
-def _dropout_mask(p: _Prep, shape, group_i: int, s: int, device) -> torch.Tensor:
-    """Keep-mask of one chunk, from a generator seeded by (call seed, group, chunk): forward and
-    backward draw the same mask without storing it."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed((p.seed * 1_000_003 + group_i * 65_537 + s) % (2**63 - 1))
-    return torch.rand(shape, generator=gen, device=device) >= p.dropout_p
+def _dropout_scale(p: _Prep, b: int, h: int, r0: int, r1: int, s: int, e: int, dtype, device) -> torch.Tensor:
+    """keep / (1 - p) of the chunk of query blocks s..e of rows r0..r1 (as its scores, ``_flat_rows``), keep
+    drawn from each pair's tensor rows (``dropout.keep_pairs``): forward and backward draw the same mask
+    without storing it, and so do the compiled kernels."""
+    comp, c = p.comp, p.c
+    rows = torch.arange(s * c, e * c, device=device).view(e - s, c).clamp(max=p.nq - 1)
+    cols = _key_rows(p, b, h, s, e, device).clamp(0, p.nk - 1)
+    if comp.q_index is not None:
+        rows = comp.q_index[min(b, comp.q_index.shape[0] - 1), min(h, comp.q_index.shape[1] - 1)].to(device)[
+            rows
+        ]
+    if comp.k_index is not None:
+        cols = comp.k_index[min(b, comp.k_index.shape[0] - 1), min(h, comp.k_index.shape[1] - 1)].to(device)[
+            cols
+        ]
+    bh = torch.arange(r0, r1, device=device)[:, None, None, None]
+    keep = keep_pairs(p.seed, p.dropout_p, bh, rows[None, :, :, None], cols[None, :, None, :])
+    return _flat_rows(p, keep.to(dtype) / (1.0 - p.dropout_p))
 
 
 def _budget(p: _Prep, heads: int, elements: int) -> int:
@@ -242,7 +255,7 @@ class _BlockSparse(torch.autograd.Function):
         # torch's CPU flash kernel needs one head size for q, k and v
         use_flash = dev.type == "cpu" and p.dropout_p == 0.0 and v.shape[-1] == D and _flash_cpu_available()
         cdt = compute_dtype(q.dtype)
-        for gi, (b, h, r0, r1) in enumerate(p.groups):
+        for b, h, r0, r1 in p.groups:
             heads = r1 - r0
             clean_n = _budget(p, 1, FORWARD_ELEMENTS) if use_flash else _budget(p, heads, CHUNK_ELEMENTS)
             for s, e, clean in _schedule(p, b, h, clean_n, _budget(p, heads, CHUNK_ELEMENTS), dev):
@@ -277,7 +290,7 @@ class _BlockSparse(torch.autograd.Function):
                     has_key = any_key.reshape(l.shape[-2:])
                     P = torch.exp(S - torch.where(has_key, l, torch.zeros_like(l))[..., None])
                     if p.dropout_p > 0.0:
-                        P = P * _dropout_mask(p, P.shape, gi, s, dev) / (1.0 - p.dropout_p)
+                        P = P * _dropout_scale(p, b, h, r0, r1, s, e, cdt, dev)
                     o = torch.matmul(P, V.to(cdt)).to(q.dtype)
                 out[r0:r1, s:e] = o.view(heads, e - s, c, -1)
                 lse[r0:r1, s:e] = torch.where(any_key, l.view(heads, e - s, c).to(lse.dtype), _NEG_INF)
@@ -337,7 +350,7 @@ def _probabilities(S, lse, mask01):  # noqa: D401
 def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
     """Any layout: all heads of a group at once per chunk; key gradients scattered back."""
     dev = qs.device
-    for gi, (b, h, r0, r1) in enumerate(p.groups):
+    for b, h, r0, r1 in p.groups:
         step = _budget(p, r1 - r0, CHUNK_ELEMENTS)
         for s, e, clean in _schedule(p, b, h, step, step, dev):
             mask01, any_key = _chunk_mask(p, b, h, s, e, clean, dev, qs.dtype)
@@ -352,7 +365,7 @@ def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
             P = _probabilities(torch.matmul(Q, K.transpose(-1, -2)), lse_c, mask01)
             dP = torch.matmul(dO, V.transpose(-1, -2))
             if p.dropout_p > 0.0:
-                keep = _dropout_mask(p, P.shape, gi, s, dev) / (1.0 - p.dropout_p)
+                keep = _dropout_scale(p, b, h, r0, r1, s, e, qs.dtype, dev)
                 dV = torch.matmul((P * keep).transpose(-1, -2), dO)
                 dP = dP * keep
             else:
@@ -562,15 +575,15 @@ def blocked_attention(
     # components on the compiled kernels run as one node (shared gradients, no merge backward)
     runs, parts = [], []
     kept_key = _kept_key(q, k, key_valid, scale, dropout_p)
-    for i, comp in enumerate(plan.components):
-        run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, seed + i, kept_key)
+    for comp in plan.components:
+        run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, seed, kept_key)
         if run is not None:
             runs.append(run)
         else:
-            parts.append(run_component(q, k, v, comp, key_valid, scale, dropout_p, seed + i, p))
+            parts.append(run_component(q, k, v, comp, key_valid, scale, dropout_p, seed, p))
     if runs:
         B, H, nq = q.shape[:3]
-        out, lse = _FusedPlan.apply(*_flat(q, k, v), runs)
+        out, lse = _FusedPlan.apply(*_flat(q, k, v), runs, (float(dropout_p), int(seed)))
         parts.append((out.view(B, H, nq, -1), lse.view(B, H, nq)))
     if not parts:
         B, H, nq, _ = q.shape

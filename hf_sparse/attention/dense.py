@@ -34,17 +34,20 @@ def allowed_mask(
 
 
 def dense_attention(
-    query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, generator=None
+    query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, generator=None, keep=None
 ):
     """softmax(q k^T * scale) v over ``allowed`` keys; rows with no allowed key give zeros. Computed
-    in float32 (float64 stays float64)."""
+    in float32 (float64 stays float64). Dropout keeps the probabilities ``keep`` (bool, broadcastable to
+    the scores: e.g. ``dropout.keep_mask``, the compiled kernels' mask) or, without it, draws them from
+    ``generator``."""
     cdt = compute_dtype(query.dtype)
     scores = torch.matmul(query.to(cdt), key.to(cdt).transpose(-1, -2)) * scale  # (B, H, q, kv)
     scores = scores.masked_fill(~allowed, float("-inf"))
     any_key = allowed.any(-1, keepdim=True)
     probs = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
     if dropout_p > 0.0:
-        keep = torch.rand(probs.shape, generator=generator, device=probs.device) >= dropout_p
+        if keep is None:
+            keep = torch.rand(probs.shape, generator=generator, device=probs.device) >= dropout_p
         probs = probs * keep / (1.0 - dropout_p)
     return torch.matmul(probs, value.to(cdt)).to(query.dtype)
 

@@ -11,6 +11,7 @@ import torch
 from .. import patterns as P
 from .blocked import blocked_attention
 from .dense import all_true, allowed_mask, dense_attention, sdpa_attention
+from .dropout import keep_mask
 from .flex import can_compile_on, compile_enabled, flex_attention_forward, flex_available
 
 BACKENDS = ("auto", "dense", "sdpa", "blocked", "flex")
@@ -170,8 +171,9 @@ def sparse_attention(
             (reference, float32 arithmetic, O(n^2) memory), ``"sdpa"`` (torch's fused attention with the
             pattern's materialised mask, O(n^2) memory), ``"blocked"`` or ``"flex"``.
         block_size: kernel block size (must divide or be a multiple of the pattern's own blocks).
-        seed: dropout seed (blocked: drawn from torch's generator if None; sdpa: torch's generator is
-            used as it is if None, else forked and seeded).
+        seed: dropout seed (blocked and dense: drawn from torch's generator if None, and one seed keeps the
+            same probabilities on both and with or without the compiled CPU kernel: ``dropout.keep_mask``;
+            sdpa: torch's generator is used as it is if None, else forked and seeded).
 
     Returns: ``(batch, heads, q_len, head_dim)``. A query with no allowed key gets zeros.
     """
@@ -242,21 +244,18 @@ def sparse_attention(
         with torch.random.fork_rng(devices=[query.device] if query.device.type == "cuda" else []):
             torch.manual_seed(seed)
             return sdpa_attention(query, key, value, allowed, scale, dropout_p)
-    if backend == "dense":
-        gen = None
-        if dropout_p > 0.0:
-            gen = torch.Generator(device=query.device)
-            gen.manual_seed(int(torch.randint(0, 2**62, (1,)).item()) if seed is None else seed)
-        return dense_attention(query, key, value, allowed, scale, dropout_p, gen)
+    if seed is None and dropout_p > 0.0:
+        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+    if backend == "dense":  # the blocked kernels' dropout mask (``dropout.py``): the same result for a seed
+        keep = None if dropout_p == 0.0 else keep_mask(seed, dropout_p, B, H, q_len, kv_len, query.device)
+        return dense_attention(query, key, value, allowed, scale, dropout_p, keep=keep)
 
     check_exportable(pattern, backend)
     if pick_backend(backend, query, dropout_p) == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
         return flex_attention_forward(query, key, value, bound, key_valid, scale, block)
     plan = bound.derived(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
-    if seed is None:
-        seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if dropout_p > 0 else 0
-    return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)
+    return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed or 0)
 
 
 def _check_flex(pattern, query, needs_grad, dropout_p):

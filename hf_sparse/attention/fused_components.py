@@ -58,10 +58,14 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride:
     ``"range"`` for rows with one contiguous key range each (``Component.key_range``),
     ``"class_band"`` for bands inside residue classes (``Component.class_band``, rows of class stride
     ``class_stride``; float32 where the build has the register-blocked kernels), ``"tables"`` for
-    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, dropout, half
-    precision, the kernel not built / ``HF_SPARSE_FUSED=0``, or, by default, a (kind, grad) the
-    measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a backward."""
-    if q.device.type != "cpu" or p.dropout_p > 0.0 or q.dtype not in (torch.float32, torch.float64):
+    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, half precision,
+    dropout on a component whose rows are not the tensors' own (the band and table kernels draw it from
+    each (row, key) of the tensors: ``dropout.py``), the kernel not built / ``HF_SPARSE_FUSED=0``, or, by
+    default, a (kind, grad) the measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call
+    needs a backward."""
+    if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
+        return None
+    if p.dropout_p > 0.0 and (p.comp.q_index is not None or p.comp.k_index is not None):
         return None
     if p.comp.key_range is not None and p.q_valid is None and p.nq == q.shape[2]:
         kind = "range"  # its orders are permutations of the rows (LSH's sorted buckets)
@@ -299,23 +303,25 @@ def _covers_all(rows: _Rows, n: int) -> bool:
     return rows.valid is None and rows.index.shape[1] == n
 
 
-def _kernel_forward(run: _Run, q, k, v, into=None):
+def _kernel_forward(run: _Run, q, k, v, into=None, drop=(0.0, 0)):
     """(out, lse) of one component in its own rows. ``into``: another component's (out, lse) of the same
-    rows (tensors of this node) to merge this one into in place, where the kernel can (``class_band``)."""
+    rows (tensors of this node) to merge this one into in place, where the kernel can (``class_band``).
+    ``drop``: (dropout_p, seed) of the call (band and table kernels only: ``_fused_kind``)."""
     if run.kind == "band":
-        return fused.ops().band_forward(q, k, v, *run.args, FUSED_BAND_ROWS, run.p.scale)
+        return fused.ops().band_forward(q, k, v, *run.args, FUSED_BAND_ROWS, run.p.scale, *drop)
     if run.kind == "class_band":
         return fused.ops().class_band_forward(q, k, v, *run.args, run.p.scale, *(into or ()))
     if run.kind == "range":
         return fused.ops().range_forward(q, k, v, *run.args, FUSED_RANGE_ROWS, run.p.scale)
-    return fused.ops().forward(q, k, v, *run.args, run.p.c, run.p.scale, run.q_rows.stride, run.k_rows.stride)
+    strides = run.q_rows.stride, run.k_rows.stride
+    return fused.ops().forward(q, k, v, *run.args, run.p.c, run.p.scale, *strides, *drop)
 
 
-def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv) -> None:
+def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv, drop=(0.0, 0)) -> None:
     """Adds one component's gradients to dq, dk, dv (its own rows), given the whole plan's lse, delta."""
     if run.kind == "band":
         fused.ops().band_backward(
-            q, k, v, d_out, lse, delta, *run.args, FUSED_BAND_ROWS, run.p.scale, dq, dk, dv
+            q, k, v, d_out, lse, delta, *run.args, FUSED_BAND_ROWS, run.p.scale, dq, dk, dv, *drop
         )
     elif run.kind == "class_band":
         fused.ops().class_band_backward(q, k, v, d_out, lse, delta, *run.args, run.p.scale, dq, dk, dv)
@@ -326,7 +332,7 @@ def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv) -> None:
     else:
         strides = run.q_rows.stride, run.k_rows.stride
         fused.ops().backward(
-            q, k, v, d_out, lse, delta, *run.args, run.p.c, run.p.scale, *strides, dq, dk, dv
+            q, k, v, d_out, lse, delta, *run.args, run.p.c, run.p.scale, *strides, dq, dk, dv, *drop
         )
 
 
@@ -337,17 +343,17 @@ class _FusedPlan(torch.autograd.Function):
     exp(S - lse) are the final probabilities and its gradients go straight into dq, dk, dv, shared by all
     components: no merge backward, no per-component gradient buffers or row dots (for BigBird at 16k
     tokens those were ~30% of its forward+backward). Components whose rows are not read in place run on
-    copies (``_Rows``)."""
+    copies (``_Rows``). ``drop``: the call's (dropout_p, seed), one mask over all components (``dropout.py``)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, runs: list):
+    def forward(ctx, q, k, v, runs: list, drop=(0.0, 0)):
         parts, indexed, saved = [], [], []
         for run in runs:
             qs, ks, vs = run.q_rows.take(q), run.k_rows.take(k), run.k_rows.take(v)
             if run.kind == "class_band" and len(parts) == 1:  # merged into the earlier part by the kernel
                 _kernel_forward(run, qs, ks, vs, into=parts[0])
                 continue
-            out, lse = _kernel_forward(run, qs, ks, vs)
+            out, lse = _kernel_forward(run, qs, ks, vs, drop=drop)
             if run.q_rows.index is not None:
                 indexed.append((run.q_rows, out, lse))
             else:
@@ -366,7 +372,7 @@ class _FusedPlan(torch.autograd.Function):
         for rows, out_c, lse_c in indexed:  # out, lse are this node's own tensors: merged in place
             _merge_rows_into(out, lse, rows, out_c, lse_c, empty)
             empty = False
-        ctx.runs = runs
+        ctx.runs, ctx.drop = runs, drop
         ctx.save_for_backward(q, k, v, out, lse, *saved)
         return out, lse
 
@@ -380,15 +386,17 @@ class _FusedPlan(torch.autograd.Function):
         for run in ctx.runs:
             qr, kr = run.q_rows, run.k_rows
             if not (qr.copied or kr.copied):
-                _kernel_backward(run, q, k, v, d_out, lse, delta, dq, dk, dv)
+                _kernel_backward(run, q, k, v, d_out, lse, delta, dq, dk, dv, ctx.drop)
                 continue
             qs, ks, vs = next(copies), next(copies), next(copies)
             gq = fused.zeros_like(qs) if qr.copied else dq
             gk, gv = (fused.zeros_like(ks), fused.zeros_like(vs)) if kr.copied else (dk, dv)
-            _kernel_backward(run, qs, ks, vs, qr.take(d_out), qr.take(lse), qr.take(delta), gq, gk, gv)
+            _kernel_backward(
+                run, qs, ks, vs, qr.take(d_out), qr.take(lse), qr.take(delta), gq, gk, gv, ctx.drop
+            )
             if qr.copied:
                 qr.add_back(dq, gq)
             if kr.copied:
                 kr.add_back(dk, gk)
                 kr.add_back(dv, gv)
-        return dq, dk, dv, None
+        return dq, dk, dv, None, None

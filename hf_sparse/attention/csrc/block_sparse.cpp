@@ -240,6 +240,58 @@ inline void scale_row(T* x, int64_t n, T a) {
   for (; j < n; ++j) x[j] *= a;
 }
 
+// Dropout on the attention probabilities, decided for each (flattened row r = b * H + h, query i, key j) of
+// the tensors by a counter-based hash of the call's seed: the forward and the backward draw the same mask
+// without storing it, every kernel and tiling draws the same one, and ``hf_sparse.attention.dropout.keep_mask``
+// computes the same bits in PyTorch (the tests' dense reference). murmur3's 32-bit finaliser over the row's key
+// plus a multiple of j; a pair is kept where the hash is >= p * 2^32, and kept probabilities are scaled by
+// 1 / (1 - p). The log-sum-exp is that of the probabilities before dropout, so components still merge exactly.
+inline uint32_t fmix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x;
+}
+
+struct Drop {
+  bool on = false;
+  uint32_t seed = 0, thresh = 0;
+  double scale = 1.0;  // 1 / (1 - p)
+  Drop() = default;
+  Drop(double p, int64_t s) : on(p > 0.0) {
+    TORCH_CHECK(p >= 0.0 && p < 1.0, "dropout_p must be in [0, 1), got ", p);
+    seed = fmix32(static_cast<uint32_t>(s));
+    thresh = static_cast<uint32_t>(std::min(4294967295.0, std::floor(p * 4294967296.0)));
+    scale = 1.0 / (1.0 - p);
+  }
+  uint32_t head(int64_t r) const { return fmix32(seed + 0x9E3779B9u * static_cast<uint32_t>(r + 1)); }
+  uint32_t row(uint32_t hk, int64_t i) const { return fmix32(hk ^ (0x85EBCA77u * static_cast<uint32_t>(i + 1))); }
+  bool keep(uint32_t rk, int64_t j) const {
+    return fmix32(rk + 0x27D4EB2Fu * static_cast<uint32_t>(j + 1)) >= thresh;
+  }
+};
+
+// Si[jj] (key j0 + jj, row key rk) *= keep ? m : 0 over [lo, hi): dropout of one row of probabilities.
+template <typename T>
+inline void drop_row(const Drop& dr, uint32_t rk, T* Si, int64_t lo, int64_t hi, int64_t j0, T m) {
+  for (int64_t jj = lo; jj < hi; ++jj) Si[jj] = dr.keep(rk, j0 + jj) ? Si[jj] * m : T(0);
+}
+
+// The backward of one row with dropout (``grad_row`` otherwise): P = exp(S - lse), then Pi <- P * M (what
+// dV takes) and dSi <- P (M dP - delta), M = keep / (1 - p).
+template <typename T>
+inline void grad_row_drop(const Drop& dr, uint32_t rk, T* Pi, T* dSi, int64_t n, int64_t j0, T lse, T delta) {
+  const T m = static_cast<T>(dr.scale);
+  for (int64_t j = 0; j < n; ++j) {
+    const T p = exp_scalar(Pi[j] - lse);
+    const T pm = dr.keep(rk, j0 + j) ? p * m : T(0);
+    Pi[j] = pm;
+    dSi[j] = pm * dSi[j] - p * delta;
+  }
+}
+
 struct Tables {
   const int32_t* kv;      // (G, nqb, K)
   const int32_t* tidx;    // (G, nqb, K)
@@ -312,7 +364,7 @@ struct Rows {
 
 template <typename T>
 void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tables& t, int64_t BH,
-                  int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale, Rows qr, Rows kr) {
+                  int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale, Rows qr, Rows kr, const Drop& dr) {
   const int64_t c = t.c, nqb = t.nqb, lq = qr.d, lk = kr.d;
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
@@ -323,6 +375,7 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
       const int64_t q0 = qb * c, qn = std::min(c, nq - q0), row0 = r * nq + qr(q0);
       const T* Q = q + row0 * D;
       T* O = out + row0 * Dv;
+      const uint32_t hk = dr.head(r);
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), T(0));
       for (int64_t i = 0; i < qn; ++i) std::fill(O + i * lq * Dv, O + i * lq * Dv + Dv, T(0));
@@ -343,6 +396,7 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
           if (corr != T(1)) scale_row(O + i * lq * Dv, Dv, corr);
           l[i] = l[i] * corr + sum;
           m[i] = mnew;
+          if (dr.on) drop_row(dr, dr.row(hk, q0 + i), Si, 0, kn, k0, static_cast<T>(dr.scale));
         }
         gemm_rm<T>(false, false, qn, Dv, kn, T(1), S.data(), c, v + krow * Dv, lk * Dv, T(1), O, lq * Dv);
       });
@@ -364,7 +418,7 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
 template <typename T>
 void backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta,
                    T* dq, T* dk, T* dv, const Tables& t, int64_t BH, int64_t nq, int64_t nk, int64_t D,
-                   int64_t Dv, T scale, Rows qr, Rows kr) {
+                   int64_t Dv, T scale, Rows qr, Rows kr, const Drop& dr) {
   const int64_t c = t.c, nqb = t.nqb, lq = qr.d, lk = kr.d;
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
     SequentialBlas seq;
@@ -389,7 +443,10 @@ void backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* l
               continue;
             }
             if (tile) mask_row(Pi, tile + i * c, kn);
-            grad_row(Pi, dSi, kn, L, delta[row0 + i * lq]);
+            if (dr.on)
+              grad_row_drop(dr, dr.row(dr.head(r), q0 + i), Pi, dSi, kn, k0, L, delta[row0 + i * lq]);
+            else
+              grad_row(Pi, dSi, kn, L, delta[row0 + i * lq]);
           }
           grad_products<T>(P.data(), dS.data(), c, qn, kn, Q, dO, Kb, dq + row0 * D, dk + krow * D,
                            dv + krow * Dv, D, Dv, scale, lq, lk);
@@ -463,7 +520,7 @@ inline void zero_outside(T* row, int64_t lo, int64_t hi, int64_t W) {
 
 template <typename T>
 void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Band& b, int64_t BH,
-                       int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale) {
+                       int64_t nq, int64_t nk, int64_t D, int64_t Dv, T scale, const Drop& dr) {
   const int64_t R = b.R, ntiles = (nq + R - 1) / R, Wmax = b.width();
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH * ntiles, 1, [&](int64_t begin, int64_t end) {
@@ -501,6 +558,7 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
         const T sum = exp_sum(Si, lo, hi, mx);
         inv[i] = T(1) / sum;  // normalised in O after the product: Dv entries per row, not W
         zero_outside(Si, lo, hi, W);
+        if (dr.on) drop_row(dr, dr.row(dr.head(r), i0 + i), Si, lo, hi, j0, static_cast<T>(dr.scale));
         L[i] = mx + std::log(sum);
       }
       gemm_rm<T>(false, false, qn, Dv, W, T(1), S.data(), Wmax, v + (r * nk + j0) * Dv, Dv, T(0), O, Dv);
@@ -529,6 +587,47 @@ constexpr int64_t kRB = 64, kParts = kRB / 16;
 
 inline __m512 masked_or_ninf(__m512 x, __mmask16 keep) {
   return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), keep, x);
+}
+
+// ``Drop`` on 16 rows at once (the lanes of a transposed score vector): the rows' keys, then for key j the
+// bits of the rows that keep (key, row).
+inline __m512i fmix32_v(__m512i x) {
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x85EBCA6Bu)));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 13));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0xC2B2AE35u)));
+  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+inline __m512i drop_rows(const Drop& dr, uint32_t hk, int64_t i) {
+  alignas(64) uint32_t rk[16];
+  for (int u = 0; u < 16; ++u) rk[u] = dr.row(hk, i + u);
+  return _mm512_load_si512(rk);
+}
+
+inline __mmask16 drop_keep(const Drop& dr, __m512i rk, int64_t j) {
+  const __m512i x = _mm512_add_epi32(rk, _mm512_set1_epi32(static_cast<int>(0x27D4EB2Fu * static_cast<uint32_t>(j + 1))));
+  return _mm512_cmpge_epu32_mask(fmix32_v(x), _mm512_set1_epi32(static_cast<int>(dr.thresh)));
+}
+
+// Dropout of a forward part's probabilities (transposed, keys [ja, jb) = tensor keys j0 + ja .., rows from
+// tensor row i): dropped ones -> 0 (the kept ones' 1 / (1 - p) goes into the rows' inv: ``drop_inv``).
+inline void drop_part(const Drop& dr, uint32_t hk, float* S, int64_t ja, int64_t jb, int64_t j0, int64_t i) {
+  const __m512i rk = drop_rows(dr, hk, i);
+  for (int64_t j = ja; j < jb; ++j)
+    _mm512_storeu_ps(S + j * kRB, _mm512_maskz_mov_ps(drop_keep(dr, rk, j0 + j), _mm512_loadu_ps(S + j * kRB)));
+}
+
+inline void drop_inv(const Drop& dr, float* inv, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) inv[r] *= static_cast<float>(dr.scale);
+}
+
+// One backward vector with dropout: p (0 where not allowed) and dP of 16 rows for key j -> P M at sj (dV's)
+// and P (M dP - delta) at dj.
+inline void drop_grad(const Drop& dr, __m512i rk, int64_t j, __m512 p, float* sj, float* dj, __m512 dl) {
+  const __m512 pm = _mm512_maskz_mul_ps(drop_keep(dr, rk, j), p, _mm512_set1_ps(static_cast<float>(dr.scale)));
+  _mm512_storeu_ps(sj, pm);
+  _mm512_storeu_ps(dj, _mm512_fmsub_ps(pm, _mm512_loadu_ps(dj), _mm512_mul_ps(p, dl)));
 }
 
 // ST[j][16h .. 16h + 16) = sum_d K[j][d] QT[d][16h ..] for the NK keys j0 .. j0 + NK - 1 (window-relative),
@@ -734,7 +833,7 @@ inline void part_softmax(float* S, int64_t ja, int64_t jb, __m512 mx, int64_t r0
 // contiguous rows; kv / qv its key / query validity or nullptr).
 void band_tile_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
                           const uint8_t* kv, const uint8_t* qv, int64_t nq, int64_t nk, int64_t D, int64_t Dv,
-                          float scale, int64_t i0, RbScratch& w) {
+                          float scale, int64_t i0, RbScratch& w, const Drop& dr = Drop(), uint32_t hk = 0) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t qn = std::min(kRB, nq - i0);
   const float* Q = q + i0 * D;
@@ -765,13 +864,17 @@ void band_tile_forward_rb(const float* q, const float* k, const float* v, float*
       mx = _mm512_max_ps(mx, s);
     }
     part_softmax(S, ja, jb, mx, r0, r1, w.inv.data(), L);
+    if (dr.on) {
+      drop_part(dr, hk, S, ja, jb, j0, i0 + r0);
+      drop_inv(dr, w.inv.data(), r0, r1);
+    }
     for (int64_t g = r0; g < r1; g += 4)
       pv_rows(w.ST.data() + g, v + j0 * Dv, Dv, ja, jb, O + g * Dv, std::min<int64_t>(4, r1 - g), w.inv.data() + g);
   }
 }
 
 void band_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
-                     int64_t BH, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale) {
+                     int64_t BH, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale, const Drop& dr) {
   const int64_t ntiles = (nq + kRB - 1) / kRB;
   at::parallel_for(0, BH * ntiles, 1, [&](int64_t begin, int64_t end) {
     RbScratch w(b.width() - b.R + kRB, D, Dv, scale);
@@ -779,7 +882,7 @@ void band_forward_rb(const float* q, const float* k, const float* v, float* out,
       const int64_t r = task / ntiles;
       band_tile_forward_rb(q + r * nq * D, k + r * nk * D, v + r * nk * Dv, out + r * nq * Dv, lse + r * nq, b,
                            b.kvalid ? b.kvalid + r * nk : nullptr, b.qvalid ? b.qvalid + r * nq : nullptr, nq, nk,
-                           D, Dv, scale, (task % ntiles) * kRB, w);
+                           D, Dv, scale, (task % ntiles) * kRB, w, dr, dr.head(r));
     }
   });
 }
@@ -826,7 +929,7 @@ inline void tile_grads(float* ST, float* DS, const int64_t* ja, const int64_t* j
 void band_tile_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                            const float* delta, float* dq, float* dk, float* dv, const Band& b, const uint8_t* kv,
                            const uint8_t* qv, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale, int64_t i0,
-                           RbScratch& w) {
+                           RbScratch& w, const Drop& dr = Drop(), uint32_t hk = 0) {
   constexpr int64_t R = kRB;
   const int64_t qn = std::min(R, nq - i0);
   const float* Q = q + i0 * D;
@@ -854,11 +957,16 @@ void band_tile_backward_rb(const float* q, const float* k, const float* v, const
     if (jb[h] <= ja[h]) continue;
     scores_part(Kw, D, w.QT.data() + r0, ST + r0, ja[h], jb[h]);
     scores_part(Vw, Dv, w.OT.data() + r0, DS + r0, ja[h], jb[h]);
+    const __m512i rk = dr.on ? drop_rows(dr, hk, i0 + r0) : _mm512_setzero_si512();
     for (int64_t j = ja[h]; j < jb[h]; ++j) {
       float* sj = ST + j * R + r0;
       float* dj = DS + j * R + r0;
       const __mmask16 keep = band_keep(b, rows, r0, r1, i0, j0 + j, kv);
       const __m512 p = _mm512_maskz_mov_ps(keep, (fVec::loadu(sj) - lv).exp_u20());
+      if (dr.on) {
+        drop_grad(dr, rk, j0 + j, p, sj, dj, dl);
+        continue;
+      }
       _mm512_storeu_ps(sj, p);
       _mm512_storeu_ps(dj, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
     }
@@ -871,7 +979,7 @@ void band_tile_backward_rb(const float* q, const float* k, const float* v, const
 // dK += scale dS^T Q in groups of 4 keys over the rows of the parts that see them; dQ += scale dS K per part.
 void band_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                       const float* delta, float* dq, float* dk, float* dv, const Band& b, int64_t BH, int64_t nq,
-                      int64_t nk, int64_t D, int64_t Dv, float scale) {
+                      int64_t nk, int64_t D, int64_t Dv, float scale, const Drop& dr) {
   const int64_t chunk = band_chunk(b, BH, nq, kRB);
   const int64_t nchunks = (nq + chunk - 1) / chunk, per_phase = (nchunks + 1) / 2;
   for (int64_t phase = 0; phase < 2; ++phase) {
@@ -884,7 +992,7 @@ void band_backward_rb(const float* q, const float* k, const float* v, const floa
           band_tile_backward_rb(q + r * nq * D, k + r * nk * D, v + r * nk * Dv, dout + r * nq * Dv, lse + r * nq,
                                 delta + r * nq, dq + r * nq * D, dk + r * nk * D, dv + r * nk * Dv, b,
                                 b.kvalid ? b.kvalid + r * nk : nullptr, b.qvalid ? b.qvalid + r * nq : nullptr, nq,
-                                nk, D, Dv, scale, i0, w);
+                                nk, D, Dv, scale, i0, w, dr, dr.head(r));
       }
     });
   }
@@ -918,7 +1026,7 @@ inline bool tables_rb_applies(const Tables& t, int64_t D, int64_t Dv, int64_t lq
 }
 
 void tables_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Tables& t,
-                       int64_t BH, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale) {
+                       int64_t BH, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale, const Drop& dr) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t nqb = t.nqb;
   at::parallel_for(0, BH * nqb, 1, [&](int64_t begin, int64_t end) {
@@ -959,6 +1067,11 @@ void tables_forward_rb(const float* q, const float* k, const float* v, float* ou
           }
         }
         part_softmax(S, 0, W, mx, r0, r1, w.inv.data(), L);
+        if (dr.on) {
+          for (int64_t s = 0, off = 0; s < T; off += kns[s++])
+            drop_part(dr, dr.head(r), S + off * kRB, 0, kns[s], k0s[s], i0 + r0);
+          drop_inv(dr, w.inv.data(), r0, r1);
+        }
         for (int64_t g = r0; g < r1; g += 4) {
           const int64_t nrows = std::min<int64_t>(4, r1 - g);
           for (int64_t s = 0, off = 0; s < T; off += kns[s++]) {
@@ -983,7 +1096,7 @@ void tables_forward_rb(const float* q, const float* k, const float* v, float* ou
 // 0.358 s, Random(64, 3) 0.332 -> 0.284 s, Fixed(128, 8) 0.836 -> 0.743 s, BigBird(64) 0.902 -> 0.748 s.
 void tables_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                         const float* delta, float* dq, float* dk, float* dv, const Tables& t, int64_t BH,
-                        int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale) {
+                        int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale, const Drop& dr) {
   constexpr int64_t R = kRB;
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
     RbScratch w(t.K * R, D, Dv, scale);
@@ -1016,9 +1129,14 @@ void tables_backward_rb(const float* q, const float* k, const float* v, const fl
             float* dP = DS + off * R + r0;
             scores_part(k + (r * nk + k0s[s]) * D, D, w.QT.data() + r0, S, 0, kns[s]);
             scores_part(v + (r * nk + k0s[s]) * Dv, Dv, w.OT.data() + r0, dP, 0, kns[s]);
+            const __m512i rk = dr.on ? drop_rows(dr, dr.head(r), i0 + r0) : _mm512_setzero_si512();
             for (int64_t j = 0; j < kns[s]; ++j) {
               const __mmask16 keep = masks[s] ? rows & tile_bits(masks[s], r0, r1, j) : rows;
               const __m512 p = _mm512_maskz_mov_ps(keep, (fVec::loadu(S + j * R) - lv).exp_u20());
+              if (dr.on) {
+                drop_grad(dr, rk, k0s[s] + j, p, S + j * R, dP + j * R, dl);
+                continue;
+              }
               _mm512_storeu_ps(S + j * R, p);
               _mm512_storeu_ps(dP + j * R, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dP + j * R), dl)));
             }
@@ -1187,7 +1305,7 @@ void class_band_backward_rb(const float* q, const float* k, const float* v, cons
 template <typename T>
 void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta,
                         T* dq, T* dk, T* dv, const Band& b, int64_t BH, int64_t nq, int64_t nk, int64_t D,
-                        int64_t Dv, T scale) {
+                        int64_t Dv, T scale, const Drop& dr) {
   const int64_t R = b.R, Wmax = b.width();
   const int64_t chunk = band_chunk(b, BH, nq, R);
   const int64_t nchunks = (nq + chunk - 1) / chunk, per_phase = (nchunks + 1) / 2;
@@ -1220,7 +1338,10 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
             int64_t lo = 0, hi = 0;
             if (!std::isinf(L[i]) && (!qv || qv[i0 + i])) {
               band_mask_row(b, Pi, i0 + i, j0, W, kv, lo, hi);
-              if (hi > lo) grad_row(Pi + lo, dSi + lo, hi - lo, L[i], De[i]);
+              if (hi > lo && dr.on)
+                grad_row_drop(dr, dr.row(dr.head(r), i0 + i), Pi + lo, dSi + lo, hi - lo, j0 + lo, L[i], De[i]);
+              else if (hi > lo)
+                grad_row(Pi + lo, dSi + lo, hi - lo, L[i], De[i]);
             }
             zero_outside(Pi, lo, hi, W);
             zero_outside(dSi, lo, hi, W);
@@ -1252,8 +1373,10 @@ Rows rows(int64_t d, int64_t n, int64_t c) {
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& tiles,
                                 const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
-                                int64_t k_stride) {
+                                int64_t k_stride, double dropout_p, int64_t seed) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
+  const Drop dr(dropout_p, seed);
+  TORCH_CHECK(!dr.on || (q_stride == 1 && k_stride == 1), "dropout on class rows");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Tables t = tables(kv, tidx, tiles, group, c);
@@ -1263,14 +1386,14 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
 #if defined(CPU_CAPABILITY_AVX512)
   if (q.scalar_type() == at::kFloat && tables_rb_applies(t, D, Dv, q_stride, k_stride)) {
     tables_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
-                      lse.data_ptr<float>(), t, BH, nq, nk, D, Dv, static_cast<float>(scale));
+                      lse.data_ptr<float>(), t, BH, nq, nk, D, Dv, static_cast<float>(scale), dr);
     return {out, lse};
   }
 #endif
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_forward", [&] {
     forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                            out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), t, BH, nq, nk, D, Dv,
-                           static_cast<scalar_t>(scale), rows(q_stride, nq, c), rows(k_stride, nk, c));
+                           static_cast<scalar_t>(scale), rows(q_stride, nq, c), rows(k_stride, nk, c), dr);
   });
   return {out, lse};
 }
@@ -1287,7 +1410,9 @@ void check_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
               const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& kv, const at::Tensor& tidx,
               const at::Tensor& tiles, const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
-              int64_t k_stride, at::Tensor dq, at::Tensor dk, at::Tensor dv) {
+              int64_t k_stride, at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
+  const Drop dr(dropout_p, seed);
+  TORCH_CHECK(!dr.on || (q_stride == 1 && k_stride == 1), "dropout on class rows");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
@@ -1297,7 +1422,7 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
   if (q.scalar_type() == at::kFloat && tables_rb_applies(t, D, Dv, q_stride, k_stride)) {
     tables_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
                        lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
-                       dv.data_ptr<float>(), t, BH, nq, nk, D, Dv, static_cast<float>(scale));
+                       dv.data_ptr<float>(), t, BH, nq, nk, D, Dv, static_cast<float>(scale), dr);
     return;
   }
 #endif
@@ -1306,7 +1431,7 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
                             dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
                             dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), t, BH,
                             nq, nk, D, Dv, static_cast<scalar_t>(scale), rows(q_stride, nq, c),
-                            rows(k_stride, nk, c));
+                            rows(k_stride, nk, c), dr);
   });
 }
 
@@ -1327,7 +1452,9 @@ Band band_spec(const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid, con
 
 std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid,
-                                     const at::Tensor& qvalid, int64_t R, double scale) {
+                                     const at::Tensor& qvalid, int64_t R, double scale, double dropout_p,
+                                     int64_t seed) {
+  const Drop dr(dropout_p, seed);
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
@@ -1337,14 +1464,14 @@ std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, c
 #if defined(CPU_CAPABILITY_AVX512)
   if (q.scalar_type() == at::kFloat && band_rb_applies(b, D, Dv)) {
     band_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
-                    lse.data_ptr<float>(), b, BH, nq, nk, D, Dv, static_cast<float>(scale));
+                    lse.data_ptr<float>(), b, BH, nq, nk, D, Dv, static_cast<float>(scale), dr);
     return {out, lse};
   }
 #endif
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_band_forward", [&] {
     band_forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                                 out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv,
-                                static_cast<scalar_t>(scale));
+                                static_cast<scalar_t>(scale), dr);
   });
   return {out, lse};
 }
@@ -1352,7 +1479,8 @@ std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, c
 void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                    const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& ok, int64_t dmin,
                    const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t R, double scale, at::Tensor dq,
-                   at::Tensor dk, at::Tensor dv) {
+                   at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
+  const Drop dr(dropout_p, seed);
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
@@ -1362,7 +1490,7 @@ void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   if (q.scalar_type() == at::kFloat && band_rb_applies(b, D, Dv)) {
     band_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
                      lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
-                     dv.data_ptr<float>(), b, BH, nq, nk, D, Dv, static_cast<float>(scale));
+                     dv.data_ptr<float>(), b, BH, nq, nk, D, Dv, static_cast<float>(scale), dr);
     return;
   }
 #endif
@@ -1370,7 +1498,7 @@ void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     band_backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                                  dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
                                  delta.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(),
-                                 dv.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv, static_cast<scalar_t>(scale));
+                                 dv.data_ptr<scalar_t>(), b, BH, nq, nk, D, Dv, static_cast<scalar_t>(scale), dr);
   });
 }
 
@@ -2102,13 +2230,13 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("range_register_blocked(bool enable) -> bool", &range_register_blocked);
   m.def("row_delta(Tensor dout, Tensor out, Tensor lse, Tensor? dlse) -> Tensor", &row_delta);
   m.def("lsh_order(Tensor hq, Tensor hk, int nb, bool causal, int off) -> Tensor[]", &lsh_order);
-  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride) -> Tensor[]", &forward);
-  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &backward);
-  m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale) -> Tensor[]", &band_forward);
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, float dropout_p=0., int seed=0) -> Tensor[]", &forward);
+  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &backward);
+  m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, float dropout_p=0., int seed=0) -> Tensor[]", &band_forward);
   m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
   m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None) -> Tensor[]", &class_band_forward);
   m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &class_band_backward);
   m.def("range_forward(Tensor q, Tensor k, Tensor v, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale) -> Tensor[]", &range_forward);
   m.def("range_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &range_backward);
-  m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &band_backward);
+  m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &band_backward);
 }

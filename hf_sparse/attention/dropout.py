@@ -1,0 +1,59 @@
+"""The compiled CPU kernels' attention dropout mask, in PyTorch: a counter-based hash of the call's seed and
+each (flattened row ``b * H + h``, query ``i``, key ``j``) of the tensors, so the forward and the backward draw
+the same mask without storing it, and every path draws the same one: the compiled kernels (``csrc``'s
+``Drop``, bit for bit), the blocked kernel's PyTorch path (``keep_pairs`` per chunk) and the dense backend
+(``keep_mask``). So a seed gives the same result with and without the compiled kernel, and the dense
+reference checks dropout exactly."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """x * c mod 2^32 for x in [0, 2^32) (int64), without overflowing int64: c in two 16-bit halves."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+
+
+def _fmix32(x: torch.Tensor) -> torch.Tensor:
+    """murmur3's 32-bit finaliser (``csrc``'s ``fmix32``)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = _mul32(x, 0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def threshold(p: float) -> int:
+    """A pair is kept where its hash is >= this (p * 2^32, rounded down)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {p!r}")
+    return min(_M32, math.floor(p * 4294967296.0))
+
+
+def keep_pairs(seed: int, p: float, bh: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """Bool: which (flattened row ``bh`` = b * H + h, query ``i``, key ``j``) pairs the kernels keep with
+    dropout ``p`` and ``seed``; the three int64 tensors broadcast against each other."""
+    s = _fmix32(torch.tensor(seed & _M32, dtype=torch.int64, device=bh.device))
+    head = _fmix32((s + _mul32(bh + 1, 0x9E3779B9)) & _M32)
+    row = _fmix32(head ^ _mul32(i + 1, 0x85EBCA77))
+    return _fmix32((row + _mul32(j + 1, 0x27D4EB2F)) & _M32) >= threshold(p)
+
+
+def keep_mask(seed: int, p: float, B: int, H: int, nq: int, nk: int, device=None) -> torch.Tensor:
+    """(B, H, nq, nk) bool: which attention probabilities the blocked kernels keep with dropout ``p`` and
+    ``seed`` (kept ones are scaled by 1 / (1 - p))."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    arange = lambda n: torch.arange(n, dtype=torch.int64, device=device)  # noqa: E731
+    return keep_pairs(seed, p, arange(B * H)[:, None, None], arange(nq)[:, None], arange(nk)).view(
+        B, H, nq, nk
+    )
+
+
+__all__ = ["keep_mask", "keep_pairs", "threshold"]

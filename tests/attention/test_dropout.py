@@ -1,0 +1,104 @@
+"""Attention dropout: one mask per (seed, row, query, key) on every path (``hf_sparse.attention.dropout``)."""
+
+import pytest
+import torch
+
+from hf_sparse import patterns as P
+from hf_sparse import sparse_attention
+from hf_sparse.attention.dropout import keep_mask, keep_pairs, threshold
+from tests.attention.test_kernels import PATTERNS, _assert_matches_dense, _count_paths, _inputs
+from tests.cases import make_masks
+
+# PerHead runs each head as its own call with seed + head (so its heads draw different masks): the dense
+# reference's one mask over all heads is not its mask.
+DROPOUT_PATTERNS = {name: p for name, p in PATTERNS.items() if name != "per_head"}
+
+
+def test_keep_mask_keeps_one_minus_p_independently_of_position():
+    keep = keep_mask(7, 0.3, 2, 3, 256, 256)
+    assert keep.shape == (2, 3, 256, 256) and keep.dtype == torch.bool
+    assert abs(keep.float().mean().item() - 0.7) < 0.005
+    # no structure along any axis: every head, row and column keeps about the same share
+    for dim in (1, 2, 3):
+        share = keep.float().mean(dim=[d for d in range(4) if d != dim])
+        assert (share - 0.7).abs().max() < 0.06, dim  # 5 standard deviations of a row's 1,536 draws
+    # neighbouring pairs are independent: P(both kept) ~ 0.49
+    assert abs((keep[..., 1:] & keep[..., :-1]).float().mean().item() - 0.49) < 0.005
+    assert not torch.equal(keep, keep_mask(8, 0.3, 2, 3, 256, 256))
+    assert torch.equal(keep, keep_mask(7, 0.3, 2, 3, 256, 256))
+    assert keep_mask(7, 0.0, 1, 1, 8, 8).all()
+
+
+def test_keep_pairs_is_keep_mask_at_those_pairs():
+    keep = keep_mask(123, 0.25, 2, 2, 40, 50)
+    bh, i, j = (torch.randint(0, n, (500,)) for n in (4, 40, 50))
+    torch.testing.assert_close(keep_pairs(123, 0.25, bh, i, j), keep.view(4, 40, 50)[bh, i, j])
+
+
+def test_bad_dropout_probability_and_seed():
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.0"):
+        threshold(1.0)
+    with pytest.raises(TypeError, match="seed must be an int, got float"):
+        keep_mask(1.5, 0.1, 1, 1, 4, 4)
+
+
+@pytest.mark.parametrize("path", ["fused", "fallback"])
+@pytest.mark.parametrize("mode", ["none", "padding", "global"])
+@pytest.mark.parametrize("name", list(DROPOUT_PATTERNS))
+def test_dropout_matches_dense_with_the_same_seed_float64(name, mode, path, monkeypatch):
+    """With dropout, both paths of the blocked kernel keep exactly the probabilities the dense reference keeps
+    for the same seed: outputs and gradients to 1e-10 in float64. Band and table components run on the
+    compiled kernels (which draw the mask inside their tiles), the others (global rows and columns, classes,
+    gathered rows) on the PyTorch path."""
+    from hf_sparse.attention import fused
+
+    if path == "fused" and not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all" if path == "fused" else "0")
+    calls = _count_paths(monkeypatch)
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(129, D=8))
+    am, gm = make_masks(mode, q.shape[0], q.shape[2])
+    kw = dict(attention_mask=am, global_attention_mask=gm, dropout_p=0.3, seed=2024)
+    ref = sparse_attention(q, k, v, DROPOUT_PATTERNS[name], backend="dense", **kw)
+    out = sparse_attention(q, k, v, DROPOUT_PATTERNS[name], backend="blocked", **kw)
+    assert not torch.allclose(
+        ref, sparse_attention(q, k, v, DROPOUT_PATTERNS[name], backend="dense", **{**kw, "dropout_p": 0.0})
+    )
+    _assert_matches_dense(q, k, v, out, ref)
+    if path == "fused" and mode != "global" and name in ("sliding_window", "block_local", "random"):
+        assert calls["torch"] == 0 and calls["band"] + calls["tables"] > 0, calls
+    if path == "fallback":
+        assert calls["band"] + calls["tables"] + calls["class_band"] + calls["range"] == 0, calls
+
+
+@pytest.mark.parametrize(
+    "name", ["sliding_window", "sliding_window_causal", "block_local", "bigbird", "longformer"]
+)
+def test_dropout_on_the_register_blocked_kernels_float32(name, monkeypatch):
+    """float32 with a head size of 64 runs the AVX-512 register-blocked kernels where the CPU has them (the
+    mask drawn 16 rows at a time): the same probabilities as the dense reference, to float32 rounding."""
+    from hf_sparse.attention import fused
+
+    if not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all")
+    q, k, v = _inputs(300, D=64)
+    am, _ = make_masks("padding", q.shape[0], q.shape[2])
+    kw = dict(attention_mask=am, dropout_p=0.1, seed=5)
+    ref = sparse_attention(q, k, v, PATTERNS[name], backend="dense", **kw)
+    out = sparse_attention(q, k, v, PATTERNS[name], backend="blocked", **kw)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=0)
+    grad = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=5e-5, rtol=0)
+
+
+def test_a_seed_gives_the_same_result_with_and_without_the_compiled_kernel(monkeypatch):
+    """The seed drawn from torch's generator (no ``seed``) and the mask it gives do not depend on the path."""
+    q, k, v = _inputs(200, D=64, grad=False)
+    outs = []
+    for mode in ("all", "0"):
+        monkeypatch.setenv("HF_SPARSE_FUSED", mode)
+        torch.manual_seed(11)
+        outs.append(sparse_attention(q, k, v, P.BigBird(block=16, seed=0), dropout_p=0.2, backend="blocked"))
+    torch.testing.assert_close(outs[0], outs[1], atol=2e-5, rtol=0)
