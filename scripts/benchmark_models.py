@@ -6,7 +6,9 @@ each (model, n) in a fresh process. The vocabulary is small (1024) so that the l
 identical in every model, does not hide the difference between the attention layers; two layers
 keep the 16k Longformer step under a minute on 2 cores (the ratio does not depend on depth).
 Also measured: SparseTransformerForMaskedLM converted from the Longformer checkpoint
-(``hf_sparse.conversion.from_longformer``, global projections included).
+(``hf_sparse.conversion.from_longformer``, global projections included), and both models with attention
+dropout 0.1 (``DROPOUT``: the default of their configs; the other rows run without dropout), each compared
+with the Longformer of the same setting.
 
 Each step is also compared with its FLOP bound: the matmul FLOPs the model must do (every
 ``nn.Linear`` applied to the n tokens, plus QK^T and PV over exactly the allowed (query, key) pairs
@@ -34,7 +36,10 @@ MODELS = [
     "SparseTransformerForMaskedLM (converted Longformer)",
     "LongformerForMaskedLM",
     "RobertaForMaskedLM (dense SDPA)",
+    "SparseTransformerForMaskedLM (attention dropout 0.1)",
+    "LongformerForMaskedLM (attention dropout 0.1)",
 ]
+DROPOUT = " (attention dropout 0.1)"  # a model name ending so runs with attention_probs_dropout_prob=0.1
 SHAPE = dict(
     hidden_size=768, num_attention_heads=12, intermediate_size=3072, num_hidden_layers=2, vocab_size=1024
 )
@@ -50,7 +55,9 @@ def build(name: str, n: int):
     import torch
     from transformers import LongformerConfig, LongformerForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
-    common = dict(SHAPE, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    common = dict(
+        SHAPE, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.1 if name.endswith(DROPOUT) else 0.0
+    )
     if name.startswith("SparseTransformerForMaskedLM"):
         from hf_sparse import SparseTransformerConfig, SparseTransformerForMaskedLM, patterns
         from hf_sparse.conversion import from_longformer
@@ -266,7 +273,9 @@ def main():
         "",
         f"B=1, hidden {SHAPE['hidden_size']}, {SHAPE['num_attention_heads']} heads, FFN {SHAPE['intermediate_size']}, "
         f"{SHAPE['num_hidden_layers']} layers, vocabulary {SHAPE['vocab_size']}, window {WINDOW}, first token global, float32, CPU. "
-        "Each (model, n) ran in a fresh process; median step time. See the script's docstring for why the vocabulary is small.",
+        "Each (model, n) ran in a fresh process; median step time. No dropout except in the rows marked "
+        f"`{DROPOUT.strip()}`, which are compared with the Longformer of that setting. See the script's docstring for "
+        "why the vocabulary is small.",
         *(
             [
                 "",
@@ -297,9 +306,18 @@ def main():
             ),
             None,
         )
+        ref_dropout = next(
+            (
+                r
+                for r in records
+                if r["n"] == n and r["model"] == "LongformerForMaskedLM" + DROPOUT and "tokens_per_s" in r
+            ),
+            None,
+        )
         for r in (r for r in records if r["n"] == n):
             if "tokens_per_s" in r:
-                speed = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref else "—"
+                base = ref_dropout if r["model"].endswith(DROPOUT) else ref
+                speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "—"
                 prof = " / ".join(f"{v:.2f}" for v in r["profile_s"].values())
                 rates = f"{r['matmul_before']:.0f} -> {r['matmul_after']:.0f}" + (
                     "*" if "rate_moved" in r else ""

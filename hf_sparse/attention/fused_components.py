@@ -58,14 +58,11 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride:
     ``"range"`` for rows with one contiguous key range each (``Component.key_range``),
     ``"class_band"`` for bands inside residue classes (``Component.class_band``, rows of class stride
     ``class_stride``; float32 where the build has the register-blocked kernels), ``"tables"`` for
-    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, half precision,
-    dropout on a component whose rows are not the tensors' own (the band and table kernels draw it from
-    each (row, key) of the tensors: ``dropout.py``), the kernel not built / ``HF_SPARSE_FUSED=0``, or, by
-    default, a (kind, grad) the measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call
-    needs a backward."""
+    gathered, dense and other band components (and, with dropout, for those of the range and class-band
+    kinds: only the band and table kernels draw it), None for the pure-PyTorch path (not CPU, half
+    precision, the kernel not built / ``HF_SPARSE_FUSED=0``, or, by default, a (kind, grad) the
+    measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a backward."""
     if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
-        return None
-    if p.dropout_p > 0.0 and (p.comp.q_index is not None or p.comp.k_index is not None):
         return None
     if p.comp.key_range is not None and p.q_valid is None and p.nq == q.shape[2]:
         kind = "range"  # its orders are permutations of the rows (LSH's sorted buckets)
@@ -74,6 +71,8 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride:
     elif p.comp.class_band is not None and class_stride and q.dtype == torch.float32 and p.q_valid is None:
         kind = "class_band"
     else:
+        kind = "tables"
+    if p.dropout_p > 0.0 and kind not in ("band", "tables"):
         kind = "tables"
     if fused.mode() != "all" and (kind, grad) not in FUSED_DEFAULT:
         return None  # decided before loading: a process that never runs the kernel never loads it
@@ -235,6 +234,16 @@ class _Rows:
         """The class stride the kernel reads the tensor with (1: its rows in order)."""
         return self.d if self.strided else 1
 
+    def positions(self, n: int) -> torch.Tensor | None:
+        """The tensor row of each component row, (B * H, m) or (1, n) int64 (where the kernel's rows are not
+        the tensor's: ``dropout.py`` draws from tensor rows), else None."""
+        if self.index is not None:
+            return self.index.contiguous()
+        if not self.d:
+            return None
+        i = torch.arange(n)
+        return ((i % (n // self.d)) * self.d + i // (n // self.d))[None]
+
     def flat_index(self, n: int) -> torch.Tensor:
         """``index`` as rows of the (B * H * n, ...) flattened tensor: (B * H * m,)."""
         if self._flat is None or self._flat[0] != n:
@@ -314,7 +323,16 @@ def _kernel_forward(run: _Run, q, k, v, into=None, drop=(0.0, 0)):
     if run.kind == "range":
         return fused.ops().range_forward(q, k, v, *run.args, FUSED_RANGE_ROWS, run.p.scale)
     strides = run.q_rows.stride, run.k_rows.stride
-    return fused.ops().forward(q, k, v, *run.args, run.p.c, run.p.scale, *strides, *drop)
+    return fused.ops().forward(
+        q, k, v, *run.args, run.p.c, run.p.scale, *strides, *drop, *_maps(run, q, k, drop)
+    )
+
+
+def _maps(run: _Run, q, k, drop) -> tuple:
+    """The table kernel's row maps for dropout (``_Rows.positions``; q, k: the kernel's tensors), or none."""
+    if not drop[0]:
+        return ()
+    return run.q_rows.positions(q.shape[1]), run.k_rows.positions(k.shape[1])
 
 
 def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv, drop=(0.0, 0)) -> None:
@@ -331,8 +349,9 @@ def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv, drop=(0.
         )
     else:
         strides = run.q_rows.stride, run.k_rows.stride
+        maps = _maps(run, q, k, drop)
         fused.ops().backward(
-            q, k, v, d_out, lse, delta, *run.args, run.p.c, run.p.scale, *strides, dq, dk, dv, *drop
+            q, k, v, d_out, lse, delta, *run.args, run.p.c, run.p.scale, *strides, dq, dk, dv, *drop, *maps
         )
 
 

@@ -266,6 +266,13 @@ struct Drop {
     thresh = static_cast<uint32_t>(std::min(4294967295.0, std::floor(p * 4294967296.0)));
     scale = 1.0 / (1.0 - p);
   }
+  // where the kernel's rows are not the tensors' (the table kernel on gathered or class rows): the tensor row of
+  // component query row i / key row j of flattened row r, qmap[r * qs + i] / kmap[r * ks + j] (qs, ks: 0 where
+  // every flattened row has the same map)
+  const int64_t *qmap = nullptr, *kmap = nullptr;
+  int64_t qs = 0, ks = 0;
+  int64_t qpos(int64_t r, int64_t i) const { return qmap ? qmap[r * qs + i] : i; }
+  int64_t kpos(int64_t r, int64_t j) const { return kmap ? kmap[r * ks + j] : j; }
   uint32_t head(int64_t r) const { return fmix32(seed + 0x9E3779B9u * static_cast<uint32_t>(r + 1)); }
   uint32_t row(uint32_t hk, int64_t i) const { return fmix32(hk ^ (0x85EBCA77u * static_cast<uint32_t>(i + 1))); }
   bool keep(uint32_t rk, int64_t j) const {
@@ -273,20 +280,21 @@ struct Drop {
   }
 };
 
-// Si[jj] (key j0 + jj, row key rk) *= keep ? m : 0 over [lo, hi): dropout of one row of probabilities.
+// Si[jj] (key j0 + jj of flattened row r, row key rk) *= keep ? m : 0 over [lo, hi): dropout of one row.
 template <typename T>
-inline void drop_row(const Drop& dr, uint32_t rk, T* Si, int64_t lo, int64_t hi, int64_t j0, T m) {
-  for (int64_t jj = lo; jj < hi; ++jj) Si[jj] = dr.keep(rk, j0 + jj) ? Si[jj] * m : T(0);
+inline void drop_row(const Drop& dr, int64_t r, uint32_t rk, T* Si, int64_t lo, int64_t hi, int64_t j0, T m) {
+  for (int64_t jj = lo; jj < hi; ++jj) Si[jj] = dr.keep(rk, dr.kpos(r, j0 + jj)) ? Si[jj] * m : T(0);
 }
 
 // The backward of one row with dropout (``grad_row`` otherwise): P = exp(S - lse), then Pi <- P * M (what
 // dV takes) and dSi <- P (M dP - delta), M = keep / (1 - p).
 template <typename T>
-inline void grad_row_drop(const Drop& dr, uint32_t rk, T* Pi, T* dSi, int64_t n, int64_t j0, T lse, T delta) {
+inline void grad_row_drop(const Drop& dr, int64_t r, uint32_t rk, T* Pi, T* dSi, int64_t n, int64_t j0, T lse,
+                          T delta) {
   const T m = static_cast<T>(dr.scale);
   for (int64_t j = 0; j < n; ++j) {
     const T p = exp_scalar(Pi[j] - lse);
-    const T pm = dr.keep(rk, j0 + j) ? p * m : T(0);
+    const T pm = dr.keep(rk, dr.kpos(r, j0 + j)) ? p * m : T(0);
     Pi[j] = pm;
     dSi[j] = pm * dSi[j] - p * delta;
   }
@@ -396,7 +404,7 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const Tabl
           if (corr != T(1)) scale_row(O + i * lq * Dv, Dv, corr);
           l[i] = l[i] * corr + sum;
           m[i] = mnew;
-          if (dr.on) drop_row(dr, dr.row(hk, q0 + i), Si, 0, kn, k0, static_cast<T>(dr.scale));
+          if (dr.on) drop_row(dr, r, dr.row(hk, dr.qpos(r, q0 + i)), Si, 0, kn, k0, static_cast<T>(dr.scale));
         }
         gemm_rm<T>(false, false, qn, Dv, kn, T(1), S.data(), c, v + krow * Dv, lk * Dv, T(1), O, lq * Dv);
       });
@@ -444,7 +452,7 @@ void backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* l
             }
             if (tile) mask_row(Pi, tile + i * c, kn);
             if (dr.on)
-              grad_row_drop(dr, dr.row(dr.head(r), q0 + i), Pi, dSi, kn, k0, L, delta[row0 + i * lq]);
+              grad_row_drop(dr, r, dr.row(dr.head(r), dr.qpos(r, q0 + i)), Pi, dSi, kn, k0, L, delta[row0 + i * lq]);
             else
               grad_row(Pi, dSi, kn, L, delta[row0 + i * lq]);
           }
@@ -558,7 +566,7 @@ void band_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const
         const T sum = exp_sum(Si, lo, hi, mx);
         inv[i] = T(1) / sum;  // normalised in O after the product: Dv entries per row, not W
         zero_outside(Si, lo, hi, W);
-        if (dr.on) drop_row(dr, dr.row(dr.head(r), i0 + i), Si, lo, hi, j0, static_cast<T>(dr.scale));
+        if (dr.on) drop_row(dr, r, dr.row(dr.head(r), i0 + i), Si, lo, hi, j0, static_cast<T>(dr.scale));
         L[i] = mx + std::log(sum);
       }
       gemm_rm<T>(false, false, qn, Dv, W, T(1), S.data(), Wmax, v + (r * nk + j0) * Dv, Dv, T(0), O, Dv);
@@ -599,9 +607,10 @@ inline __m512i fmix32_v(__m512i x) {
   return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
-inline __m512i drop_rows(const Drop& dr, uint32_t hk, int64_t i) {
+// keys of the 16 rows from component row i of flattened row r (rows from ``nq`` on: unused lanes)
+inline __m512i drop_rows(const Drop& dr, uint32_t hk, int64_t i, int64_t r = 0, int64_t nq = 0) {
   alignas(64) uint32_t rk[16];
-  for (int u = 0; u < 16; ++u) rk[u] = dr.row(hk, i + u);
+  for (int u = 0; u < 16; ++u) rk[u] = dr.row(hk, dr.qmap && i + u < nq ? dr.qpos(r, i + u) : i + u);
   return _mm512_load_si512(rk);
 }
 
@@ -612,10 +621,13 @@ inline __mmask16 drop_keep(const Drop& dr, __m512i rk, int64_t j) {
 
 // Dropout of a forward part's probabilities (transposed, keys [ja, jb) = tensor keys j0 + ja .., rows from
 // tensor row i): dropped ones -> 0 (the kept ones' 1 / (1 - p) goes into the rows' inv: ``drop_inv``).
-inline void drop_part(const Drop& dr, uint32_t hk, float* S, int64_t ja, int64_t jb, int64_t j0, int64_t i) {
-  const __m512i rk = drop_rows(dr, hk, i);
-  for (int64_t j = ja; j < jb; ++j)
-    _mm512_storeu_ps(S + j * kRB, _mm512_maskz_mov_ps(drop_keep(dr, rk, j0 + j), _mm512_loadu_ps(S + j * kRB)));
+inline void drop_part(const Drop& dr, uint32_t hk, float* S, int64_t ja, int64_t jb, int64_t j0, int64_t i,
+                      int64_t r = 0, int64_t nq = 0) {
+  const __m512i rk = drop_rows(dr, hk, i, r, nq);
+  for (int64_t j = ja; j < jb; ++j) {
+    const __mmask16 keep = drop_keep(dr, rk, dr.kpos(r, j0 + j));
+    _mm512_storeu_ps(S + j * kRB, _mm512_maskz_mov_ps(keep, _mm512_loadu_ps(S + j * kRB)));
+  }
 }
 
 inline void drop_inv(const Drop& dr, float* inv, int64_t r0, int64_t r1) {
@@ -1069,7 +1081,7 @@ void tables_forward_rb(const float* q, const float* k, const float* v, float* ou
         part_softmax(S, 0, W, mx, r0, r1, w.inv.data(), L);
         if (dr.on) {
           for (int64_t s = 0, off = 0; s < T; off += kns[s++])
-            drop_part(dr, dr.head(r), S + off * kRB, 0, kns[s], k0s[s], i0 + r0);
+            drop_part(dr, dr.head(r), S + off * kRB, 0, kns[s], k0s[s], i0 + r0, r, nq);
           drop_inv(dr, w.inv.data(), r0, r1);
         }
         for (int64_t g = r0; g < r1; g += 4) {
@@ -1129,12 +1141,12 @@ void tables_backward_rb(const float* q, const float* k, const float* v, const fl
             float* dP = DS + off * R + r0;
             scores_part(k + (r * nk + k0s[s]) * D, D, w.QT.data() + r0, S, 0, kns[s]);
             scores_part(v + (r * nk + k0s[s]) * Dv, Dv, w.OT.data() + r0, dP, 0, kns[s]);
-            const __m512i rk = dr.on ? drop_rows(dr, dr.head(r), i0 + r0) : _mm512_setzero_si512();
+            const __m512i rk = dr.on ? drop_rows(dr, dr.head(r), i0 + r0, r, nq) : _mm512_setzero_si512();
             for (int64_t j = 0; j < kns[s]; ++j) {
               const __mmask16 keep = masks[s] ? rows & tile_bits(masks[s], r0, r1, j) : rows;
               const __m512 p = _mm512_maskz_mov_ps(keep, (fVec::loadu(S + j * R) - lv).exp_u20());
               if (dr.on) {
-                drop_grad(dr, rk, k0s[s] + j, p, S + j * R, dP + j * R, dl);
+                drop_grad(dr, rk, dr.kpos(r, k0s[s] + j), p, S + j * R, dP + j * R, dl);
                 continue;
               }
               _mm512_storeu_ps(S + j * R, p);
@@ -1339,7 +1351,7 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
             if (!std::isinf(L[i]) && (!qv || qv[i0 + i])) {
               band_mask_row(b, Pi, i0 + i, j0, W, kv, lo, hi);
               if (hi > lo && dr.on)
-                grad_row_drop(dr, dr.row(dr.head(r), i0 + i), Pi + lo, dSi + lo, hi - lo, j0 + lo, L[i], De[i]);
+                grad_row_drop(dr, r, dr.row(dr.head(r), i0 + i), Pi + lo, dSi + lo, hi - lo, j0 + lo, L[i], De[i]);
               else if (hi > lo)
                 grad_row(Pi + lo, dSi + lo, hi - lo, L[i], De[i]);
             }
@@ -1352,6 +1364,22 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
       }
     });
   }
+}
+
+// The call's dropout with the component's row maps (``Drop``): (BH, n) or (1, n) int64 tensor rows, or none.
+Drop drop_spec(double p, int64_t seed, const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap,
+               int64_t BH, int64_t nq, int64_t nk) {
+  Drop dr(p, seed);
+  auto map = [&](const std::optional<at::Tensor>& m, int64_t n, const int64_t*& ptr, int64_t& stride) {
+    if (!m.has_value() || !m->defined() || m->numel() == 0) return;
+    TORCH_CHECK(m->dtype() == at::kLong && m->is_contiguous() && m->dim() == 2 && m->size(1) == n &&
+                (m->size(0) == BH || m->size(0) == 1), "row map (BH or 1, ", n, ") int64");
+    ptr = m->data_ptr<int64_t>();
+    stride = m->size(0) == 1 ? 0 : n;
+  };
+  map(qmap, nq, dr.qmap, dr.qs);
+  map(kmap, nk, dr.kmap, dr.ks);
+  return dr;
 }
 
 Tables tables(const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& tiles, const at::Tensor& group,
@@ -1373,10 +1401,10 @@ Rows rows(int64_t d, int64_t n, int64_t c) {
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& tiles,
                                 const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
-                                int64_t k_stride, double dropout_p, int64_t seed) {
+                                int64_t k_stride, double dropout_p, int64_t seed,
+                                const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
-  const Drop dr(dropout_p, seed);
-  TORCH_CHECK(!dr.on || (q_stride == 1 && k_stride == 1), "dropout on class rows");
+  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, q.size(0), q.size(1), k.size(1));
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
   Tables t = tables(kv, tidx, tiles, group, c);
@@ -1410,9 +1438,9 @@ void check_grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
               const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& kv, const at::Tensor& tidx,
               const at::Tensor& tiles, const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
-              int64_t k_stride, at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
-  const Drop dr(dropout_p, seed);
-  TORCH_CHECK(!dr.on || (q_stride == 1 && k_stride == 1), "dropout on class rows");
+              int64_t k_stride, at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed,
+              const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap) {
+  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, q.size(0), q.size(1), k.size(1));
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
@@ -2230,8 +2258,8 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("range_register_blocked(bool enable) -> bool", &range_register_blocked);
   m.def("row_delta(Tensor dout, Tensor out, Tensor lse, Tensor? dlse) -> Tensor", &row_delta);
   m.def("lsh_order(Tensor hq, Tensor hk, int nb, bool causal, int off) -> Tensor[]", &lsh_order);
-  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, float dropout_p=0., int seed=0) -> Tensor[]", &forward);
-  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &backward);
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, float dropout_p=0., int seed=0, Tensor? qmap=None, Tensor? kmap=None) -> Tensor[]", &forward);
+  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0, Tensor? qmap=None, Tensor? kmap=None) -> ()", &backward);
   m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, float dropout_p=0., int seed=0) -> Tensor[]", &band_forward);
   m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
   m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None) -> Tensor[]", &class_band_forward);
