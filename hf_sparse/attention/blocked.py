@@ -216,7 +216,7 @@ def _chunk_mask(p: _Prep, b, h, s, e, clean, device, dtype=torch.float32):
     return (bias[0] == 0).to(dtype), any_key
 
 
-def _dropout_scale(p: _Prep, b: int, h: int, r0: int, r1: int, s: int, e: int, dtype, device) -> torch.Tensor:
+def _dropout_scale(p: _Prep, seed: int, b: int, h: int, r0: int, r1: int, s: int, e: int, dtype, device):
     """keep / (1 - p) of the chunk of query blocks s..e of rows r0..r1 (as its scores, ``_flat_rows``), keep
     drawn from each pair's tensor rows (``dropout.keep_pairs``): forward and backward draw the same mask
     without storing it, and so do the compiled kernels."""
@@ -232,7 +232,7 @@ def _dropout_scale(p: _Prep, b: int, h: int, r0: int, r1: int, s: int, e: int, d
             cols
         ]
     bh = torch.arange(r0, r1, device=device)[:, None, None, None]
-    keep = keep_pairs(p.seed, p.dropout_p, bh, rows[None, :, :, None], cols[None, :, None, :])
+    keep = keep_pairs(seed, p.dropout_p, bh, rows[None, :, :, None], cols[None, :, None, :])
     return _flat_rows(p, keep.to(dtype) / (1.0 - p.dropout_p))
 
 
@@ -245,7 +245,7 @@ def _budget(p: _Prep, heads: int, elements: int) -> int:
 
 class _BlockSparse(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, p: _Prep):
+    def forward(ctx, q, k, v, p: _Prep, seed: int):
         # q: (BH, nq_pad, D); k, v: (BH, rows, D) already padded for the mode
         BH, nq_pad, D = q.shape
         c, dev = p.c, q.device
@@ -290,14 +290,14 @@ class _BlockSparse(torch.autograd.Function):
                     has_key = any_key.reshape(l.shape[-2:])
                     P = torch.exp(S - torch.where(has_key, l, torch.zeros_like(l))[..., None])
                     if p.dropout_p > 0.0:
-                        P = P * _dropout_scale(p, b, h, r0, r1, s, e, cdt, dev)
+                        P = P * _dropout_scale(p, seed, b, h, r0, r1, s, e, cdt, dev)
                     o = torch.matmul(P, V.to(cdt)).to(q.dtype)
                 out[r0:r1, s:e] = o.view(heads, e - s, c, -1)
                 lse[r0:r1, s:e] = torch.where(any_key, l.view(heads, e - s, c).to(lse.dtype), _NEG_INF)
         out = out.view(BH, p.nqb * c, -1)
         lse = lse.view(BH, p.nqb * c)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.p = p
+        ctx.p, ctx.seed = p, seed
         return out, lse
 
     @staticmethod
@@ -334,10 +334,10 @@ class _BlockSparse(torch.autograd.Function):
         else:
             dq.zero_()
             qs = (q.to(f32) * p.scale).view(BH, p.nqb, p.c, D)  # scaled queries: S = qs k^T
-            _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv)
+            _backward_generic(p, ctx.seed, qs, k, v, d_out, delta, lse4, dq, dk, dv)
             dq.mul_(p.scale)
         nk = k.shape[1]
-        return dq.view(BH, nq_pad, D).to(q.dtype), dk[:, :nk].to(k.dtype), dv[:, :nk].to(v.dtype), None
+        return dq.view(BH, nq_pad, D).to(q.dtype), dk[:, :nk].to(k.dtype), dv[:, :nk].to(v.dtype), None, None
 
 
 def _probabilities(S, lse, mask01):  # noqa: D401
@@ -347,7 +347,7 @@ def _probabilities(S, lse, mask01):  # noqa: D401
     return S.sub_(lse).clamp_(-87.0, 0.0).exp_().mul_(mask01)
 
 
-def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
+def _backward_generic(p, seed, qs, k, v, d_out, delta, lse4, dq, dk, dv):
     """Any layout: all heads of a group at once per chunk; key gradients scattered back."""
     dev = qs.device
     for b, h, r0, r1 in p.groups:
@@ -365,7 +365,7 @@ def _backward_generic(p, qs, k, v, d_out, delta, lse4, dq, dk, dv):
             P = _probabilities(torch.matmul(Q, K.transpose(-1, -2)), lse_c, mask01)
             dP = torch.matmul(dO, V.transpose(-1, -2))
             if p.dropout_p > 0.0:
-                keep = _dropout_scale(p, b, h, r0, r1, s, e, qs.dtype, dev)
+                keep = _dropout_scale(p, seed, b, h, r0, r1, s, e, qs.dtype, dev)
                 dV = torch.matmul((P * keep).transpose(-1, -2), dO)
                 dP = dP * keep
             else:
@@ -428,15 +428,15 @@ def _component_rows(index, valid, n: int, B: int, H: int, device, in_place: int 
 
 def _kept_key(q, k, key_valid, scale, dropout_p):
     """What a component's preparation and kernel arguments depend on besides the component: the input's
-    shape and its padding mask (by its bytes; on CPU only). None where they cannot be kept (dropout: its seed
-    is in the preparation; a GPU mask would have to be read back)."""
-    if dropout_p > 0.0 or (key_valid is not None and key_valid.device.type != "cpu"):
+    shape, the dropout probability (the seed is an argument of each call) and its padding mask (by its bytes;
+    on CPU only). None where they cannot be kept (a GPU mask would have to be read back)."""
+    if key_valid is not None and key_valid.device.type != "cpu":
         return None
     mask = None if key_valid is None else key_valid.numpy().tobytes()
-    return (*q.shape[:3], k.shape[2], scale, q.device, mask)
+    return (*q.shape[:3], k.shape[2], scale, dropout_p, q.device, mask)
 
 
-def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed, kept_key=None):
+def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, kept_key=None):
     """(run, prep): the component as a run of the plan's one compiled node (``_FusedPlan``), or None
     where it runs on the PyTorch path (``run_component``, which takes the preparation). Both are kept on the
     component under ``kept_key`` (``_kept_key``) where it is given: a model's later calls (every layer that
@@ -460,7 +460,7 @@ def _plan_run(q, k, v, comp: Component, key_valid, scale, dropout_p, seed, kept_
         kv = key_valid  # a kept preparation holds its own copy: the caller's mask may change
         if kept_key is not None and key_valid is not None:
             kv = key_valid.clone()
-        return _prepare(comp, B, H, nq, nk, kv, scale, dropout_p, seed, q.device), d
+        return _prepare(comp, B, H, nq, nk, kv, scale, dropout_p, q.device), d
 
     p, d = keep("prep", prepare)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
@@ -501,7 +501,7 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
     ks = k if comp.k_index is None else _gather_rows(k, comp.k_index)
     vs = v if comp.k_index is None else _gather_rows(v, comp.k_index)
     nq, nk = qs.shape[-2], ks.shape[-2]
-    p = p or _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, seed, device)
+    p = p or _prepare(comp, B, H, nq, nk, key_valid, scale, dropout_p, device)
     c = p.c
     # flatten (B, H) and pad rows to whole blocks (plus the band's look-around margins)
     qf = pad_rows(qs.reshape(B * H, nq, D), 0, p.nqb * c - nq)
@@ -516,7 +516,7 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
         vf = pad_rows(vs.reshape(B * H, nk, -1), 0, extra)
     if not (qf.is_contiguous() and kf.is_contiguous() and vf.is_contiguous()):
         qf, kf, vf = qf.contiguous(), kf.contiguous(), vf.contiguous()
-    out, lse = _BlockSparse.apply(qf, kf, vf, p)
+    out, lse = _BlockSparse.apply(qf, kf, vf, p, seed)
     out = out[:, :nq].view(B, H, nq, -1)
     lse = lse[:, :nq].view(B, H, nq)
     return _to_query_rows(comp, out, lse, nq_t)
@@ -576,7 +576,7 @@ def blocked_attention(
     runs, parts = [], []
     kept_key = _kept_key(q, k, key_valid, scale, dropout_p)
     for comp in plan.components:
-        run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, seed, kept_key)
+        run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, kept_key)
         if run is not None:
             runs.append(run)
         else:

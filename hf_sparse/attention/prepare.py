@@ -31,7 +31,6 @@ class _Prep:
     groups: list  # (b, h, row0, row1) over flattened batch*heads
     scale: float
     dropout_p: float
-    seed: int
     # translation-invariant bands only:
     shared_bias: torch.Tensor | None = None  # (c, L) bias of an interior chunk
     shared_any: torch.Tensor | None = None  # (c,) rows of that tile with at least one key
@@ -80,9 +79,7 @@ def _is_dense(layout) -> bool:
     return bool((idx == torch.arange(layout.num_kv_blocks, device=idx.device)).all())
 
 
-def _prepare(
-    comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale, dropout_p, seed, device
-) -> _Prep:
+def _prepare(comp: Component, B: int, H: int, nq: int, nk: int, key_valid, scale, dropout_p, device) -> _Prep:
     lay = comp.layout
     c = lay.block
     nqb = lay.num_q_blocks
@@ -118,7 +115,7 @@ def _prepare(
     else:
         groups = [(0, 0, 0, B * H)]
     win0 = comp.layout.band[0] * c if mode == "band" else 0
-    prep = _Prep(comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, scale, dropout_p, seed)
+    prep = _Prep(comp, c, nq, nk, nqb, mode, L, win0, kv, qv, groups, scale, dropout_p)
     if mode == "band" and comp.translation_invariant:
         prep.shared_bias = _shared_band_bias(prep, device)
         prep.shared_any = (prep.shared_bias > _NEG_INF).any(-1)

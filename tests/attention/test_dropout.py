@@ -104,3 +104,30 @@ def test_a_seed_gives_the_same_result_with_and_without_the_compiled_kernel(monke
         torch.manual_seed(11)
         outs.append(sparse_attention(q, k, v, P.BigBird(block=16, seed=0), dropout_p=0.2, backend="blocked"))
     torch.testing.assert_close(outs[0], outs[1], atol=2e-5, rtol=0)
+
+
+def test_calls_with_dropout_reuse_the_kernel_arguments_and_draw_a_new_mask(monkeypatch):
+    """The seed is an argument of each call, not of the kept preparation: a model's later calls with dropout
+    (every layer, every step) reuse each component's preparation and kernel tables, draw the mask of their own
+    seed, and stay exact; another dropout probability prepares again."""
+    import hf_sparse.attention.blocked as blocked
+    from hf_sparse.attention import fused
+
+    made = []
+    for name in ("_prepare", "_fused_tables"):
+        real = getattr(blocked, name)
+        monkeypatch.setattr(blocked, name, lambda *a, real=real, name=name: made.append(name) or real(*a))
+    pattern = P.BigBird(
+        block=16, window_blocks=3, random_blocks=2, global_blocks=2, seed=0
+    )  # nothing kept yet
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(129, D=8))
+    outs = []
+    for seed, p, reused in ((1, 0.3, False), (2, 0.3, True), (2, 0.1, False), (3, 0.3, True)):
+        made.clear()
+        out = sparse_attention(q, k, v, pattern, dropout_p=p, seed=seed, backend="blocked")
+        ref = sparse_attention(q, k, v, pattern, dropout_p=p, seed=seed, backend="dense")
+        assert (made == []) == reused, (seed, p, made)
+        assert "_fused_tables" in made or reused or not fused.available(), made
+        _assert_matches_dense(q, k, v, out, ref)
+        outs.append(out)
+    assert not torch.allclose(outs[0], outs[1])
