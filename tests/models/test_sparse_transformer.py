@@ -177,6 +177,47 @@ def test_gradient_checkpointing_gives_the_same_gradients():
             torch.testing.assert_close(p.grad, ref[k], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "pattern", [P.Longformer(window=8) | P.Strided(stride=6, causal=False), P.BigBird(block=8)]
+)
+def test_attention_dropout_is_one_function_of_torch_seed_on_every_path(pattern, monkeypatch):
+    """A training step with attention dropout draws its seed from torch's generator, and the mask is a function
+    of that seed alone (``hf_sparse.attention.dropout``): the loss and every gradient are the same on the compiled
+    kernels, on the PyTorch path, with the dense reference, and with gradient checkpointing (which replays the
+    generator); another torch seed gives another step."""
+    cfg = tiny_config(attention_pattern=pattern, attention_probs_dropout_prob=0.3)
+    torch.manual_seed(0)
+    model = SparseTransformerForMaskedLM(cfg).double().train()
+    inputs = _inputs("masked_lm", cfg, n=90)
+    labels = inputs["input_ids"].clone()
+
+    def step(backend, fused="all", checkpointing=False, seed=5):
+        monkeypatch.setenv("HF_SPARSE_FUSED", fused)
+        model.config.attention_backend = backend
+        model.gradient_checkpointing_disable()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model.zero_grad()
+        torch.manual_seed(seed)
+        loss = model(**inputs, labels=labels).loss
+        loss.backward()
+        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    ref_loss, ref = step("dense")
+    for kw in (
+        dict(backend="blocked"),
+        dict(backend="blocked", fused="0"),
+        dict(backend="blocked", checkpointing=True),
+    ):
+        loss, grads = step(**kw)
+        torch.testing.assert_close(loss, ref_loss, atol=1e-10, rtol=0)
+        assert grads.keys() == ref.keys()
+        for k in ref:
+            torch.testing.assert_close(grads[k], ref[k], atol=1e-10, rtol=0, msg=f"{kw} {k}")
+    other = step("blocked", seed=6)[1]
+    assert not all(torch.allclose(other[k], ref[k], atol=1e-8, rtol=0) for k in ref)
+
+
 def test_resize_token_embeddings_keeps_the_head_tied():
     model = SparseTransformerForMaskedLM(tiny_config())
     model.resize_token_embeddings(120)
