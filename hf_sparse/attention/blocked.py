@@ -221,16 +221,11 @@ def _dropout_scale(p: _Prep, seed: int, b: int, h: int, r0: int, r1: int, s: int
     drawn from each pair's tensor rows (``dropout.keep_pairs``): forward and backward draw the same mask
     without storing it, and so do the compiled kernels."""
     comp, c = p.comp, p.c
+    pick = lambda t: t[min(b, t.shape[0] - 1), min(h, t.shape[1] - 1)].to(device)  # noqa: E731
     rows = torch.arange(s * c, e * c, device=device).view(e - s, c).clamp(max=p.nq - 1)
     cols = _key_rows(p, b, h, s, e, device).clamp(0, p.nk - 1)
-    if comp.q_index is not None:
-        rows = comp.q_index[min(b, comp.q_index.shape[0] - 1), min(h, comp.q_index.shape[1] - 1)].to(device)[
-            rows
-        ]
-    if comp.k_index is not None:
-        cols = comp.k_index[min(b, comp.k_index.shape[0] - 1), min(h, comp.k_index.shape[1] - 1)].to(device)[
-            cols
-        ]
+    rows = rows if comp.q_index is None else pick(comp.q_index)[rows]  # the tensor's rows
+    cols = cols if comp.k_index is None else pick(comp.k_index)[cols]
     bh = torch.arange(r0, r1, device=device)[:, None, None, None]
     keep = keep_pairs(seed, p.dropout_p, bh, rows[None, :, :, None], cols[None, :, None, :])
     return _flat_rows(p, keep.to(dtype) / (1.0 - p.dropout_p))

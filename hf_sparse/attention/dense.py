@@ -34,12 +34,11 @@ def allowed_mask(
 
 
 def dense_attention(
-    query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, generator=None, keep=None
+    query, key, value, allowed: torch.Tensor, scale: float, dropout_p: float = 0.0, keep=None
 ):
     """softmax(q k^T * scale) v over ``allowed`` keys; rows with no allowed key give zeros. Computed
     in float32 (float64 stays float64). Dropout keeps the probabilities ``keep`` (bool, broadcastable to
-    the scores: e.g. ``dropout.keep_mask``, the compiled kernels' mask) or, without it, draws them from
-    ``generator``."""
+    the scores; ``dropout.keep_mask``: the blocked kernels' mask)."""
     cdt = compute_dtype(query.dtype)
     scores = torch.matmul(query.to(cdt), key.to(cdt).transpose(-1, -2)) * scale  # (B, H, q, kv)
     scores = scores.masked_fill(~allowed, float("-inf"))
@@ -47,7 +46,7 @@ def dense_attention(
     probs = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
     if dropout_p > 0.0:
         if keep is None:
-            keep = torch.rand(probs.shape, generator=generator, device=probs.device) >= dropout_p
+            raise ValueError(f"dropout_p={dropout_p} needs the mask of kept probabilities (keep)")
         probs = probs * keep / (1.0 - dropout_p)
     return torch.matmul(probs, value.to(cdt)).to(query.dtype)
 

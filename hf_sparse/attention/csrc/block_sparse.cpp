@@ -1404,9 +1404,9 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
                                 int64_t k_stride, double dropout_p, int64_t seed,
                                 const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
-  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, q.size(0), q.size(1), k.size(1));
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
+  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, BH, nq, nk);
   Tables t = tables(kv, tidx, tiles, group, c);
   TORCH_CHECK(t.nqb * c >= nq, "query blocks do not cover the queries");
   auto out = pooled_empty({BH, nq, Dv}, q.options());
@@ -1440,11 +1440,11 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
               const at::Tensor& tiles, const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
               int64_t k_stride, at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed,
               const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap) {
-  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, q.size(0), q.size(1), k.size(1));
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
+  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, BH, nq, nk);
   Tables t = tables(kv, tidx, tiles, group, c);
 #if defined(CPU_CAPABILITY_AVX512)
   if (q.scalar_type() == at::kFloat && tables_rb_applies(t, D, Dv, q_stride, k_stride)) {
