@@ -74,21 +74,26 @@ def test_dropout_matches_dense_with_the_same_seed_float64(name, mode, path, monk
 
 
 @pytest.mark.parametrize(
-    "name", ["sliding_window", "sliding_window_causal", "block_local", "bigbird", "longformer"]
+    "name",
+    ["sliding_window", "sliding_window_causal", "block_local", "bigbird", "longformer", "strided", "dilated"],
 )
 def test_dropout_on_the_register_blocked_kernels_float32(name, monkeypatch):
     """float32 with a head size of 64 runs the AVX-512 register-blocked kernels where the CPU has them (the
-    mask drawn 16 rows at a time): the same probabilities as the dense reference, to float32 rounding."""
+    mask drawn 16 rows at a time; Strided's and Dilated's residue classes on the class band, row i of class c
+    at position i * d + c): the same probabilities as the dense reference, to float32 rounding."""
     from hf_sparse.attention import fused
 
     if not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "all")
-    q, k, v = _inputs(300, D=64)
+    calls = _count_paths(monkeypatch)
+    q, k, v = _inputs(384, D=64)  # a multiple of both strides: whole residue classes
     am, _ = make_masks("padding", q.shape[0], q.shape[2])
     kw = dict(attention_mask=am, dropout_p=0.1, seed=5)
     ref = sparse_attention(q, k, v, PATTERNS[name], backend="dense", **kw)
     out = sparse_attention(q, k, v, PATTERNS[name], backend="blocked", **kw)
+    if name in ("strided", "dilated") and fused.ops().class_band_runs(64, 64):
+        assert calls["class_band"] == 1 and calls["torch"] == 0, calls
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=0)
     grad = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):

@@ -268,11 +268,12 @@ struct Drop {
   }
   // where the kernel's rows are not the tensors' (the table kernel on gathered or class rows): the tensor row of
   // component query row i / key row j of flattened row r, qmap[r * qs + i] / kmap[r * ks + j] (qs, ks: 0 where
-  // every flattened row has the same map)
+  // every flattened row has the same map); else i * amul + aadd (one residue class of the class band: row i
+  // of class c is tensor row i * d + c), by default i itself
   const int64_t *qmap = nullptr, *kmap = nullptr;
-  int64_t qs = 0, ks = 0;
-  int64_t qpos(int64_t r, int64_t i) const { return qmap ? qmap[r * qs + i] : i; }
-  int64_t kpos(int64_t r, int64_t j) const { return kmap ? kmap[r * ks + j] : j; }
+  int64_t qs = 0, ks = 0, amul = 1, aadd = 0;
+  int64_t qpos(int64_t r, int64_t i) const { return qmap ? qmap[r * qs + i] : i * amul + aadd; }
+  int64_t kpos(int64_t r, int64_t j) const { return kmap ? kmap[r * ks + j] : j * amul + aadd; }
   uint32_t head(int64_t r) const { return fmix32(seed + 0x9E3779B9u * static_cast<uint32_t>(r + 1)); }
   uint32_t row(uint32_t hk, int64_t i) const { return fmix32(hk ^ (0x85EBCA77u * static_cast<uint32_t>(i + 1))); }
   bool keep(uint32_t rk, int64_t j) const {
@@ -608,9 +609,9 @@ inline __m512i fmix32_v(__m512i x) {
 }
 
 // keys of the 16 rows from component row i of flattened row r (rows from ``nq`` on: unused lanes)
-inline __m512i drop_rows(const Drop& dr, uint32_t hk, int64_t i, int64_t r = 0, int64_t nq = 0) {
+inline __m512i drop_rows(const Drop& dr, uint32_t hk, int64_t i, int64_t r, int64_t nq) {
   alignas(64) uint32_t rk[16];
-  for (int u = 0; u < 16; ++u) rk[u] = dr.row(hk, dr.qmap && i + u < nq ? dr.qpos(r, i + u) : i + u);
+  for (int u = 0; u < 16; ++u) rk[u] = dr.row(hk, i + u < nq ? dr.qpos(r, i + u) : 0);
   return _mm512_load_si512(rk);
 }
 
@@ -622,7 +623,7 @@ inline __mmask16 drop_keep(const Drop& dr, __m512i rk, int64_t j) {
 // Dropout of a forward part's probabilities (transposed, keys [ja, jb) = tensor keys j0 + ja .., rows from
 // tensor row i): dropped ones -> 0 (the kept ones' 1 / (1 - p) goes into the rows' inv: ``drop_inv``).
 inline void drop_part(const Drop& dr, uint32_t hk, float* S, int64_t ja, int64_t jb, int64_t j0, int64_t i,
-                      int64_t r = 0, int64_t nq = 0) {
+                      int64_t r, int64_t nq) {
   const __m512i rk = drop_rows(dr, hk, i, r, nq);
   for (int64_t j = ja; j < jb; ++j) {
     const __mmask16 keep = drop_keep(dr, rk, dr.kpos(r, j0 + j));
@@ -877,7 +878,7 @@ void band_tile_forward_rb(const float* q, const float* k, const float* v, float*
     }
     part_softmax(S, ja, jb, mx, r0, r1, w.inv.data(), L);
     if (dr.on) {
-      drop_part(dr, hk, S, ja, jb, j0, i0 + r0);
+      drop_part(dr, hk, S, ja, jb, j0, i0 + r0, 0, nq);
       drop_inv(dr, w.inv.data(), r0, r1);
     }
     for (int64_t g = r0; g < r1; g += 4)
@@ -969,14 +970,14 @@ void band_tile_backward_rb(const float* q, const float* k, const float* v, const
     if (jb[h] <= ja[h]) continue;
     scores_part(Kw, D, w.QT.data() + r0, ST + r0, ja[h], jb[h]);
     scores_part(Vw, Dv, w.OT.data() + r0, DS + r0, ja[h], jb[h]);
-    const __m512i rk = dr.on ? drop_rows(dr, hk, i0 + r0) : _mm512_setzero_si512();
+    const __m512i rk = dr.on ? drop_rows(dr, hk, i0 + r0, 0, nq) : _mm512_setzero_si512();
     for (int64_t j = ja[h]; j < jb[h]; ++j) {
       float* sj = ST + j * R + r0;
       float* dj = DS + j * R + r0;
       const __mmask16 keep = band_keep(b, rows, r0, r1, i0, j0 + j, kv);
       const __m512 p = _mm512_maskz_mov_ps(keep, (fVec::loadu(sj) - lv).exp_u20());
       if (dr.on) {
-        drop_grad(dr, rk, j0 + j, p, sj, dj, dl);
+        drop_grad(dr, rk, dr.kpos(0, j0 + j), p, sj, dj, dl);
         continue;
       }
       _mm512_storeu_ps(sj, p);
@@ -1244,7 +1245,8 @@ inline void merge_row(float* dst, float& dst_lse, const float* src, float src_ls
 // merge: out / lse hold another component's attention of the same rows, merged with this one in place
 // (no separate output, no merge pass); else they are written.
 void class_band_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
-                           int64_t BH, int64_t n, int64_t D, int64_t Dv, float scale, int64_t d, bool merge) {
+                           int64_t BH, int64_t n, int64_t D, int64_t Dv, float scale, int64_t d, bool merge,
+                           const Drop& dr) {
   const int64_t m = n / d, G = class_group(d, m), ng = d / G;
   at::parallel_for(0, BH * ng, 1, [&](int64_t begin, int64_t end) {
     RbScratch w(kRB + b.dmax - b.dmin, D, Dv, scale);
@@ -1258,9 +1260,11 @@ void class_band_forward_rb(const float* q, const float* k, const float* v, float
         const int64_t at = (c0 + g) * m, o = g * m;  // the class's first row in component order, in scratch
         const uint8_t* kv = b.kvalid ? b.kvalid + r * n + at : nullptr;
         const uint8_t* qv = b.qvalid ? b.qvalid + r * n + at : nullptr;
+        Drop dc = dr;  // the class's rows in the tensor: t * d + c
+        dc.amul = d, dc.aadd = c0 + g;
         for (int64_t i0 = 0; i0 < m; i0 += kRB)
           band_tile_forward_rb(Q.data() + o * D, K.data() + o * D, V.data() + o * Dv, O.data() + o * Dv, L.data() + o,
-                               b, kv, qv, m, m, D, Dv, scale, i0, w);
+                               b, kv, qv, m, m, D, Dv, scale, i0, w, dc, dr.head(r));
       }
       for (int64_t t = 0; t < m; ++t) {
         prefetch_run(out + r * n * Dv, Dv, d, c0, G, t, m, true);
@@ -1281,7 +1285,7 @@ void class_band_forward_rb(const float* q, const float* k, const float* v, float
 
 void class_band_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                             const float* delta, float* dq, float* dk, float* dv, const Band& b, int64_t BH, int64_t n,
-                            int64_t D, int64_t Dv, float scale, int64_t d) {
+                            int64_t D, int64_t Dv, float scale, int64_t d, const Drop& dr) {
   const int64_t m = n / d, G = class_group(d, m), ng = d / G, M = G * m;
   at::parallel_for(0, BH * ng, 1, [&](int64_t begin, int64_t end) {
     RbScratch w(kRB + b.dmax - b.dmin, D, Dv, scale);
@@ -1301,10 +1305,12 @@ void class_band_backward_rb(const float* q, const float* k, const float* v, cons
         const int64_t at = (c0 + g) * m, o = g * m;
         const uint8_t* kv = b.kvalid ? b.kvalid + r * n + at : nullptr;
         const uint8_t* qv = b.qvalid ? b.qvalid + r * n + at : nullptr;
+        Drop dc = dr;
+        dc.amul = d, dc.aadd = c0 + g;
         for (int64_t i0 = 0; i0 < m; i0 += kRB)
           band_tile_backward_rb(Q.data() + o * D, K.data() + o * D, V.data() + o * Dv, dO.data() + o * Dv,
                                 L.data() + o, De.data() + o, dQ.data() + o * D, dK.data() + o * D,
-                                dV.data() + o * Dv, b, kv, qv, m, m, D, Dv, scale, i0, w);
+                                dV.data() + o * Dv, b, kv, qv, m, m, D, Dv, scale, i0, w, dc, dr.head(r));
       }
       add_classes(dq + r * n * D, D, d, c0, G, m, dQ.data());
       add_classes(dk + r * n * D, D, d, c0, G, m, dK.data());
@@ -2074,8 +2080,9 @@ std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor
                                            int64_t dmin, int64_t dmax, const at::Tensor& kvalid,
                                            const at::Tensor& qvalid, int64_t d, double scale,
                                            const std::optional<at::Tensor>& out_in,
-                                           const std::optional<at::Tensor>& lse_in) {
+                                           const std::optional<at::Tensor>& lse_in, double dropout_p, int64_t seed) {
   const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
+  const Drop dr(dropout_p, seed);
   const bool merge = out_in.has_value();
   TORCH_CHECK(merge == lse_in.has_value(), "out and lse together");
   auto out = merge ? *out_in : pooled_empty({q.size(0), q.size(1), v.size(2)}, q.options());
@@ -2087,7 +2094,7 @@ std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor
 #if defined(CPU_CAPABILITY_AVX512)
   class_band_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
                         lse.data_ptr<float>(), b, q.size(0), q.size(1), q.size(2), v.size(2),
-                        static_cast<float>(scale), d, merge);
+                        static_cast<float>(scale), d, merge, dr);
 #endif
   return {out, lse};
 }
@@ -2095,15 +2102,16 @@ std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor
 void class_band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                          const at::Tensor& lse, const at::Tensor& delta, int64_t dmin, int64_t dmax,
                          const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t d, double scale, at::Tensor dq,
-                         at::Tensor dk, at::Tensor dv) {
+                         at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
   const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
+  const Drop dr(dropout_p, seed);
   TORCH_CHECK(dout.is_contiguous() && lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
 #if defined(CPU_CAPABILITY_AVX512)
   class_band_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
                          lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
                          dv.data_ptr<float>(), b, q.size(0), q.size(1), q.size(2), v.size(2),
-                         static_cast<float>(scale), d);
+                         static_cast<float>(scale), d, dr);
 #endif
 }
 // argmax of [p, -p] over p[0, half): the first of equal maxima (in vectors where half is a multiple of
@@ -2262,8 +2270,8 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0, Tensor? qmap=None, Tensor? kmap=None) -> ()", &backward);
   m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, float dropout_p=0., int seed=0) -> Tensor[]", &band_forward);
   m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
-  m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None) -> Tensor[]", &class_band_forward);
-  m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &class_band_backward);
+  m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None, float dropout_p=0., int seed=0) -> Tensor[]", &class_band_forward);
+  m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &class_band_backward);
   m.def("range_forward(Tensor q, Tensor k, Tensor v, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale) -> Tensor[]", &range_forward);
   m.def("range_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &range_backward);
   m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &band_backward);
