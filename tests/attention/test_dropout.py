@@ -74,20 +74,29 @@ def test_dropout_matches_dense_with_the_same_seed_float64(name, mode, path, monk
 
 
 @pytest.mark.parametrize(
-    "name",
-    ["sliding_window", "sliding_window_causal", "block_local", "bigbird", "longformer", "strided", "dilated"],
+    ("name", "n"),
+    [
+        *(
+            (name, 384)
+            for name in ("sliding_window", "sliding_window_causal", "block_local", "bigbird", "longformer")
+        ),
+        ("strided", 384),  # a multiple of both strides: whole residue classes
+        ("dilated", 384),
+        ("bigbird", 1100),  # global rows that see more than 1,024 keys: the BLAS tiles, 16 keys at a time
+    ],
 )
-def test_dropout_on_the_register_blocked_kernels_float32(name, monkeypatch):
+def test_dropout_on_the_register_blocked_kernels_float32(name, n, monkeypatch):
     """float32 with a head size of 64 runs the AVX-512 register-blocked kernels where the CPU has them (the
     mask drawn 16 rows at a time; Strided's and Dilated's residue classes on the class band, row i of class c
-    at position i * d + c): the same probabilities as the dense reference, to float32 rounding."""
+    at position i * d + c; long global rows 16 keys at a time): the same probabilities as the dense reference,
+    to float32 rounding."""
     from hf_sparse.attention import fused
 
     if not fused.available():
         pytest.skip("the fused CPU kernel could not be built here (see the warning)")
     monkeypatch.setenv("HF_SPARSE_FUSED", "all")
     calls = _count_paths(monkeypatch)
-    q, k, v = _inputs(384, D=64)  # a multiple of both strides: whole residue classes
+    q, k, v = _inputs(n, D=64)
     am, _ = make_masks("padding", q.shape[0], q.shape[2])
     kw = dict(attention_mask=am, dropout_p=0.1, seed=5)
     ref = sparse_attention(q, k, v, PATTERNS[name], backend="dense", **kw)
