@@ -58,8 +58,7 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride:
     ``"range"`` for rows with one contiguous key range each (``Component.key_range``),
     ``"class_band"`` for bands inside residue classes (``Component.class_band``, rows of class stride
     ``class_stride``; float32 where the build has the register-blocked kernels), ``"tables"`` for
-    gathered, dense and other band components (and, with dropout, for those of the range kind: the range
-    kernel does not draw it), None for the pure-PyTorch path (not CPU, half
+    gathered, dense and other band components, None for the pure-PyTorch path (not CPU, half
     precision, the kernel not built / ``HF_SPARSE_FUSED=0``, or, by default, a (kind, grad) the
     measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a backward."""
     if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
@@ -71,8 +70,6 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride:
     elif p.comp.class_band is not None and class_stride and q.dtype == torch.float32 and p.q_valid is None:
         kind = "class_band"
     else:
-        kind = "tables"
-    if p.dropout_p > 0.0 and kind == "range":
         kind = "tables"
     if fused.mode() != "all" and (kind, grad) not in FUSED_DEFAULT:
         return None  # decided before loading: a process that never runs the kernel never loads it
@@ -315,14 +312,14 @@ def _covers_all(rows: _Rows, n: int) -> bool:
 def _kernel_forward(run: _Run, q, k, v, into=None, drop=(0.0, 0)):
     """(out, lse) of one component in its own rows. ``into``: another component's (out, lse) of the same
     rows (tensors of this node) to merge this one into in place, where the kernel can (``class_band``).
-    ``drop``: (dropout_p, seed) of the call (not for the range kernel: ``_fused_kind``)."""
+    ``drop``: (dropout_p, seed) of the call."""
     if run.kind == "band":
         return fused.ops().band_forward(q, k, v, *run.args, FUSED_BAND_ROWS, run.p.scale, *drop)
     if run.kind == "class_band":
         out, lse = into or (None, None)
         return fused.ops().class_band_forward(q, k, v, *run.args, run.p.scale, out, lse, *drop)
     if run.kind == "range":
-        return fused.ops().range_forward(q, k, v, *run.args, FUSED_RANGE_ROWS, run.p.scale)
+        return fused.ops().range_forward(q, k, v, *run.args, FUSED_RANGE_ROWS, run.p.scale, *drop)
     strides = run.q_rows.stride, run.k_rows.stride
     return fused.ops().forward(
         q, k, v, *run.args, run.p.c, run.p.scale, *strides, *drop, *_maps(run, q, k, drop)
@@ -346,7 +343,7 @@ def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv, drop=(0.
         fused.ops().class_band_backward(q, k, v, d_out, lse, delta, *run.args, run.p.scale, dq, dk, dv, *drop)
     elif run.kind == "range":
         fused.ops().range_backward(
-            q, k, v, d_out, lse, delta, *run.args, FUSED_RANGE_ROWS, run.p.scale, dq, dk, dv
+            q, k, v, d_out, lse, delta, *run.args, FUSED_RANGE_ROWS, run.p.scale, dq, dk, dv, *drop
         )
     else:
         strides = run.q_rows.stride, run.k_rows.stride

@@ -1768,7 +1768,7 @@ inline void range_mask_row(const RangePlan& p, int64_t a, T* Si, int64_t r, int6
 
 template <typename T>
 void range_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, const RangePlan& p, int64_t R,
-                        int64_t D, int64_t Dv, T scale) {
+                        int64_t D, int64_t Dv, T scale, const Drop& dr) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for_each_range_group(p, [] { return RangeScratch<T>(); }, [&](RangeScratch<T>& s, int64_t r, int64_t g0, int64_t g1,
                                                              int64_t t0, int64_t t1, int64_t) {
@@ -1802,6 +1802,7 @@ void range_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, cons
         const T sum = exp_sum(Si, lo, hi, mx);
         inv[i] = T(1) / sum;
         zero_outside(Si, lo, hi, W);
+        if (dr.on) drop_row(dr, r, dr.row(dr.head(r), rows[i]), Si, lo, hi, j0, static_cast<T>(dr.scale));
         Lt[rows[i]] = mx + std::log(sum);
       }
       gemm_rm<T>(false, false, qn, Dv, W, T(1), S.data(), p.W, V.data() + (j0 - g0) * Dv, Dv, T(0), O.data(), Dv);
@@ -1815,7 +1816,8 @@ void range_forward_impl(const T* q, const T* k, const T* v, T* out, T* lse, cons
 
 template <typename T>
 void range_backward_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dq,
-                         T* dk, T* dv, const RangePlan& p, int64_t R, int64_t D, int64_t Dv, T scale) {
+                         T* dk, T* dv, const RangePlan& p, int64_t R, int64_t D, int64_t Dv, T scale,
+                         const Drop& dr) {
   for_each_range_group(p, [] { return RangeScratch<T>(); }, [&](RangeScratch<T>& s, int64_t r, int64_t g0, int64_t g1,
                                                              int64_t t0, int64_t t1, int64_t) {
     if (g1 <= g0) return;
@@ -1844,7 +1846,11 @@ void range_backward_impl(const T* q, const T* k, const T* v, const T* dout, cons
         int64_t lo = 0, hi = 0;
         if (!std::isinf(L[rows[i]])) {
           range_mask_row(p, a0 + i, Pi, r, j0, lo, hi);
-          if (hi > lo) grad_row(Pi + lo, dSi + lo, hi - lo, L[rows[i]], De[rows[i]]);
+          if (hi > lo && dr.on)
+            grad_row_drop(dr, r, dr.row(dr.head(r), rows[i]), Pi + lo, dSi + lo, hi - lo, j0 + lo, L[rows[i]],
+                          De[rows[i]]);
+          else if (hi > lo)
+            grad_row(Pi + lo, dSi + lo, hi - lo, L[rows[i]], De[rows[i]]);
         }
         zero_outside(Pi, lo, hi, W);
         zero_outside(dSi, lo, hi, W);
@@ -1931,7 +1937,7 @@ inline RangePart range_part(const RangePlan& p, int64_t a0, int64_t r0, int64_t 
 }
 
 void range_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const RangePlan& p,
-                      int64_t D, int64_t Dv, float scale) {
+                      int64_t D, int64_t Dv, float scale, const Drop& dr) {
   const float ninf = -std::numeric_limits<float>::infinity();
   for_each_range_group(
       p, [&] { return RangeRbScratch(p, D, Dv, scale); },
@@ -1966,6 +1972,10 @@ void range_forward_rb(const float* q, const float* k, const float* v, float* out
               mx = _mm512_max_ps(mx, x);
             }
             part_softmax(S, part.ja, part.jb, mx, r0, r1, s.w.inv.data(), s.L.data());
+            if (dr.on) {  // component rows a0 - r * nq + ..., keys j0 + ..., through the orders (``drop_spec``)
+              drop_part(dr, dr.head(r), S, part.ja, part.jb, j0, a0 - r * p.nq + r0, r, p.nq);
+              drop_inv(dr, s.w.inv.data(), r0, r1);
+            }
             for (int64_t g = r0; g < r1; g += 4)
               pv_rows(s.w.ST.data() + g, Vw, Dv, part.ja, part.jb, s.O.data() + g * Dv, std::min<int64_t>(4, r1 - g),
                       s.w.inv.data() + g);
@@ -1980,7 +1990,7 @@ void range_forward_rb(const float* q, const float* k, const float* v, float* out
 
 void range_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                        const float* delta, float* dq, float* dk, float* dv, const RangePlan& p, int64_t D, int64_t Dv,
-                       float scale) {
+                       float scale, const Drop& dr) {
   constexpr int64_t R = kRB;
   for_each_range_group(
       p, [&] { return RangeRbScratch(p, D, Dv, scale); },
@@ -2020,11 +2030,16 @@ void range_backward_rb(const float* q, const float* k, const float* v, const flo
             const fVec dl(_mm512_maskz_loadu_ps(inside, s.De.data() + r0));
             scores_part(Kw, D, s.w.QT.data() + r0, ST + r0, ja[h], jb[h]);
             scores_part(Vw, Dv, s.w.OT.data() + r0, DS + r0, ja[h], jb[h]);
+            const __m512i rk = dr.on ? drop_rows(dr, dr.head(r), a0 - r * p.nq + r0, r, p.nq) : _mm512_setzero_si512();
             for (int64_t j = ja[h]; j < jb[h]; ++j) {
               float* sj = ST + j * R + r0;
               float* dj = DS + j * R + r0;
               const __mmask16 keep = range_keep(part.rows, part.lov, part.hiv, j, kv ? kv + j0 : nullptr);
               const __m512 pr = _mm512_maskz_mov_ps(keep, (fVec::loadu(sj) - lv).exp_u20());
+              if (dr.on) {
+                drop_grad(dr, rk, dr.kpos(r, j0 + j), pr, sj, dj, dl);
+                continue;
+              }
               _mm512_storeu_ps(sj, pr);
               _mm512_storeu_ps(dj, _mm512_mul_ps(pr, _mm512_sub_ps(_mm512_loadu_ps(dj), dl)));
             }
@@ -2040,25 +2055,34 @@ void range_backward_rb(const float* q, const float* k, const float* v, const flo
 }
 #endif
 
+// The call's dropout on a range component: its orders are the maps from component rows to tensor rows.
+Drop range_drop(double p, int64_t seed, const RangePlan& rp) {
+  Drop dr(p, seed);
+  dr.qmap = rp.qidx, dr.qs = rp.nq, dr.kmap = rp.kidx, dr.ks = rp.nk;
+  return dr;
+}
+
 std::vector<at::Tensor> range_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& qidx, const at::Tensor& kidx, const at::Tensor& rlo,
-                                      const at::Tensor& rhi, const at::Tensor& kvalid, int64_t R, double scale) {
+                                      const at::Tensor& rhi, const at::Tensor& kvalid, int64_t R, double scale,
+                                      double dropout_p, int64_t seed) {
   const int64_t D = q.size(2), Dv = v.size(2);
   const bool rb = range_rb_applies(q, D, Dv);
   const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, rb ? std::min(R, kRangeRb) : R);
+  const Drop dr = range_drop(dropout_p, seed, p);
   auto out = pooled_empty({p.BH, p.nqt, Dv}, q.options());
   auto lse = at::empty({p.BH, p.nqt}, q.options());
 #if defined(CPU_CAPABILITY_AVX512)
   if (rb) {
     range_forward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
-                     lse.data_ptr<float>(), p, D, Dv, static_cast<float>(scale));
+                     lse.data_ptr<float>(), p, D, Dv, static_cast<float>(scale), dr);
     return {out, lse};
   }
 #endif
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hf_sparse_range_forward", [&] {
     range_forward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                                  out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), p, R, D, Dv,
-                                 static_cast<scalar_t>(scale));
+                                 static_cast<scalar_t>(scale), dr);
   });
   return {out, lse};
 }
@@ -2066,17 +2090,18 @@ std::vector<at::Tensor> range_forward(const at::Tensor& q, const at::Tensor& k, 
 void range_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                     const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& qidx, const at::Tensor& kidx,
                     const at::Tensor& rlo, const at::Tensor& rhi, const at::Tensor& kvalid, int64_t R, double scale,
-                    at::Tensor dq, at::Tensor dk, at::Tensor dv) {
+                    at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
   TORCH_CHECK(dout.is_contiguous() && lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
   const int64_t D = q.size(2), Dv = v.size(2);
   const bool rb = range_rb_applies(q, D, Dv);
   const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, rb ? std::min(R, kRangeRb) : R);
+  const Drop dr = range_drop(dropout_p, seed, p);
 #if defined(CPU_CAPABILITY_AVX512)
   if (rb) {
     range_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
                       lse.data_ptr<float>(), delta.data_ptr<float>(), dq.data_ptr<float>(), dk.data_ptr<float>(),
-                      dv.data_ptr<float>(), p, D, Dv, static_cast<float>(scale));
+                      dv.data_ptr<float>(), p, D, Dv, static_cast<float>(scale), dr);
     return;
   }
 #endif
@@ -2084,7 +2109,7 @@ void range_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     range_backward_impl<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                                   dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(),
                                   dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), p, R, D,
-                                  Dv, static_cast<scalar_t>(scale));
+                                  Dv, static_cast<scalar_t>(scale), dr);
   });
 }
 
@@ -2310,7 +2335,7 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
   m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None, float dropout_p=0., int seed=0) -> Tensor[]", &class_band_forward);
   m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &class_band_backward);
-  m.def("range_forward(Tensor q, Tensor k, Tensor v, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale) -> Tensor[]", &range_forward);
-  m.def("range_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()", &range_backward);
+  m.def("range_forward(Tensor q, Tensor k, Tensor v, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, float dropout_p=0., int seed=0) -> Tensor[]", &range_forward);
+  m.def("range_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &range_backward);
   m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &band_backward);
 }
