@@ -216,7 +216,7 @@ def _chunk_mask(p: _Prep, b, h, s, e, clean, device, dtype=torch.float32):
     return (bias[0] == 0).to(dtype), any_key
 
 
-def _dropout_scale(p: _Prep, seed: int, b: int, h: int, r0: int, r1: int, s: int, e: int, dtype, device):
+def _dropout_scale(p: _Prep, drop: tuple, b: int, h: int, r0: int, r1: int, s: int, e: int, dtype, device):
     """keep / (1 - p) of the chunk of query blocks s..e of rows r0..r1 (as its scores, ``_flat_rows``), keep
     drawn from each pair's tensor rows (``dropout.keep_pairs``): forward and backward draw the same mask
     without storing it, and so do the compiled kernels."""
@@ -226,7 +226,8 @@ def _dropout_scale(p: _Prep, seed: int, b: int, h: int, r0: int, r1: int, s: int
     cols = _key_rows(p, b, h, s, e, device).clamp(0, p.nk - 1)
     rows = rows if comp.q_index is None else pick(comp.q_index)[rows]  # the tensor's rows
     cols = cols if comp.k_index is None else pick(comp.k_index)[cols]
-    bh = torch.arange(r0, r1, device=device)[:, None, None, None]
+    _, seed, head_mul, head_add = drop  # ``NO_DROPOUT``
+    bh = torch.arange(r0, r1, device=device)[:, None, None, None] * head_mul + head_add
     keep = keep_pairs(seed, p.dropout_p, bh, rows[None, :, :, None], cols[None, :, None, :])
     return _flat_rows(p, keep.to(dtype) / (1.0 - p.dropout_p))
 
@@ -240,7 +241,7 @@ def _budget(p: _Prep, heads: int, elements: int) -> int:
 
 class _BlockSparse(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, p: _Prep, seed: int):
+    def forward(ctx, q, k, v, p: _Prep, drop: tuple):
         # q: (BH, nq_pad, D); k, v: (BH, rows, D) already padded for the mode
         BH, nq_pad, D = q.shape
         c, dev = p.c, q.device
@@ -285,14 +286,14 @@ class _BlockSparse(torch.autograd.Function):
                     has_key = any_key.reshape(l.shape[-2:])
                     P = torch.exp(S - torch.where(has_key, l, torch.zeros_like(l))[..., None])
                     if p.dropout_p > 0.0:
-                        P = P * _dropout_scale(p, seed, b, h, r0, r1, s, e, cdt, dev)
+                        P = P * _dropout_scale(p, drop, b, h, r0, r1, s, e, cdt, dev)
                     o = torch.matmul(P, V.to(cdt)).to(q.dtype)
                 out[r0:r1, s:e] = o.view(heads, e - s, c, -1)
                 lse[r0:r1, s:e] = torch.where(any_key, l.view(heads, e - s, c).to(lse.dtype), _NEG_INF)
         out = out.view(BH, p.nqb * c, -1)
         lse = lse.view(BH, p.nqb * c)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.p, ctx.seed = p, seed
+        ctx.p, ctx.drop = p, drop
         return out, lse
 
     @staticmethod
@@ -329,7 +330,7 @@ class _BlockSparse(torch.autograd.Function):
         else:
             dq.zero_()
             qs = (q.to(f32) * p.scale).view(BH, p.nqb, p.c, D)  # scaled queries: S = qs k^T
-            _backward_generic(p, ctx.seed, qs, k, v, d_out, delta, lse4, dq, dk, dv)
+            _backward_generic(p, ctx.drop, qs, k, v, d_out, delta, lse4, dq, dk, dv)
             dq.mul_(p.scale)
         nk = k.shape[1]
         return dq.view(BH, nq_pad, D).to(q.dtype), dk[:, :nk].to(k.dtype), dv[:, :nk].to(v.dtype), None, None
@@ -342,7 +343,7 @@ def _probabilities(S, lse, mask01):  # noqa: D401
     return S.sub_(lse).clamp_(-87.0, 0.0).exp_().mul_(mask01)
 
 
-def _backward_generic(p, seed, qs, k, v, d_out, delta, lse4, dq, dk, dv):
+def _backward_generic(p, drop, qs, k, v, d_out, delta, lse4, dq, dk, dv):
     """Any layout: all heads of a group at once per chunk; key gradients scattered back."""
     dev = qs.device
     for b, h, r0, r1 in p.groups:
@@ -360,7 +361,7 @@ def _backward_generic(p, seed, qs, k, v, d_out, delta, lse4, dq, dk, dv):
             P = _probabilities(torch.matmul(Q, K.transpose(-1, -2)), lse_c, mask01)
             dP = torch.matmul(dO, V.transpose(-1, -2))
             if p.dropout_p > 0.0:
-                keep = _dropout_scale(p, seed, b, h, r0, r1, s, e, qs.dtype, dev)
+                keep = _dropout_scale(p, drop, b, h, r0, r1, s, e, qs.dtype, dev)
                 dV = torch.matmul((P * keep).transpose(-1, -2), dO)
                 dP = dP * keep
             else:
@@ -487,7 +488,9 @@ def _flat(q, k, v):
     return tuple(fused.contiguous(t).view(-1, *t.shape[2:]) for t in (q, k, v))
 
 
-def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, seed=0, p: _Prep | None = None):
+def run_component(
+    q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, seed=0, p: _Prep | None = None, head=(1, 0)
+):
     """One component on the PyTorch path -> (out (B, H, nq, Dv), lse (B, H, nq)) in the query tensor's
     rows (``p``: its preparation, where the caller has it)."""
     B, H, nq_t, D = q.shape
@@ -511,7 +514,7 @@ def run_component(q, k, v, comp: Component, key_valid, scale, dropout_p=0.0, see
         vf = pad_rows(vs.reshape(B * H, nk, -1), 0, extra)
     if not (qf.is_contiguous() and kf.is_contiguous() and vf.is_contiguous()):
         qf, kf, vf = qf.contiguous(), kf.contiguous(), vf.contiguous()
-    out, lse = _BlockSparse.apply(qf, kf, vf, p, seed)
+    out, lse = _BlockSparse.apply(qf, kf, vf, p, (float(dropout_p), int(seed), *head))
     out = out[:, :nq].view(B, H, nq, -1)
     lse = lse[:, :nq].view(B, H, nq)
     return _to_query_rows(comp, out, lse, nq_t)
@@ -546,11 +549,14 @@ def _to_query_rows(comp: Component, out, lse, nq_t: int):
 
 
 def blocked_attention(
-    q, k, v, plan: Plan, key_valid=None, scale=None, dropout_p=0.0, seed=0, return_lse=False
+    q, k, v, plan: Plan, key_valid=None, scale=None, dropout_p=0.0, seed=0, return_lse=False, head=(1, 0)
 ):
-    """Run a plan. q: (B, H, nq, D), k/v: (B, H, nk, D), key_valid: (B, nk) bool or None."""
+    """Run a plan. q: (B, H, nq, D), k/v: (B, H, nk, D), key_valid: (B, nk) bool or None. ``head``: (m, a)
+    where row r of the flattened (B * H) rows is row r * m + a of the caller's (a head run alone: its dropout
+    is that head's)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if plan.per_head is not None:
+        H, (m, a) = q.shape[1], head
         outs = [
             blocked_attention(
                 q[:, h : h + 1],
@@ -560,8 +566,9 @@ def blocked_attention(
                 key_valid,
                 scale,
                 dropout_p,
-                seed + h,
+                seed,
                 True,
+                (H * m, h * m + a),
             )
             for h, ph in enumerate(plan.per_head)
         ]
@@ -575,10 +582,10 @@ def blocked_attention(
         if run is not None:
             runs.append(run)
         else:
-            parts.append(run_component(q, k, v, comp, key_valid, scale, dropout_p, seed, p))
+            parts.append(run_component(q, k, v, comp, key_valid, scale, dropout_p, seed, p, head))
     if runs:
         B, H, nq = q.shape[:3]
-        out, lse = _FusedPlan.apply(*_flat(q, k, v), runs, (float(dropout_p), int(seed)))
+        out, lse = _FusedPlan.apply(*_flat(q, k, v), runs, (float(dropout_p), int(seed), *head))
         parts.append((out.view(B, H, nq, -1), lse.view(B, H, nq)))
     if not parts:
         B, H, nq, _ = q.shape

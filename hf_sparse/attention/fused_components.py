@@ -52,6 +52,12 @@ FUSED_BAND_MAX_WIDTH = 4096
 FUSED_DEFAULT = {(kind, grad) for kind in ("band", "class_band", "range", "tables") for grad in (False, True)}
 
 
+# A call's dropout as the kernels take it: (dropout_p, seed, head_mul, head_add); flattened row r of the tensors
+# draws the mask of row r * head_mul + head_add of the call's (B * H) rows (``PerHead`` runs head h of H alone:
+# (H, h)). See ``dropout.py``.
+NO_DROPOUT = (0.0, 0, 1, 0)
+
+
 def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride: int = 0) -> str | None:
     """Which compiled kernel (``fused.py``) runs this component: ``"band"`` for translation-invariant
     bands (sliding windows: one contiguous key window per ``FUSED_BAND_ROWS``-row query tile),
@@ -309,10 +315,10 @@ def _covers_all(rows: _Rows, n: int) -> bool:
     return rows.valid is None and rows.index.shape[1] == n
 
 
-def _kernel_forward(run: _Run, q, k, v, into=None, drop=(0.0, 0)):
+def _kernel_forward(run: _Run, q, k, v, into=None, drop=NO_DROPOUT):
     """(out, lse) of one component in its own rows. ``into``: another component's (out, lse) of the same
     rows (tensors of this node) to merge this one into in place, where the kernel can (``class_band``).
-    ``drop``: (dropout_p, seed) of the call."""
+    ``drop``: the call's dropout (``NO_DROPOUT``)."""
     if run.kind == "band":
         return fused.ops().band_forward(q, k, v, *run.args, FUSED_BAND_ROWS, run.p.scale, *drop)
     if run.kind == "class_band":
@@ -333,7 +339,7 @@ def _maps(run: _Run, q, k, drop) -> tuple:
     return run.q_rows.positions(q.shape[1]), run.k_rows.positions(k.shape[1])
 
 
-def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv, drop=(0.0, 0)) -> None:
+def _kernel_backward(run: _Run, q, k, v, d_out, lse, delta, dq, dk, dv, drop=NO_DROPOUT) -> None:
     """Adds one component's gradients to dq, dk, dv (its own rows), given the whole plan's lse, delta."""
     if run.kind == "band":
         fused.ops().band_backward(
@@ -360,10 +366,10 @@ class _FusedPlan(torch.autograd.Function):
     exp(S - lse) are the final probabilities and its gradients go straight into dq, dk, dv, shared by all
     components: no merge backward, no per-component gradient buffers or row dots (for BigBird at 16k
     tokens those were ~30% of its forward+backward). Components whose rows are not read in place run on
-    copies (``_Rows``). ``drop``: the call's (dropout_p, seed), one mask over all components (``dropout.py``)."""
+    copies (``_Rows``). ``drop``: the call's dropout (``NO_DROPOUT``), one mask over all components."""
 
     @staticmethod
-    def forward(ctx, q, k, v, runs: list, drop=(0.0, 0)):
+    def forward(ctx, q, k, v, runs: list, drop=NO_DROPOUT):
         parts, indexed, saved = [], [], []
         for run in runs:
             qs, ks, vs = run.q_rows.take(q), run.k_rows.take(k), run.k_rows.take(v)

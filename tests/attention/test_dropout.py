@@ -9,10 +9,6 @@ from hf_sparse.attention.dropout import keep_mask, keep_pairs, threshold
 from tests.attention.test_kernels import PATTERNS, _assert_matches_dense, _count_paths, _inputs
 from tests.cases import make_masks
 
-# PerHead runs each head as its own call with seed + head (so its heads draw different masks): the dense
-# reference's one mask over all heads is not its mask.
-DROPOUT_PATTERNS = {name: p for name, p in PATTERNS.items() if name != "per_head"}
-
 
 def test_keep_mask_keeps_one_minus_p_independently_of_position():
     keep = keep_mask(7, 0.3, 2, 3, 256, 256)
@@ -44,7 +40,7 @@ def test_bad_dropout_probability_and_seed():
 
 @pytest.mark.parametrize("path", ["fused", "fallback"])
 @pytest.mark.parametrize("mode", ["none", "padding", "global"])
-@pytest.mark.parametrize("name", list(DROPOUT_PATTERNS))
+@pytest.mark.parametrize("name", list(PATTERNS))
 def test_dropout_matches_dense_with_the_same_seed_float64(name, mode, path, monkeypatch):
     """With dropout, both paths of the blocked kernel keep exactly the probabilities the dense reference keeps
     for the same seed: outputs and gradients to 1e-10 in float64. On the compiled path every component runs on
@@ -60,10 +56,10 @@ def test_dropout_matches_dense_with_the_same_seed_float64(name, mode, path, monk
     q, k, v = (t.double().detach().requires_grad_() for t in _inputs(129, D=8))
     am, gm = make_masks(mode, q.shape[0], q.shape[2])
     kw = dict(attention_mask=am, global_attention_mask=gm, dropout_p=0.3, seed=2024)
-    ref = sparse_attention(q, k, v, DROPOUT_PATTERNS[name], backend="dense", **kw)
-    out = sparse_attention(q, k, v, DROPOUT_PATTERNS[name], backend="blocked", **kw)
+    ref = sparse_attention(q, k, v, PATTERNS[name], backend="dense", **kw)
+    out = sparse_attention(q, k, v, PATTERNS[name], backend="blocked", **kw)
     assert not torch.allclose(
-        ref, sparse_attention(q, k, v, DROPOUT_PATTERNS[name], backend="dense", **{**kw, "dropout_p": 0.0})
+        ref, sparse_attention(q, k, v, PATTERNS[name], backend="dense", **{**kw, "dropout_p": 0.0})
     )
     _assert_matches_dense(q, k, v, out, ref)
     if path == "fused":  # every component on a compiled kernel (each draws dropout)

@@ -260,7 +260,7 @@ struct Drop {
   uint32_t seed = 0, thresh = 0;
   double scale = 1.0;  // 1 / (1 - p)
   Drop() = default;
-  Drop(double p, int64_t s) : on(p > 0.0) {
+  Drop(double p, int64_t s, int64_t head_mul = 1, int64_t head_add = 0) : on(p > 0.0), hmul(head_mul), hadd(head_add) {
     TORCH_CHECK(p >= 0.0 && p < 1.0, "dropout_p must be in [0, 1), got ", p);
     seed = fmix32(static_cast<uint32_t>(s));
     thresh = static_cast<uint32_t>(std::min(4294967295.0, std::floor(p * 4294967296.0)));
@@ -274,7 +274,10 @@ struct Drop {
   int64_t qs = 0, ks = 0, amul = 1, aadd = 0;
   int64_t qpos(int64_t r, int64_t i) const { return qmap ? qmap[r * qs + i] : i * amul + aadd; }
   int64_t kpos(int64_t r, int64_t j) const { return kmap ? kmap[r * ks + j] : j * amul + aadd; }
-  uint32_t head(int64_t r) const { return fmix32(seed + 0x9E3779B9u * static_cast<uint32_t>(r + 1)); }
+  // flattened row r of the kernel's tensors is row r * hmul + hadd of the call's (b * H + h): hmul = H, hadd = h
+  // where the tensors hold head h alone (``PerHead``)
+  int64_t hmul = 1, hadd = 0;
+  uint32_t head(int64_t r) const { return fmix32(seed + 0x9E3779B9u * static_cast<uint32_t>(r * hmul + hadd + 1)); }
   uint32_t row(uint32_t hk, int64_t i) const { return fmix32(hk ^ (0x85EBCA77u * static_cast<uint32_t>(i + 1))); }
   bool keep(uint32_t rk, int64_t j) const {
     return fmix32(rk + 0x27D4EB2Fu * static_cast<uint32_t>(j + 1)) >= thresh;
@@ -1411,9 +1414,8 @@ void band_backward_impl(const T* q, const T* k, const T* v, const T* dout, const
 }
 
 // The call's dropout with the component's row maps (``Drop``): (BH, n) or (1, n) int64 tensor rows, or none.
-Drop drop_spec(double p, int64_t seed, const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap,
-               int64_t BH, int64_t nq, int64_t nk) {
-  Drop dr(p, seed);
+Drop drop_spec(Drop dr, const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap, int64_t BH,
+               int64_t nq, int64_t nk) {
   auto map = [&](const std::optional<at::Tensor>& m, int64_t n, const int64_t*& ptr, int64_t& stride) {
     if (!m.has_value() || !m->defined() || m->numel() == 0) return;
     TORCH_CHECK(m->dtype() == at::kLong && m->is_contiguous() && m->dim() == 2 && m->size(1) == n &&
@@ -1445,12 +1447,12 @@ Rows rows(int64_t d, int64_t n, int64_t c) {
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& kv, const at::Tensor& tidx, const at::Tensor& tiles,
                                 const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
-                                int64_t k_stride, double dropout_p, int64_t seed,
+                                int64_t k_stride, double dropout_p, int64_t seed, int64_t head_mul, int64_t head_add,
                                 const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
-  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, BH, nq, nk);
+  const Drop dr = drop_spec(Drop(dropout_p, seed, head_mul, head_add), qmap, kmap, BH, nq, nk);
   Tables t = tables(kv, tidx, tiles, group, c);
   TORCH_CHECK(t.nqb * c >= nq, "query blocks do not cover the queries");
   auto out = pooled_empty({BH, nq, Dv}, q.options());
@@ -1483,12 +1485,13 @@ void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, con
               const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& kv, const at::Tensor& tidx,
               const at::Tensor& tiles, const at::Tensor& group, int64_t c, double scale, int64_t q_stride,
               int64_t k_stride, at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed,
-              const std::optional<at::Tensor>& qmap, const std::optional<at::Tensor>& kmap) {
+              int64_t head_mul, int64_t head_add, const std::optional<at::Tensor>& qmap,
+              const std::optional<at::Tensor>& kmap) {
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
-  const Drop dr = drop_spec(dropout_p, seed, qmap, kmap, BH, nq, nk);
+  const Drop dr = drop_spec(Drop(dropout_p, seed, head_mul, head_add), qmap, kmap, BH, nq, nk);
   Tables t = tables(kv, tidx, tiles, group, c);
 #if defined(CPU_CAPABILITY_AVX512)
   if (q.scalar_type() == at::kFloat && tables_rb_applies(t, D, Dv, q_stride, k_stride)) {
@@ -1525,8 +1528,8 @@ Band band_spec(const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid, con
 std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const at::Tensor& ok, int64_t dmin, const at::Tensor& kvalid,
                                      const at::Tensor& qvalid, int64_t R, double scale, double dropout_p,
-                                     int64_t seed) {
-  const Drop dr(dropout_p, seed);
+                                     int64_t seed, int64_t head_mul, int64_t head_add) {
+  const Drop dr(dropout_p, seed, head_mul, head_add);
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "contiguous q, k, v");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "(BH, n, D) q, k, v");
   const int64_t BH = q.size(0), nq = q.size(1), D = q.size(2), nk = k.size(1), Dv = v.size(2);
@@ -1551,8 +1554,8 @@ std::vector<at::Tensor> band_forward(const at::Tensor& q, const at::Tensor& k, c
 void band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                    const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& ok, int64_t dmin,
                    const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t R, double scale, at::Tensor dq,
-                   at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
-  const Drop dr(dropout_p, seed);
+                   at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed, int64_t head_mul, int64_t head_add) {
+  const Drop dr(dropout_p, seed, head_mul, head_add);
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && dout.is_contiguous() &&
               lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
@@ -2056,8 +2059,7 @@ void range_backward_rb(const float* q, const float* k, const float* v, const flo
 #endif
 
 // The call's dropout on a range component: its orders are the maps from component rows to tensor rows.
-Drop range_drop(double p, int64_t seed, const RangePlan& rp) {
-  Drop dr(p, seed);
+Drop range_drop(Drop dr, const RangePlan& rp) {
   dr.qmap = rp.qidx, dr.qs = rp.nq, dr.kmap = rp.kidx, dr.ks = rp.nk;
   return dr;
 }
@@ -2065,11 +2067,11 @@ Drop range_drop(double p, int64_t seed, const RangePlan& rp) {
 std::vector<at::Tensor> range_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& qidx, const at::Tensor& kidx, const at::Tensor& rlo,
                                       const at::Tensor& rhi, const at::Tensor& kvalid, int64_t R, double scale,
-                                      double dropout_p, int64_t seed) {
+                                      double dropout_p, int64_t seed, int64_t head_mul, int64_t head_add) {
   const int64_t D = q.size(2), Dv = v.size(2);
   const bool rb = range_rb_applies(q, D, Dv);
   const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, rb ? std::min(R, kRangeRb) : R);
-  const Drop dr = range_drop(dropout_p, seed, p);
+  const Drop dr = range_drop(Drop(dropout_p, seed, head_mul, head_add), p);
   auto out = pooled_empty({p.BH, p.nqt, Dv}, q.options());
   auto lse = at::empty({p.BH, p.nqt}, q.options());
 #if defined(CPU_CAPABILITY_AVX512)
@@ -2090,13 +2092,14 @@ std::vector<at::Tensor> range_forward(const at::Tensor& q, const at::Tensor& k, 
 void range_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                     const at::Tensor& lse, const at::Tensor& delta, const at::Tensor& qidx, const at::Tensor& kidx,
                     const at::Tensor& rlo, const at::Tensor& rhi, const at::Tensor& kvalid, int64_t R, double scale,
-                    at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
+                    at::Tensor dq, at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed, int64_t head_mul,
+                    int64_t head_add) {
   TORCH_CHECK(dout.is_contiguous() && lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
   const int64_t D = q.size(2), Dv = v.size(2);
   const bool rb = range_rb_applies(q, D, Dv);
   const RangePlan p = range_plan(q, k, v, qidx, kidx, rlo, rhi, kvalid, rb ? std::min(R, kRangeRb) : R);
-  const Drop dr = range_drop(dropout_p, seed, p);
+  const Drop dr = range_drop(Drop(dropout_p, seed, head_mul, head_add), p);
 #if defined(CPU_CAPABILITY_AVX512)
   if (rb) {
     range_backward_rb(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
@@ -2143,9 +2146,10 @@ std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor
                                            int64_t dmin, int64_t dmax, const at::Tensor& kvalid,
                                            const at::Tensor& qvalid, int64_t d, double scale,
                                            const std::optional<at::Tensor>& out_in,
-                                           const std::optional<at::Tensor>& lse_in, double dropout_p, int64_t seed) {
+                                           const std::optional<at::Tensor>& lse_in, double dropout_p, int64_t seed,
+                                           int64_t head_mul, int64_t head_add) {
   const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
-  const Drop dr(dropout_p, seed);
+  const Drop dr(dropout_p, seed, head_mul, head_add);
   const bool merge = out_in.has_value();
   TORCH_CHECK(merge == lse_in.has_value(), "out and lse together");
   auto out = merge ? *out_in : pooled_empty({q.size(0), q.size(1), v.size(2)}, q.options());
@@ -2165,9 +2169,10 @@ std::vector<at::Tensor> class_band_forward(const at::Tensor& q, const at::Tensor
 void class_band_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                          const at::Tensor& lse, const at::Tensor& delta, int64_t dmin, int64_t dmax,
                          const at::Tensor& kvalid, const at::Tensor& qvalid, int64_t d, double scale, at::Tensor dq,
-                         at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed) {
+                         at::Tensor dk, at::Tensor dv, double dropout_p, int64_t seed, int64_t head_mul,
+                         int64_t head_add) {
   const Band b = class_band_spec(q, k, v, dmin, dmax, kvalid, qvalid, d);
-  const Drop dr(dropout_p, seed);
+  const Drop dr(dropout_p, seed, head_mul, head_add);
   TORCH_CHECK(dout.is_contiguous() && lse.is_contiguous() && delta.is_contiguous(), "contiguous inputs");
   check_grads(q, k, v, dq, dk, dv);
 #if defined(CPU_CAPABILITY_AVX512)
@@ -2329,13 +2334,13 @@ TORCH_LIBRARY(hf_sparse_fused, m) {
   m.def("range_register_blocked(bool enable) -> bool", &range_register_blocked);
   m.def("row_delta(Tensor dout, Tensor out, Tensor lse, Tensor? dlse) -> Tensor", &row_delta);
   m.def("lsh_order(Tensor hq, Tensor hk, int nb, bool causal, int off) -> Tensor[]", &lsh_order);
-  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, float dropout_p=0., int seed=0, Tensor? qmap=None, Tensor? kmap=None) -> Tensor[]", &forward);
-  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0, Tensor? qmap=None, Tensor? kmap=None) -> ()", &backward);
-  m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, float dropout_p=0., int seed=0) -> Tensor[]", &band_forward);
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0, Tensor? qmap=None, Tensor? kmap=None) -> Tensor[]", &forward);
+  m.def("backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor kv, Tensor tidx, Tensor tiles, Tensor group, int c, float scale, int q_stride, int k_stride, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0, Tensor? qmap=None, Tensor? kmap=None) -> ()", &backward);
+  m.def("band_forward(Tensor q, Tensor k, Tensor v, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0) -> Tensor[]", &band_forward);
   m.def("class_band_runs(int D, int Dv) -> bool", &class_band_runs);
-  m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None, float dropout_p=0., int seed=0) -> Tensor[]", &class_band_forward);
-  m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &class_band_backward);
-  m.def("range_forward(Tensor q, Tensor k, Tensor v, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, float dropout_p=0., int seed=0) -> Tensor[]", &range_forward);
-  m.def("range_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &range_backward);
-  m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0) -> ()", &band_backward);
+  m.def("class_band_forward(Tensor q, Tensor k, Tensor v, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!)? out=None, Tensor(b!)? lse=None, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0) -> Tensor[]", &class_band_forward);
+  m.def("class_band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, int dmin, int dmax, Tensor kvalid, Tensor qvalid, int d, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0) -> ()", &class_band_backward);
+  m.def("range_forward(Tensor q, Tensor k, Tensor v, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0) -> Tensor[]", &range_forward);
+  m.def("range_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor qidx, Tensor kidx, Tensor rlo, Tensor rhi, Tensor kvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0) -> ()", &range_backward);
+  m.def("band_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor lse, Tensor delta, Tensor ok, int dmin, Tensor kvalid, Tensor qvalid, int R, float scale, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, float dropout_p=0., int seed=0, int head_mul=1, int head_add=0) -> ()", &band_backward);
 }
