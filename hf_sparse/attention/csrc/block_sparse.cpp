@@ -884,10 +884,10 @@ inline void part_softmax(float* S, int64_t ja, int64_t jb, __m512 mx, int64_t r0
 }
 
 // Forward of the tile of query rows [i0, i0 + kRB) of one sequence (q, k, v, out, lse at its row 0,
-// contiguous rows; kv / qv its key / query validity or nullptr).
+// contiguous rows; kv / qv its key / query validity or nullptr; dr its dropout, hk its row's ``Drop::head``).
 void band_tile_forward_rb(const float* q, const float* k, const float* v, float* out, float* lse, const Band& b,
                           const uint8_t* kv, const uint8_t* qv, int64_t nq, int64_t nk, int64_t D, int64_t Dv,
-                          float scale, int64_t i0, RbScratch& w, const Drop& dr = Drop(), uint32_t hk = 0) {
+                          float scale, int64_t i0, RbScratch& w, const Drop& dr, uint32_t hk) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t qn = std::min(kRB, nq - i0);
   const float* Q = q + i0 * D;
@@ -983,7 +983,7 @@ inline void tile_grads(float* ST, float* DS, const int64_t* ja, const int64_t* j
 void band_tile_backward_rb(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                            const float* delta, float* dq, float* dk, float* dv, const Band& b, const uint8_t* kv,
                            const uint8_t* qv, int64_t nq, int64_t nk, int64_t D, int64_t Dv, float scale, int64_t i0,
-                           RbScratch& w, const Drop& dr = Drop(), uint32_t hk = 0) {
+                           RbScratch& w, const Drop& dr, uint32_t hk) {
   constexpr int64_t R = kRB;
   const int64_t qn = std::min(R, nq - i0);
   const float* Q = q + i0 * D;
