@@ -19,8 +19,9 @@ q, k, v = (torch.randn(1, 12, n, 64, requires_grad=True) for _ in range(3))
 before = peak_mb()
 out = sparse_attention(q, k, v, patterns.SlidingWindow(window=512), backend="blocked")
 out.backward(torch.ones_like(out))
+peak = peak_mb()  # before the check below: its temporaries (two 48 MB bool tensors at 64k) are not the kernel's
 finite = bool(torch.isfinite(q.grad).all() and torch.isfinite(out).all())
-print(json.dumps({{"before_mb": before, "peak_mb": peak_mb(), "finite": finite}}))
+print(json.dumps({{"before_mb": before, "peak_mb": peak, "finite": finite}}))
 """
 
 

@@ -97,6 +97,6 @@ def test_tiny_recipe_killed_after_a_checkpoint_resumes_to_the_planned_step(tmp_p
     corrupt = Path(latest_checkpoint(out))
     (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
     capsys.readouterr()
-    assert finetune.main(args) == 1
+    assert finetune.main(args) == 2  # a user error: one line, exit 2 (as every one-line error of the script)
     err = capsys.readouterr().err
     assert f"checkpoint {corrupt} is incomplete or corrupt" in err and "model.safetensors" in err
