@@ -217,6 +217,8 @@ def sparse_attention(
         raise ValueError(f"scale must be a positive number, got {scale!r}")
     if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise TypeError(f"seed must be an int or None, got {seed!r}")
     pattern = resolve_pattern(pattern)
     check_exportable(pattern)
     if isinstance(pattern, P.PerHead) and pattern.num_heads != H:

@@ -44,6 +44,7 @@ def test_bad_tensors(change, exc, words):
         ({"backend": "fast"}, ValueError, "backend must be one of .* got 'fast'"),
         ({"scale": -1.0}, ValueError, "scale must be a positive number, got -1.0"),
         ({"dropout_p": 1.5}, ValueError, r"dropout_p must be in \[0, 1\), got 1.5"),
+        ({"dropout_p": 0.1, "seed": 1.5}, TypeError, "seed must be an int or None, got 1.5"),
         ({"block_size": 0}, ValueError, "block_size must be > 0, got 0"),
     ],
 )
