@@ -298,25 +298,10 @@ def main():
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for n in args.sizes:
-        ref = next(
-            (
-                r
-                for r in records
-                if r["n"] == n and r["model"] == "LongformerForMaskedLM" and "tokens_per_s" in r
-            ),
-            None,
-        )
-        ref_dropout = next(
-            (
-                r
-                for r in records
-                if r["n"] == n and r["model"] == "LongformerForMaskedLM" + DROPOUT and "tokens_per_s" in r
-            ),
-            None,
-        )
+        timed = {r["model"]: r for r in records if r["n"] == n and "tokens_per_s" in r}
         for r in (r for r in records if r["n"] == n):
-            if "tokens_per_s" in r:
-                base = ref_dropout if r["model"].endswith(DROPOUT) else ref
+            if "tokens_per_s" in r:  # against the Longformer of the same dropout setting
+                base = timed.get("LongformerForMaskedLM" + (DROPOUT if r["model"].endswith(DROPOUT) else ""))
                 speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "—"
                 prof = " / ".join(f"{v:.2f}" for v in r["profile_s"].values())
                 rates = f"{r['matmul_before']:.0f} -> {r['matmul_after']:.0f}" + (

@@ -55,7 +55,7 @@ from .fused_components import (
     _Run,
 )
 from .merge import merge_partials
-from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs, from_classes, to_classes
+from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs, _tensor_rows, from_classes, to_classes
 
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
@@ -150,13 +150,7 @@ def _chunk_bias(p: _Prep, b: int, h: int, s: int, e: int, dtype, device):
     if bool(full.all()):
         allowed = ok_q[:, :, None] & ok_k[:, None, :]
     else:
-        qr, kr = rows.clamp(max=p.nq - 1), cols.clamp(0, p.nk - 1)
-        if comp.q_index is not None:
-            qi = comp.q_index
-            qr = qi[min(b, qi.shape[0] - 1), min(h, qi.shape[1] - 1)].to(device)[qr]
-        if comp.k_index is not None:
-            ki = comp.k_index
-            kr = ki[min(b, ki.shape[0] - 1), min(h, ki.shape[1] - 1)].to(device)[kr]
+        qr, kr = _tensor_rows(p, b, h, rows, cols, device)
         rule = comp.mask(b, h, (qr + comp.q_offset)[:, :, None], kr[:, None, :])
         allowed = (rule | full[:, None, :]) & ok_q[:, :, None] & ok_k[:, None, :]
     bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, _NEG_INF)
@@ -220,12 +214,9 @@ def _dropout_scale(p: _Prep, drop: tuple, b: int, h: int, r0: int, r1: int, s: i
     """keep / (1 - p) of the chunk of query blocks s..e of rows r0..r1 (as its scores, ``_flat_rows``), keep
     drawn from each pair's tensor rows (``dropout.keep_pairs``): forward and backward draw the same mask
     without storing it, and so do the compiled kernels."""
-    comp, c = p.comp, p.c
-    pick = lambda t: t[min(b, t.shape[0] - 1), min(h, t.shape[1] - 1)].to(device)  # noqa: E731
-    rows = torch.arange(s * c, e * c, device=device).view(e - s, c).clamp(max=p.nq - 1)
-    cols = _key_rows(p, b, h, s, e, device).clamp(0, p.nk - 1)
-    rows = rows if comp.q_index is None else pick(comp.q_index)[rows]  # the tensor's rows
-    cols = cols if comp.k_index is None else pick(comp.k_index)[cols]
+    c = p.c
+    rows = torch.arange(s * c, e * c, device=device).view(e - s, c)
+    rows, cols = _tensor_rows(p, b, h, rows, _key_rows(p, b, h, s, e, device), device)
     _, seed, head_mul, head_add = drop  # ``NO_DROPOUT``
     bh = torch.arange(r0, r1, device=device)[:, None, None, None] * head_mul + head_add
     keep = keep_pairs(seed, p.dropout_p, bh, rows[None, :, :, None], cols[None, :, None, :])

@@ -12,6 +12,8 @@ import math
 import torch
 
 _M32 = 0xFFFFFFFF
+_MIX1, _MIX2 = 0x85EBCA6B, 0xC2B2AE35  # fmix32's multipliers (``csrc``'s kMix1, kMix2)
+_HEAD_MUL, _ROW_MUL, _KEY_MUL = 0x9E3779B9, 0x85EBCA77, 0x27D4EB2F  # of the head, query and key positions
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -23,9 +25,9 @@ def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
 def _fmix32(x: torch.Tensor) -> torch.Tensor:
     """murmur3's 32-bit finaliser (``csrc``'s ``fmix32``)."""
     x = x ^ (x >> 16)
-    x = _mul32(x, 0x85EBCA6B)
+    x = _mul32(x, _MIX1)
     x = x ^ (x >> 13)
-    x = _mul32(x, 0xC2B2AE35)
+    x = _mul32(x, _MIX2)
     return x ^ (x >> 16)
 
 
@@ -40,9 +42,9 @@ def keep_pairs(seed: int, p: float, bh: torch.Tensor, i: torch.Tensor, j: torch.
     """Bool: which (flattened row ``bh`` = b * H + h, query ``i``, key ``j``) pairs the kernels keep with
     dropout ``p`` and ``seed``; the three int64 tensors broadcast against each other."""
     s = _fmix32(torch.tensor(seed & _M32, dtype=torch.int64, device=bh.device))
-    head = _fmix32((s + _mul32(bh + 1, 0x9E3779B9)) & _M32)
-    row = _fmix32(head ^ _mul32(i + 1, 0x85EBCA77))
-    return _fmix32((row + _mul32(j + 1, 0x27D4EB2F)) & _M32) >= threshold(p)
+    head = _fmix32((s + _mul32(bh + 1, _HEAD_MUL)) & _M32)
+    row = _fmix32(head ^ _mul32(i + 1, _ROW_MUL))
+    return _fmix32((row + _mul32(j + 1, _KEY_MUL)) & _M32) >= threshold(p)
 
 
 def keep_mask(seed: int, p: float, B: int, H: int, nq: int, nk: int, device=None) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 
 from . import fused
 from .merge import merge_forward
-from .prepare import _NEG_INF, _Prep, from_classes, to_classes
+from .prepare import _NEG_INF, _Prep, _tensor_rows, from_classes, to_classes
 
 # Query rows per tile of the compiled band kernel's BLAS path (double, CPUs without AVX-512, bands with
 # disallowed offsets; float on AVX-512 runs register-blocked with its own 64-row tiles, ``csrc``'s kRB)
@@ -140,13 +140,7 @@ def _fused_tables(p: _Prep, BH: int, device):
         for s in range(0, look.shape[0], step):
             qb, sl = look[s : s + step].unbind(1)
             rows, cols = qb[:, None] * c + ar, kb[qb, sl][:, None] * c + ar  # (T, c) component rows
-            qr, kr = rows.clamp(max=p.nq - 1), cols.clamp(max=p.nk - 1)
-            if comp.q_index is not None:
-                qi = comp.q_index
-                qr = qi[min(b, qi.shape[0] - 1), min(h, qi.shape[1] - 1)].to(device)[qr]
-            if comp.k_index is not None:
-                ki = comp.k_index
-                kr = ki[min(b, ki.shape[0] - 1), min(h, ki.shape[1] - 1)].to(device)[kr]
+            qr, kr = _tensor_rows(p, b, h, rows, cols, device)
             rule = comp.mask(b, h, (qr + comp.q_offset)[:, :, None], kr[:, None, :])
             allowed = (rule | full[qb, sl][:, None, None]) & q_ok[rows][:, :, None] & k_ok[cols][:, None, :]
             some, every = allowed.any(-1).any(-1), allowed.all(-1).all(-1)

@@ -43,6 +43,17 @@ class _Prep:
 ROW_DOT_ELEMENTS = 1 << 18
 
 
+def _tensor_rows(p: _Prep, b: int, h: int, rows: torch.Tensor, cols: torch.Tensor, device):
+    """Component query rows and key rows of group (b, h) (any shapes; rows past the ends, block padding,
+    clamped to the last) -> the tensors' rows, through the component's orders where it has them."""
+    comp = p.comp
+    pick = lambda t: t[min(b, t.shape[0] - 1), min(h, t.shape[1] - 1)].to(device)  # noqa: E731
+    qr, kr = rows.clamp(max=p.nq - 1), cols.clamp(0, p.nk - 1)
+    qr = qr if comp.q_index is None else pick(comp.q_index)[qr]
+    kr = kr if comp.k_index is None else pick(comp.k_index)[kr]
+    return qr, kr
+
+
 def _row_dot(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """sum(a * b, -1) in ``dtype``, (..., X) -> (...), over row chunks of ``ROW_DOT_ELEMENTS`` elements.
     One product of a whole head (16 MB at 64k tokens) per step left ~14 MB resident per head after it

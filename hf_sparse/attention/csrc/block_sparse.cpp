@@ -246,11 +246,15 @@ inline void scale_row(T* x, int64_t n, T a) {
 // computes the same bits in PyTorch (the tests' dense reference). murmur3's 32-bit finaliser over the row's key
 // plus a multiple of j; a pair is kept where the hash is >= p * 2^32, and kept probabilities are scaled by
 // 1 / (1 - p). The log-sum-exp is that of the probabilities before dropout, so components still merge exactly.
+constexpr uint32_t kMix1 = 0x85EBCA6Bu, kMix2 = 0xC2B2AE35u;  // fmix32's multipliers
+// the multipliers of the head, query and key positions
+constexpr uint32_t kHeadMul = 0x9E3779B9u, kRowMul = 0x85EBCA77u, kKeyMul = 0x27D4EB2Fu;
+
 inline uint32_t fmix32(uint32_t x) {
   x ^= x >> 16;
-  x *= 0x85EBCA6Bu;
+  x *= kMix1;
   x ^= x >> 13;
-  x *= 0xC2B2AE35u;
+  x *= kMix2;
   x ^= x >> 16;
   return x;
 }
@@ -277,19 +281,19 @@ struct Drop {
   // flattened row r of the kernel's tensors is row r * hmul + hadd of the call's (b * H + h): hmul = H, hadd = h
   // where the tensors hold head h alone (``PerHead``)
   int64_t hmul = 1, hadd = 0;
-  uint32_t head(int64_t r) const { return fmix32(seed + 0x9E3779B9u * static_cast<uint32_t>(r * hmul + hadd + 1)); }
-  uint32_t row(uint32_t hk, int64_t i) const { return fmix32(hk ^ (0x85EBCA77u * static_cast<uint32_t>(i + 1))); }
+  uint32_t head(int64_t r) const { return fmix32(seed + kHeadMul * static_cast<uint32_t>(r * hmul + hadd + 1)); }
+  uint32_t row(uint32_t hk, int64_t i) const { return fmix32(hk ^ (kRowMul * static_cast<uint32_t>(i + 1))); }
   bool keep(uint32_t rk, int64_t j) const {
-    return fmix32(rk + 0x27D4EB2Fu * static_cast<uint32_t>(j + 1)) >= thresh;
+    return fmix32(rk + kKeyMul * static_cast<uint32_t>(j + 1)) >= thresh;
   }
 };
 
 #if defined(CPU_CAPABILITY_AVX512)
 inline __m512i fmix32_v(__m512i x) {
   x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x85EBCA6Bu)));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(kMix1)));
   x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 13));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0xC2B2AE35u)));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(kMix2)));
   return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
@@ -301,7 +305,7 @@ inline __mmask16 drop_keys(const Drop& dr, uint32_t rk, int64_t j) {
                          _mm512_set1_epi32(static_cast<int>(dr.amul))),
       _mm512_set1_epi32(static_cast<int>(dr.aadd + 1)));
   const __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(rk)),
-                                     _mm512_mullo_epi32(pos, _mm512_set1_epi32(static_cast<int>(0x27D4EB2Fu))));
+                                     _mm512_mullo_epi32(pos, _mm512_set1_epi32(static_cast<int>(kKeyMul))));
   return _mm512_cmpge_epu32_mask(fmix32_v(x), _mm512_set1_epi32(static_cast<int>(dr.thresh)));
 }
 #endif
@@ -657,7 +661,7 @@ inline __m512i drop_rows(const Drop& dr, uint32_t hk, int64_t i, int64_t r, int6
 }
 
 inline __mmask16 drop_keep(const Drop& dr, __m512i rk, int64_t j) {
-  const __m512i x = _mm512_add_epi32(rk, _mm512_set1_epi32(static_cast<int>(0x27D4EB2Fu * static_cast<uint32_t>(j + 1))));
+  const __m512i x = _mm512_add_epi32(rk, _mm512_set1_epi32(static_cast<int>(kKeyMul * static_cast<uint32_t>(j + 1))));
   return _mm512_cmpge_epu32_mask(fmix32_v(x), _mm512_set1_epi32(static_cast<int>(dr.thresh)));
 }
 
