@@ -5,7 +5,7 @@
 For n = 4k .. 64k tokens (B=1, H=12, D=64) the median forward and forward+backward time (CUDA events,
 after a warm-up call that compiles) and the peak memory above the inputs, each time also as a multiple
 of its FLOP bound (matmul FLOPs of exactly the allowed pairs, forward 4*pairs*D, forward+backward 3x,
-at the bf16 8192^3 matmul rate measured before and after every kernel). Then one training step
+at the bf16 8192^3 matmul rate measured before and after every kernel), also with attention dropout 0.1. Then one training step
 (forward+backward, bf16 autocast) of SparseTransformerForMaskedLM vs LongformerForMaskedLM (hidden 768,
 12 heads, 2 layers, window 512) in tokens/s.
 
@@ -33,6 +33,13 @@ PATTERNS = {
     "Strided(128)": {"type": "strided", "stride": 128},
 }
 BAND = PATTERNS["SlidingWindow(512)"]
+# benchmark_models' names: the last two train with attention dropout 0.1 (the configs' default)
+MODELS = [
+    "SparseTransformerForMaskedLM",
+    "LongformerForMaskedLM",
+    "SparseTransformerForMaskedLM (attention dropout 0.1)",
+    "LongformerForMaskedLM (attention dropout 0.1)",
+]
 DEVICE = "cuda"  # --device cpu: a dry run of the script itself (no events, no memory figures)
 
 
@@ -58,16 +65,22 @@ def _kernels():
         )
     for name, spec in PATTERNS.items():
         ks[f"hf-sparse blocked {name}"] = (spec, lambda q, k, v, s=spec: _hf(q, k, v, s, "blocked"))
+    for name, spec in PATTERNS.items():  # what a model trains with by default: attention dropout 0.1
+        for backend in ("flex", "blocked"):
+            ks[f"hf-sparse {backend} {name} (dropout 0.1)"] = (
+                spec,
+                lambda q, k, v, s=spec, b=backend: _hf(q, k, v, s, b, dropout_p=0.1),
+            )
     return ks
 
 
 # ----------------------------------------------------------------------------- runners: (q, k, v) -> fn()
 
 
-def _hf(q, k, v, spec, backend):
+def _hf(q, k, v, spec, backend, dropout_p=0.0):
     from hf_sparse import sparse_attention
 
-    return lambda: sparse_attention(q, k, v, spec, backend=backend)
+    return lambda: sparse_attention(q, k, v, spec, backend=backend, dropout_p=dropout_p)
 
 
 def _prebuilt(q, k, v, spec):
@@ -412,6 +425,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     ap.add_argument("--model-sizes", type=int, nargs="*", default=[4096, 16384], help="none: no model steps")
     ap.add_argument("--only", nargs="*", help="kernels whose name contains one of these strings")
+    ap.add_argument("--models", nargs="*", help="models whose name contains one of these strings")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per figure")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to dry-run this script at small sizes")
     ap.add_argument(
@@ -451,7 +465,9 @@ def main():
            "kernels": [], "models": [], "notes": []}  # fmt: skip
     if args.model_sizes:
         for n in args.model_sizes:
-            for model in ("SparseTransformerForMaskedLM", "LongformerForMaskedLM"):
+            for model in MODELS:
+                if args.models and not any(s in model for s in args.models):
+                    continue
                 if time.perf_counter() - start > args.deadline:
                     break
                 try:

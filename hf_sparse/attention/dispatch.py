@@ -127,14 +127,14 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
         )
 
 
-def pick_backend(backend: str, query, dropout_p: float) -> str:
+def pick_backend(backend: str, query) -> str:
     """``auto`` above SDPA's range: FlexAttention on CUDA (measured on an H200, benchmarks/attention_gpu.md:
     the blocked path's many small launches there run 1,000-18,000x the FLOP bound, compiled flex 4-70x at
-    16k-64k: SlidingWindow, BigBird, Strided), the blocked kernels elsewhere and with dropout, which flex
-    does not have."""
+    16k-64k: SlidingWindow, BigBird, Strided; with dropout too: ``flex._with_dropout``), the blocked kernels
+    elsewhere."""
     if backend != "auto":
         return backend
-    if query.device.type == "cuda" and flex_available() and dropout_p == 0.0:
+    if query.device.type == "cuda" and flex_available():
         return "flex"
     return "blocked"
 
@@ -171,8 +171,8 @@ def sparse_attention(
             (reference, float32 arithmetic, O(n^2) memory), ``"sdpa"`` (torch's fused attention with the
             pattern's materialised mask, O(n^2) memory), ``"blocked"`` or ``"flex"``.
         block_size: kernel block size (must divide or be a multiple of the pattern's own blocks).
-        seed: dropout seed (blocked and dense: drawn from torch's generator if None, and one seed keeps the
-            same probabilities on both and with or without the compiled CPU kernel: ``dropout.keep_mask``;
+        seed: dropout seed (blocked, flex and dense: drawn from torch's generator if None, and one seed keeps
+            the same probabilities on all three and with or without the compiled CPU kernel: ``dropout.keep_mask``;
             sdpa: torch's generator is used as it is if None, else forked and seeded).
 
     Returns: ``(batch, heads, q_len, head_dim)``. A query with no allowed key gets zeros.
@@ -253,9 +253,9 @@ def sparse_attention(
         return dense_attention(query, key, value, allowed, scale, dropout_p, keep=keep)
 
     check_exportable(pattern, backend)
-    if pick_backend(backend, query, dropout_p) == "flex":
+    if pick_backend(backend, query) == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
-        return flex_attention_forward(query, key, value, bound, key_valid, scale, block)
+        return flex_attention_forward(query, key, value, bound, key_valid, scale, block, dropout_p, seed or 0)
     plan = bound.derived(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
     return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed or 0)
 
@@ -268,9 +268,10 @@ def _check_flex(pattern, query, needs_grad, dropout_p):
             f"backend='flex' cannot run {pattern!r} with gradients on CPU: FlexAttention has no CPU backward; "
             "use backend='blocked' (or 'auto')"
         )
-    if dropout_p > 0.0:
+    if dropout_p > 0.0 and query.device.type == "cpu" and compile_enabled():
         raise ValueError(
-            f"backend='flex' cannot run {pattern!r} with dropout_p={dropout_p}; use backend='blocked'"
+            f"backend='flex' cannot run {pattern!r} with dropout_p={dropout_p} on CPU: compiled there, FlexAttention "
+            "returns no log-sum-exp, which its dropout needs; use backend='blocked' (or 'auto')"
         )
     if compile_enabled() and not can_compile_on(query.device):
         raise ValueError(

@@ -16,13 +16,14 @@ _MIX1, _MIX2 = 0x85EBCA6B, 0xC2B2AE35  # fmix32's multipliers (``csrc``'s kMix1,
 _HEAD_MUL, _ROW_MUL, _KEY_MUL = 0x9E3779B9, 0x85EBCA77, 0x27D4EB2F  # of the head, query and key positions
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """x * c mod 2^32 for x in [0, 2^32) (int64), without overflowing int64: c in two 16-bit halves."""
+def _mul32(x, c: int):
+    """x * c mod 2^32 for x in [0, 2^32) (an int or an int64 tensor), without overflowing int64: c in two
+    16-bit halves."""
     lo, hi = c & 0xFFFF, c >> 16
     return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
 
 
-def _fmix32(x: torch.Tensor) -> torch.Tensor:
+def _fmix32(x):
     """murmur3's 32-bit finaliser (``csrc``'s ``fmix32``)."""
     x = x ^ (x >> 16)
     x = _mul32(x, _MIX1)
@@ -38,13 +39,23 @@ def threshold(p: float) -> int:
     return min(_M32, math.floor(p * 4294967296.0))
 
 
+def seed_key(seed: int) -> int:
+    """The hashed seed every pair's hash starts from."""
+    return _fmix32(seed & _M32)
+
+
+def keep_hashed(key, limit: int, bh: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """``keep_pairs`` from the seed's ``seed_key`` (an int, or an int64 tensor: FlexAttention's mask takes it
+    as an input, so a new seed compiles nothing) and the ``threshold``."""
+    head = _fmix32((key + _mul32(bh + 1, _HEAD_MUL)) & _M32)
+    row = _fmix32(head ^ _mul32(i + 1, _ROW_MUL))
+    return _fmix32((row + _mul32(j + 1, _KEY_MUL)) & _M32) >= limit
+
+
 def keep_pairs(seed: int, p: float, bh: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
     """Bool: which (flattened row ``bh`` = b * H + h, query ``i``, key ``j``) pairs the kernels keep with
     dropout ``p`` and ``seed``; the three int64 tensors broadcast against each other."""
-    s = _fmix32(torch.tensor(seed & _M32, dtype=torch.int64, device=bh.device))
-    head = _fmix32((s + _mul32(bh + 1, _HEAD_MUL)) & _M32)
-    row = _fmix32(head ^ _mul32(i + 1, _ROW_MUL))
-    return _fmix32((row + _mul32(j + 1, _KEY_MUL)) & _M32) >= threshold(p)
+    return keep_hashed(seed_key(seed), threshold(p), bh, i, j)
 
 
 def keep_mask(seed: int, p: float, B: int, H: int, nq: int, nk: int, device=None) -> torch.Tensor:
@@ -58,4 +69,4 @@ def keep_mask(seed: int, p: float, B: int, H: int, nq: int, nk: int, device=None
     )
 
 
-__all__ = ["keep_mask", "keep_pairs", "threshold"]
+__all__ = ["keep_hashed", "keep_mask", "keep_pairs", "seed_key", "threshold"]

@@ -8,6 +8,7 @@ functions are cached by torch.compile per shape; set ``HF_SPARSE_FLEX_COMPILE=0`
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import shutil
@@ -99,23 +100,33 @@ def build_block_mask(
 
 
 def flex_block_mask(
-    pattern, key_valid, B: int, H: int, q_len: int, kv_len: int, block: int, device, grad: bool = True
+    pattern,
+    key_valid,
+    B: int,
+    H: int,
+    q_len: int,
+    kv_len: int,
+    block: int,
+    device,
+    grad: bool = True,
+    partial: bool = False,
 ):
     """The ``BlockMask`` of a bound pattern (and padding, if ``key_valid`` is given): built from its block
-    layout (over ``flex_tile``'s tiles on CUDA), with the pattern's ``mask_mod`` for the partial tiles.
-    Queries sit at the end of the keys. Without padding it is built once per pattern, shape, device and
-    tile and kept on the pattern."""
+    layout (over ``flex_tile``'s tiles on CUDA), with the pattern's ``mask_mod`` for the partial tiles (every
+    tile if ``partial``: a mask that adds dropout to it must be evaluated everywhere). Queries sit at the end
+    of the keys. Without padding it is built once per pattern, shape, device, tile and ``partial``, and kept
+    on the pattern."""
     device = torch.device(device)
     tile = flex_tile(pattern, device, grad)
     if key_valid is None:
-        key = ("flex_block_mask", B, H, q_len, kv_len, block, str(device), tile)
+        key = ("flex_block_mask", B, H, q_len, kv_len, block, str(device), tile, partial)
         return pattern.derived(
-            key, lambda: _block_mask(pattern, None, B, H, q_len, kv_len, block, device, tile)
+            key, lambda: _block_mask(pattern, None, B, H, q_len, kv_len, block, device, tile, partial)
         )
-    return _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device, tile)
+    return _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device, tile, True)
 
 
-def _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device, tile):
+def _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device, tile, partial):
     if tile is None:
         layout = pattern.block_layout(q_len, block=block, kv_len=kv_len)
     else:
@@ -140,7 +151,7 @@ def _block_mask(pattern, key_valid, B, H, q_len, kv_len, block, device, tile):
         def mask_mod(b, h, q_idx, kv_idx):
             return rule(b, h, q_idx, kv_idx) & valid[b, kv_idx]
 
-    return build_block_mask(layout, mask_mod, q_len, kv_len, B, H, device, key_valid is not None)
+    return build_block_mask(layout, mask_mod, q_len, kv_len, B, H, device, partial)
 
 
 def _finest_block(pattern, block: int) -> int:
@@ -233,21 +244,77 @@ def coarsen(layout, factor: int):
 FLEX_CLASS_ORDER_MIN_LEN = 12288
 
 
-def flex_attention_forward(query, key, value, pattern, key_valid, scale: float, block: int):
+def flex_attention_forward(
+    query, key, value, pattern, key_valid, scale: float, block: int, dropout_p: float = 0.0, seed: int = 0
+):
     """Exact attention of a bound pattern with FlexAttention: (B, H, q_len, Dv). Patterns with a band
     inside residue classes (``Component.class_band``: Strided's causal columns, Dilated) run that part in
     class order, where it is a band, as a call of its own, merged by log-sum-exp (where FlexAttention
-    returns it: on CUDA and eager); else one call with the pattern's mask over its position-order tiles."""
+    returns it: on CUDA and eager); else one call with the pattern's mask over its position-order tiles.
+    With dropout: ``_with_dropout``."""
     B, H, q_len, _ = query.shape
     kv_len = key.shape[-2]
     eager = not compile_enabled()
-    if key_valid is None and (eager or query.device.type != "cpu" and q_len >= FLEX_CLASS_ORDER_MIN_LEN):
-        parts = class_order_parts(pattern, B, H, q_len, kv_len, block, query.device)
-        if parts is not None:
-            return run_parts(query, key, value, parts, scale)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-    block_mask = flex_block_mask(pattern, key_valid, B, H, q_len, kv_len, block, query.device, grad)
-    return run_flex(query, key, value, block_mask, scale, kernel_options(pattern, query.device))
+
+    def calls(partial: bool) -> list[_Part]:
+        if key_valid is None and (eager or query.device.type != "cpu" and q_len >= FLEX_CLASS_ORDER_MIN_LEN):
+            parts = class_order_parts(pattern, B, H, q_len, kv_len, block, query.device, partial)
+            if parts is not None:
+                return parts
+        block_mask = flex_block_mask(
+            pattern, key_valid, B, H, q_len, kv_len, block, query.device, grad, partial
+        )
+        return [_Part(block_mask, 0, kernel_options(pattern, query.device))]
+
+    parts = calls(False)
+    if dropout_p > 0.0:
+        return _with_dropout(query, key, value, parts, calls(True), scale, dropout_p, seed)
+    if len(parts) == 1:
+        return run_flex(query, key, value, parts[0].block_mask, scale, parts[0].options)
+    return run_parts(query, key, value, parts, scale)[0]
+
+
+def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout_p: float, seed: int):
+    """Attention dropout in FlexAttention, which has none: the probabilities of the kept pairs (drawn by
+    ``dropout.keep_hashed``: the mask the blocked kernels and the dense backend draw for ``seed``) are
+    ``exp(s - lse)`` with ``lse`` over every allowed pair, so the result is one call over the kept pairs
+    (their softmax, ``out`` and ``lse_kept``) rescaled by ``exp(lse_kept - lse) / (1 - p)``, with ``lse``
+    from a call over all pairs (``parts``); both log-sum-exps carry gradients, so the backward is exact.
+    Every tile of the kept call evaluates the mask (``partial_parts``: the same calls with no full tiles).
+    About twice a call without dropout."""
+    from hf_sparse.attention.dropout import seed_key, threshold
+
+    # a tensor the mask reads (filled on the device: no copy from the host, which would wait for the GPU),
+    # so a new seed compiles nothing
+    hashed = torch.full((), seed_key(seed), dtype=torch.int64, device=query.device)
+    kept = []
+    for part in partial_parts:
+        block_mask = copy.copy(part.block_mask)
+        m = query.shape[2] // part.d if part.d else 0
+        block_mask.mask_mod = _kept_mod(
+            part.block_mask.mask_mod, hashed, threshold(dropout_p), query.shape[1], m, part.d
+        )
+        kept.append(_Part(block_mask, part.d, part.options))
+    _, lse = run_parts(query, key, value, parts, scale)
+    out, lse_kept = run_parts(query, key, value, kept, scale)
+    # rows with no allowed key (both -inf) get 0, with no NaN in their gradients
+    log_share = torch.where(torch.isfinite(lse), lse_kept - lse, float("-inf"))
+    return out * (torch.exp(log_share) / (1.0 - dropout_p))[..., None].to(out.dtype)
+
+
+def _kept_mod(rule, hashed, limit: int, H: int, m: int, d: int):
+    """``rule`` and the dropout mask (``dropout.keep_hashed`` at the tensor positions: in a class-order call
+    of stride d, index c * m + i is position i * d + c). Everything in closure cells, which the compiled
+    FlexAttention guards on (``_class_band_mod``)."""
+    from hf_sparse.attention.dropout import keep_hashed
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        i, j = (q_idx % m * d + q_idx // m, kv_idx % m * d + kv_idx // m) if d else (q_idx, kv_idx)
+        keep = keep_hashed(hashed, limit, (b * H + h).to(torch.int64), i.to(torch.int64), j.to(torch.int64))
+        return rule(b, h, q_idx, kv_idx) & keep
+
+    return mask_mod
 
 
 def kernel_options(pattern, device) -> dict | None:
@@ -262,14 +329,17 @@ def kernel_options(pattern, device) -> dict | None:
 
 @dataclass
 class _Part:
-    """One FlexAttention call of a split pattern: its BlockMask, in residue-class order of stride d (0:
-    position order)."""
+    """One FlexAttention call: its BlockMask, in residue-class order of stride d (0: position order), with
+    its Triton ``kernel_options``."""
 
     block_mask: object
     d: int = 0
+    options: dict | None = None
 
 
-def class_order_parts(pattern, B, H, q_len, kv_len, block, device) -> list[_Part] | None:
+def class_order_parts(
+    pattern, B, H, q_len, kv_len, block, device, partial: bool = False
+) -> list[_Part] | None:
     """The calls of a pattern whose plan is position-order components plus bands inside residue classes
     (``Component.class_band``; equal classes, rules without tables), kept on the pattern; else None.
     In position order Strided(128)'s columns touch every earlier tile (as many as causal full attention);
@@ -278,11 +348,11 @@ def class_order_parts(pattern, B, H, q_len, kv_len, block, device) -> list[_Part
     if q_len != kv_len:
         return None
     device = torch.device(device)
-    key = ("flex_class_parts", B, H, q_len, block, str(device))
-    return pattern.derived(key, lambda: _class_order_parts(pattern, B, H, q_len, block, device))
+    key = ("flex_class_parts", B, H, q_len, block, str(device), partial)
+    return pattern.derived(key, lambda: _class_order_parts(pattern, B, H, q_len, block, device, partial))
 
 
-def _class_order_parts(pattern, B, H, n, block, device):
+def _class_order_parts(pattern, B, H, n, block, device, partial):
     from hf_sparse.attention.blocked import _class_stride
     from hf_sparse.patterns.base import merge_layouts
 
@@ -318,10 +388,10 @@ def _class_order_parts(pattern, B, H, n, block, device):
                 out = out | r(b, h, q_idx, kv_idx)
             return out
 
-        parts.append(_Part(build_block_mask(tile(layout), mask_mod, n, n, B, H, device, False)))
+        parts.append(_Part(build_block_mask(tile(layout), mask_mod, n, n, B, H, device, partial)))
     for c, d in zip(bands, strides):
         band_mod = _class_band_mod(n // d, *c.class_band)
-        parts.append(_Part(build_block_mask(tile(c.layout), band_mod, n, n, B, H, device, False), d))
+        parts.append(_Part(build_block_mask(tile(c.layout), band_mod, n, n, B, H, device, partial), d))
     return parts
 
 
@@ -339,16 +409,16 @@ def _class_band_mod(m: int, lo: int, hi: int):
 
 
 def run_parts(query, key, value, parts: list[_Part], scale: float):
-    """The calls of ``class_order_parts``, each with its log-sum-exp, merged: the softmax over the union is
-    the outputs weighted by their shares of its sum, ``lerp(a, b, sigmoid(lse_b - lse_a))``; rows no call
-    gives a key get 0 (as one FlexAttention call gives them)."""
+    """The calls of ``class_order_parts`` (or one call), each with its log-sum-exp, merged: the softmax over
+    the union is the outputs weighted by their shares of its sum, ``lerp(a, b, sigmoid(lse_b - lse_a))``;
+    rows no call gives a key get 0 (as one FlexAttention call gives them). Returns (out, lse)."""
     from hf_sparse.attention.prepare import from_classes, to_classes
 
     out = lse = None
     for part in parts:
         d = part.d
         q, k, v = (to_classes(t, d, 2) if d else t for t in (query, key, value))
-        o, l = run_flex(q, k, v, part.block_mask, scale, return_lse=True)
+        o, l = run_flex(q, k, v, part.block_mask, scale, part.options, return_lse=True)
         if out is None:
             out, lse = (from_classes(o, d, 2), from_classes(l, d, 2)) if d else (o, l)
             continue
@@ -359,7 +429,7 @@ def run_parts(query, key, value, parts: list[_Part], scale: float):
         out, lse = torch.lerp(out, o, share[..., None].to(out.dtype)), torch.logaddexp(lse, l)
         if d:
             out, lse = out.flatten(2, 3), lse.flatten(2, 3)
-    return out
+    return out, lse
 
 
 def run_flex(query, key, value, block_mask, scale: float, kernel_options=None, return_lse: bool = False):

@@ -35,20 +35,22 @@ def _inputs(n, dtype, mode, seed=0, B=2, H=3, D=32):  # H = 3: the PerHead case 
     return [torch.randn(s, generator=g).to(DEVICE, dtype).requires_grad_() for s in shapes]
 
 
-def _attend(q, k, v, pattern, mode, backend):
+def _attend(q, k, v, pattern, mode, backend, **kw):
     am, gm = make_masks("none" if mode == "gqa" else mode, q.shape[0], q.shape[2])
     am, gm = (None if m is None else m.to(q.device) for m in (am, gm))
-    return sparse_attention(q, k, v, pattern, attention_mask=am, global_attention_mask=gm, backend=backend)
+    return sparse_attention(
+        q, k, v, pattern, attention_mask=am, global_attention_mask=gm, backend=backend, **kw
+    )
 
 
-def _check(name, n, mode, backend, dtype):
+def _check(name, n, mode, backend, dtype, **kw):
     pattern = PATTERNS[name]
     q, k, v = _inputs(n, dtype, mode)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     if pattern.content_based:  # select once, on the float64 inputs, so both runs attend the same pairs
         pattern = pattern.bind(n, query=q64, key=k64.repeat_interleave(q.shape[1] // k.shape[1], dim=1))
-    ref = _attend(q64, k64, v64, pattern, mode, "dense")
-    out = _attend(q, k, v, pattern, mode, backend)
+    ref = _attend(q64, k64, v64, pattern, mode, "dense", **kw)
+    out = _attend(q, k, v, pattern, mode, backend, **kw)
     assert out.dtype == dtype and out.device.type == torch.device(DEVICE).type
     assert torch.isfinite(out).all()
     atol, rtol = TOLERANCE[dtype]
@@ -200,3 +202,90 @@ def test_compiled_flex_without_gradients_matches_dense(name, mode):
 def test_compiled_flex_with_block_map_lookup_matches_dense(name, mode):
     torch._dynamo.config.recompile_limit = 1024
     _check(name, 1024, mode, "flex", torch.float32)
+
+
+# Attention dropout: the blocked path's PyTorch hash and FlexAttention's two calls (``flex._with_dropout``)
+# keep the pairs the dense backend keeps for a seed; flex only where its log-sum-exp is returned (CUDA).
+DROPOUT_CASES = [(name, mode, "blocked", torch.float64) for name in PATTERNS for mode in ("none", "global")]
+DROPOUT_CASES += [(name, "padding", "flex", torch.float32) for name in SOME + ["per_head", "lsh"]]
+DROPOUT_CASES += [(name, "global", "flex", torch.float32) for name in ("sliding_window", "bigbird")]
+DROPOUT_CASES += [(name, "none", "flex", torch.bfloat16) for name in ("sliding_window", "bigbird")]
+
+
+@pytest.mark.parametrize(("name", "mode", "backend", "dtype"), DROPOUT_CASES, ids=str)
+def test_dropout_matches_dense_with_the_same_seed(name, mode, backend, dtype):
+    if backend == "flex" and DEVICE != "cuda":
+        pytest.skip("FlexAttention has no backward off CUDA")
+    torch._dynamo.config.recompile_limit = 1024
+    _check(name, 1000, mode, backend, dtype, dropout_p=0.2, seed=77)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="FlexAttention has no backward off CUDA")
+@pytest.mark.parametrize("name", ["strided", "dilated"])
+def test_flex_dropout_in_class_order_matches_dense(name, monkeypatch):
+    from hf_sparse.attention import flex
+
+    monkeypatch.setattr(flex, "FLEX_CLASS_ORDER_MIN_LEN", 0)
+    torch._dynamo.config.recompile_limit = 1024
+    _check(name, 1000, "none", "flex", torch.float32, dropout_p=0.2, seed=77)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="compiled FlexAttention on CUDA")
+def test_flex_dropout_compiles_once_for_every_seed():
+    """The seed reaches the compiled mask as a tensor: later calls with new seeds compile nothing, and draw
+    their own mask."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.config.recompile_limit = 1024
+    q, k, v = _inputs(2048, torch.bfloat16, "none", B=1, H=2)
+    outs = []
+    for seed in range(4):
+        if seed == 2:
+            graphs = counters["stats"]["unique_graphs"]
+        out = sparse_attention(q, k, v, P.SlidingWindow(window=256), dropout_p=0.1, seed=seed)
+        out.float().sum().backward()
+        outs.append(out.detach())
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert not torch.equal(outs[2], outs[3])
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="compiled FlexAttention on CUDA")
+def test_model_with_attention_dropout_trains_on_flex_as_on_the_blocked_path():
+    """A MaskedLM training step with attention dropout 0.1 (the configs' default): ``auto`` runs FlexAttention
+    on CUDA, and for one torch seed gives the blocked path's loss and gradients."""
+    import hf_sparse.attention.dispatch as dispatch
+    from hf_sparse import SparseTransformerConfig, SparseTransformerForMaskedLM
+
+    torch._dynamo.config.recompile_limit = 1024
+    cfg = SparseTransformerConfig(
+        vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        max_position_embeddings=4100, attention_pattern={"type": "sliding_window", "window": 128},
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = SparseTransformerForMaskedLM(cfg).to(DEVICE).train()
+    ids = torch.randint(1, 97, (2, 4000), device=DEVICE)  # above SDPA_MAX_PAIRS: the block kernels
+    grads, picked = {}, []
+    original = dispatch.flex_attention_forward
+    dispatch.flex_attention_forward = lambda *a, **kw: picked.append(1) or original(*a, **kw)
+    try:
+        for backend in ("auto", "blocked"):
+            model.config.attention_backend = backend
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(1)
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            grads[backend] = (
+                loss.detach(),
+                [p.grad.clone() for p in model.parameters() if p.grad is not None],
+            )
+            assert bool(picked) == (backend == "auto"), backend
+    finally:
+        dispatch.flex_attention_forward = original
+    torch.testing.assert_close(grads["auto"][0], grads["blocked"][0], atol=1e-4, rtol=1e-4)
+    for a, b in zip(grads["auto"][1], grads["blocked"][1]):
+        torch.testing.assert_close(a, b, atol=1e-3 * max(1.0, b.abs().max().item()), rtol=1e-3)
+    torch.manual_seed(2)
+    model.config.attention_backend = "auto"
+    other = model(input_ids=ids, labels=ids).loss.detach()
+    assert not torch.equal(other, grads["auto"][0])

@@ -68,6 +68,29 @@ def test_dropout_matches_dense_with_the_same_seed_float64(name, mode, path, monk
         assert calls["band"] + calls["tables"] + calls["class_band"] + calls["range"] == 0, calls
 
 
+@pytest.mark.parametrize("mode", ["none", "padding", "global"])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_flex_dropout_keeps_the_pairs_the_dense_reference_keeps(name, mode, monkeypatch):
+    """FlexAttention has no dropout: ``flex._with_dropout`` runs a call over the kept pairs and rescales it by
+    the log-sum-exps of that call and of one over every allowed pair. Eager here (compiled CPU flex returns
+    no log-sum-exp, and no backward: ``tests/attention/test_cuda.py`` checks gradients on CUDA), with the
+    class-order calls of Strided and Dilated at every length: the dense result for the same seed."""
+    from hf_sparse.attention import flex
+
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    monkeypatch.setattr(flex, "FLEX_CLASS_ORDER_MIN_LEN", 0)
+    q, k, v = (t.double().detach() for t in _inputs(256, D=8, grad=False))
+    am, gm = make_masks(mode, q.shape[0], q.shape[2])
+    pattern = PATTERNS[name]
+    if pattern.content_based:  # select once, so both backends attend the same pairs
+        pattern = pattern.bind(256, query=q, key=k)
+    kw = dict(attention_mask=am, global_attention_mask=gm, dropout_p=0.3, seed=2024)
+    ref = sparse_attention(q, k, v, pattern, backend="dense", **kw)
+    out = sparse_attention(q, k, v, pattern, backend="flex", **kw)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    assert not torch.allclose(out, sparse_attention(q, k, v, pattern, backend="flex", **{**kw, "seed": 2025}))
+
+
 @pytest.mark.parametrize(
     ("name", "n"),
     [

@@ -71,6 +71,15 @@ def test_flex_cannot_train_on_cpu_and_says_so():
         sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="flex")
 
 
+def test_flex_dropout_on_cpu_needs_the_eager_flex_and_says_so(monkeypatch):
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "1")
+    with (
+        torch.no_grad(),
+        pytest.raises(ValueError, match=r"dropout_p=0.1 on CPU: compiled there.*log-sum-exp"),
+    ):
+        sparse_attention(*qkv(), P.SlidingWindow(window=4), backend="flex", dropout_p=0.1)
+
+
 def test_per_head_needs_matching_heads():
     with pytest.raises(ValueError, match="PerHead has 3 patterns but the input has 2 heads"):
         sparse_attention(*qkv(), P.PerHead([P.Causal()] * 3))
