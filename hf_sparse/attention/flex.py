@@ -270,7 +270,7 @@ def flex_attention_forward(
     parts = calls(False)
     if dropout_p > 0.0:
         return _with_dropout(query, key, value, parts, calls(True), scale, dropout_p, seed)
-    if len(parts) == 1:
+    if len(parts) == 1 and not parts[0].d:
         return run_flex(query, key, value, parts[0].block_mask, scale, parts[0].options)
     return run_parts(query, key, value, parts, scale)[0]
 
