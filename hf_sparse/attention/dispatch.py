@@ -127,14 +127,16 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
         )
 
 
-def pick_backend(backend: str, query) -> str:
+def pick_backend(backend: str, query, dropout_p: float) -> str:
     """``auto`` above SDPA's range: FlexAttention on CUDA (measured on an H200, benchmarks/attention_gpu.md:
     the blocked path's many small launches there run 1,000-18,000x the FLOP bound, compiled flex 4-70x at
-    16k-64k: SlidingWindow, BigBird, Strided; with dropout too: ``flex._with_dropout``), the blocked kernels
-    elsewhere."""
+    16k-64k: SlidingWindow, BigBird, Strided), the blocked kernels elsewhere and with dropout. FlexAttention
+    runs dropout too (``backend="flex"``: ``flex._with_dropout``), but ``auto`` does not choose it until it is
+    checked and timed on a GPU: on an H200 (torch 2.11) it compiled once for every seed, while its checks
+    against the dense reference and its 16k timing did not finish in a session's device time."""
     if backend != "auto":
         return backend
-    if query.device.type == "cuda" and flex_available():
+    if query.device.type == "cuda" and flex_available() and dropout_p == 0.0:
         return "flex"
     return "blocked"
 
@@ -253,7 +255,7 @@ def sparse_attention(
         return dense_attention(query, key, value, allowed, scale, dropout_p, keep=keep)
 
     check_exportable(pattern, backend)
-    if pick_backend(backend, query) == "flex":
+    if pick_backend(backend, query, dropout_p) == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
         return flex_attention_forward(query, key, value, bound, key_valid, scale, block, dropout_p, seed or 0)
     plan = bound.derived(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
