@@ -132,8 +132,10 @@ def pick_backend(backend: str, query, dropout_p: float) -> str:
     the blocked path's many small launches there run 1,000-18,000x the FLOP bound, compiled flex 4-70x at
     16k-64k: SlidingWindow, BigBird, Strided), the blocked kernels elsewhere and with dropout. FlexAttention
     runs dropout too (``backend="flex"``: ``flex._with_dropout``), but ``auto`` does not choose it until it is
-    checked and timed on a GPU: on an H200 (torch 2.11) it compiled once for every seed, while its checks
-    against the dense reference and its 16k timing did not finish in a session's device time."""
+    checked and timed on a GPU: on an H200 (torch 2.11) its checks against the dense reference and its 16k
+    timing did not finish in a session's device time. The cause, found afterwards on CPU: the whole hash
+    inside the mask, which inductor did not finish compiling in 10 minutes; the mask now reads the hash's
+    row and key tables (``dropout.kept``: seconds), not yet run on a GPU."""
     if backend != "auto":
         return backend
     if query.device.type == "cuda" and flex_available() and dropout_p == 0.0:

@@ -39,23 +39,30 @@ def threshold(p: float) -> int:
     return min(_M32, math.floor(p * 4294967296.0))
 
 
-def seed_key(seed: int) -> int:
-    """The hashed seed every pair's hash starts from."""
-    return _fmix32(seed & _M32)
+def row_terms(seed: int, bh: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    """The part of a pair's hash that depends on its seed and row (flattened row ``bh`` = b * H + h, query
+    ``i``; int64 tensors that broadcast), to be combined with ``key_terms`` by ``kept``."""
+    head = _fmix32((_fmix32(seed & _M32) + _mul32(bh + 1, _HEAD_MUL)) & _M32)
+    return _fmix32(head ^ _mul32(i + 1, _ROW_MUL))
 
 
-def keep_hashed(key, limit: int, bh: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-    """``keep_pairs`` from the seed's ``seed_key`` (an int, or an int64 tensor: FlexAttention's mask takes it
-    as an input, so a new seed compiles nothing) and the ``threshold``."""
-    head = _fmix32((key + _mul32(bh + 1, _HEAD_MUL)) & _M32)
-    row = _fmix32(head ^ _mul32(i + 1, _ROW_MUL))
-    return _fmix32((row + _mul32(j + 1, _KEY_MUL)) & _M32) >= limit
+def key_terms(j: torch.Tensor) -> torch.Tensor:
+    """The part of a pair's hash that depends on its key position ``j`` (int64)."""
+    return _mul32(j + 1, _KEY_MUL)
+
+
+def kept(rows: torch.Tensor, keys: torch.Tensor, limit: int) -> torch.Tensor:
+    """Bool: the pairs of ``row_terms`` and ``key_terms`` whose hash is >= ``limit`` (``threshold``). One
+    finaliser per pair, so FlexAttention's mask reads two small tables instead of hashing three times: every
+    xor-shift reuses its input, and inductor's CPU flex template wrote out the whole hash inside a mask that
+    way for over 10 minutes without finishing (torch 2.13)."""
+    return _fmix32((rows + keys) & _M32) >= limit
 
 
 def keep_pairs(seed: int, p: float, bh: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
     """Bool: which (flattened row ``bh`` = b * H + h, query ``i``, key ``j``) pairs the kernels keep with
     dropout ``p`` and ``seed``; the three int64 tensors broadcast against each other."""
-    return keep_hashed(seed_key(seed), threshold(p), bh, i, j)
+    return kept(row_terms(seed, bh, i), key_terms(j), threshold(p))
 
 
 def keep_mask(seed: int, p: float, B: int, H: int, nq: int, nk: int, device=None) -> torch.Tensor:
@@ -69,4 +76,4 @@ def keep_mask(seed: int, p: float, B: int, H: int, nq: int, nk: int, device=None
     )
 
 
-__all__ = ["keep_hashed", "keep_mask", "keep_pairs", "seed_key", "threshold"]
+__all__ = ["keep_mask", "keep_pairs", "kept", "key_terms", "row_terms", "threshold"]

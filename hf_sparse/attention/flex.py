@@ -276,25 +276,31 @@ def flex_attention_forward(
 
 
 def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout_p: float, seed: int):
-    """Attention dropout in FlexAttention, which has none: the probabilities of the kept pairs (drawn by
-    ``dropout.keep_hashed``: the mask the blocked kernels and the dense backend draw for ``seed``) are
-    ``exp(s - lse)`` with ``lse`` over every allowed pair, so the result is one call over the kept pairs
-    (their softmax, ``out`` and ``lse_kept``) rescaled by ``exp(lse_kept - lse) / (1 - p)``, with ``lse``
-    from a call over all pairs (``parts``); both log-sum-exps carry gradients, so the backward is exact.
-    Every tile of the kept call evaluates the mask (``partial_parts``: the same calls with no full tiles).
-    About twice a call without dropout."""
-    from hf_sparse.attention.dropout import seed_key, threshold
+    """Attention dropout in FlexAttention, which has none: the probabilities of the kept pairs (the mask the
+    blocked kernels and the dense backend draw for ``seed``: ``dropout.keep_pairs``) are ``exp(s - lse)``
+    with ``lse`` over every allowed pair, so the result is one call over the kept pairs (their softmax,
+    ``out`` and ``lse_kept``) rescaled by ``exp(lse_kept - lse) / (1 - p)``, with ``lse`` from a call over
+    all pairs (``parts``); both log-sum-exps carry gradients, so the backward is exact. Every tile of the
+    kept call evaluates the mask (``partial_parts``: the same calls with no full tiles). About twice a call
+    without dropout."""
+    from hf_sparse.attention.dropout import key_terms, row_terms, threshold
 
-    # a tensor the mask reads (filled on the device: no copy from the host, which would wait for the GPU),
-    # so a new seed compiles nothing
-    hashed = torch.full((), seed_key(seed), dtype=torch.int64, device=query.device)
+    B, H, nq = query.shape[:3]
+    arange = lambda n: torch.arange(n, dtype=torch.int64, device=query.device)  # noqa: E731
+    # the hash's row and key parts, tensors the mask reads (so a new seed compiles nothing)
+    rows, cols = (
+        row_terms(seed, arange(B * H)[:, None], arange(nq)).view(B, H, nq),
+        key_terms(arange(key.shape[2])),
+    )
     kept = []
     for part in partial_parts:
+        r, c = rows, cols
+        if part.d:  # index x of a call in residue-class order is position x % m * d + x // m
+            x = arange(nq)
+            pos = x % (nq // part.d) * part.d + x // (nq // part.d)
+            r, c = rows[..., pos], cols[pos]
         block_mask = copy.copy(part.block_mask)
-        m = query.shape[2] // part.d if part.d else 0
-        block_mask.mask_mod = _kept_mod(
-            part.block_mask.mask_mod, hashed, threshold(dropout_p), query.shape[1], m, part.d
-        )
+        block_mask.mask_mod = _kept_mod(part.block_mask.mask_mod, r, c, threshold(dropout_p))
         kept.append(_Part(block_mask, part.d, part.options))
     _, lse = run_parts(query, key, value, parts, scale)
     out, lse_kept = run_parts(query, key, value, kept, scale)
@@ -303,16 +309,13 @@ def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout
     return out * (torch.exp(log_share) / (1.0 - dropout_p))[..., None].to(out.dtype)
 
 
-def _kept_mod(rule, hashed, limit: int, H: int, m: int, d: int):
-    """``rule`` and the dropout mask (``dropout.keep_hashed`` at the tensor positions: in a class-order call
-    of stride d, index c * m + i is position i * d + c). Everything in closure cells, which the compiled
-    FlexAttention guards on (``_class_band_mod``)."""
-    from hf_sparse.attention.dropout import keep_hashed
+def _kept_mod(rule, rows, cols, limit: int):
+    """``rule`` and the dropout mask: ``dropout.kept`` of the (B, H, q) ``rows`` and the ``cols`` of the
+    hash, in the call's index order (closure cells, which the compiled FlexAttention guards on)."""
+    from hf_sparse.attention.dropout import kept
 
     def mask_mod(b, h, q_idx, kv_idx):
-        i, j = (q_idx % m * d + q_idx // m, kv_idx % m * d + kv_idx // m) if d else (q_idx, kv_idx)
-        keep = keep_hashed(hashed, limit, (b * H + h).to(torch.int64), i.to(torch.int64), j.to(torch.int64))
-        return rule(b, h, q_idx, kv_idx) & keep
+        return rule(b, h, q_idx, kv_idx) & kept(rows[b, h, q_idx], cols[kv_idx], limit)
 
     return mask_mod
 

@@ -1,5 +1,7 @@
 """Attention dropout: one mask per (seed, row, query, key) on every path (``hf_sparse.attention.dropout``)."""
 
+import copy
+
 import pytest
 import torch
 
@@ -165,4 +167,36 @@ def test_calls_with_dropout_reuse_the_kernel_arguments_and_draw_a_new_mask(monke
         assert "_fused_tables" in made or reused or not fused.available(), made
         _assert_matches_dense(q, k, v, out, ref)
         outs.append(out)
+    assert not torch.allclose(outs[0], outs[1])
+
+
+def test_compiled_flex_dropout_mask_is_exact_and_compiles_once(monkeypatch):
+    """The mask of FlexAttention's kept call compiled (inductor's CPU template; forward only, where compiled
+    CPU flex runs): it equals the eager one, and a new seed compiles nothing (its hash tables are inputs).
+    With the whole hash inside the mask this compile did not finish in 10 minutes; with ``dropout.kept``
+    reading the row and key tables it takes seconds."""
+    from torch._dynamo.utils import counters
+
+    from hf_sparse.attention import flex
+    from hf_sparse.attention.dropout import key_terms, row_terms, threshold
+
+    if not flex.can_compile_on(torch.device("cpu")):
+        pytest.skip("no C++ compiler for torch.compile")
+    B, H, n, D = 1, 2, 256, 16
+    q, k, v = _inputs(n, B=B, H=H, D=D, grad=False)
+    bound = P.SlidingWindow(window=64).bind(n, n)
+    base = flex.flex_block_mask(bound, None, B, H, n, n, 64, "cpu", False, partial=True)
+    outs = []
+    for seed in (3, 4):
+        block_mask = copy.copy(base)
+        rows = row_terms(seed, torch.arange(B * H)[:, None], torch.arange(n)).view(B, H, n)
+        block_mask.mask_mod = flex._kept_mod(base.mask_mod, rows, key_terms(torch.arange(n)), threshold(0.3))
+        graphs = counters["stats"]["unique_graphs"]
+        monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "1")
+        compiled = flex.run_flex(q, k, v, block_mask, D**-0.5)
+        if seed == 4:
+            assert counters["stats"]["unique_graphs"] == graphs
+        monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+        torch.testing.assert_close(compiled, flex.run_flex(q, k, v, block_mask, D**-0.5), atol=1e-5, rtol=0)
+        outs.append(compiled)
     assert not torch.allclose(outs[0], outs[1])
