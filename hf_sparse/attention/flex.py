@@ -288,11 +288,9 @@ def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout
     B, H, nq = query.shape[:3]
     arange = lambda n: torch.arange(n, dtype=torch.int64, device=query.device)  # noqa: E731
     # the hash's row and key parts, tensors the mask reads (so a new seed compiles nothing)
-    rows, cols = (
-        row_terms(seed, arange(B * H)[:, None], arange(nq)).view(B, H, nq),
-        key_terms(arange(key.shape[2])),
-    )
-    kept = []
+    rows = row_terms(seed, arange(B * H)[:, None], arange(nq)).view(B, H, nq)
+    cols = key_terms(arange(key.shape[2]))
+    kept_parts = []
     for part in partial_parts:
         r, c = rows, cols
         if part.d:  # index x of a call in residue-class order is position x % m * d + x // m
@@ -301,9 +299,9 @@ def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout
             r, c = rows[..., pos], cols[pos]
         block_mask = copy.copy(part.block_mask)
         block_mask.mask_mod = _kept_mod(part.block_mask.mask_mod, r, c, threshold(dropout_p))
-        kept.append(_Part(block_mask, part.d, part.options))
+        kept_parts.append(_Part(block_mask, part.d, part.options))
     _, lse = run_parts(query, key, value, parts, scale)
-    out, lse_kept = run_parts(query, key, value, kept, scale)
+    out, lse_kept = run_parts(query, key, value, kept_parts, scale)
     # rows with no allowed key (both -inf) get 0, with no NaN in their gradients
     log_share = torch.where(torch.isfinite(lse), lse_kept - lse, float("-inf"))
     return out * (torch.exp(log_share) / (1.0 - dropout_p))[..., None].to(out.dtype)
