@@ -284,6 +284,7 @@ def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout
     kept call evaluates the mask (``partial_parts``: the same calls with no full tiles). About twice a call
     without dropout."""
     from hf_sparse.attention.dropout import key_terms, row_terms, threshold
+    from hf_sparse.attention.prepare import to_classes
 
     B, H, nq = query.shape[:3]
     arange = lambda n: torch.arange(n, dtype=torch.int64, device=query.device)  # noqa: E731
@@ -292,11 +293,7 @@ def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout
     cols = key_terms(arange(key.shape[2]))
     kept_parts = []
     for part in partial_parts:
-        r, c = rows, cols
-        if part.d:  # index x of a call in residue-class order is position x % m * d + x // m
-            x = arange(nq)
-            pos = x % (nq // part.d) * part.d + x // (nq // part.d)
-            r, c = rows[..., pos], cols[pos]
+        r, c = (to_classes(rows, part.d, 2), to_classes(cols, part.d, 0)) if part.d else (rows, cols)
         block_mask = copy.copy(part.block_mask)
         block_mask.mask_mod = _kept_mod(part.block_mask.mask_mod, r, c, threshold(dropout_p))
         kept_parts.append(_Part(block_mask, part.d, part.options))

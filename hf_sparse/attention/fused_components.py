@@ -238,8 +238,7 @@ class _Rows:
             return self.index.contiguous()
         if not self.d:
             return None
-        i, m = torch.arange(n), n // self.d  # component row i = class i // m, its (i % m)-th row
-        return ((i % m) * self.d + i // m)[None]
+        return to_classes(torch.arange(n), self.d, 0)[None]
 
     def flat_index(self, n: int) -> torch.Tensor:
         """``index`` as rows of the (B * H * n, ...) flattened tensor: (B * H * m,)."""
