@@ -136,8 +136,15 @@ class Task:
         return list(mapping[model_type]) if model_type in mapping else "all-linear"
 
     def lora_modules_to_save(self, model) -> list[str] | None:
-        """Extra modules trained in full (and saved) next to the adapters, e.g. a new task head."""
-        return None
+        """Extra modules trained in full (and saved) next to the adapters, e.g. a new task head.
+
+        Default: the adaptive-span modules, if the model has any (``adaptive_span``: one span per head and
+        layer). LoRA would otherwise freeze them, and their span loss would train nothing.
+        """
+        from ..attention.adaptive_span import AdaptiveSpan
+
+        spans = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, AdaptiveSpan)}
+        return sorted(spans) or None
 
     # --- evaluation and artifacts --------------------------------------------------------------
 

@@ -449,3 +449,17 @@ print(type(led).__module__, type(ext).__module__)
     got_led, got_ext = torch.load(tmp_path / "out.pt")
     torch.testing.assert_close(got_led, want_led, rtol=0, atol=1e-6)
     torch.testing.assert_close(got_ext, want_ext, rtol=0, atol=1e-6)
+
+
+def test_gradient_checkpointing_config_checkpoints_the_new_encoder_without_deprecation_warnings(tok):
+    """``gradient_checkpointing=True`` reaches the hf-sparse encoder that replaces LED's, through whichever of
+    transformers' names (``activation_checkpointing_enable`` from 5.24, ``gradient_checkpointing_enable`` before)
+    the installed version has, without the deprecated alias's FutureWarning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        model = LEDForSummarization(tiny_led_config(tok, gradient_checkpointing=True))
+    assert model.led.encoder.gradient_checkpointing
+    assert all(layer.gradient_checkpointing for layer in model.led.encoder.layers)
+    assert not LEDForSummarization(tiny_led_config(tok)).led.encoder.gradient_checkpointing

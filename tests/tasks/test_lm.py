@@ -72,3 +72,26 @@ def test_moe_recipe_trains_evaluates_and_saves(shared_data, tmp_path):
     assert "Causal language model" in card and "AutoModelForCausalLM" in card
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     assert hasattr(model.sparse_transformer.encoder.layer[0], "moe")
+
+
+def test_lora_trains_the_adaptive_spans(shared_data, tmp_path):
+    """LoRA freezes every weight but its adapters; the spans (one per head and layer) train in full by default,
+    else the span loss would train nothing and the merged model would keep the initial spans."""
+    torch.set_num_threads(1)
+    out = tmp_path / "lm"
+    overrides = [f"data_dir={shared_data}/summarization/scisummnet", f"output_dir={out}", "lora=true"]
+    overrides += [
+        f"{k}={v}" for k, v in SMALL.items() if k not in ("attention_window", "block_size")
+    ]  # max_span 128
+    results = run(os.path.join(RECIPES, "adaptive_span.yaml"), overrides)
+    assert results["global_step"] == SMALL["max_steps"]
+    from safetensors import safe_open
+
+    with safe_open(str(out / "adapter" / "adapter_model.safetensors"), "pt") as f:
+        assert (
+            sum(".adaptive_span." in k for k in f.keys()) == SMALL["num_hidden_layers"]
+        )  # saved with the adapter
+    model = AutoModelForCausalLM.from_pretrained(out)  # the merged model
+    for layer in model.sparse_transformer.encoder.layer:
+        span = layer.attention.self.adaptive_span.span.detach()
+        assert not torch.allclose(span, torch.full_like(span, 32 / 128)), span  # moved from `init`

@@ -668,7 +668,11 @@ class MotifTask(Task):
         """The heads and the embedding convolutions are new: trained in full next to the adapters."""
         names = [n for n in ("token_classifier", "sequence_head") if getattr(model, n, None) is not None]
         convs = getattr(model, "embedding_conv", None) or []
-        return names + [f"embedding_conv.{i}" for i in range(len(convs))]
+        return (
+            names
+            + [f"embedding_conv.{i}" for i in range(len(convs))]
+            + (super().lora_modules_to_save(model) or [])
+        )
 
     def evaluate(self, trainer, dataset, split):
         metrics = super().evaluate(trainer, dataset, split)

@@ -213,14 +213,18 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
 
     def __init__(self, config: LEDSummarizationConfig):
         super().__init__(config)
-        checkpointing = self.is_gradient_checkpointing  # LED's post_init read config.gradient_checkpointing
+        # LED's post_init read config.gradient_checkpointing (what transformers' is_activation_checkpointing,
+        # is_gradient_checkpointing before 5.24, reads)
+        checkpointing = any(getattr(m, "gradient_checkpointing", False) for m in self.modules())
         # the encoder's embedding is tied to led.shared by LEDModel's declared _tied_weights_keys (post_init
         # ties it); no module alias here: transformers treats an aliased module's weights as loaded, so a
         # checkpoint without led.shared.weight would not report it missing
         self.led.encoder = LEDSummarizationEncoder(config)
         self.post_init()
-        if checkpointing:  # the new encoder checkpoints as LED's did
-            self.gradient_checkpointing_enable()
+        if (
+            checkpointing
+        ):  # the new encoder checkpoints as LED's did (5.24 renamed gradient_checkpointing_enable)
+            (getattr(self, "activation_checkpointing_enable", None) or self.gradient_checkpointing_enable)()
 
     @property
     def supports_query(self) -> bool:
