@@ -439,6 +439,16 @@ def _targets(results, n) -> list[tuple]:
             (lambda x: x >= 20) if mode == "fwd+bwd" else (lambda x: True),
             [sw, lf],
         )
+    # a kernel that keeps no scores (memory linear in n) recomputes q k^T in the backward: 7 matmuls of the
+    # allowed pairs where the bound counts 6, so its speed-up is at most Longformer core's x bound / (7/6)
+    lf_bound = _get(results, lf, n, "fwd+bwd", "x_bound")
+    add(
+        "fwd+bwd speed-up vs Longformer core of a kernel at 7/6 x bound (q k^T recomputed in the backward)",
+        None if lf_bound is None else lf_bound / (7 / 6),
+        "—",
+        lambda x: True,
+        [lf],
+    )
     for name in ("BigBird(64)", "Strided(128)"):
         k = blocked(name)
         add(
