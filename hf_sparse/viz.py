@@ -8,13 +8,14 @@ import os
 import torch
 
 
-def _plt():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend unless one was chosen; ImportError naming the extra without it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the environment
+    except ImportError as e:
         raise ImportError("plots need matplotlib: pip install 'hf-sparse[viz]'") from e
     return plt
 
@@ -31,7 +32,7 @@ def _save(fig, path):
 
 def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, head: int = 0):
     """Heatmap of which (query, key) pairs a pattern allows on ``n`` positions, with its density."""
-    plt = _plt()
+    plt = pyplot()
     if not isinstance(n, int) or n <= 0:
         raise ValueError(f"n must be a positive int, got {n!r}")
     bound = pattern.bind(n) if not pattern.content_based else pattern
@@ -62,7 +63,7 @@ def show_heatmaps(
     ``matrices``: (rows, cols, queries, keys), e.g. (layers, heads, q, k) attention weights; a 2-D or
     3-D tensor is promoted to one row.
     """
-    plt = _plt()
+    plt = pyplot()
     m = torch.as_tensor(matrices).detach().float().cpu()
     if m.dim() < 2 or m.dim() > 4:
         raise ValueError(
@@ -94,7 +95,7 @@ def plot_curves(
     series: dict, xlabel: str = "step", ylabel: str = "loss", title: str = "", path=None, logy: bool = False
 ):
     """Line plot of named series: ``{"train": [(x, y), ...], "eval": [...]}``."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, points in series.items():
         if points:
@@ -113,7 +114,7 @@ def plot_curves(
 
 def plot_bars(values: dict, ylabel: str = "", title: str = "", path=None):
     """Bar chart of ``{name: value}`` (e.g. per-motif F1)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(values)), 3.5))
     ax.bar(list(values), list(values.values()), color="tab:blue")
     ax.set_ylabel(ylabel)
@@ -124,4 +125,4 @@ def plot_bars(values: dict, ylabel: str = "", title: str = "", path=None):
     return _save(fig, path)
 
 
-__all__ = ["plot_bars", "plot_curves", "plot_pattern", "show_heatmaps"]
+__all__ = ["plot_bars", "plot_curves", "plot_pattern", "pyplot", "show_heatmaps"]

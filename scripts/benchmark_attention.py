@@ -624,9 +624,9 @@ def write_markdown(results, path):
 
 
 def write_plot(results, path):
-    from hf_sparse.viz import _plt, _save
+    from hf_sparse.viz import _save, pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5))
     for kernel in dict.fromkeys(r["kernel"] for r in results["records"]):
         for mode, style in (("fwd+bwd", "-"), ("fwd", "--")):

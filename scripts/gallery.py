@@ -51,12 +51,12 @@ def content_examples(n):
 
 
 def gallery(n=128):
-    from hf_sparse.viz import _plt, _save, plot_pattern
+    from hf_sparse.viz import _save, plot_pattern, pyplot
 
     out = os.path.join(OUT, "gallery")
     os.makedirs(out, exist_ok=True)
     items = {**gallery_patterns(), **content_examples(n)}
-    plt = _plt()
+    plt = pyplot()
     cols = 4
     rows = -(-len(items) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.4 * rows), squeeze=False)

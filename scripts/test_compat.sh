@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# `make test-compat`: the model, generation and integration tests against the oldest and the newest transformers
-# that pyproject.toml declares, each in its own environment under .venv-compat/ (created on first use; reused
-# while pyproject.toml is unchanged, so a second run only runs the tests).
+# `make test-compat`: the model, generation, integration, recipe (Trainer) and task tests against the oldest and
+# the newest transformers that pyproject.toml declares, each in its own environment under .venv-compat/ (created
+# on first use; reused while pyproject.toml is unchanged, so a second run only runs the tests).
 #
 #   COMPAT_VERSIONS  space-separated transformers versions to test  (default: the lower bound and the newest
 #                    release below the upper bound, as uv resolves them)
-#   COMPAT_TESTS     pytest arguments                               (default: the model, generation and
-#                    integration tests)
+#   COMPAT_TESTS     pytest arguments                               (default: the model, generation,
+#                    integration, Trainer-recipe, task and pipeline tests)
 #   TORCH            torch requirement, as for scripts/setup_env.sh (default torch==2.13.0)
 #   PYTHON           interpreter for the environments               (default python3)
 set -euo pipefail
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 ROOT=.venv-compat
 PYTHON=${PYTHON:-python3}
 TORCH=${TORCH:-torch==2.13.0}
-TESTS=${COMPAT_TESTS:-tests/models tests/attention/test_integration.py}
+TESTS=${COMPAT_TESTS:-tests/models tests/attention/test_integration.py tests/training tests/tasks tests/pipelines}
 mkdir -p "$ROOT"
 
 # the declared range, e.g. ">=5.1,<5.25"
@@ -44,7 +44,7 @@ env_for() {
   [[ -x "$venv/bin/python" ]] || "$uv" venv -q --python "$PYTHON" "$venv"
   # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
   "$uv" pip install -q --python "$venv/bin/python" "${links[@]}" $TORCH
-  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[train,dev]" "transformers$req"
+  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[train,viz,dev]" "transformers$req"
   echo "$want" >"$stamp"
 }
 

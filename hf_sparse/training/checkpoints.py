@@ -279,8 +279,9 @@ class AtomicCheckpointMixin:
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """``Trainer.train``; after a resume, ``train_loss`` covers every step, not only this run's.
 
-        transformers averages the loss over the steps of this ``train()`` call only; the loss sum
-        up to a checkpoint is saved in it (``hf_sparse_state.json``) and added back here.
+        transformers reports this ``train()`` call's loss sum (``_total_loss_scalar``) over its own steps
+        (5.24) or over every step (5.10); the loss sum up to a checkpoint is saved in it
+        (``hf_sparse_state.json``) and added back here.
         """
         self._loss_sum_before = 0.0
         start = 0
@@ -292,8 +293,7 @@ class AtomicCheckpointMixin:
         from transformers.trainer_utils import TrainOutput
 
         steps = self.state.global_step
-        this_run = output.metrics["train_loss"] * (steps - start)
-        train_loss = (self._loss_sum_before + this_run) / max(steps, 1)
+        train_loss = (self._loss_sum_before + self._total_loss_scalar) / max(steps, 1)
         metrics = {**output.metrics, "train_loss": train_loss}
         for entry in reversed(self.state.log_history):  # the summary the Trainer logged at the end
             if "train_loss" in entry:

@@ -25,6 +25,10 @@ Rules:
   ``$VARS`` expand. ``output_dir`` follows the usual HF convention: relative to the working
   directory (made absolute when the recipe is loaded). A recipe given as a dict resolves paths
   against the working directory.
+- ``TrainingArguments`` keys that transformers renamed within the supported range
+  (:data:`TRAINING_RENAMES`: ``activation_checkpointing``, ``gradient_checkpointing`` before 5.24) may be
+  spelled either way: the loader passes the name the installed version has (the current one where both
+  exist, so no deprecation warning).
 - Defaults that differ from ``TrainingArguments``: ``report_to=["tensorboard"]``,
   ``eval_strategy="epoch"``, ``save_strategy="epoch"``, ``logging_steps=10``,
   ``disable_tqdm=False``, ``output_dir="outputs/<recipe file stem>"``; ``dataloader_pin_memory=False``
@@ -53,6 +57,7 @@ from .tasks import get_task
 
 __all__ = [
     "TRAINING_DEFAULTS",
+    "TRAINING_RENAMES",
     "RecipeArguments",
     "RecipeError",
     "load_recipe",
@@ -73,8 +78,26 @@ TRAINING_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: ``TrainingArguments`` keys renamed within the supported transformers range: current name -> the name before
+TRAINING_RENAMES = {"activation_checkpointing": "gradient_checkpointing"}
+
+
 class RecipeError(ValueError):
     """A recipe (file, key, value or override) is invalid. The message names the file and the key."""
+
+
+def _installed_spelling(values: dict, hints, source: str, where: str) -> dict:
+    """``values`` with each key of :data:`TRAINING_RENAMES` under the name the installed TrainingArguments
+    has (the current one where it has both)."""
+    out = dict(values)
+    for new, old in TRAINING_RENAMES.items():
+        if new in out and old in out:
+            raise RecipeError(f"{source}: {where} keys {new!r} and {old!r} are one setting; give one")
+        spelled = new if new in hints else old
+        for name in (new, old):
+            if name in out and name != spelled:
+                out[spelled] = out.pop(name)
+    return out
 
 
 _PATH_METAVAR = "PATH"
@@ -428,6 +451,8 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
                 hints.setdefault(f.name, type_hints.get(f.name, Any))
                 if f.metadata.get("metavar") == _PATH_METAVAR:
                     path_keys.add(f.name)
+    data = _installed_spelling(data, hints, source, "recipe")
+    override_values = _installed_spelling(override_values, hints, source, "override")
     for key, where in [(k, "recipe") for k in data] + [(k, "override") for k in override_values]:
         if key in RENAMED_KEYS and key not in hints:
             raise RecipeError(

@@ -123,9 +123,9 @@ def _apply_lora(task, model, recipe_args, training_args):
     to_save = recipe_args.lora_modules_to_save
     if to_save is None:
         to_save = task.lora_modules_to_save(model)
-    if (training_args.activation_checkpointing or training_args.gradient_checkpointing) and hasattr(
-        model, "enable_input_require_grads"
-    ):
+    if (
+        getattr(training_args, "activation_checkpointing", False) or training_args.gradient_checkpointing
+    ) and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
     config = LoraConfig(
         r=recipe_args.lora_r,

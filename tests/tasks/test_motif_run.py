@@ -55,3 +55,25 @@ def test_no_pickles_in_the_final_model_folder(bf16_run):
 def test_no_pin_memory_warning_without_a_gpu(bf16_run):
     _, _, messages = bf16_run
     assert not [m for m in messages if "pin_memory" in m]
+
+
+def test_without_matplotlib_the_run_finishes_without_its_plots(tmp_path, monkeypatch, caplog):
+    """matplotlib comes with the ``viz`` extra only: a run without it skips the plots with a warning, after
+    which nothing is lost (results, card, model)."""
+    import json
+    import sys
+
+    for name in ("matplotlib", "matplotlib.pyplot"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import matplotlib` raises ImportError
+    out = tmp_path / "out"
+    code = load_finetune_module().main([
+        str(RECIPES / "tiny.yaml"), "--output_dir", str(out), "--override", *FAST, "max_steps=2",
+        "eval_strategy=no", "save_strategy=no", "report_to=none", "plots=true",
+    ])  # fmt: skip
+    assert code == 0
+    assert json.loads((out / "all_results.json").read_text())["global_step"] == 2
+    assert (out / "README.md").is_file() and (out / "model.safetensors").is_file()
+    assert not list(out.glob("*.png"))
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert any("loss plot skipped" in m for m in skipped) and any("motif plots skipped" in m for m in skipped)
+    assert all("pip install 'hf-sparse[viz]'" in m for m in skipped), skipped

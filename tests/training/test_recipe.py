@@ -8,7 +8,7 @@ import yaml
 
 from hf_sparse.tasks.arguments import RENAMED_KEYS, BackboneArguments
 from hf_sparse.training import RecipeArguments, RecipeError, load_recipe, parse_overrides
-from hf_sparse.training.recipe import _coerce, _cpu_only_distributed_launch
+from hf_sparse.training.recipe import _coerce, _cpu_only_distributed_launch, _installed_spelling
 from tests.training.helpers import toy_recipe, write_recipe
 from tests.training.toy_task import ToyArguments
 
@@ -173,6 +173,30 @@ def test_an_old_backbone_key_names_its_new_spelling(tmp_path, old, new, where):
     overrides = [f"{old}=0.1"] if where == "override" else []
     with pytest.raises(RecipeError, match=rf"{where} key '{old}' is now spelled '{new}'"):
         load_recipe(recipe, overrides)
+
+
+@pytest.mark.parametrize("key", ["activation_checkpointing", "gradient_checkpointing"])
+def test_checkpointing_key_is_spelled_as_the_installed_transformers_spells_it(key, tmp_path):
+    """transformers 5.24 renamed TrainingArguments' ``gradient_checkpointing`` to ``activation_checkpointing``
+    (the old name warns); a recipe may give either, on either side of the rename."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        _, _, training_args = load_recipe(toy_recipe(tmp_path / "out"), [f"{key}=true"])
+    current = "activation_checkpointing" if hasattr(training_args, "activation_checkpointing") else None
+    assert getattr(training_args, current or "gradient_checkpointing") is True
+    both = {"activation_checkpointing": 1, "gradient_checkpointing": 1}  # the hints of 5.24, then of 5.10
+    assert _installed_spelling({key: True}, both, "r", "recipe") == {"activation_checkpointing": True}
+    assert _installed_spelling({key: True}, {"gradient_checkpointing": 1}, "r", "recipe") == {
+        "gradient_checkpointing": True
+    }
+    with pytest.raises(
+        RecipeError, match="r: recipe keys 'activation_checkpointing' and 'gradient_checkpointing'"
+    ):
+        _installed_spelling(
+            {"activation_checkpointing": True, "gradient_checkpointing": False}, both, "r", "recipe"
+        )
 
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "pipelines").glob("*/*.yaml")), ids=lambda p: p.stem)

@@ -151,7 +151,9 @@ class ToyTask(Task):
         trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
         return {
             "trainable_parameters": trainable,
-            "activation_checkpointing": bool(base.is_activation_checkpointing),
+            "activation_checkpointing": any(
+                getattr(m, "gradient_checkpointing", False) for m in base.modules()
+            ),
         }
 
     def card_info(self, args, metrics):

@@ -689,11 +689,12 @@ class MotifTask(Task):
         metrics = self._final.get(split, {})
         prefix = "test_" if split == "test" else "eval_"
         try:
-            from ...viz import plot_bars, show_heatmaps
-        except ImportError as e:  # pragma: no cover - matplotlib missing
+            from ...viz import plot_bars, pyplot, show_heatmaps
+
+            plt = pyplot()
+        except ImportError as e:  # no matplotlib (the viz extra)
             logger.warning("motif plots skipped: %s", e)
             return extras
-        import matplotlib.pyplot as plt
 
         if self.config.motif_names and metrics:
             per_motif = {m: float(metrics.get(f"{prefix}span_f1_{m}", 0.0)) for m in self.config.motif_names}
