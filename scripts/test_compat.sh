@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 ROOT=.venv-compat
 PYTHON=${PYTHON:-python3}
 TORCH=${TORCH:-torch==2.13.0}
+EXTRAS=train,viz,dev  # the extras of the tested features (plots, recipes, test tools)
 TESTS=${COMPAT_TESTS:-tests/models tests/attention/test_integration.py tests/training tests/tasks tests/pipelines}
 mkdir -p "$ROOT"
 
@@ -39,12 +40,12 @@ links=()
 env_for() {
   local name=$1 req=$2 venv="$ROOT/$1"
   local stamp="$venv/.compat-stamp" want
-  want="$req $(cksum pyproject.toml | cut -d' ' -f1)"
+  want="$req $EXTRAS $(cksum pyproject.toml | cut -d' ' -f1)"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return; fi
   [[ -x "$venv/bin/python" ]] || "$uv" venv -q --python "$PYTHON" "$venv"
   # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
   "$uv" pip install -q --python "$venv/bin/python" "${links[@]}" $TORCH
-  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[train,viz,dev]" "transformers$req"
+  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[$EXTRAS]" "transformers$req"
   echo "$want" >"$stamp"
 }
 

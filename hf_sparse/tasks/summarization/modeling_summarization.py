@@ -221,9 +221,8 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
         # checkpoint without led.shared.weight would not report it missing
         self.led.encoder = LEDSummarizationEncoder(config)
         self.post_init()
-        if (
-            checkpointing
-        ):  # the new encoder checkpoints as LED's did (5.24 renamed gradient_checkpointing_enable)
+        # the new encoder checkpoints as LED's did (5.24 renamed gradient_checkpointing_enable)
+        if checkpointing:
             (getattr(self, "activation_checkpointing_enable", None) or self.gradient_checkpointing_enable)()
 
     @property
