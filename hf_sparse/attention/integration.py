@@ -722,9 +722,26 @@ def _wrap_set_attn(original):
     return set_attn_implementation
 
 
+def _from_installed_package(fn) -> bool:
+    """Whether ``fn`` is the installed hf-sparse package's, not a remote-code bundle's copy."""
+    return fn.__module__.split(".", 1)[0] == "hf_sparse"
+
+
 def register_attention() -> None:
     """Register ``"hf_sparse"`` with ``AttentionInterface`` and ``AttentionMaskInterface`` and install the
-    ``PreTrainedModel`` checks (see the module docstring). Idempotent; called on ``import hf_sparse``."""
+    ``PreTrainedModel`` checks (see the module docstring). Idempotent; called on ``import hf_sparse``.
+
+    A remote-code bundle's copy of this module (a folder or Hub repo loaded with ``trust_remote_code``, e.g.
+    its pipeline) registers only where the installed package has not: the registry is global, and the
+    bundle's code, possibly of another hf-sparse version, must not replace the package's for every model
+    of the process."""
+    registered = AttentionInterface._global_mapping.get(ATTN_IMPLEMENTATION)
+    if (
+        registered
+        and _from_installed_package(registered)
+        and not _from_installed_package(sparse_attention_forward)
+    ):
+        return
     AttentionInterface.register(ATTN_IMPLEMENTATION, sparse_attention_forward)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sparse_attention_mask)
     if not getattr(PreTrainedModel.get_correct_attn_implementation, "_hf_sparse_wrapped", False):

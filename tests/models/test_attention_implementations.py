@@ -183,9 +183,10 @@ def test_torch_export_says_what_it_cannot_trace(case, impl, backend, match):
         torch.export.export(model, (), kwargs=_inputs(model), strict=False)
 
 
-def test_a_remote_code_copy_registered_later_still_serves_the_package_models(tmp_path):
+def test_a_remote_code_copy_imported_later_leaves_the_package_registered(tmp_path):
     """Loading a saved folder with trust_remote_code imports its own copy of the attention functions, which
-    registers itself under "hf_sparse"; the package's models must keep their masks (globals, padding)."""
+    registers under "hf_sparse" only where the installed package has not: the package's functions keep serving
+    the package's models, and serve the copy's model too (its patterns and masks are the copy's classes)."""
     from hf_sparse.attention.integration import register_attention, sparse_attention_forward
 
     model = _model("longformer_8|strided_5")
@@ -201,7 +202,7 @@ def test_a_remote_code_copy_registered_later_still_serves_the_package_models(tmp
             pytest.skip(f"this transformers cannot import the remote-code bundle in-process: {e}")
         remote = cls.from_pretrained(tmp_path)
         assert type(remote).__module__ != type(model).__module__
-        assert ALL_ATTENTION_FUNCTIONS["hf_sparse"] is not sparse_attention_forward  # the copy's function
+        assert ALL_ATTENTION_FUNCTIONS["hf_sparse"] is sparse_attention_forward  # not the copy's function
         with torch.no_grad():
             got = _run(model, "hf_sparse", inputs).logits
             again = remote.eval()(**inputs).logits

@@ -305,3 +305,17 @@ def test_progress_bar_over_many_dialogues(track, capsys):
     assert track(many, progress=False) == shown and "dialogue-state-tracking" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="no dialogues"):
         track([])
+
+
+def test_a_remote_code_pipeline_leaves_the_installed_package_registered(select):
+    """The pipeline class comes from the saved folder's remote-code bundle, whose copy of the attention
+    integration module registers ``"hf_sparse"`` on import; where the package is installed, its own functions
+    stay registered for every model of the process."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    from hf_sparse.attention import integration
+
+    assert type(select).__module__.startswith("transformers_modules.")  # the bundle's class
+    assert AttentionInterface._global_mapping["hf_sparse"] is integration.sparse_attention_forward
+    assert AttentionMaskInterface._global_mapping["hf_sparse"] is integration.sparse_attention_mask
