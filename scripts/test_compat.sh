@@ -15,6 +15,7 @@ ROOT=.venv-compat
 PYTHON=${PYTHON:-python3}
 TORCH=${TORCH:-torch==2.13.0}
 EXTRAS=train,viz,dev  # the extras of the tested features (plots, recipes, test tools)
+TOOLS=pip             # what the tests call besides the package (the wheel test runs `python -m pip wheel`)
 TESTS=${COMPAT_TESTS:-tests/models tests/attention/test_integration.py tests/training tests/tasks tests/pipelines}
 mkdir -p "$ROOT"
 
@@ -40,12 +41,13 @@ links=()
 env_for() {
   local name=$1 req=$2 venv="$ROOT/$1"
   local stamp="$venv/.compat-stamp" want
-  want="$req $EXTRAS $(cksum pyproject.toml | cut -d' ' -f1)"
+  want="$req $EXTRAS $TOOLS $(cksum pyproject.toml | cut -d' ' -f1)"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return; fi
   [[ -x "$venv/bin/python" ]] || "$uv" venv -q --python "$PYTHON" "$venv"
   # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
   "$uv" pip install -q --python "$venv/bin/python" "${links[@]}" $TORCH
-  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[$EXTRAS]" "transformers$req"
+  # shellcheck disable=SC2086  # TOOLS is a list of requirements
+  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[$EXTRAS]" $TOOLS "transformers$req"
   echo "$want" >"$stamp"
 }
 
