@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# `make test-compat`: the model, generation, integration, recipe (Trainer) and task tests against the oldest and
-# the newest transformers that pyproject.toml declares, each in its own environment under .venv-compat/ (created
-# on first use; reused while pyproject.toml is unchanged, so a second run only runs the tests).
+# `make test-compat`: the model, generation, integration, recipe (Trainer) and task tests, and transformers' own
+# common model tests (tests/conformance), against the oldest and the newest transformers that pyproject.toml
+# declares, each in its own environment under .venv-compat/ (created on first use; reused while pyproject.toml is
+# unchanged, so a second run only runs the tests).
 #
 #   COMPAT_VERSIONS  space-separated transformers versions to test  (default: the lower bound and the newest
 #                    release below the upper bound, as uv resolves them)
 #   COMPAT_TESTS     pytest arguments                               (default: the model, generation,
 #                    integration, Trainer-recipe, task and pipeline tests)
+#   COMPAT_CONFORMANCE  1 (default) also runs tests/conformance (transformers' own common model tests, from the
+#                    sdist of each version, fetched once with pip); 0 skips it
 #   TORCH            torch requirement, as for scripts/setup_env.sh (default torch==2.13.0)
 #   PYTHON           interpreter for the environments               (default python3)
 set -euo pipefail
@@ -16,6 +19,7 @@ PYTHON=${PYTHON:-python3}
 TORCH=${TORCH:-torch==2.13.0}
 EXTRAS=train,viz,dev  # the extras of the tested features (plots, recipes, test tools)
 TOOLS=pip             # what the tests call besides the package (the wheel test runs `python -m pip wheel`)
+CONFORMANCE=${COMPAT_CONFORMANCE:-1}
 TESTS=${COMPAT_TESTS:-tests/models tests/attention/test_integration.py tests/training tests/tasks tests/pipelines}
 mkdir -p "$ROOT"
 
@@ -69,6 +73,14 @@ for name in "${envs[@]}"; do
   if ! "$py" -m pytest -q -n auto $TESTS; then
     echo "== transformers $version: FAILED"
     status=1
+  fi
+  if [[ "$CONFORMANCE" == 1 ]]; then
+    echo "== transformers $version: transformers' common model tests (tests/conformance; its sdist fetched once)"
+    "$py" -m tests.conformance.common_tests >/dev/null
+    if ! "$py" -m pytest -q -n auto -m "not gpu and not hub" tests/conformance; then
+      echo "== transformers $version: conformance FAILED"
+      status=1
+    fi
   fi
 done
 exit $status
