@@ -530,16 +530,14 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     write_json_atomic(os.path.join(output_dir, "log_history.json"), trainer.state.log_history)
     if recipe_args.plots:
         try:
-            from hf_sparse.viz import plot_curves
+            from hf_sparse.viz import plot_curves, pyplot
 
             plot_curves(
                 loss_series(trainer.state.log_history),
                 title=f"{task.name}: loss",
                 path=os.path.join(output_dir, "loss.png"),
             )
-            import matplotlib.pyplot as plt
-
-            plt.close("all")
+            pyplot().close("all")
         except ImportError as e:
             logger.warning("loss plot skipped: %s", e)
     if recipe_args.model_card:
