@@ -184,8 +184,12 @@ def test_checkpointing_key_is_spelled_as_the_installed_transformers_spells_it(ke
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         _, _, training_args = load_recipe(toy_recipe(tmp_path / "out"), [f"{key}=true"])
-    current = "activation_checkpointing" if hasattr(training_args, "activation_checkpointing") else None
-    assert getattr(training_args, current or "gradient_checkpointing") is True
+    installed = (
+        "activation_checkpointing"
+        if hasattr(training_args, "activation_checkpointing")
+        else "gradient_checkpointing"
+    )
+    assert getattr(training_args, installed) is True
     both = {"activation_checkpointing": 1, "gradient_checkpointing": 1}  # the hints of 5.24, then of 5.10
     assert _installed_spelling({key: True}, both, "r", "recipe") == {"activation_checkpointing": True}
     assert _installed_spelling({key: True}, {"gradient_checkpointing": 1}, "r", "recipe") == {
