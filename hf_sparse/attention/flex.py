@@ -283,25 +283,32 @@ def _with_dropout(query, key, value, parts, partial_parts, scale: float, dropout
     all pairs (``parts``); both log-sum-exps carry gradients, so the backward is exact. Every tile of the
     kept call evaluates the mask (``partial_parts``: the same calls with no full tiles). About twice a call
     without dropout."""
-    from hf_sparse.attention.dropout import key_terms, row_terms, threshold
+    from hf_sparse.attention.dropout import threshold
     from hf_sparse.attention.prepare import to_classes
 
     B, H, nq = query.shape[:3]
-    arange = lambda n: torch.arange(n, dtype=torch.int64, device=query.device)  # noqa: E731
-    # the hash's row and key parts, tensors the mask reads (so a new seed compiles nothing)
-    rows = row_terms(seed, arange(B * H)[:, None], arange(nq)).view(B, H, nq)
-    cols = key_terms(arange(key.shape[2]))
+    rows, cols = _dropout_tables(seed, B, H, nq, key.shape[2], query.device)
+    limit = threshold(dropout_p)
     kept_parts = []
     for part in partial_parts:
         r, c = (to_classes(rows, part.d, 2), to_classes(cols, part.d, 0)) if part.d else (rows, cols)
         block_mask = copy.copy(part.block_mask)
-        block_mask.mask_mod = _kept_mod(part.block_mask.mask_mod, r, c, threshold(dropout_p))
+        block_mask.mask_mod = _kept_mod(part.block_mask.mask_mod, r, c, limit)
         kept_parts.append(_Part(block_mask, part.d, part.options))
     _, lse = run_parts(query, key, value, parts, scale)
     out, lse_kept = run_parts(query, key, value, kept_parts, scale)
     # rows with no allowed key (both -inf) get 0, with no NaN in their gradients
     log_share = torch.where(torch.isfinite(lse), lse_kept - lse, float("-inf"))
     return out * (torch.exp(log_share) / (1.0 - dropout_p))[..., None].to(out.dtype)
+
+
+def _dropout_tables(seed: int, B: int, H: int, nq: int, nk: int, device):
+    """The hash's row part, (B, H, nq), and key part, (nk,), in position order (``dropout.row_terms``,
+    ``key_terms``): tensors the mask reads, so a new seed compiles nothing."""
+    from hf_sparse.attention.dropout import key_terms, row_terms
+
+    arange = lambda n: torch.arange(n, dtype=torch.int64, device=device)  # noqa: E731
+    return row_terms(seed, arange(B * H)[:, None], arange(nq)).view(B, H, nq), key_terms(arange(nk))
 
 
 def _kept_mod(rule, rows, cols, limit: int):

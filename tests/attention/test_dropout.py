@@ -212,7 +212,7 @@ def test_compiled_flex_dropout_mask_is_exact_and_compiles_once(monkeypatch):
     from torch._dynamo.utils import counters
 
     from hf_sparse.attention import flex
-    from hf_sparse.attention.dropout import key_terms, row_terms, threshold
+    from hf_sparse.attention.dropout import threshold
 
     if not flex.can_compile_on(torch.device("cpu")):
         pytest.skip("no C++ compiler for torch.compile")
@@ -223,8 +223,8 @@ def test_compiled_flex_dropout_mask_is_exact_and_compiles_once(monkeypatch):
     outs = []
     for seed in (3, 4):
         block_mask = copy.copy(base)
-        rows = row_terms(seed, torch.arange(B * H)[:, None], torch.arange(n)).view(B, H, n)
-        block_mask.mask_mod = flex._kept_mod(base.mask_mod, rows, key_terms(torch.arange(n)), threshold(0.3))
+        rows, cols = flex._dropout_tables(seed, B, H, n, n, "cpu")
+        block_mask.mask_mod = flex._kept_mod(base.mask_mod, rows, cols, threshold(0.3))
         graphs = counters["stats"]["unique_graphs"]
         monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "1")
         compiled = flex.run_flex(q, k, v, block_mask, D**-0.5)
