@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from hf_sparse import patterns as P
 from hf_sparse.models.sparse_transformer import SparsePatternCache, SparseTransformerForCausalLM
@@ -76,8 +77,8 @@ def test_decoder_config_refuses_non_causal_patterns():
 # (cache under both names, inputs_embeds, logits_to_keep, continuing from a cache, assisted decoding)
 
 
-def _lm(pattern, **overrides):
-    torch.manual_seed(0)
+def _lm(pattern, seed=0, **overrides):
+    torch.manual_seed(seed)
     kw = dict(
         hidden_size=64, num_hidden_layers=3, intermediate_size=128, vocab_size=50, initializer_range=0.3
     )
@@ -142,15 +143,50 @@ def test_generate_continues_from_a_returned_cache(pattern):
     assert torch.equal(resumed, scratch)
 
 
-@pytest.mark.parametrize("pattern", [P.Causal(), P.Strided(stride=4, causal=True)])
-def test_assisted_decoding_crops_full_caches(pattern):
+_ROLLBACK_PATTERNS = [
+    P.Causal(),
+    P.Strided(stride=4, causal=True),
+    P.SlidingWindow(window=6, causal=True),  # drops keys: generate must turn on past recording
+    P.Fixed(block=8, summary=2, causal=True),
+]
+
+
+@pytest.mark.parametrize("pattern", _ROLLBACK_PATTERNS, ids=repr)
+@pytest.mark.parametrize("assist", ["prompt_lookup", "assistant_model"])
+def test_assisted_decoding_rolls_back_every_cache_and_equals_greedy(pattern, assist, monkeypatch):
     model = _lm(pattern)
     ids = torch.randint(1, 50, (1, 10)).repeat(1, 2)  # repeats: prompt lookup proposes candidates
-    kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=0)  # 5.0's lookup needs an eos
+    kw = dict(max_new_tokens=16, do_sample=False, pad_token_id=0, eos_token_id=0)  # 5.0's lookup needs an eos
+    extra = (
+        {"prompt_lookup_num_tokens": 3}
+        if assist == "prompt_lookup"
+        else {"assistant_model": _lm(pattern, seed=1)}
+    )
+    crops = []
+    crop = SparsePatternCache.crop
+    monkeypatch.setattr(
+        SparsePatternCache, "crop", lambda self, n: crops.append((self.get_seq_length(), n)) or crop(self, n)
+    )
     with torch.no_grad():
         greedy = model.generate(ids, **kw)
-        assisted = model.generate(ids, prompt_lookup_num_tokens=3, **kw)
-    assert torch.equal(assisted, greedy)
+        assisted = model.generate(ids, return_dict_in_generate=True, **extra, **kw)
+    assert torch.equal(assisted.sequences, greedy)
+    # some draft tokens were rejected after the sequence outgrew the window (crop to fewer tokens than seen)
+    assert any(seen > 8 and (n < 0 or 0 < n < seen) for seen, n in crops), crops
+    cache = _cache_of(assisted)
+    if pattern.cache_keep(torch.arange(30), 30).sum() < 30:  # a cache that drops keys is back to its minimum
+        seen = cache.get_seq_length()
+        assert cache.stored_length(0) == int(pattern.cache_keep(torch.arange(seen), seen).sum())
+
+
+def test_generate_refuses_caches_that_cannot_hold_a_pattern():
+    model = _lm(P.SlidingWindow(window=6, causal=True))
+    ids = torch.randint(1, 50, (1, 10))
+    for implementation in ("static", "offloaded_static"):
+        with pytest.raises(ValueError, match="cannot use StaticCache.*cache_implementation"):
+            model.generate(ids, max_new_tokens=3, cache_implementation=implementation, pad_token_id=0)
+    with pytest.raises(ValueError, match="DynamicCache with offloading"):
+        model(ids, cache=DynamicCache(offloading=True), use_cache=True)
 
 
 def test_window_cache_refuses_a_crop_it_cannot_honour():

@@ -8,8 +8,10 @@ pattern counts positions from each row's first token, so a key is kept if some r
 Adaptive-span layers also pass their current reach (``floor(max span + ramp)``): keys farther from
 the next query than that are dropped, so the cache is bounded by the learned spans.
 Built on transformers' cache classes, so ``generate()`` handles it like any other cache (beam-search
-reordering included); ``crop`` (assisted decoding) works whenever no key the cropped cache would
-need has been dropped, and raises otherwise.
+reordering included). For assisted decoding, which crops the keys of rejected draft tokens, it follows
+transformers' past-recording protocol: after ``activate_past_recording()`` it keeps what the queries since
+the last ``crop`` need until the next one (generate() turns it on for assisted and prompt-lookup decoding);
+without it, ``crop`` works whenever no key the cropped cache would need has been dropped, and raises otherwise.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ class PatternCacheLayer(DynamicLayer):
         self.last_positions = None  # positions of the keys returned by the last update
         self.cumulative_length = 0
         self.dropped_until = 0  # a query before this position may need a key that was dropped
+        self.record_past = False  # keep what queries since the last crop need (assisted decoding rolls back)
+        self.recorded_from = 0  # with record_past: the length at the last crop
+        self.row_offsets = self.span_reach = None  # of the last update: what the next trim needs
+
+    def activate_past_recording(self):
+        """Until the next ``crop``, keep every key a query after the last crop could attend (transformers'
+        protocol for caches that drop keys: assisted decoding verifies draft tokens, then crops the rejected)."""
+        self.record_past = True
+        self.recorded_from = self.cumulative_length
 
     def lazy_initialization(self, key_states, value_states, *args, **kwargs):
         super().lazy_initialization(key_states, value_states)
@@ -50,22 +61,30 @@ class PatternCacheLayer(DynamicLayer):
                 self.cumulative_length, self.cumulative_length + n, device=key_states.device
             )
         self.cumulative_length += n
-        keys = torch.cat([self.keys, key_states], dim=-2)
-        values = torch.cat([self.values, value_states], dim=-2)
-        pos = torch.cat([self.positions, positions.to(self.positions.device)])
-        self.last_positions = pos
-        keep = self._keep(pos, self.cumulative_length, cache_kwargs.get("row_offsets"))
-        reach = cache_kwargs.get("span_reach")
-        if reach is not None:  # adaptive span: the next query sees keys at distance <= reach only
-            near = pos >= self.cumulative_length - reach
+        self.keys = keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = values = torch.cat([self.values, value_states], dim=-2)
+        self.positions = self.last_positions = torch.cat(
+            [self.positions, positions.to(self.positions.device)]
+        )
+        self.row_offsets = cache_kwargs.get("row_offsets")
+        self.span_reach = cache_kwargs.get("span_reach")
+        self._drop_unreachable(self.recorded_from if self.record_past else self.cumulative_length)
+        return keys, values
+
+    def _drop_unreachable(self, next_pos: int):
+        """Drop the stored keys that no query at a position >= ``next_pos`` can attend."""
+        if self.positions is None or not self.is_initialized:
+            return
+        pos = self.positions
+        keep = self._keep(pos, next_pos, self.row_offsets)
+        if self.span_reach is not None:  # adaptive span: a query sees keys at distance <= reach only
+            near = pos >= next_pos - self.span_reach
             keep = near if keep is None else keep & near
         if keep is None or bool(keep.all()):
-            self.keys, self.values, self.positions = keys, values, pos
-        else:
-            idx = torch.nonzero(keep).flatten()
-            self.keys, self.values, self.positions = keys[..., idx, :], values[..., idx, :], pos[idx]
-            self.dropped_until = self.cumulative_length
-        return keys, values
+            return
+        idx = torch.nonzero(keep).flatten()
+        self.keys, self.values, self.positions = self.keys[..., idx, :], self.values[..., idx, :], pos[idx]
+        self.dropped_until = max(self.dropped_until, next_pos)
 
     def _keep(self, pos, next_pos: int, row_offsets):
         if self.pattern is None:
@@ -91,35 +110,35 @@ class PatternCacheLayer(DynamicLayer):
     def reset(self):
         super().reset()
         self.positions = self.last_positions = None
-        self.cumulative_length = 0
-        self.dropped_until = 0
+        self.cumulative_length = self.dropped_until = self.recorded_from = 0
+        self.row_offsets = self.span_reach = None
 
     def crop(self, max_length: int):
         """Negative ``max_length``: drop that many tokens from the end (the ``crop`` convention of recent transformers;
-        0 is a no-op); positive: keep the first ``max_length`` (the older convention). Raises if the
-        pattern already dropped a key that a query at the new end could attend (window caches past
-        their window): continuing would give wrong tokens."""
-        if max_length == 0:
-            return
-        if max_length < 0:
+        0 drops none); positive: keep the first ``max_length`` (the older convention). Then, as transformers'
+        sliding-window layers do, the keys the next query cannot attend are dropped (those kept while recording).
+        Raises if the pattern already dropped a key that a query at the new end could attend (a window cache past
+        its window without past recording): continuing would give wrong tokens."""
+        if max_length <= 0:
             max_length = self.cumulative_length - abs(max_length)
-        if self.cumulative_length <= max_length:
-            return
-        if max_length < self.dropped_until:
-            raise NotImplementedError(
-                f"cannot crop the {self.pattern!r} cache to {max_length} tokens: it already dropped keys that a "
-                f"query at position {max_length} attends (the cache keeps only what positions >= {self.dropped_until} "
-                "need); assisted decoding needs a pattern whose cache keeps every key (Causal, Strided) or "
-                "generate(..., use_cache=False)"
-            )
-        if self.is_initialized and self.positions is not None:
-            idx = torch.nonzero(self.positions < max_length).flatten()
-            self.keys, self.values, self.positions = (
-                self.keys[..., idx, :],
-                self.values[..., idx, :],
-                self.positions[idx],
-            )
-        self.cumulative_length = max_length
+        if max_length < self.cumulative_length:
+            if max_length < self.dropped_until:
+                raise NotImplementedError(
+                    f"cannot crop the {self.pattern!r} cache to {max_length} tokens: it already dropped keys that a "
+                    f"query at position {max_length} attends (the cache keeps only what positions >= "
+                    f"{self.dropped_until} need); call cache.activate_past_recording() before the forward passes "
+                    "to roll back (generate's assisted decoding does), or generate(..., use_cache=False)"
+                )
+            if self.is_initialized and self.positions is not None:
+                idx = torch.nonzero(self.positions < max_length).flatten()
+                self.keys, self.values, self.positions = (
+                    self.keys[..., idx, :],
+                    self.values[..., idx, :],
+                    self.positions[idx],
+                )
+            self.cumulative_length = max_length
+        self.recorded_from = self.cumulative_length
+        self._drop_unreachable(self.cumulative_length)
 
 
 class SparsePatternCache(Cache):
@@ -140,6 +159,11 @@ class SparsePatternCache(Cache):
     def stored_length(self, layer_idx: int = 0) -> int:
         """Number of key positions currently held by a layer."""
         return self.layers[layer_idx].stored_length()
+
+    def activate_past_recording(self):
+        """Every layer keeps what queries since the last ``crop`` need (also where transformers' Cache lacks it)."""
+        for layer in self.layers:
+            layer.activate_past_recording()
 
 
 __all__ = ["PatternCacheLayer", "SparsePatternCache"]

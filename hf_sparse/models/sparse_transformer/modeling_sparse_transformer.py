@@ -21,7 +21,8 @@ from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation.configuration_utils import GenerationMode
 from transformers.integrations.moe import use_experts_implementation
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -451,15 +452,24 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         return masks
 
     def _cache(self, past_key_values, use_cache):
-        """The pattern-aware cache; an empty generic Cache (what generate() makes) is replaced."""
+        """The pattern-aware cache; an empty DynamicCache (what generate() makes by default) is replaced."""
         if not use_cache:
             return None
         if past_key_values is None:
             return SparsePatternCache(self.config)
         if isinstance(past_key_values, SparsePatternCache):
             return past_key_values
+        if type(past_key_values) is DynamicCache and past_key_values.get_seq_length() == 0:
+            if not getattr(past_key_values, "offloading", False):
+                return SparsePatternCache(self.config)
         if isinstance(past_key_values, Cache) and past_key_values.get_seq_length() == 0:
-            return SparsePatternCache(self.config)
+            # a static, offloaded or quantized cache would be dropped here without a word: say so instead
+            raise ValueError(
+                f"SparseTransformer keeps each layer's keys per its attention pattern in a SparsePatternCache and "
+                f"cannot use {type(past_key_values).__name__}"
+                f"{' with offloading' if getattr(past_key_values, 'offloading', False) else ''} (generate's "
+                f"cache_implementation): use the default cache (cache_implementation=None or 'dynamic') or use_cache=False"
+            )
         raise TypeError(
             f"the cache must be a SparsePatternCache (keys are kept per pattern), got {type(past_key_values).__name__}"
         )
@@ -533,6 +543,27 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
 
     def set_output_embeddings(self, new):
         self.lm_head.decoder = new
+
+    def _prepare_cache_for_generation(
+        self, generation_config, model_kwargs, generation_mode, *args, **kwargs
+    ):
+        """generate() makes a DynamicCache, which the forward would replace: put the pattern-aware cache in its place
+        here, so that what generate does to its cache reaches it (assisted decoding records the past, then crops)."""
+        super()._prepare_cache_for_generation(
+            generation_config, model_kwargs, generation_mode, *args, **kwargs
+        )
+        made = model_kwargs.get(CACHE_FIELD)
+        if (
+            type(made) is DynamicCache
+            and made.get_seq_length() == 0
+            and not getattr(made, "offloading", False)
+        ):
+            cache = SparsePatternCache(self.config)
+            if generation_mode == GenerationMode.ASSISTED_GENERATION or getattr(
+                generation_config, "is_assistant", False
+            ):
+                cache.activate_past_recording()  # transformers 5.24 does it too; earlier releases do not
+            model_kwargs[CACHE_FIELD] = cache
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, past_key_values=None, use_cache=None, cache_position=None, labels=None,
