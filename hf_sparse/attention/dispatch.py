@@ -235,6 +235,8 @@ def sparse_attention(
     effective = with_runtime_globals(pattern, global_mask)
     if effective.length_dependent and not effective.content_based:  # seeded: the same blocks every call
         bound = effective.derived(("bind", q_len, kv_len), lambda: effective.bind(q_len, kv_len))
+    elif effective.content_based:
+        bound = _bind_to_content(effective, q_len, kv_len, query, key)
     else:
         bound = effective.bind(q_len, kv_len, query=query, key=key)
     block = choose_block(bound, kv_len, block_size)
@@ -250,18 +252,44 @@ def sparse_attention(
         with torch.random.fork_rng(devices=[query.device] if query.device.type == "cuda" else []):
             torch.manual_seed(seed)
             return sdpa_attention(query, key, value, allowed, scale, dropout_p)
-    if seed is None and dropout_p > 0.0:
-        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
     if backend == "dense":  # the blocked kernels' dropout mask (``dropout.py``): the same result for a seed
+        seed = _seed(seed, dropout_p)
         keep = None if dropout_p == 0.0 else keep_mask(seed, dropout_p, B, H, q_len, kv_len, query.device)
         return dense_attention(query, key, value, allowed, scale, dropout_p, keep=keep)
 
     check_exportable(pattern, backend)
+    return _block_kernels(
+        query, key, value, pattern, bound, key_valid, scale, dropout_p, seed, backend, block, needs_grad
+    )
+
+
+@torch.compiler.disable
+def _bind_to_content(pattern, q_len, kv_len, query, key):
+    """LSH buckets and top-k blocks, chosen from q and k eagerly inside ``torch.compile``d code (the hashing runs
+    in the compiled CPU kernel, which dynamo cannot trace)."""
+    return pattern.bind(q_len, kv_len, query=query, key=key)
+
+
+def _seed(seed: int | None, dropout_p: float) -> int:
+    """The dropout seed: drawn from torch's generator where none is given and dropout is on."""
+    if seed is None:
+        return int(torch.randint(0, 2**31 - 1, (1,)).item()) if dropout_p > 0.0 else 0
+    return seed
+
+
+@torch.compiler.disable
+def _block_kernels(
+    query, key, value, pattern, bound, key_valid, scale, dropout_p, seed, backend, block, needs_grad
+):
+    """The block kernels run eagerly inside ``torch.compile``d code (a graph break): their plan is built in Python
+    from index tensors and the compiled CPU kernel is an opaque extension, neither of which dynamo can trace."""
+    q_len, kv_len = query.shape[-2], key.shape[-2]
+    seed = _seed(seed, dropout_p)
     if pick_backend(backend, query, dropout_p) == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
-        return flex_attention_forward(query, key, value, bound, key_valid, scale, block, dropout_p, seed or 0)
+        return flex_attention_forward(query, key, value, bound, key_valid, scale, block, dropout_p, seed)
     plan = bound.derived(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
-    return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed or 0)
+    return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)
 
 
 def _check_flex(pattern, query, needs_grad, dropout_p):
