@@ -7,10 +7,10 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 from hf_sparse import patterns as P
-from tests.models.tiny import tiny_config
+from tests.models.tiny import tiny_config, tiny_decoder_config
 
 BLOCK = "import sys; sys.modules['hf_sparse'] = None; sys.dont_write_bytecode = True\n"
 LOAD = """
@@ -71,3 +71,44 @@ def test_saved_folder_loads_without_the_package(auto, pattern, extra, tmp_path):
     assert "hf_sparse unavailable" in res.stdout
     assert "transformers_modules" in res.stdout  # the bundled code, not the package
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=0, atol=1e-6)
+
+
+GENERATE = """
+import torch, transformers
+d = torch.load({inputs!r})
+model = transformers.AutoModelForCausalLM.from_pretrained({folder!r}, trust_remote_code=True).eval()
+kw = dict(attention_mask=torch.ones_like(d), max_new_tokens=16, do_sample=False, pad_token_id=0, eos_token_id=0)
+torch.save([model.generate(d, **kw), model.generate(d, prompt_lookup_num_tokens=3, **kw)], {result!r})
+print(type(model).__module__)
+"""
+
+
+def test_saved_decoder_generates_without_the_package_and_without_warnings(tmp_path):
+    torch.manual_seed(0)
+    cfg = tiny_decoder_config(P.SlidingWindow(window=6, causal=True), hidden_size=64, initializer_range=0.3)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    model.save_pretrained(tmp_path / "model")
+    ids = torch.randint(1, 97, (1, 10), generator=torch.Generator().manual_seed(0)).repeat(1, 2)
+    kw = dict(
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=16,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=0,
+    )
+    expected = model.generate(ids, **kw)
+    torch.save(ids, tmp_path / "inputs.pt")
+    script = BLOCK + GENERATE.format(
+        inputs=str(tmp_path / "inputs.pt"), folder=str(tmp_path / "model"), result=str(tmp_path / "out.pt")
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240
+    )
+    assert res.returncode == 0, res.stderr
+    assert "transformers_modules" in res.stdout
+    plain, lookup = torch.load(tmp_path / "out.pt")
+    assert torch.equal(plain, expected) and torch.equal(lookup, expected)
+    said = [line for line in res.stderr.splitlines() if "Loading weights" not in line and line.strip()]
+    assert not said, said  # e.g. 5.24's "The remote code model ... seems to expect `cache_position`"

@@ -566,12 +566,15 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
             model_kwargs[CACHE_FIELD] = cache
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, past_key_values=None, use_cache=None, cache_position=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None,
-                output_router_logits=None, **kwargs) -> SparseTransformerCausalLMOutput:  # fmt: skip
+                inputs_embeds=None, past_key_values=None, use_cache=None, labels=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, logits_to_keep=0, cache=None, output_router_logits=None,
+                **kwargs) -> SparseTransformerCausalLMOutput:  # fmt: skip
         """``labels`` (batch, seq): the input ids (shifted inside), -100 where no loss is taken. The cache
         is read as ``cache`` (recent transformers) or ``past_key_values``; ``logits_to_keep``: an int (the
-        last that many positions, 0 = all) or a 1D tensor of positions."""
+        last that many positions, 0 = all) or a 1D tensor of positions. ``cache_position`` is taken from the
+        keyword arguments (older transformers 5 releases pass it): a parameter named so makes transformers 5.24
+        warn, on the remote-code copy, that the model expects an argument it no longer makes."""
+        cache_position = kwargs.pop("cache_position", None)
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, cache=_pick_cache(cache, past_key_values), use_cache=use_cache,
