@@ -13,7 +13,7 @@ from hf_sparse.models.sparse_transformer import (
     SparseTransformerForMaskedLM,
     SparseTransformerForSequenceClassification,
 )
-from tests.models.tiny import tiny_config, tiny_decoder_config
+from tests.models.tiny import set_checkpointing, tiny_config, tiny_decoder_config
 
 SPAN = {"max_span": 12, "ramp": 4, "init": 5.0, "loss_coef": 0.01}
 
@@ -221,7 +221,7 @@ def test_gradient_checkpointing_with_attention_dropout_gives_the_same_gradients(
         torch.manual_seed(0)
         model = SparseTransformerForCausalLM(cfg).double().train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            set_checkpointing(model)
         torch.manual_seed(5)
         model(ids, labels=ids).loss.backward()
         grads.append([p.grad for p in model.parameters() if p.grad is not None])

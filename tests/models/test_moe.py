@@ -28,7 +28,7 @@ from hf_sparse.models.sparse_transformer.moe_sparse_transformer import (
     expert_capacity,
     load_balancing_loss,
 )
-from tests.models.tiny import tiny_config, tiny_decoder_config
+from tests.models.tiny import set_checkpointing, tiny_config, tiny_decoder_config
 
 CAUSAL = {"type": "sliding_window", "window": 8, "causal": True}
 MOE = dict(num_experts=4, num_experts_per_tok=2)
@@ -305,7 +305,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     for checkpointing in (False, True):
         model.zero_grad()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            set_checkpointing(model)
         model.train()
         model(x, labels=x).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})

@@ -18,7 +18,7 @@ from transformers import (
 import hf_sparse  # noqa: F401  (registers the Auto classes)
 from hf_sparse import patterns as P
 from hf_sparse.models.sparse_transformer import SparseTransformerConfig, SparseTransformerForMaskedLM
-from tests.models.tiny import tiny_config, tiny_decoder_config
+from tests.models.tiny import set_checkpointing, tiny_config, tiny_decoder_config
 
 HEADS = {
     "base": AutoModel,
@@ -169,7 +169,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     model(**inputs, labels=labels).loss.backward()
     ref = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
-    model.gradient_checkpointing_enable()
+    set_checkpointing(model)
     model.train()
     model(**inputs, labels=labels).loss.backward()
     for k, p in model.named_parameters():
@@ -194,9 +194,9 @@ def test_attention_dropout_is_one_function_of_torch_seed_on_every_path(pattern, 
     def step(backend, fused="all", checkpointing=False, seed=5):
         monkeypatch.setenv("HF_SPARSE_FUSED", fused)
         model.config.attention_backend = backend
-        model.gradient_checkpointing_disable()
+        set_checkpointing(model, on=False)
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            set_checkpointing(model)
         model.zero_grad()
         torch.manual_seed(seed)
         loss = model(**inputs, labels=labels).loss

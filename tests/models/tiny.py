@@ -22,3 +22,10 @@ def tiny_config(**overrides):
 
 def tiny_decoder_config(pattern, **overrides):
     return tiny_config(is_decoder=True, attention_pattern=pattern, eos_token_id=None, **overrides)
+
+
+def set_checkpointing(model, on: bool = True):
+    """transformers' activation checkpointing under the installed release's name (5.24 renamed
+    ``gradient_checkpointing_enable``/``_disable``, and warns on the old names)."""
+    prefix = "activation" if hasattr(model, "activation_checkpointing_enable") else "gradient"
+    getattr(model, f"{prefix}_checkpointing_{'enable' if on else 'disable'}")()
