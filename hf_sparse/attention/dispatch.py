@@ -242,6 +242,8 @@ def sparse_attention(
     block = choose_block(bound, kv_len, block_size)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
 
+    if B * H * q_len * kv_len == 0:  # an empty batch or sequence: the block kernels need one block to plan
+        backend = "dense"
     if backend == "auto" and B * H * q_len * kv_len <= SDPA_MAX_PAIRS:
         backend = "sdpa"
     if backend in ("sdpa", "dense"):

@@ -331,3 +331,17 @@ def test_a_checkpoint_missing_a_real_parameter_is_reported_missing(tie, dropped,
     save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
     _, info = AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
     assert dropped in info["missing_keys"]
+
+
+@pytest.mark.parametrize("backend", ["auto", "blocked"])
+def test_an_empty_batch_gives_empty_outputs(backend):
+    """A rank's empty share of an uneven split: empty logits and hidden states, not a reshape error."""
+    cfg = tiny_config(attention_pattern=P.BigBird(block=8), attention_backend=backend)
+    model = SparseTransformerForMaskedLM(cfg)
+    ids = torch.zeros(0, 40, dtype=torch.long)
+    out = model(ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+    assert out.logits.shape == (0, 40, cfg.vocab_size) and out.hidden_states[-1].shape == (
+        0,
+        40,
+        cfg.hidden_size,
+    )

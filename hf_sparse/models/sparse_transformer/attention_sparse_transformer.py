@@ -162,7 +162,7 @@ class SparseTransformerSelfAttention(nn.Module):
             )
             if query_mask is not None:
                 out = out * query_mask.to(out.dtype)[:, None, :, None]
-            return out.transpose(1, 2).reshape(B, n, -1), weights
+            return out.transpose(1, 2).flatten(2), weights
         if output_attentions and k.shape[-2] > self.config.max_attention_weights_length:
             raise ValueError(
                 f"output_attentions=True materialises (batch, heads, {n}, {k.shape[-2]}) weights; inputs longer than "
@@ -200,7 +200,7 @@ class SparseTransformerSelfAttention(nn.Module):
             out = self._global_rows(hidden_states, out, query_mask, global_attention_mask, dropout)
         if query_mask is not None:  # padding queries output zeros (Longformer convention)
             out = out * query_mask.to(out.dtype)[:, :, None, None]
-        return out.reshape(B, n, -1), (weights if output_attentions else None)
+        return out.flatten(2), (weights if output_attentions else None)
 
     def _adaptive_span(self, q, k, v, kpos, qpos, key_padding_mask, output_attentions):
         """Adaptive-span attention inside the layer's Causal/SlidingWindow band: the blocked kernel, or
