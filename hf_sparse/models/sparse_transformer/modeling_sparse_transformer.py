@@ -451,27 +451,34 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             masks.append(made[key])
         return masks
 
-    def _cache(self, past_key_values, use_cache):
-        """The pattern-aware cache; an empty DynamicCache (what generate() makes by default) is replaced."""
+    def _cache(self, given, use_cache):
+        """The pattern-aware cache; an empty DynamicCache (what generate() makes by default) is replaced. Keys
+        from elsewhere are refused, with or without ``use_cache``: dropping them would run without them."""
+        if given is not None and not isinstance(given, SparsePatternCache):
+            held = given.get_seq_length() if isinstance(given, Cache) else None
+            if held != 0:
+                where = (
+                    "an encoder (is_decoder=False) has no cache"
+                    if not self.config.is_decoder
+                    else "the cache must be a SparsePatternCache (keys are kept per pattern)"
+                )
+                raise TypeError(
+                    f"{where}, got {type(given).__name__}"
+                    f"{f' holding {held} tokens' if held else ''}: keys computed outside the model (e.g. PEFT "
+                    "prefix tuning's virtual tokens) are not supported; PEFT's LoRA and prompt tuning are"
+                )
         if not use_cache:
             return None
-        if past_key_values is None:
+        if given is None or isinstance(given, SparsePatternCache):
+            return given if given is not None else SparsePatternCache(self.config)
+        if type(given) is DynamicCache and not getattr(given, "offloading", False):
             return SparsePatternCache(self.config)
-        if isinstance(past_key_values, SparsePatternCache):
-            return past_key_values
-        if type(past_key_values) is DynamicCache and past_key_values.get_seq_length() == 0:
-            if not getattr(past_key_values, "offloading", False):
-                return SparsePatternCache(self.config)
-        if isinstance(past_key_values, Cache) and past_key_values.get_seq_length() == 0:
-            # a static, offloaded or quantized cache would be dropped here without a word: say so instead
-            raise ValueError(
-                f"SparseTransformer keeps each layer's keys per its attention pattern in a SparsePatternCache and "
-                f"cannot use {type(past_key_values).__name__}"
-                f"{' with offloading' if getattr(past_key_values, 'offloading', False) else ''} (generate's "
-                f"cache_implementation): use the default cache (cache_implementation=None or 'dynamic') or use_cache=False"
-            )
-        raise TypeError(
-            f"the cache must be a SparsePatternCache (keys are kept per pattern), got {type(past_key_values).__name__}"
+        # a static, offloaded or quantized cache would be dropped here without a word: say so instead
+        raise ValueError(
+            f"SparseTransformer keeps each layer's keys per its attention pattern in a SparsePatternCache and "
+            f"cannot use {type(given).__name__}{' with offloading' if getattr(given, 'offloading', False) else ''} "
+            "(generate's cache_implementation): use the default cache (cache_implementation=None or 'dynamic') or "
+            "use_cache=False"
         )
 
 
