@@ -28,6 +28,17 @@ print(type(model).__module__)
 """
 
 
+def _run_without_the_package(script: str, tmp_path) -> subprocess.CompletedProcess:
+    """Run ``script`` (which starts with ``BLOCK``) in a fresh interpreter with its own remote-code module cache."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240
+    )
+    assert res.returncode == 0, res.stderr
+    return res
+
+
 @pytest.mark.parametrize(
     "auto,pattern,extra",
     [
@@ -62,12 +73,7 @@ def test_saved_folder_loads_without_the_package(auto, pattern, extra, tmp_path):
         folder=str(folder),
         result=str(tmp_path / "out.pt"),
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    res = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240
-    )
-    assert res.returncode == 0, res.stderr
+    res = _run_without_the_package(script, tmp_path)
     assert "hf_sparse unavailable" in res.stdout
     assert "transformers_modules" in res.stdout  # the bundled code, not the package
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=0, atol=1e-6)
@@ -101,12 +107,7 @@ def test_saved_decoder_generates_without_the_package_and_without_warnings(tmp_pa
     script = BLOCK + GENERATE.format(
         inputs=str(tmp_path / "inputs.pt"), folder=str(tmp_path / "model"), result=str(tmp_path / "out.pt")
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    res = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240
-    )
-    assert res.returncode == 0, res.stderr
+    res = _run_without_the_package(script, tmp_path)
     assert "transformers_modules" in res.stdout
     plain, lookup = torch.load(tmp_path / "out.pt")
     assert torch.equal(plain, expected) and torch.equal(lookup, expected)
