@@ -54,6 +54,23 @@ def test_group_texts_cuts_the_stream_into_full_blocks():
     assert out["labels"] == out["input_ids"] and out["attention_mask"] == [[1] * 4] * 2
 
 
+def test_prompts_end_without_eos_and_training_documents_are_closed_by_it(tmp_path):
+    """generate() and the text-generation pipeline encode a prompt with the saved tokenizer: it must not end in
+    </s> (the model would go on after an ended document), while the training stream still separates documents."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from hf_sparse.tasks.lm.data import lm_blocks, train_word_tokenizer
+
+    docs = ["the method is new .", "results are good ."]
+    train_word_tokenizer(docs, min_frequency=1).save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)  # as the pipeline loads it
+    assert tok.convert_ids_to_tokens(tok("the method is")["input_ids"]) == ["<s>", "the", "method", "is"]
+    blocks = lm_blocks(Dataset.from_dict({"document": docs}), tok, block_size=12)
+    stream = "<s> the method is new . </s> <s> results are good . </s>".split()
+    assert tok.convert_ids_to_tokens(blocks[0]["input_ids"]) == stream[:12]
+
+
 def test_moe_recipe_trains_evaluates_and_saves(shared_data, tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "lm"

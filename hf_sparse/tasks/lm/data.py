@@ -30,11 +30,25 @@ def load_documents(path: str | os.PathLike, text_field: str = "document", limit:
 
 def train_word_tokenizer(texts, *, min_frequency: int = 2, vocab_size: int | None = None):
     """A lowercased word-level fast tokenizer trained on ``texts`` (no Hub access): the summarization
-    task's builder (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3; encoding adds ``<s> ... </s>``), so one
-    document encodes as one bos/eos-delimited stretch of the stream."""
+    task's builder (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3) whose encoding adds only ``<s>``, as a
+    causal LM's tokenizer does (Llama's): a prompt must not end in ``</s>``, or ``generate()`` and the
+    ``text-generation`` pipeline continue after an ended document. :func:`lm_blocks` closes each training
+    document with ``</s>``."""
+    from tokenizers import processors
+
     from ..summarization.data import train_summarization_tokenizer
 
-    return train_summarization_tokenizer(texts, min_frequency=min_frequency, vocab_size=vocab_size)
+    tok = train_summarization_tokenizer(texts, min_frequency=min_frequency, vocab_size=vocab_size)
+    bos = (tok.bos_token, tok.bos_token_id)
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[bos]
+    )
+    return tok
+
+
+def _closed(ids: list[int], eos: int | None) -> list[int]:
+    """A document's ids ending in ``eos`` (added unless the tokenizer already put it there)."""
+    return ids if eos is None or (ids and ids[-1] == eos) else ids + [eos]
 
 
 def group_texts(batch: dict, block_size: int) -> dict:
@@ -52,16 +66,17 @@ def group_texts(batch: dict, block_size: int) -> dict:
 
 
 def lm_blocks(rows, tokenizer, block_size: int, text_field: str = "document", max_blocks: int | None = None):
-    """``rows`` tokenized and grouped into ``block_size``-token examples (``input_ids``, ``attention_mask``,
-    ``labels``), the first ``max_blocks`` kept when given. Cached by ``datasets`` under a fingerprint of the
-    rows, the tokenizer and the block size."""
+    """``rows`` tokenized (each document closed by the tokenizer's eos) and grouped into ``block_size``-token
+    examples (``input_ids``, ``attention_mask``, ``labels``), the first ``max_blocks`` kept when given. Cached
+    by ``datasets`` under a fingerprint of the rows, the tokenizer and the block size."""
     check_positive_int("block_size", block_size)
     check_positive_int("max_blocks", max_blocks, allow_none=True)
     tok_fp = tokenizer_fingerprint(tokenizer)
+    eos = tokenizer.eos_token_id
     ids = rows.map(
-        lambda b: {"input_ids": tokenizer(b[text_field])["input_ids"]}, batched=True,
+        lambda b: {"input_ids": [_closed(d, eos) for d in tokenizer(b[text_field])["input_ids"]]}, batched=True,
         remove_columns=rows.column_names, desc="tokenizing",
-        new_fingerprint=fingerprint(rows._fingerprint, "lm_tokenize", text_field, tok_fp),
+        new_fingerprint=fingerprint(rows._fingerprint, "lm_tokenize_eos", text_field, tok_fp),
     )  # fmt: skip
     blocks = ids.map(
         group_texts, batched=True, fn_kwargs={"block_size": block_size}, remove_columns=ids.column_names,
