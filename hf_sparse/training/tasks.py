@@ -73,7 +73,8 @@ class Task:
             size; heads that average their own loss (sequence/token classification, multiple choice,
             most custom heads) then train and report a loss ``world_size`` times too large. False is
             always correct (per-device mean, DDP averages gradients); True is slightly more exact for
-            token-level losses that really divide by ``num_items_in_batch`` (causal LMs).
+            token-level losses that really divide by ``num_items_in_batch`` (causal LMs). The project's own
+            models also say it themselves (their ``accepts_loss_kwargs``), for a plain Trainer.
     """
 
     name: ClassVar[str] = ""

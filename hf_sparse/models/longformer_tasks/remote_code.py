@@ -40,6 +40,9 @@ class LongformerTaskPreTrainedModel(ExportCodeMixin, PreTrainedModel):
     _no_split_modules = None
     _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
     _supports_flash_attn = False
+    # the heads average their own losses: the Trainer must divide them by the gradient-accumulation steps
+    # (it guesses from forward(**kwargs) that the loss divides by its num_items_in_batch instead)
+    accepts_loss_kwargs = False
 
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
         """With a SparseTransformer backbone, what is asked for is what the backbone runs (``build_backbone``); left

@@ -220,6 +220,10 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _supports_attention_backend = True
+    #: Trainer: does the loss divide by the ``num_items_in_batch`` it is handed (then the Trainer does not divide it
+    #: by the gradient-accumulation steps)? transformers guesses yes for any ``forward(**kwargs)``; these heads
+    #: average their own loss, which made loss and gradients ``gradient_accumulation_steps`` times too large
+    accepts_loss_kwargs = False
     # MoE layers' router logits: the first output of every router (returned with output_router_logits=True)
     _can_record_outputs = {"router_logits": OutputRecorder(SparseTransformerRouter, index=0)}
 
@@ -269,6 +273,13 @@ def with_span_penalty(model, loss):
     if loss is None or not model.training or model.config.adaptive_span is None:
         return loss
     return loss + model.sparse_transformer.adaptive_span_loss().to(loss.dtype)
+
+
+def _token_loss_accepts_loss_kwargs(model) -> bool:
+    """``accepts_loss_kwargs`` of a token-level loss (``self.loss_function``, which sums over ``num_items_in_batch``):
+    not when a per-batch penalty is added (MoE router losses, the adaptive-span penalty), which would then count
+    once per accumulated micro-batch."""
+    return model.config.num_experts == 0 and model.config.adaptive_span is None
 
 
 def _return(return_dict, output, config):
@@ -494,6 +505,8 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
         self.lm_head = SparseTransformerLMHead(config)
         self.post_init()
 
+    accepts_loss_kwargs = property(_token_loss_accepts_loss_kwargs)
+
     def get_output_embeddings(self):
         return self.lm_head.decoder
 
@@ -512,10 +525,8 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
         )  # fmt: skip
         logits = self.lm_head(out.last_hidden_state)
         loss = None
-        if labels is not None:
-            loss = CrossEntropyLoss()(
-                logits.view(-1, self.config.vocab_size), labels.to(logits.device).view(-1)
-            )
+        if labels is not None:  # transformers' ForMaskedLM loss: a mean, or a sum over num_items_in_batch
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         loss = with_span_penalty(self, loss)
         res = SparseTransformerMaskedLMOutput(
             loss=add_router_losses(loss, self.config, out),
@@ -544,6 +555,8 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
         self.sparse_transformer = SparseTransformerModel(config, add_pooling_layer=False)
         self.lm_head = SparseTransformerLMHead(config)
         self.post_init()
+
+    accepts_loss_kwargs = property(_token_loss_accepts_loss_kwargs)
 
     def get_output_embeddings(self):
         return self.lm_head.decoder

@@ -210,6 +210,9 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
 
     config_class = LEDSummarizationConfig
     config: LEDSummarizationConfig
+    accepts_loss_kwargs = (
+        False  # LED's loss is a mean: the Trainer divides it by the gradient-accumulation steps
+    )
 
     def __init__(self, config: LEDSummarizationConfig):
         super().__init__(config)
