@@ -110,6 +110,13 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
             auto_cls.register(config_cls, model_cls, exist_ok=True)
         except TypeError:  # older transformers without exist_ok
             auto_cls.register(config_cls, model_cls)
+    if AutoModelForCausalLM in mapping:
+        # transformers tells causal LMs by class name in this table, which register() leaves alone: without the
+        # name, Trainer's label smoothing scored each position's logits against its own token, not the next one.
+        # The lazy Auto mapping that shares the table only reads model types of transformers' own configs.
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(model_type, mapping[AutoModelForCausalLM].__name__)
     if lora_targets:
         try:
             from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as targets

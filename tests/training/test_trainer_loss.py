@@ -1,10 +1,15 @@
-"""A plain ``transformers.Trainer`` over the project's models: one step of 4 accumulated micro-batches of 2 gives the
-loss and gradient norm of one batch of 8.
+"""A plain ``transformers.Trainer``'s loss over the project's models.
+
+Gradient accumulation: one step of 4 accumulated micro-batches of 2 gives the loss and gradient norm of one batch
+of 8.
 
 transformers takes a ``forward(**kwargs)`` as a loss that divides by the ``num_items_in_batch`` it hands over, and
 then does not divide by the accumulation steps: for a head that averages its own loss, loss and gradients were
 ``gradient_accumulation_steps`` times too large (BERT's and LED's own heads in transformers 5.24 are). The recipes
 set this on their Trainer; these models say it themselves (``accepts_loss_kwargs``).
+
+Label smoothing: the Trainer shifts the labels of the models it knows as causal LMs by class name, which the
+Auto-class registration does not give; hf_sparse adds it.
 """
 
 import pytest
@@ -55,12 +60,12 @@ CASES = {  # name: (model factory, labels)
 }
 
 
-def _first_step(model, labels, batch, accumulation, tmp_path):
+def _first_step(model, labels, batch, accumulation, tmp_path, **training):
     data = Dataset.from_dict({"input_ids": IDS.tolist(), "labels": labels.tolist()})
     args = TrainingArguments(
         str(tmp_path / f"b{batch}"), per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
         max_steps=1, learning_rate=0.0, logging_steps=1, report_to=[], use_cpu=True, disable_tqdm=True,
-        save_strategy="no",
+        save_strategy="no", **training,
     )  # fmt: skip
     trainer = Trainer(model=model, args=args, train_dataset=data)
     trainer.train()
@@ -77,3 +82,16 @@ def test_accumulated_micro_batches_give_the_full_batch_step(name, tmp_path):
     accumulated = _first_step(make(), labels, 2, 4, tmp_path)
     # MoE: each micro-batch's router balances its own tokens, so its auxiliary loss differs slightly
     torch.testing.assert_close(accumulated, whole, rtol=1e-3 if "moe" in name else 1e-5, atol=0)
+
+
+def test_label_smoothing_scores_a_causal_lm_against_the_next_token(tmp_path):
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    torch.manual_seed(0)
+    model = SparseTransformerForCausalLM(tiny_decoder_config(WINDOW))
+    loss, _ = _first_step(model, IDS, 8, 1, tmp_path, label_smoothing_factor=0.1)
+    with torch.no_grad():
+        logits = model.train()(IDS).logits
+    smoothed = LabelSmoother(epsilon=0.1)
+    assert loss == pytest.approx(smoothed([logits], IDS, shift_labels=True).item(), rel=1e-5)
+    assert loss != pytest.approx(smoothed([logits], IDS).item(), rel=1e-5)  # the unshifted targets
