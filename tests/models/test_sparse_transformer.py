@@ -267,20 +267,21 @@ def test_peft_prompt_tuning_trains_and_generates_and_prefix_tuning_is_refused():
     torch.manual_seed(0)
     ids = torch.randint(2, 97, (2, 12))
     mask = torch.ones_like(ids)
-    decoder = SparseTransformerForCausalLM(tiny_decoder_config(P.SlidingWindow(window=6, causal=True)))
+
+    def decoder():
+        return SparseTransformerForCausalLM(tiny_decoder_config(P.SlidingWindow(window=6, causal=True)))
+
     prompt = peft.get_peft_model(
-        decoder, peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
+        decoder(), peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
     )
     prompt(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
     assert prompt.prompt_encoder.default.embedding.weight.grad.abs().sum() > 0
-    assert prompt.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, pad_token_id=0).shape == (
-        2,
-        15,
-    )
+    generated = prompt.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, pad_token_id=0)
+    assert generated.shape == (2, 15)
 
     cases = [
         (
-            decoder,
+            decoder(),
             "CAUSAL_LM",
             {"labels": ids},
             r"must be a SparsePatternCache \(keys are kept per pattern\), got DynamicCache holding 4 tokens",
@@ -297,10 +298,10 @@ def test_peft_prompt_tuning_trains_and_generates_and_prefix_tuning_is_refused():
         with pytest.raises(TypeError, match=match + ".*PEFT prefix tuning"):
             prefix(input_ids=ids, attention_mask=mask, **labels)
     past = DynamicCache()
-    for layer in range(decoder.config.num_hidden_layers):
+    for layer in range(2):
         past.update(torch.randn(2, 4, 4, 8), torch.randn(2, 4, 4, 8), layer)
     with pytest.raises(TypeError, match="holding 4 tokens"):  # not dropped because use_cache is off
-        decoder(ids, past_key_values=past, use_cache=False)
+        decoder()(ids, past_key_values=past, use_cache=False)
 
 
 def test_trainer_lowers_the_masked_lm_loss(tmp_path):
