@@ -23,7 +23,10 @@ def allowed_mask(
     pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None
 ) -> torch.Tensor:
     """(B, H, q_len, kv_len) bool, or (B, 1, q_len, kv_len) when the rule is the same for every head (it
-    broadcasts): the bound pattern's rule, and padding keys removed."""
+    broadcasts): the bound pattern's rule, and padding keys removed. Nothing to ask the rule of an empty batch or
+    sequence (patterns chosen per row, LSH and top-k, have no row to stack)."""
+    if B * H * q_len * kv_len == 0:
+        return torch.zeros(B, H, q_len, kv_len, dtype=torch.bool, device=device)
     m = pattern.dense_mask(q_len, kv_len, device=device)
     while m.dim() < 4:
         m = m.unsqueeze(0)

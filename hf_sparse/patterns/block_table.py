@@ -68,8 +68,6 @@ class BlockSet(Pattern):
         Bt, Ht = self.table.shape[:2]
         if Bt == 1 and Ht == 1:
             return super()._dense(i, j)
-        if Bt * Ht == 0:  # selected per row of an empty batch
-            return torch.zeros(Bt, Ht, i.shape[0], j.shape[1], dtype=torch.bool, device=i.device)
         return torch.stack(
             [
                 torch.stack([self._mask(b, h, i, j).expand(i.shape[0], j.shape[1]) for h in range(Ht)])

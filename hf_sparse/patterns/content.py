@@ -108,10 +108,6 @@ class LSHBuckets(Pattern):
 
     def _dense(self, i, j):
         B, H = self.hq.shape[:2]
-        if B * H == 0:  # an empty batch
-            return torch.zeros(
-                B, H, *torch.broadcast_shapes(i.shape, j.shape), dtype=torch.bool, device=i.device
-            )
         return torch.stack([torch.stack([self._mask(b, h, i, j) for h in range(H)]) for b in range(B)])
 
     def _plan(self, q_len, kv_len, block):

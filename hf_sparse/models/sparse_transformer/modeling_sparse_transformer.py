@@ -275,6 +275,16 @@ def with_span_penalty(model, loss):
     return loss + model.sparse_transformer.adaptive_span_loss().to(loss.dtype)
 
 
+def _default_generate_cache(cache) -> bool:
+    """Whether ``cache`` is what generate() makes by default, an empty DynamicCache (not offloaded): the model
+    puts its pattern cache in its place."""
+    return (
+        type(cache) is DynamicCache
+        and cache.get_seq_length() == 0
+        and not getattr(cache, "offloading", False)
+    )
+
+
 def _token_loss_accepts_loss_kwargs(model) -> bool:
     """``accepts_loss_kwargs`` of a token-level loss (``self.loss_function``, which sums over ``num_items_in_batch``):
     not when a per-batch penalty is added (MoE router losses, the adaptive-span penalty), which would then count
@@ -480,9 +490,9 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                 )
         if not use_cache:
             return None
-        if given is None or isinstance(given, SparsePatternCache):
-            return given if given is not None else SparsePatternCache(self.config)
-        if type(given) is DynamicCache and not getattr(given, "offloading", False):
+        if isinstance(given, SparsePatternCache):
+            return given
+        if given is None or _default_generate_cache(given):
             return SparsePatternCache(self.config)
         # a static, offloaded or quantized cache would be dropped here without a word: say so instead
         raise ValueError(
@@ -572,12 +582,7 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
         super()._prepare_cache_for_generation(
             generation_config, model_kwargs, generation_mode, *args, **kwargs
         )
-        made = model_kwargs.get(CACHE_FIELD)
-        if (
-            type(made) is DynamicCache
-            and made.get_seq_length() == 0
-            and not getattr(made, "offloading", False)
-        ):
+        if _default_generate_cache(model_kwargs.get(CACHE_FIELD)):
             cache = SparsePatternCache(self.config)
             if generation_mode == GenerationMode.ASSISTED_GENERATION or getattr(
                 generation_config, "is_assistant", False
