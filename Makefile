@@ -42,6 +42,7 @@ bench: $(STAMP)  ## benchmarks -> benchmarks/*.json, *.md, *.png
 	$(PY) scripts/benchmark_attention.py
 	$(PY) scripts/benchmark_patterns.py
 	$(PY) scripts/benchmark_models.py
+	$(PY) scripts/benchmark_generation.py
 
 bench-gpu: $(STAMP)  ## on a CUDA machine: kernels and models in bf16 -> benchmarks/attention_gpu.{json,md}
 	$(PY) scripts/benchmark_gpu.py --out benchmarks

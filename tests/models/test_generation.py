@@ -203,3 +203,37 @@ def test_window_cache_refuses_a_crop_it_cannot_honour():
         _lm(P.Causal())(torch.randint(1, 50, (1, 20)), cache=full)
     full.crop(-3)
     assert full.get_seq_length() == 17 and full.stored_length(0) == 17
+
+
+@pytest.mark.parametrize(
+    "pattern", [P.Causal(), P.Strided(stride=5), P.SlidingWindow(window=32, causal=True)], ids=repr
+)
+def test_decoding_writes_each_token_in_place_and_keeps_the_same_keys(pattern):
+    """A token's keys go into the cache's storage after the stored ones, not into a concatenated copy of the
+    whole cache (O(n) per token); the keys held are those a concatenating cache keeps, crop and beam reorder
+    included."""
+    model = _lm(pattern)
+    cache, reference = SparsePatternCache(model.config), DynamicCache()
+    moved = steps = 0
+    with torch.no_grad():
+        nxt = torch.randint(1, 50, (2, 4))
+        for step in range(60):
+            before = cache.layers[0].keys
+            logits = model(nxt, cache=cache).logits
+            model(nxt, cache=reference)
+            if step:
+                steps += 1
+                moved += (
+                    cache.layers[0].keys.untyped_storage().data_ptr() != before.untyped_storage().data_ptr()
+                )
+            nxt = logits[:, -1:].argmax(-1)
+            if step == 10:  # before the window drops a key
+                for c in (cache, reference):
+                    c.crop(-2)
+                    c.reorder_cache(torch.tensor([1, 0]))
+        for got, full in zip(cache.layers, reference.layers):
+            kept = got.positions
+            assert torch.equal(got.keys, full.keys[..., kept, :]) and torch.equal(
+                got.values, full.values[..., kept, :]
+            )
+    assert moved <= steps // 4, f"the stored keys moved in {moved} of {steps} steps"

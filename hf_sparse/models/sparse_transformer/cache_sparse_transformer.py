@@ -8,7 +8,8 @@ pattern counts positions from each row's first token, so a key is kept if some r
 Adaptive-span layers also pass their current reach (``floor(max span + ramp)``): keys farther from
 the next query than that are dropped, so the cache is bounded by the learned spans.
 Built on transformers' cache classes, so ``generate()`` handles it like any other cache (beam-search
-reordering included). For assisted decoding, which crops the keys of rejected draft tokens, it follows
+reordering included). A token's keys are written after the stored ones in a buffer with room to spare (a window
+cache's kept keys are a slice of it), instead of a concatenated copy of the whole cache at every token. For assisted decoding, which crops the keys of rejected draft tokens, it follows
 transformers' past-recording protocol: after ``activate_past_recording()`` it keeps what the queries since
 the last ``crop`` need until the next one (generate() turns it on for assisted and prompt-lookup decoding);
 without it, ``crop`` works whenever no key the cropped cache would need has been dropped, and raises otherwise.
@@ -33,6 +34,7 @@ class PatternCacheLayer(DynamicLayer):
         self.record_past = False  # keep what queries since the last crop need (assisted decoding rolls back)
         self.recorded_from = 0  # with record_past: the length at the last crop
         self.row_offsets = self.span_reach = None  # of the last update: what the next trim needs
+        self._buffers = [None, None]  # keys, values: the stored ones are their front (see _append)
 
     def activate_past_recording(self):
         """Until the next ``crop``, keep every key a query after the last crop could attend (transformers'
@@ -61,8 +63,8 @@ class PatternCacheLayer(DynamicLayer):
                 self.cumulative_length, self.cumulative_length + n, device=key_states.device
             )
         self.cumulative_length += n
-        self.keys = keys = torch.cat([self.keys, key_states], dim=-2)
-        self.values = values = torch.cat([self.values, value_states], dim=-2)
+        self.keys = keys = self._append(self.keys, key_states, 0)
+        self.values = values = self._append(self.values, value_states, 1)
         self.positions = self.last_positions = torch.cat(
             [self.positions, positions.to(self.positions.device)]
         )
@@ -70,6 +72,48 @@ class PatternCacheLayer(DynamicLayer):
         self.span_reach = cache_kwargs.get("span_reach")
         self._drop_unreachable(self.recorded_from if self.record_past else self.cumulative_length)
         return keys, values
+
+    def _append(self, stored: torch.Tensor, new: torch.Tensor, which: int) -> torch.Tensor:
+        """``stored`` then ``new`` along the sequence, written in place after ``stored`` where it is a slice of
+        this layer's own buffer with room behind it: each token then copies only itself, not the whole cache as
+        ``torch.cat`` does (transformers' ``DynamicLayer``; at 8k keys 70% of a Causal decoding step). A window
+        cache's kept keys are a slice too (``_keep_only``). Anything else (a beam reorder, a gather) starts a
+        new buffer with a quarter to spare. Never while autograd records."""
+        if torch.is_grad_enabled() and (stored.requires_grad or new.requires_grad):
+            return torch.cat([stored, new], dim=-2)
+        if stored.numel() == 0:  # lazy_initialization's empty start
+            stored = new[..., :0, :]
+        if stored.shape[:-2] != new.shape[:-2] or stored.device != new.device:
+            return torch.cat([stored, new], dim=-2)  # (raises as before)
+        n, end = stored.shape[-2], stored.shape[-2] + new.shape[-2]
+        buffer, start = self._buffers[which], 0
+        if (
+            buffer is not None
+            and stored._base is buffer
+            and stored.shape == buffer.shape[:-2] + stored.shape[-2:]
+        ):
+            start, rest = divmod(stored.storage_offset() - buffer.storage_offset(), buffer.stride(-2))
+            in_place = rest == 0 and stored.stride() == buffer.stride() and start + end <= buffer.shape[-2]
+        else:
+            in_place = False
+        if not in_place or new.dtype != buffer.dtype:
+            size = (*new.shape[:-2], end + max(new.shape[-2], end // 4), new.shape[-1])
+            buffer, start = new.new_empty(size, dtype=torch.promote_types(stored.dtype, new.dtype)), 0
+            buffer[..., :n, :] = stored
+            self._buffers[which] = buffer
+        buffer[..., start + n : start + end, :] = new
+        return buffer[..., start : start + end, :]
+
+    def _keep_only(self, idx: torch.Tensor):
+        """Keep the stored keys at ``idx`` (sorted): a slice where they are consecutive (a window's newest keys, a
+        crop), so the next tokens are still written in place; a gather otherwise."""
+        if idx.numel() and int(idx[-1]) - int(idx[0]) + 1 == idx.numel():
+            idx = slice(int(idx[0]), int(idx[-1]) + 1)
+        self.keys, self.values, self.positions = (
+            self.keys[..., idx, :],
+            self.values[..., idx, :],
+            self.positions[idx],
+        )
 
     def _drop_unreachable(self, next_pos: int):
         """Drop the stored keys that no query at a position >= ``next_pos`` can attend."""
@@ -82,8 +126,7 @@ class PatternCacheLayer(DynamicLayer):
             keep = near if keep is None else keep & near
         if keep is None or bool(keep.all()):
             return
-        idx = torch.nonzero(keep).flatten()
-        self.keys, self.values, self.positions = self.keys[..., idx, :], self.values[..., idx, :], pos[idx]
+        self._keep_only(torch.nonzero(keep).flatten())
         self.dropped_until = max(self.dropped_until, next_pos)
 
     def _keep(self, pos, next_pos: int, row_offsets):
@@ -112,6 +155,7 @@ class PatternCacheLayer(DynamicLayer):
         self.positions = self.last_positions = None
         self.cumulative_length = self.dropped_until = self.recorded_from = 0
         self.row_offsets = self.span_reach = None
+        self._buffers = [None, None]
 
     def crop(self, max_length: int):
         """Negative ``max_length``: drop that many tokens from the end (the ``crop`` convention of recent transformers;
@@ -130,12 +174,7 @@ class PatternCacheLayer(DynamicLayer):
                     "to roll back (generate's assisted decoding does), or generate(..., use_cache=False)"
                 )
             if self.is_initialized and self.positions is not None:
-                idx = torch.nonzero(self.positions < max_length).flatten()
-                self.keys, self.values, self.positions = (
-                    self.keys[..., idx, :],
-                    self.values[..., idx, :],
-                    self.positions[idx],
-                )
+                self._keep_only(torch.nonzero(self.positions < max_length).flatten())
             self.cumulative_length = max_length
         self.recorded_from = self.cumulative_length
         self._drop_unreachable(self.cumulative_length)
