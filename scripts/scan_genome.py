@@ -13,15 +13,19 @@ loaded whole), runs of at least ``--skip-n`` N are skipped, and every base is pr
 which it lies farthest from an edge (hf_sparse.genome). BED lines are 0-based, half-open, in FASTA order
 and by position; the score column is the hit's score x 1000 (model: mean tag probability; PWM: relative
 score). A JSON summary (bases, hits, wall time, bases per second, peak memory) goes to stdout and, with
-``--summary``, to a file.
+``--summary``, to a file. The PWM options are checked before any scan; each output is written to a
+temporary file next to it and renamed when complete, so a failed or interrupted run (an exception, Ctrl-C,
+SIGTERM) leaves no partial file at its path.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import signal
 import sys
 import time
 
@@ -33,6 +37,7 @@ from hf_sparse.genome.fasta_index import FastaFile  # noqa: E402
 from hf_sparse.genome.pwm_scan import DEFAULT_THRESHOLD, pwm_scan, select_motifs  # noqa: E402
 from hf_sparse.genome.tracks import write_bed, write_gff3  # noqa: E402
 from hf_sparse.genome.windows import DEFAULT_SKIP_N  # noqa: E402
+from hf_sparse.utils.io import atomic_write  # noqa: E402
 
 MAX_DEFAULT_WORKERS = 8
 
@@ -100,10 +105,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true", help="No progress bar.")
     p.add_argument("--summary", help="Also write the JSON summary to this file.")
     args = p.parse_args(argv)
-    for flag in ("workers", "threads", "batch_size"):
+    for flag in ("workers", "threads", "batch_size", "skip_n"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if not 0 <= args.threshold <= 1:
+        p.error(f"--threshold must be a relative score in [0, 1], got {args.threshold}")
+    for flag in ("out", "gff", "pwm_out", "summary"):  # checked now, not after a scan
+        path = getattr(args, flag)
+        folder = os.path.dirname(os.path.abspath(path or "."))
+        if path and not os.path.isdir(folder):
+            p.error(f"--{flag.replace('_', '-')} {path}: no such folder {folder}")
     if len(args.inputs) > 2:
         p.error(f"give [MODEL] FASTA, got {len(args.inputs)} positional arguments")
     args.model, args.fasta = (None, args.inputs[0]) if len(args.inputs) == 1 else args.inputs
@@ -132,13 +144,44 @@ def default_parallelism(
     return workers, threads
 
 
+def pwm_motifs(args: argparse.Namespace) -> list:
+    """The ``--pwm`` motifs: by ``--motif-ids``, else by the model's motif names (read from its config, so
+    that a name missing from the file stops the run before the model scan)."""
+    names = None
+    if not args.motif_ids:
+        from transformers import AutoConfig
+
+        names = AutoConfig.from_pretrained(args.model).motif_names
+    return select_motifs(args.pwm, args.motif_ids, names)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str):
+    """A text file written as ``.<name>.<pid>.tmp`` in the folder of ``path`` and renamed to ``path`` only when
+    the block ends without an error; on any error (KeyboardInterrupt and SystemExit included) it is removed."""
+    folder, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield f
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    os.replace(tmp, path)
+
+
+def _raise_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds as Ctrl-C does, so unfinished outputs are removed
+
+
 def _write(path: str, hits, gff: str | None, fasta: FastaFile, source: str) -> int:
     hits = list(hits) if gff else hits
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:
         n = write_bed(hits, f)
-    if gff:
-        with open(gff, "w", encoding="utf-8") as f:
-            write_gff3(hits, f, source, [(r.name, r.length) for r in fasta.records])
+        if gff:  # inside: a failed GFF leaves no BED either
+            with atomic_open(gff) as g:
+                write_gff3(hits, g, source, [(r.name, r.length) for r in fasta.records])
     return n
 
 
@@ -146,10 +189,10 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     t0 = time.perf_counter()
     progress = False if args.no_progress else None
+    motifs = pwm_motifs(args) if args.pwm else None  # before any scan: a typo must not cost a model scan
     fasta = FastaFile(args.fasta, write_index=args.write_index)
     total = sum(r.length for r in fasta.records)
     summary = {"fasta": args.fasta, "format": fasta.kind, "records": len(fasta.records), "bases": total}
-    names = None
     if args.model is not None:
         import torch
 
@@ -163,7 +206,6 @@ def main(argv=None) -> dict:
             scanner = load_scanner(args.model, device=args.device, window=args.window, stride=args.stride,
                                    batch_size=args.batch_size, skip_n=args.skip_n, min_score=args.min_score,
                                    attention_backend=args.attention_backend, workers=workers)  # fmt: skip
-            names = scanner.model.config.motif_names
             t, cpu = time.perf_counter(), time.process_time()
             n = _write(args.out, scanner.scan(fasta, progress=progress), args.gff, fasta, "hf_sparse")
             wall, cpu = time.perf_counter() - t, time.process_time() - cpu
@@ -176,7 +218,6 @@ def main(argv=None) -> dict:
         finally:
             torch.set_num_threads(before)
     if args.pwm:
-        motifs = select_motifs(args.pwm, args.motif_ids, names)
         out = args.pwm_out or args.out
         t = time.perf_counter()
         hits = pwm_scan(fasta, motifs, args.threshold, args.skip_n, progress=progress)
@@ -193,10 +234,10 @@ def main(argv=None) -> dict:
     text = json.dumps(summary, indent=2)
     print(text)
     if args.summary:
-        with open(args.summary, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        atomic_write(args.summary, text + "\n")
     return summary
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
     main()

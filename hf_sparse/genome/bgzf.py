@@ -17,6 +17,8 @@ import struct
 import zlib
 from collections.abc import Iterator
 
+from ..utils.io import atomic_write
+
 PathLike = str | os.PathLike
 
 #: The empty block ``bgzip`` appends to every file.
@@ -95,12 +97,9 @@ def read_gzi(path: PathLike) -> list[tuple[int, int]]:
 
 
 def write_gzi(entries: list[tuple[int, int]], path: PathLike) -> None:
-    """Write ``entries`` (as :func:`build_gzi` returns them) in htslib's ``.gzi`` format."""
+    """Write ``entries`` (as :func:`build_gzi` returns them) in htslib's ``.gzi`` format, atomically."""
     rest = [e for e in entries if e != (0, 0)]
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(rest)))
-        for coffset, uoffset in rest:
-            f.write(struct.pack("<QQ", coffset, uoffset))
+    atomic_write(path, struct.pack("<Q", len(rest)) + b"".join(struct.pack("<QQ", c, u) for c, u in rest))
 
 
 def write_bgzf(data: bytes, path: PathLike, level: int = 6) -> None:

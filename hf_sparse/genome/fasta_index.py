@@ -18,7 +18,11 @@ does; otherwise the index is built in one pass that also checks the file (below)
 - a header names the record (``>name description``: the name is the first word) and names are unique;
 - sequence lines hold only IUPAC nucleotide codes (``ACGTN`` and ``RYSWKMBDHV``, either case);
 - within a record every line has the same length except the last, which may be shorter (the rule that makes
-  ``.fai`` offsets computable); blank lines only at the end of a record.
+  ``.fai`` offsets computable); blank lines only at the end of a record;
+- lines end in LF or CRLF: a CR not followed by LF (old Mac line endings) is an error.
+
+Lines are read in pieces of at most :data:`PIECE` bytes, so a record on one line (an unwrapped FASTA) is
+never held whole either.
 
 Coordinates are 0-based, half-open; sequences come back with their case as in the file.
 """
@@ -26,11 +30,13 @@ Coordinates are 0-based, half-open; sequences come back with their case as in th
 from __future__ import annotations
 
 import gzip
+import numbers
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
+from ..utils.io import atomic_write
 from .bgzf import BgzfReader, build_gzi, is_bgzf, read_gzi, write_gzi
 
 PathLike = str | os.PathLike
@@ -38,6 +44,7 @@ PathLike = str | os.PathLike
 _VALID = b"ACGTNRYSWKMBDHVacgtnryswkmbdhv"
 _NEWLINES = b"\r\n"
 DEFAULT_CHUNK = 1 << 20  # bases per chunk when streaming
+PIECE = 1 << 20  # bytes read at once when indexing or streaming: a line of any length is read in pieces
 
 
 @dataclass(frozen=True)
@@ -66,76 +73,122 @@ def _check_path(path) -> str:
     return os.fspath(path)
 
 
-def _bad_character(line: bytes, where: str, lineno: int) -> ValueError:
+def _bad_character(line: bytes, where: str, lineno: int, column: int = 0) -> ValueError:
     col = next(i for i, c in enumerate(line) if c not in _VALID)
     return ValueError(
-        f"{where}:{lineno}: invalid character {chr(line[col])!r} at column {col + 1} of a sequence line "
-        "(allowed: IUPAC nucleotide codes ACGTN RYSWKMBDHV, either case)"
+        f"{where}:{lineno}: invalid character {chr(line[col])!r} at column {column + col + 1} of a sequence "
+        "line (allowed: IUPAC nucleotide codes ACGTN RYSWKMBDHV, either case)"
     )
 
 
-def parse_lines(stream: IO[bytes], where: str) -> Iterator[tuple[str, object, int, int, int]]:
-    """Check a FASTA byte stream line by line and yield its events: ``("record", name, lineno, offset
-    after the header line, 0)`` and ``("bases", line without newline, lineno, offset, bytes with
-    newline)``; ``ValueError`` naming ``where`` and the line on anything the module docstring rules out."""
-    offset, names = 0, set()
-    name, line_bases, line_bytes, short, blank = None, 0, 0, False, False
-    lineno = 0
-    for lineno, raw in enumerate(stream, start=1):
+def _line_pieces(
+    stream: IO[bytes], where: str, piece: int
+) -> Iterator[tuple[int, int, int, bytes, bytes | None]]:
+    """``(lineno, offset, column, data, eol)`` for every piece of at most ``piece`` bytes of every line:
+    ``data`` starts at byte ``offset`` of the stream and ``column`` of its line; ``eol`` is None on all
+    but a line's last piece, there its line end (``b"\\n"``, ``b"\\r\\n"``, or ``b""`` at the end of the
+    file). ``ValueError`` naming ``where`` and the line for a CR not followed by LF."""
+    lineno, offset, column = 1, 0, 0
+    while True:
+        raw = stream.readline(piece)
+        if raw[-1:] == b"\r":
+            raw += stream.read(1)  # a CRLF cut between two pieces
+        if raw[-1:] == b"\n":
+            eol = b"\r\n" if raw[-2:-1] == b"\r" else b"\n"
+            data = raw[: -len(eol)]
+        elif raw:
+            eol, data = None, raw
+        else:
+            if column:  # the last line has no line end
+                yield lineno, offset, column, b"", b""
+            return
+        if b"\r" in data:
+            raise ValueError(
+                f"{where}:{lineno}: carriage return not followed by a newline (old Mac line endings?); "
+                "convert the file to LF line endings, e.g. tr '\\r' '\\n'"
+            )
+        yield lineno, offset, column, data, eol
         offset += len(raw)
-        line = raw.rstrip(_NEWLINES)
-        if not line.strip():
-            if line:
-                raise ValueError(f"{where}:{lineno}: line of only whitespace")
-            blank = name is not None
-            continue
-        if line.startswith(b">"):
-            words = line[1:].split()
+        if eol is None:
+            column += len(raw)
+        else:
+            lineno, column = lineno + 1, 0
+
+
+def parse_lines(
+    stream: IO[bytes], where: str, piece: int = PIECE
+) -> Iterator[tuple[str, object, int, int, int]]:
+    """Check a FASTA byte stream line by line, reading at most ``piece`` bytes at once, and yield its events:
+    ``("record", name, lineno, offset after the header line, 0)`` and ``("bases", bases, lineno, offset,
+    line_bytes)`` for each piece of a sequence line, ``line_bytes`` being 0 but on the line's last piece:
+    there the bytes of the whole line with its newline (one newline byte where the file's last line has
+    none, as samtools counts). ``ValueError`` naming ``where`` and the line on anything the module
+    docstring rules out."""
+    names = set()
+    name, line_bases, line_bytes, short, blank = None, 0, 0, False, False
+    header, n, lineno = None, 0, 0  # the header line read so far (None on others); bases of the line so far
+    for lineno, offset, column, data, eol in _line_pieces(stream, where, piece):
+        if column == 0:  # a line starts
+            n = 0
+            if data[:1] == b">":
+                header = bytearray()
+            elif eol is not None and not data.strip():
+                if data:
+                    raise ValueError(f"{where}:{lineno}: line of only whitespace")
+                blank = name is not None
+                continue
+        if header is not None:
+            header += data
+            if eol is None:
+                continue
+            words = header[1:].split()
             if not words:
                 raise ValueError(f"{where}:{lineno}: header without a record name")
             name = words[0].decode("utf-8", errors="replace")
             if name in names:
                 raise ValueError(f"{where}:{lineno}: duplicate record name {name!r}")
             names.add(name)
-            line_bases, line_bytes, short, blank = 0, 0, False, False
-            yield "record", name, lineno, offset, 0
+            header, line_bases, line_bytes, short, blank = None, 0, 0, False, False
+            yield "record", name, lineno, offset + len(data) + len(eol), 0
             continue
         if name is None:
-            raise ValueError(f"{where}:{lineno}: sequence data before the first '>' header: {line[:40]!r}")
-        if line.translate(None, _VALID):
-            raise _bad_character(line, where, lineno)
+            raise ValueError(f"{where}:{lineno}: sequence data before the first '>' header: {data[:40]!r}")
+        if data.translate(None, _VALID):
+            raise _bad_character(data, where, lineno, column)
         if blank:
             raise ValueError(f"{where}:{lineno}: blank line inside record {name!r} (only allowed at its end)")
+        n += len(data)
+        if eol is None:
+            yield "bases", data, lineno, offset, 0
+            continue
+        nbytes = column + len(data) + (len(eol) or 1)
         if line_bases == 0:
-            line_bases, line_bytes = len(line), len(raw)
-        elif (
-            short
-            or len(line) > line_bases
-            or (len(line) == line_bases and raw.endswith(b"\n") and len(raw) != line_bytes)
-        ):
+            line_bases, line_bytes = n, nbytes
+        elif short or n > line_bases or (n == line_bases and eol and nbytes != line_bytes):
             raise ValueError(
-                f"{where}:{lineno}: record {name!r} has lines of different lengths ({len(line)} bases here, "
+                f"{where}:{lineno}: record {name!r} has lines of different lengths ({n} bases here, "
                 f"{line_bases} on its first line); all lines but the last must be equally long for the index"
             )
-        short = len(line) < line_bases
-        yield "bases", line, lineno, offset - len(raw), len(raw)
+        short = n < line_bases
+        yield "bases", data, lineno, offset, nbytes
     if not names:
         raise ValueError(f"{where}: no FASTA records ({'empty file' if lineno == 0 else 'no > header'})")
 
 
-def build_fai(stream: IO[bytes], where: str) -> list[FaiRecord]:
+def build_fai(stream: IO[bytes], where: str, piece: int = PIECE) -> list[FaiRecord]:
     """The ``.fai`` records of a FASTA byte stream (validated as :func:`parse_lines` does)."""
-    records, current = [], None
-    for kind, value, _, offset, nbytes in parse_lines(stream, where):
+    records, name, length, first, line_bases, line_bytes = [], None, 0, 0, 0, 0
+    for kind, value, _, offset, nbytes in parse_lines(stream, where, piece):
         if kind == "record":
-            if current is not None:
-                records.append(FaiRecord(**current))
-            current = {"name": value, "length": 0, "offset": offset, "line_bases": 0, "line_bytes": 0}
+            if name is not None:
+                records.append(FaiRecord(name, length, first, line_bases, line_bytes))
+            # a blank line between a header and its bases is an error: the first base follows the header
+            name, length, first, line_bases, line_bytes = value, 0, offset, 0, 0
             continue
-        if current["line_bases"] == 0:
-            current.update(offset=offset, line_bases=len(value), line_bytes=nbytes)
-        current["length"] += len(value)
-    records.append(FaiRecord(**current))
+        length += len(value)
+        if nbytes and not line_bases:  # the end of the record's first line
+            line_bases, line_bytes = length, nbytes
+    records.append(FaiRecord(name, length, first, line_bases, line_bytes))
     return records
 
 
@@ -159,10 +212,10 @@ def read_fai(path: PathLike) -> list[FaiRecord]:
 
 
 def write_fai(records: list[FaiRecord], path: PathLike) -> None:
-    """Write ``records`` as a samtools ``.fai``."""
-    with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(f"{r.name}\t{r.length}\t{r.offset}\t{r.line_bases}\t{r.line_bytes}\n")
+    """Write ``records`` as a samtools ``.fai``, atomically (a partial index would be trusted by the next run)."""
+    atomic_write(
+        path, "".join(f"{r.name}\t{r.length}\t{r.offset}\t{r.line_bases}\t{r.line_bytes}\n" for r in records)
+    )
 
 
 def _open_stream(path: str, kind: str) -> IO[bytes]:
@@ -252,12 +305,14 @@ class FastaFile:
 
     def fetch(self, name: str, start: int = 0, end: int | None = None) -> str:
         """Bases ``[start, end)`` of record ``name`` (``end`` defaults to the record's length), reading only
-        the bytes that hold them. ``ValueError`` for a plain gzip file or a range outside the record."""
+        the bytes that hold them (any integers, numpy's included). ``ValueError`` for a plain gzip file or a
+        range outside the record."""
         rec = self._record(name)
         end = rec.length if end is None else end
         for arg, value in (("start", start), ("end", end)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{arg} must be an int, got {type(value).__name__}")
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{arg} must be an int, got {type(value).__name__}: {value!r}")
+        start, end = int(start), int(end)
         if not 0 <= start <= end <= rec.length:
             raise ValueError(f"range [{start}, {end}) is outside record {name!r} of length {rec.length}")
         if self.kind == "gzip":
@@ -290,21 +345,22 @@ class FastaFile:
                     yield rec.name, start, self.fetch(rec.name, start, min(start + size, rec.length))
             return
         with _open_stream(self.path, "gzip") as stream:
-            name, start, parts, held = None, 0, [], 0
+            name, start, held = None, 0, bytearray()  # held: fewer than size + PIECE bases
             for kind, value, _, _, _ in parse_lines(stream, self.path):
                 if kind == "record":
                     if held:
-                        yield name, start, b"".join(parts).decode("ascii")
-                    name, start, parts, held = value, 0, [], 0
-                    continue
-                parts.append(value)
-                held += len(value)
-                while held >= size:
-                    joined = b"".join(parts)
-                    yield name, start, joined[:size].decode("ascii")
-                    start, parts, held = start + size, [joined[size:]], held - size
+                        yield name, start, held.decode("ascii")
+                    name, start, held = value, 0, bytearray()
+                elif kind == "bases":
+                    held += value
+                    if len(held) >= size:
+                        cut = len(held) - len(held) % size
+                        for k in range(0, cut, size):
+                            yield name, start + k, held[k : k + size].decode("ascii")
+                        start += cut
+                        del held[:cut]
             if held:
-                yield name, start, b"".join(parts).decode("ascii")
+                yield name, start, held.decode("ascii")
 
 
 class MemoryFasta:

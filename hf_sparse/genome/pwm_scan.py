@@ -26,7 +26,8 @@ def select_motifs(
     path, motif_ids: Sequence[str] | None = None, names: Sequence[str] | None = None
 ) -> list[Motif]:
     """Motifs of a JASPAR/TRANSFAC file chosen by matrix id (``MA0139.2``) or, failing ids, by name
-    (``CTCF``); ``ValueError`` naming what is missing, or when neither is given."""
+    (``CTCF``); ``ValueError`` naming what is missing, a name that several matrices share (JASPAR 2024
+    has three named CTCF: pass their ids), or when neither is given."""
     motifs = read_motifs(path)
     if motif_ids:
         by_id = {m.matrix_id: m for m in motifs}
@@ -40,6 +41,13 @@ def select_motifs(
         missing = [n for n in names if n not in found]
         if missing:
             raise ValueError(f"{os.fspath(path)} has no motif named {missing}; pass motif ids instead")
+        for name in found:
+            ids = [m.matrix_id for m in chosen if m.name == name]
+            if len(ids) > 1:
+                raise ValueError(
+                    f"{os.fspath(path)} has {len(ids)} motifs named {name!r}: {ids}; choose by matrix id "
+                    "(motif_ids, --motif-ids)"
+                )
         return chosen
     raise ValueError("choose motifs by matrix id (motif_ids, e.g. ['MA0139.2']) or by name")
 
@@ -64,9 +72,11 @@ def pwm_scan(fasta, motifs: Sequence[Motif], threshold: float = DEFAULT_THRESHOL
             yield from pwm_scan(opened, motifs, threshold, skip_n, chunk, progress)
         return
     span = max(len(m) for m in motifs)
-    ranges = {m.name: _relative(m) for m in motifs}
-    total = sum(r.length for r in fasta.records)
-    bar = None
+    ranges = [_relative(m) for m in motifs]  # per motif: several matrices may share a name
+    offsets, total = {}, 0  # bases before each record, for the progress bar
+    for r in fasta.records:
+        offsets[r.name], total = total, total + r.length
+    bar, done = None, 0
     if wants_progress(progress, math.ceil(total / chunk)):
         from tqdm.auto import tqdm
 
@@ -75,7 +85,7 @@ def pwm_scan(fasta, motifs: Sequence[Motif], threshold: float = DEFAULT_THRESHOL
         for w, bases in iter_windows(fasta, chunk + span - 1, chunk, skip_n, chunk):
             hits = []
             for order, motif in enumerate(motifs):
-                worst, best = ranges[motif.name]
+                worst, best = ranges[order]
                 for h in scan(bases, motif, threshold):
                     start = w.start + h["start"]
                     if start >= w.final:
@@ -87,7 +97,11 @@ def pwm_scan(fasta, motifs: Sequence[Motif], threshold: float = DEFAULT_THRESHOL
             for *_, h in sorted(hits, key=lambda x: x[:3]):
                 yield h
             if bar is not None:
-                bar.update(w.final - w.start)
+                # bases settled so far, N runs included, so the bar ends at the genome's length
+                bar.update(max(0, offsets[w.record] + w.final - done))
+                done = max(done, offsets[w.record] + w.final)
+        if bar is not None:
+            bar.update(total - done)  # N runs and empty records after the last piece
     finally:
         if bar is not None:
             bar.close()

@@ -3,12 +3,15 @@
 BED6 lines are ``chrom start end name score strand``, tab-separated, 0-based half-open; ``score`` is the
 hit's score in [0, 1] scaled to the integer 0-1000 that genome browsers shade by; ``strand`` is ``.``
 when unknown. GFF3 features are 1-based, closed, of type ``TF_binding_site`` (SO:0000235), with the
-score as a float and ``Name``/``motif_id`` attributes.
+score as a float and ``Name``/``motif_id`` attributes. As the GFF3 specification requires, the seqid is
+percent-encoded outside ``[a-zA-Z0-9.:^*$@!+_?|-]``, and the source and attribute values wherever they hold
+``; = & , %``, a tab, newline or other control character.
 """
 
 from __future__ import annotations
 
 import os
+import string
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -35,21 +38,43 @@ def write_bed(hits: Iterable[dict], out: IO[str], track: str | None = None) -> i
     return n
 
 
+_SEQID_SAFE = frozenset(string.ascii_letters + string.digits + ".:^*$@!+_?|-")
+_VALUE_RESERVED = frozenset(";=&,%\x7f") | {chr(i) for i in range(32)}
+
+
+def _percent(text: str, keep) -> str:
+    """``text`` with each character for which ``keep`` is false percent-encoded (its UTF-8 bytes)."""
+    return "".join(c if keep(c) else "".join(f"%{b:02X}" for b in c.encode()) for c in str(text))
+
+
+def _gff3_seqid(name: str) -> str:
+    """A record name as a GFF3 seqid: percent-encoded outside ``[a-zA-Z0-9.:^*$@!+_?|-]``."""
+    return _percent(name, _SEQID_SAFE.__contains__)
+
+
+def _gff3_value(value: str) -> str:
+    """A GFF3 source or attribute value: ``; = & , %``, tabs, newlines and control characters percent-encoded."""
+    return _percent(value, lambda c: c not in _VALUE_RESERVED)
+
+
 def write_gff3(
     hits: Iterable[dict], out: IO[str], source: str, sequences: Iterable[tuple[str, int]] = ()
 ) -> int:
-    """Write ``hits`` as GFF3 (``##sequence-region`` for each ``(name, length)`` in ``sequences``)."""
+    """Write ``hits`` as GFF3 (``##sequence-region`` for each ``(name, length)`` in ``sequences`` of at
+    least one base: the region is 1-based and closed, so an empty record has none)."""
     out.write("##gff-version 3\n")
     for name, length in sequences:
-        out.write(f"##sequence-region {name} 1 {length}\n")
+        if length > 0:
+            out.write(f"##sequence-region {_gff3_seqid(name)} 1 {length}\n")
+    source = _gff3_value(source)
     n = 0
     for h in hits:
         n += 1
-        attrs = f"ID={source}_{n};Name={h['motif']}"
+        attrs = f"ID={source}_{n};Name={_gff3_value(h['motif'])}"
         if h.get("matrix_id"):
-            attrs += f";motif_id={h['matrix_id']}"
-        out.write(f"{h['chrom']}\t{source}\tTF_binding_site\t{h['start'] + 1}\t{h['end']}\t{float(h['score']):.4g}"
-                  f"\t{h.get('strand') or '.'}\t.\t{attrs}\n")  # fmt: skip
+            attrs += f";motif_id={_gff3_value(h['matrix_id'])}"
+        out.write(f"{_gff3_seqid(h['chrom'])}\t{source}\tTF_binding_site\t{h['start'] + 1}\t{h['end']}"
+                  f"\t{float(h['score']):.4g}\t{h.get('strand') or '.'}\t.\t{attrs}\n")  # fmt: skip
     return n
 
 

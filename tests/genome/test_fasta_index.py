@@ -2,15 +2,28 @@
 clear errors (file and line) for FASTA the index cannot describe."""
 
 import gzip
+import io
 import os
 import random
 import shutil
+import struct
 import subprocess
 
+import numpy as np
 import pytest
 
+from hf_sparse.data.fasta import read_fasta
+from hf_sparse.genome import fasta_index
 from hf_sparse.genome.bgzf import BgzfReader, build_gzi, is_bgzf, read_gzi, write_bgzf, write_gzi
-from hf_sparse.genome.fasta_index import FaiRecord, FastaFile, MemoryFasta, read_fai
+from hf_sparse.genome.fasta_index import (
+    FaiRecord,
+    FastaFile,
+    MemoryFasta,
+    build_fai,
+    parse_lines,
+    read_fai,
+    write_fai,
+)
 
 
 def fasta_text(records, width=7):
@@ -95,6 +108,113 @@ def test_fai_is_samtools_compatible(tmp_path):
         assert read_fai(str(path) + ".fai")[:2] == expected[:2]
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (">a\nACGT", [FaiRecord("a", 4, 3, 4, 5)]),
+        (">a\r\nACGT", [FaiRecord("a", 4, 4, 4, 5)]),
+        (">a\nACGTAC\nGT", [FaiRecord("a", 8, 3, 6, 7)]),
+        (">a\nACGT\n>b\nAC", [FaiRecord("a", 4, 3, 4, 5), FaiRecord("b", 2, 11, 2, 3)]),
+    ],
+)
+def test_fai_counts_a_newline_where_the_last_line_has_none(tmp_path, text, expected):
+    """samtools faidx counts every sequence line's bytes plus one, newline or not."""
+    path = tmp_path / "s.fa"
+    path.write_bytes(text.encode())
+    FastaFile(path, write_index=True)
+    assert read_fai(str(path) + ".fai") == expected
+    if shutil.which("samtools"):
+        os.remove(str(path) + ".fai")
+        subprocess.run(["samtools", "faidx", str(path)], check=True)
+        assert read_fai(str(path) + ".fai") == expected
+
+
+class ReadSizes:
+    """A byte stream that records the size of everything read from it."""
+
+    def __init__(self, stream, sizes):
+        self.stream, self.sizes = stream, sizes
+
+    def _seen(self, data):
+        self.sizes.append(len(data))
+        return data
+
+    def readline(self, size=-1):
+        return self._seen(self.stream.readline(size))
+
+    def read(self, size=-1):
+        return self._seen(self.stream.read(size))
+
+    def __iter__(self):
+        return iter(self.readline, b"")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stream.close()
+
+
+@pytest.mark.parametrize("kind", ["plain", "gzip", "bgzf"])
+def test_a_record_on_one_line_is_read_in_bounded_pieces(tmp_path, monkeypatch, kind):
+    """An unwrapped FASTA (a record on one line) is indexed and streamed without reading a line whole."""
+    n = 2 * (1 << 20) + 12_345  # over two pieces of fasta_index.PIECE bytes
+    seq = np.random.default_rng(0).choice(np.frombuffer(b"ACGTN", np.uint8), n).tobytes().decode()
+    text = f">big\n{seq}\n>small\nACGT\nAC\n".encode()
+    path = tmp_path / f"g.fa.{kind}"
+    if kind == "plain":
+        path.write_bytes(text)
+    elif kind == "gzip":
+        path.write_bytes(gzip.compress(text, compresslevel=1))
+    else:
+        write_bgzf(text, path)
+    sizes = []
+    opened = fasta_index._open_stream
+    monkeypatch.setattr(fasta_index, "_open_stream", lambda *a: ReadSizes(opened(*a), sizes))
+    fa = FastaFile(path)
+    assert fa.records == [FaiRecord("big", n, 5, n, n + 1), FaiRecord("small", 6, n + 13, 4, 5)]
+    chunks = list(fa.iter_chunks(size=500_000))
+    assert "".join(b for name, _, b in chunks if name == "big") == seq
+    assert [s for name, s, _ in chunks if name == "big"] == list(range(0, n, 500_000))
+    if kind != "gzip":
+        assert fa.fetch("big", n - 7) == seq[-7:] and fa.fetch("small", 2, 5) == "GTA"
+    assert 0 < max(sizes) <= (1 << 20) + 1  # a piece (and one byte, for a CRLF cut in two)
+    assert fasta_index.PIECE == 1 << 20
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        ">a desc\nACGTACGTAC\nACGTACGTAC\nACG\n>b\n>c x\nAAAAAAAAAAAAAAAAAAAAAAAA\n\n\n",
+        ">a\r\nACGTACG\r\nACGTACG\r\nAC\r\n>bb\r\nGGGGGGGGGGGGGGGGGGGGGG\r\n",
+        ">a\nACGTACGTAC\nACG",
+        ">a\nACGTACGTACACGTACGTAC",
+    ],
+)
+def test_lines_read_in_small_pieces_give_the_same_index_and_bases(text):
+    data = text.encode()
+    expected = build_fai(io.BytesIO(data), "x")
+    bases = [v for k, v, *_ in parse_lines(io.BytesIO(data), "x") if k == "bases"]
+    for piece in (1, 2, 3, 7):
+        assert build_fai(io.BytesIO(data), "x", piece) == expected
+        events = list(parse_lines(io.BytesIO(data), "x", piece))
+        assert max(len(v) for k, v, *_ in events if k == "bases") <= piece
+        assert b"".join(v for k, v, *_ in events if k == "bases") == b"".join(bases)
+    with pytest.raises(ValueError, match="x:3: invalid character 'U' at column 8"):
+        build_fai(io.BytesIO(b">a\nACGTACGTAC\nACGTACGU\n"), "x", 3)
+    with pytest.raises(ValueError, match="x:3: record 'a' has lines of different lengths \\(5 bases here"):
+        build_fai(io.BytesIO(b">a\nACGT\nACGTA\n"), "x", 2)
+
+
+def test_an_index_is_written_whole_or_not_at_all(tmp_path):
+    """A .fai (or .gzi) newer than its FASTA is trusted, so a failed write must not leave part of one."""
+    with pytest.raises(AttributeError):
+        write_fai([FaiRecord("a", 4, 3, 4, 5), None], tmp_path / "g.fa.fai")
+    with pytest.raises(struct.error):
+        write_gzi([(0, 0), (100, 65280), (-1, 0)], tmp_path / "g.fa.gzi")
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_existing_index_is_used_and_a_stale_one_rebuilt(tmp_path):
     path = tmp_path / "s.fa"
     path.write_text(">a\nACGT\n")
@@ -124,6 +244,9 @@ def test_plain_gzip_streams_but_has_no_random_access(tmp_path):
         (">a\nACGT\n\nACGT\n", r"g\.fa:4: blank line inside record 'a'"),
         (">a\nAC\n>a\nAC\n", r"g\.fa:3: duplicate record name 'a'"),
         (">\nACGT\n", r"g\.fa:1: header without a record name"),
+        (">a desc\rACGT\rAC\r", r"g\.fa:1: carriage return not followed by a newline"),
+        (">a\nAC\rGT\n", r"g\.fa:2: carriage return not followed by a newline"),
+        (">a\nACGT\r", r"g\.fa:2: carriage return not followed by a newline"),
     ],
 )
 @pytest.mark.parametrize("kind", ["plain", "gzip", "bgzf"])
@@ -142,6 +265,11 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         fa.fetch("b")
     with pytest.raises(ValueError, match=r"range \[2, 9\) is outside record 'a' of length 4"):
         fa.fetch("a", 2, 9)
+    assert fa.fetch("a", np.int64(1), np.int32(3)) == "CG"  # e.g. coordinates from a numpy array
+    with pytest.raises(TypeError, match="start must be an int, got float"):
+        fa.fetch("a", 1.0, 3)
+    with pytest.raises(TypeError, match="end must be an int, got bool"):
+        fa.fetch("a", 0, True)
     with pytest.raises(ValueError, match="size must be a positive int"):
         next(fa.iter_chunks(0))
     with pytest.raises(FileNotFoundError, match="no such FASTA file"):
@@ -150,3 +278,17 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         FastaFile(3)
     with pytest.raises(ValueError, match="invalid character '-'"):
         MemoryFasta([("a", "AC-")])
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_header_that_is_not_utf8_is_read_by_both_fasta_readers(tmp_path, packed):
+    """A Latin-1 description (``Universit\\xe9``) is no error for FastaFile nor hf_sparse.data.fasta; bytes
+    that are not UTF-8 in a sequence line are a ValueError naming the file and line."""
+    path = tmp_path / "g.fa"
+    data = b">chr1 sequenced at Universit\xe9 X\nACGTACGT\nAC\n>chr2\nGG\n"
+    path.write_bytes(gzip.compress(data) if packed else data)
+    assert [r.name for r in FastaFile(path).records] == ["chr1", "chr2"]
+    assert read_fasta(path) == [("chr1 sequenced at Universit\ufffd X", "ACGTACGTAC"), ("chr2", "GG")]
+    path.write_bytes(b">chr1\nACGT\nA\xe9GT\n")
+    with pytest.raises(ValueError, match=r"g\.fa:3: a sequence line holds bytes that are not UTF-8"):
+        read_fasta(path)

@@ -3,7 +3,11 @@ scanner, the PWM scan and scripts/scan_genome.py; plain, gzip and BGZF give the 
 sorted, in bounds, strand-aware and identical to scanning each sequence as one string."""
 
 import gzip
+import io
+import os
 import random
+import signal
+import urllib.parse
 import warnings
 
 import numpy as np
@@ -14,10 +18,10 @@ from transformers import pipeline
 import hf_sparse  # noqa: F401  (registers the model, tokenizer and pipeline)
 from hf_sparse.genome import FastaFile, GenomeScanner, MemoryFasta
 from hf_sparse.genome.bgzf import write_bgzf
-from hf_sparse.genome.pwm_scan import pwm_scan
-from hf_sparse.genome.tracks import compare_tracks, read_bed, resolve_overlaps
+from hf_sparse.genome.pwm_scan import pwm_scan, select_motifs
+from hf_sparse.genome.tracks import compare_tracks, read_bed, resolve_overlaps, write_gff3
 from hf_sparse.genome.windows import find_segments
-from hf_sparse.tasks.motif.data import builtin_motifs, scan
+from hf_sparse.tasks.motif.data import Motif, builtin_motifs, scan
 from hf_sparse.tokenization_dna import DNATokenizer, reverse_complement
 from tests.models.motif_tiny import motif_model
 from tests.script_loader import load_script
@@ -183,6 +187,61 @@ def test_pwm_scan_finds_planted_sites_on_both_strands_once(tmp_path):
     assert all(0.85 <= h["score"] <= 1 for h in hits)
 
 
+def test_pwm_scan_progress_bar_ends_at_the_genome_length(monkeypatch):
+    """Skipped N runs (and an all-N record) count as done: the bar reaches its total, never passes it."""
+    import tqdm.auto
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            self.total, self.steps = total, []
+            bars.append(self)
+
+        def update(self, n):
+            self.steps.append(n)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    records = planted_genome()
+    list(pwm_scan(MemoryFasta(records), [CTCF], chunk=50, progress=True))
+    (bar,) = bars
+    assert bar.total == sum(len(s) for _, s in records)
+    assert min(bar.steps) >= 0 and sum(bar.steps) == bar.total
+
+
+def test_pwm_scan_scores_each_matrix_with_its_own_range():
+    """Matrices may share a TF name (JASPAR 2024 has three CTCF): each hit's relative score is its own
+    matrix's, the same as when that matrix is scanned alone."""
+    records = planted_genome()
+    other = Motif("CTCF", "MA1929.2", builtin_motifs(["REST"])[0].counts)  # another range than MA0139.2
+    alone = list(pwm_scan(MemoryFasta(records), [CTCF], progress=False))
+    both = list(pwm_scan(MemoryFasta(records), [CTCF, other], progress=False))
+    assert len(alone) > 30
+    assert [h for h in both if h["matrix_id"] == "MA0139.2"] == alone
+    assert all(0.85 <= h["score"] <= 1 for h in both)
+
+
+def write_jaspar(path, motifs):
+    text = ""
+    for m in motifs:
+        text += f">{m.matrix_id} {m.name}\n"
+        text += "".join(f"{b} [ {' '.join(str(int(x)) for x in row)} ]\n" for b, row in zip("ACGT", m.counts))
+    path.write_text(text)
+    return path
+
+
+def test_select_motifs_by_a_name_that_several_matrices_share_asks_for_ids(tmp_path):
+    other = Motif("CTCF", "MA1929.2", builtin_motifs(["REST"])[0].counts)
+    jaspar = write_jaspar(tmp_path / "m.jaspar", [CTCF, other, builtin_motifs(["SP1"])[0]])
+    with pytest.raises(ValueError, match=r"2 motifs named 'CTCF': \['MA0139.2', 'MA1929.2'\].*--motif-ids"):
+        select_motifs(jaspar, names=["CTCF", "SP1"])
+    assert [m.matrix_id for m in select_motifs(jaspar, names=["SP1"])] == ["MA0079.5"]
+    assert [m.matrix_id for m in select_motifs(jaspar, ["MA1929.2", "MA0139.2"])] == ["MA1929.2", "MA0139.2"]
+
+
 def save_model(tmp_path):
     motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
     folder = tmp_path / "model"
@@ -257,6 +316,73 @@ def test_script_pwm_track_and_agreement(tmp_path):
     assert same["overlap"]["recall"] == 1.0 and same["exact"]["recall"] == 1.0
 
 
+def test_script_checks_pwm_options_before_any_scan(tmp_path, capsys):
+    path = write_fasta(tmp_path, planted_genome())["plain"]
+    model, out = str(save_model(tmp_path)), tmp_path / "model.bed"
+    jaspar = str(write_jaspar(tmp_path / "m.jaspar", [CTCF]))  # the model's SP1 is missing
+    both = [model, str(path), "--out", str(out), "--pwm", jaspar, "--pwm-out", str(tmp_path / "pwm.bed"),
+            "--window", "100", "--no-progress"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"has no motif \['MA0139.3'\]"):
+        scan_genome.main(both + ["--motif-ids", "MA0139.3"])
+    with pytest.raises(ValueError, match=r"has no motif named \['SP1'\]"):
+        scan_genome.main(both)
+    assert sorted(os.listdir(tmp_path)) == ["g.fa", "g.fa.bgz", "g.fa.gz", "m.jaspar", "model"]  # no scan ran
+    for flag, value, message in [("--threshold", "85", "--threshold must be a relative score in [0, 1], got 85.0"),
+                                 ("--threshold", "nan", "--threshold must be"),
+                                 ("--skip-n", "0", "--skip-n must be >= 1, got 0"),
+                                 ("--gff", str(tmp_path / "no" / "x.gff3"), f"no such folder {tmp_path / 'no'}")]:  # fmt: skip
+        with pytest.raises(SystemExit):
+            scan_genome.parse_args(
+                [str(path), "--pwm", jaspar, "--motif-ids", "MA0139.2", "--out", "x.bed", flag, value]
+            )
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stop", ["error", "ctrl-c", "sigterm", "gff"])
+def test_script_leaves_no_partial_output_when_a_run_fails(tmp_path, monkeypatch, stop):
+    """A run stopped while writing the BED (an exception, Ctrl-C, SIGTERM as the script handles it) or the
+    GFF3 leaves no file at --out or --gff, nor a temporary file."""
+    path = write_fasta(tmp_path, planted_genome())["plain"]
+    jaspar = str(write_jaspar(tmp_path / "m.jaspar", [CTCF]))
+
+    def failing_scan(*args, **kwargs):
+        for k, hit in enumerate(pwm_scan(*args, **kwargs)):
+            if k == 5 and stop == "error":
+                raise RuntimeError("disk on fire")
+            if k == 5 and stop == "ctrl-c":
+                raise KeyboardInterrupt
+            if k == 5 and stop == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield hit
+
+    def failing_gff3(hits, out, *args):
+        out.write("##gff-version 3\n")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(scan_genome, "pwm_scan", failing_scan)
+    monkeypatch.setattr(scan_genome, "write_gff3", failing_gff3)
+    argv = [
+        str(path),
+        "--pwm",
+        jaspar,
+        "--motif-ids",
+        "MA0139.2",
+        "--out",
+        str(tmp_path / "pwm.bed"),
+        "--no-progress",
+    ]
+    argv += ["--gff", str(tmp_path / "pwm.gff3")] if stop == "gff" else []
+    handler = scan_genome._raise_on_sigterm if stop == "sigterm" else signal.SIG_DFL
+    before = signal.signal(signal.SIGTERM, handler)  # as `python scripts/scan_genome.py` does
+    try:
+        with pytest.raises((RuntimeError, KeyboardInterrupt, SystemExit, OSError)) as e:
+            scan_genome.main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert stop != "sigterm" or e.value.code == 128 + signal.SIGTERM
+    assert sorted(os.listdir(tmp_path)) == ["g.fa", "g.fa.bgz", "g.fa.gz", "m.jaspar"]
+
+
 def test_script_help_and_argument_errors(capsys):
     with pytest.raises(SystemExit) as e:
         scan_genome.parse_args(["--help"])
@@ -282,6 +408,29 @@ def test_resolve_overlaps_keeps_the_best_of_each_chain():
         ("b", 12, "-"),
     ]
     assert np.isclose(compare_tracks(hits[2:3], hits)["exact"]["precision"], 1 / 5)
+
+
+def test_gff3_escapes_reserved_characters_and_skips_empty_regions():
+    hit = {"chrom": "Uniq1;size=100 é", "start": 0, "end": 5, "motif": "NFE2,MAF\t1", "score": 0.9, "strand": "+",
+           "matrix_id": "X=1%&"}  # fmt: skip
+    out = io.StringIO()
+    assert write_gff3([hit], out, "pwm", [(hit["chrom"], 50), ("empty", 0), ("chr|1.2", 7)]) == 1
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == [
+        "##gff-version 3",
+        "##sequence-region Uniq1%3Bsize%3D100%20%C3%A9 1 50",
+        "##sequence-region chr|1.2 1 7",
+    ]
+    fields = lines[3].split("\t")
+    assert len(lines) == 4 and len(fields) == 9
+    assert fields[0] == "Uniq1%3Bsize%3D100%20%C3%A9" and urllib.parse.unquote(fields[0]) == hit["chrom"]
+    attrs = dict(kv.split("=") for kv in fields[8].split(";"))  # as a GFF3 reader splits them
+    assert {k: urllib.parse.unquote(v) for k, v in attrs.items()} == {
+        "ID": "pwm_1",
+        "Name": "NFE2,MAF\t1",
+        "motif_id": "X=1%&",
+    }
+    assert "," not in attrs["Name"]
 
 
 def test_worker_threads_give_the_same_hits_in_the_same_order():
