@@ -72,10 +72,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-def _one_line(e: BaseException) -> str:
-    """The exception's message on one line (an OSError's own, with the file it names)."""
+def _one_line(e: BaseException, secrets=()) -> str:
+    """The exception's message on one line (an OSError's own, with the file it names), with ``secrets``,
+    the secret environment variables' values and ``hf_...`` tokens masked (stderr ends up in CI logs)."""
+    from hf_sparse.training.secrets import redact
+
     text = str(e) if not isinstance(e, KeyError) or not e.args else str(e.args[0])
-    return " ".join(text.split()) or type(e).__name__
+    return redact(" ".join(text.split()), secrets) or type(e).__name__
+
+
+def _override_secrets(overrides) -> list[str]:
+    """The values of secret-named overrides (``hub_token=...``), to mask in a printed error."""
+    from hf_sparse.training.secrets import is_secret_key
+
+    pairs = (item.partition("=") for item in overrides if isinstance(item, str))
+    return [value for key, sep, value in pairs if sep and is_secret_key(key.strip()) and value]
 
 
 def main(argv=None) -> int:
@@ -100,12 +111,12 @@ def main(argv=None) -> int:
     except user_errors as e:
         if args.debug:
             raise
-        print(f"error: {_one_line(e)}", file=sys.stderr)
+        print(f"error: {_one_line(e, _override_secrets(overrides))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except HubPushError as e:
         if args.debug:
             raise
-        print(f"error: {_one_line(e)}", file=sys.stderr)
+        print(f"error: {_one_line(e, _override_secrets(overrides))}", file=sys.stderr)
         return EXIT_PUSH_FAILED
     logging.getLogger("finetune").info(
         "done: global_step=%s world_size=%s output_dir=%s",

@@ -1104,3 +1104,17 @@ def test_push_command_line_runs_as_a_module():
         [sys.executable, "-m", "hf_sparse.hub", "--help"], capture_output=True, text=True, cwd=REPO
     )
     assert out.returncode == 0 and "folder repo_id" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("results, pushed", [(None, True), ({"lora": True}, True), ({"lora": False}, False)])
+def test_an_adapter_of_an_earlier_lora_run_is_not_pushed(model_dir, results, pushed):
+    """A full fine-tune rerun into a LoRA run's output_dir (--overwrite_output_dir) leaves its adapter/ there."""
+    (model_dir / "adapter").mkdir()
+    (model_dir / "adapter" / "adapter_config.json").write_text("{}")
+    (model_dir / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(64))
+    if results is not None:
+        (model_dir / "all_results.json").write_text(json.dumps(results))
+    sent = hub.upload_file_list(model_dir)
+    adapter = [f for f in sent if f.startswith("adapter/")]
+    assert adapter == (["adapter/adapter_config.json", "adapter/adapter_model.safetensors"] if pushed else [])
+    assert "model.safetensors" in sent

@@ -96,13 +96,24 @@ def _remote_code_files(folder: Path) -> set[str]:
     return {n for n in names if "/" not in n and n.endswith(".py")}
 
 
+def _lora_run(folder: Path) -> bool:
+    """False if the folder's ``all_results.json`` (written by a recipe run) says the model was trained without
+    LoRA: an ``adapter/`` there was left by an earlier LoRA run in the same output_dir."""
+    try:
+        results = json.loads((folder / "all_results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # not a recipe run's folder: the adapter/ is the user's
+    return not isinstance(results, dict) or results.get("lora") is not False
+
+
 def upload_file_list(folder: str | os.PathLike) -> list[str]:
     """The files :func:`push_to_hub` sends from ``folder`` (paths relative to it, sorted).
 
     An allow-list: the model (``config.json``, safetensors weights), tokenizer and processor files,
     the card ``README.md``, the remote-code bundle (the ``.py`` files its manifest or ``auto_map``
     names, and the manifest), results (``all_results.json``, ``log_history.json``, ``*.png``) and a
-    LoRA adapter in ``adapter/``. Everything else stays local: ``checkpoint-*/``, ``runs/``,
+    LoRA adapter in ``adapter/`` (unless ``all_results.json`` says the model was trained without LoRA:
+    then ``adapter/`` is an earlier run's). Everything else stays local: ``checkpoint-*/``, ``runs/``,
     ``training_args.bin`` and any other pickle, temporary and hidden files.
     """
     folder = Path(folder)
@@ -115,7 +126,9 @@ def upload_file_list(folder: str | os.PathLike) -> list[str]:
         if name in _UPLOAD_NAMES or name in code or any(p.match(name) for p in _UPLOAD_PATTERNS):
             files.append(name)
     adapter = folder / "adapter"
-    if adapter.is_dir():
+    if adapter.is_dir() and not _lora_run(folder):
+        logger.warning("%s left out: all_results.json says this model was trained without LoRA", adapter)
+    elif adapter.is_dir():
         files += [f"adapter/{n}" for n in sorted(_UPLOAD_ADAPTER) if (adapter / n).is_file()]
     return files
 

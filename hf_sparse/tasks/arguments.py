@@ -7,7 +7,7 @@ change its default) and calls ``super().__post_init__()``. A recipe that still u
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from ..attention.dispatch import BACKENDS
@@ -87,6 +87,25 @@ class BackboneArguments:
             )
         if self.attention_pattern is not None and not isinstance(self.attention_pattern, dict):
             raise TypeError(f"attention_pattern must be a pattern spec dict, got {self.attention_pattern!r}")
+        if self.backbone == "longformer":  # Longformer has its own attention: these would be ignored
+            defaults = {f.name: f.default for f in fields(self)}
+            for name in ("attention_pattern", "attention_backend", "position_embedding_type"):
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} has no effect with backbone: longformer (Longformer's own "
+                        f"sliding window of attention_window tokens and absolute positions); use backbone: "
+                        f"sparse_transformer for hf-sparse patterns and kernels, or remove {name}"
+                    )
+        if self.attention_pattern is not None:
+            from ..patterns import from_dict
+
+            try:  # a misspelt parameter fails now, not when the model is built
+                from_dict(self.attention_pattern)
+            except (TypeError, ValueError, KeyError) as e:
+                message = e.args[0] if isinstance(e, KeyError) and e.args else e
+                raise ValueError(
+                    f"attention_pattern={self.attention_pattern!r} is not a valid pattern: {message}"
+                ) from e
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
         if self.position_embedding_type not in ("absolute", "rotary"):

@@ -22,7 +22,7 @@ from .checkpoints import (
     write_json_atomic,
 )
 from .recipe import TRAINING_DEFAULTS, RecipeArguments, RecipeError, load_recipe, parse_overrides, path_field
-from .runner import HubPushError, run
+from .runner import HubPushError, TrainingDivergedError, run
 from .tasks import Task, TaskArguments, get_task, list_tasks, metric_prefix
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "RecipeError",
     "Task",
     "TaskArguments",
+    "TrainingDivergedError",
     "atomic_trainer_class",
     "get_task",
     "latest_checkpoint",

@@ -15,6 +15,7 @@ state) fails with a message naming it instead of an obscure traceback.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ __all__ = [
     "validate_checkpoint",
     "write_json_atomic",
 ]
+
+logger = logging.getLogger(__name__)
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _STAGING_SUFFIX = ".incomplete"
@@ -300,6 +303,29 @@ class AtomicCheckpointMixin:
                 entry["train_loss"] = train_loss
                 break
         return TrainOutput(output.global_step, train_loss, metrics)
+
+    def _init_training_state(
+        self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+    ):
+        """``Trainer._init_training_state``; a checkpoint of the last step (or later) trains nothing more.
+
+        From a checkpoint at ``global_step >= max_steps`` (a run killed during its final evaluation or save,
+        or a finished run resumed) transformers (5.10-5.24) skips ``global_step % steps_per_epoch`` batches
+        and then trains one more step whenever ``max_steps`` is not a multiple of the epoch length. Here the
+        epoch loop is skipped instead: the checkpoint's weights and state are the final ones.
+        """
+        epochs_trained, steps_trained = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        if resume_from_checkpoint is not None and self.state.global_step >= max_steps:
+            logger.warning(
+                "%s is at step %d of %d: nothing left to train",
+                resume_from_checkpoint,
+                self.state.global_step,
+                max_steps,
+            )
+            return num_train_epochs, 0
+        return epochs_trained, steps_trained
 
     def _get_output_dir(self, trial):
         if self._staging_run_dir is not None:

@@ -43,6 +43,7 @@ import dataclasses
 import difflib
 import enum
 import logging
+import math
 import os
 import types
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ import yaml
 
 from ..tasks.arguments import RENAMED_KEYS
 from ..utils.validation import check_positive_int
+from .secrets import is_secret_key, redact
 from .tasks import get_task
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "load_recipe",
     "parse_overrides",
     "path_field",
+    "require_model",
     "require_path",
 ]
 
@@ -130,6 +133,51 @@ def require_path(key: str, path, *, kind: str = "file", contains: tuple[str, ...
         raise FileNotFoundError(f"{key}: folder {path} has no {', '.join(missing)}")
 
 
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    flags = (os.environ.get(v, "").strip().lower() for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return bool(constants.HF_HUB_OFFLINE) or any(f in ("1", "true", "yes", "on") for f in flags)
+
+
+def require_model(key: str, name, *, hint: str = "") -> None:
+    """For :meth:`Task.check_arguments`: ``name`` (the value of recipe key ``key``, e.g.
+    ``model_name_or_path``) is a folder, or may be a Hub model id.
+
+    A name that can only be a path (absolute, ``./``, ``../``, ``~``, more than one ``/``) must be a folder;
+    offline, any other name must be a folder or a Hub model in the local cache (transformers would fail later
+    with "couldn't connect to huggingface.co"). Online, a Hub id is left to transformers.
+
+    Raises:
+        FileNotFoundError: naming the key, the value, the folder looked for and ``hint``.
+    """
+    if not name:
+        return
+    name = os.fspath(name)
+    folder = os.path.abspath(os.path.expanduser(name))
+    if os.path.isdir(folder):
+        return
+    hint = f"; {hint}" if hint else ""
+    path_like = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+    if path_like:
+        raise FileNotFoundError(f"{key}: folder not found: {folder}{hint}")
+    if not _offline():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = any(
+            isinstance(try_to_load_from_cache(name, f), str) for f in ("config.json", "tokenizer_config.json")
+        )
+    except ValueError:  # not a valid repo id either (huggingface_hub's HFValidationError)
+        cached = False
+    if not cached:
+        raise FileNotFoundError(
+            f"{key}: {name!r} is neither a folder ({folder} not found) nor a Hub model in the local cache "
+            f"(offline mode){hint}"
+        )
+
+
 @dataclass
 class RecipeArguments:
     """Settings of the run itself (not of the task, not of the Trainer)."""
@@ -181,10 +229,17 @@ class RecipeArguments:
         default=None, metadata={"help": "Use at most this many training examples (the first ones)."}
     )
     max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Use at most this many validation examples (the first ones)."}
+        default=None,
+        metadata={
+            "help": "Use at most this many validation examples (the first ones; documents for extractive "
+            "summarization, whose examples are chunks)."
+        },
     )
     max_test_samples: int | None = field(
-        default=None, metadata={"help": "Use at most this many test examples (the first ones)."}
+        default=None,
+        metadata={
+            "help": "Use at most this many test examples (the first ones; documents, as max_eval_samples)."
+        },
     )
     num_proc: int | None = field(
         default=None,
@@ -297,6 +352,8 @@ def _coerce(value: Any, hint: Any) -> Any:
             raise ValueError(f"{value!r} is not an int")
         if isinstance(value, int):
             return value
+        if isinstance(value, str) and "." in value and float(value).is_integer():  # "10.0", as YAML's 10.0
+            value = float(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str):
@@ -358,12 +415,12 @@ def parse_overrides(overrides) -> dict[str, str]:
         raise RecipeError(f"overrides must be a list of 'key=value' strings, got the string {overrides!r}")
     parsed = {}
     for item in overrides or ():
-        if not isinstance(item, str) or "=" not in item:
-            raise RecipeError(f"override {item!r} is not of the form key=value")
+        if not isinstance(item, str) or "=" not in item:  # may be a token given as its own item: masked
+            raise RecipeError(f"override {redact(item)!r} is not of the form key=value")
         key, _, value = item.partition("=")
         key = key.strip()
         if not key:
-            raise RecipeError(f"override {item!r} has an empty key")
+            raise RecipeError(f"override {redact(item)!r} has an empty key")
         parsed[key] = value
     return parsed
 
@@ -487,12 +544,22 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
             values[key] = _coerce(values[key], hints[key])
         except (ValueError, TypeError) as e:
             shown = override_values.get(key, values[key])
+            secrets = [v for k, v in values.items() if is_secret_key(k) and isinstance(v, str)]
             raise RecipeError(
-                f"{source}: {key}={shown!r} is not a valid {_type_name(hints[key])} ({e})"
+                redact(f"{source}: {key}={shown!r} is not a valid {_type_name(hints[key])} ({e})", secrets)
             ) from e
+        if isinstance(values[key], float) and not math.isfinite(values[key]):  # inf trains NaNs
+            shown = override_values.get(key, values[key])
+            raise RecipeError(f"{source}: {key}={shown!r} is not a finite number")
         if key in path_keys and isinstance(values[key], str) and values[key]:
             p = Path(os.path.expandvars(os.path.expanduser(values[key])))
             values[key] = str(p if p.is_absolute() else (base_dir / p).resolve())
+    if not isinstance(values["output_dir"], str) or not values["output_dir"].strip():
+        # "" would mean the working directory: the run would overwrite its README.md, config.json, ...
+        raise RecipeError(
+            f"{source}: output_dir={values['output_dir']!r} is empty; give the folder for the run "
+            "(e.g. --output_dir outputs/my-run)"
+        )
     values["output_dir"] = os.path.abspath(os.path.expanduser(values["output_dir"]))
 
     try:

@@ -49,7 +49,7 @@ from .recipe import RecipeError, load_recipe
 from .secrets import is_secret_key, redact
 from .tasks import get_task, metric_prefix
 
-__all__ = ["HubPushError", "run"]
+__all__ = ["HubPushError", "TrainingDivergedError", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,22 +58,15 @@ class HubPushError(RuntimeError):
     """Training finished and the output folder is complete, but pushing it to the Hub failed."""
 
 
+class TrainingDivergedError(RecipeError):
+    """The model's evaluation predictions hold NaN: training diverged (e.g. a learning rate far too high)."""
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 
 def _count_parameters(model, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
-
-
-def _head(dataset, n: int | None):
-    """The first ``n`` examples of a torch or HF dataset (all of them if ``n`` is None)."""
-    if n is None or n >= len(dataset):
-        return dataset
-    if hasattr(dataset, "select"):  # datasets.Dataset
-        return dataset.select(range(n))
-    import torch.utils.data
-
-    return torch.utils.data.Subset(dataset, range(n))
 
 
 def _resume_checkpoint(recipe_args, training_args) -> str | None:
@@ -229,6 +222,11 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
         "pattern": pattern if isinstance(pattern, (str, dict)) else None,
         "training_config": _training_config(recipe_args, training_args),
     }
+    start = getattr(task_args, "model_name_or_path", None)
+    if (
+        isinstance(start, str) and start.strip() and not os.path.isdir(start)
+    ):  # a Hub id (a local path stays out)
+        kwargs["base_model"] = start
     if training_args.hub_model_id:
         kwargs["repo_id"] = training_args.hub_model_id
     kwargs.update(task.card_info(task_args, metrics) or {})
@@ -347,9 +345,9 @@ def _check_training_values(recipe_args, training_args) -> None:
         value = getattr(training_args, key, 1)
         if value is not None and value <= 0:
             raise RecipeError(f"{src}: {key}={value!r} must be a positive int")
-    for key in ("learning_rate", "weight_decay", "warmup_steps", "max_grad_norm"):
+    for key in ("learning_rate", "weight_decay", "warmup_steps", "max_grad_norm", "dataloader_num_workers"):
         value = getattr(training_args, key, 0)
-        if value is not None and not (value >= 0):  # also NaN
+        if value is not None and not (value >= 0):  # also NaN (load_recipe rejects inf)
             raise RecipeError(f"{src}: {key}={value!r} must be >= 0")
     for strategy, steps in (("save_strategy", "save_steps"), ("eval_strategy", "eval_steps"),
                             ("logging_strategy", "logging_steps")):  # fmt: skip
@@ -387,6 +385,39 @@ def _check_task_arguments(task, task_args, recipe_args) -> None:
         raise RecipeError(f"{recipe_args.source}: {message}") from e
 
 
+def _has_nan(x) -> bool:
+    """True if ``x`` (an array, or tuples/lists/dicts of arrays, as in ``EvalPrediction.predictions``) holds NaN."""
+    import numpy as np
+
+    if isinstance(x, dict):
+        return any(_has_nan(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return any(_has_nan(v) for v in x)
+    x = np.asarray(x) if x is not None else None
+    return x is not None and x.dtype.kind in "fc" and bool(np.isnan(x).any())
+
+
+def _checked_metrics(trainer, recipe_args):
+    """The trainer's ``compute_metrics``, first checking the predictions for NaN: a diverged run gets one clear
+    :class:`TrainingDivergedError` instead of whatever a metric raises on NaN scores."""
+    compute_metrics = trainer.compute_metrics
+    if compute_metrics is None:
+        return None
+
+    def metrics(pred, **kwargs):
+        if _has_nan(pred.predictions):
+            args = trainer.args
+            raise TrainingDivergedError(
+                f"{recipe_args.source}: training diverged: the model's predictions hold NaN at the evaluation "
+                f"after step {trainer.state.global_step} (learning_rate={args.learning_rate!r}, "
+                f"max_grad_norm={args.max_grad_norm!r}); lower learning_rate and start over (checkpoints "
+                f"saved before it stay in {args.output_dir})"
+            )
+        return compute_metrics(pred, **kwargs)
+
+    return metrics
+
+
 def _close_tensorboard(trainer) -> None:
     """The final evaluations reopen TensorBoard's writer after on_train_end: flush and close it."""
     for callback in trainer.callback_handler.callbacks:
@@ -416,6 +447,8 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
             while neither ``resume`` nor ``overwrite_output_dir`` is set.
         CheckpointError: the checkpoint to resume from is incomplete or corrupt.
         HubPushError: ``push_to_hub`` failed (everything local was written first).
+        TrainingDivergedError: NaN predictions at an evaluation (a :class:`RecipeError`); at the final
+            evaluation the trained model is saved in ``output_dir`` first.
     """
     started = time.perf_counter()
     from transformers import set_seed
@@ -425,6 +458,12 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     recipe_args, task_args, training_args = load_recipe(recipe, overrides)
     if resume is not None:
         recipe_args.resume = bool(resume)
+    if recipe_args.resume and recipe_args.overwrite_output_dir:  # e.g. resume: true in the recipe
+        raise RecipeError(
+            f"{recipe_args.source}: resume and overwrite_output_dir are both true, and they exclude each other: "
+            "drop overwrite_output_dir to continue from the latest checkpoint, or set resume=false to delete the "
+            "checkpoints and start over"
+        )
     task = get_task(recipe_args.task)()
     task.num_proc = recipe_args.num_proc
     output_dir = training_args.output_dir
@@ -466,7 +505,11 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         "validation": recipe_args.max_eval_samples,
         "test": recipe_args.max_test_samples,
     }
-    datasets = {split: _head(ds, limits.get(split)) for split, ds in datasets.items() if ds is not None}
+    datasets = {
+        split: task.limit_samples(split, ds, limits.get(split))
+        for split, ds in datasets.items()
+        if ds is not None
+    }
     num_parameters = _count_parameters(model)
     if recipe_args.lora:
         model = _apply_lora(task, model, recipe_args, training_args)
@@ -483,6 +526,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         compute_metrics=task.compute_metrics(task_args),
         callbacks=[log_callback],
     )
+    trainer.compute_metrics = _checked_metrics(trainer, recipe_args)
     if task.model_accepts_loss_kwargs is not None:  # see Task.model_accepts_loss_kwargs
         trainer.model_accepts_loss_kwargs = task.model_accepts_loss_kwargs
     num_trainable = _count_parameters(trainer.model, trainable_only=True)
@@ -491,11 +535,15 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     trainer.log_metrics("train", train_result.metrics)
 
     # --- final evaluation ---
-    for split in ("validation", "test"):
-        if split in datasets:
-            split_metrics = task.evaluate(trainer, datasets[split], split)
-            trainer.log_metrics(metric_prefix(split), split_metrics)
-            metrics.update(split_metrics)
+    try:
+        for split in ("validation", "test"):
+            if split in datasets:
+                split_metrics = task.evaluate(trainer, datasets[split], split)
+                trainer.log_metrics(metric_prefix(split), split_metrics)
+                metrics.update(split_metrics)
+    except TrainingDivergedError as e:  # the trained model stays on disk, for a look at what went wrong
+        _save_final_model(trainer, task, recipe_args, tokenizer, output_dir)
+        raise TrainingDivergedError(f"{e}; the final model (not evaluated) is saved there") from e
 
     # --- save, artifacts ---
     final_model = _save_final_model(trainer, task, recipe_args, tokenizer, output_dir)
@@ -550,6 +598,8 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     for entry in os.scandir(output_dir):  # the final model files (checkpoints were done when saved)
         if entry.is_file() or entry.name == "adapter":
             make_shareable(entry.path)
+    if not recipe_args.lora and os.path.isdir(os.path.join(output_dir, "adapter")):
+        logger.warning("%s/adapter is an earlier LoRA run's, not this model's (it is not pushed)", output_dir)
     if push:
         results["hub_url"] = _push(output_dir, recipe_args, training_args, token=secrets.get("hub_token"))
         write_json_atomic(os.path.join(output_dir, "all_results.json"), results)

@@ -115,6 +115,21 @@ class Task:
         """
         raise NotImplementedError(f"{type(self).__name__} must implement build_datasets(args, tokenizer)")
 
+    def limit_samples(self, split: str, dataset, n: int | None) -> Any:
+        """The first ``n`` examples of ``split`` (the recipe's ``max_train_samples``, ``max_eval_samples``
+        for "validation", ``max_test_samples``; None: all), called after :meth:`build_datasets`.
+
+        Default: the first ``n`` rows. Override where a row is not a whole example (e.g. one chunk of a
+        document whose metric needs every chunk) to cut at a whole example instead.
+        """
+        if n is None or n >= len(dataset):
+            return dataset
+        if hasattr(dataset, "select"):  # datasets.Dataset
+            return dataset.select(range(n))
+        import torch.utils.data
+
+        return torch.utils.data.Subset(dataset, range(n))
+
     def data_collator(self, args, tokenizer) -> Any:
         """Return the collator, or None for the Trainer's default (padding with the tokenizer)."""
         return None
@@ -172,7 +187,9 @@ class Task:
 
         The returned keys are keyword arguments of ``hf_sparse.hub.render_model_card`` and override
         the runner's defaults (``model_name``, ``metrics``, ``training_config``, ``dataset_name``,
-        ``pattern`` from ``model.config.attention_pattern`` when it is a single spec).
+        ``pattern`` from ``model.config.attention_pattern`` when it is a single spec, ``base_model`` from
+        ``args.model_name_or_path`` when that is a Hub id, not a local folder). The card is public: no
+        local paths (a data folder's name, not its path).
         """
         return {}
 

@@ -36,11 +36,31 @@ def test_task_registered_and_recipes_parse():
         ({"backbone": "longformer"}, "backbone must be one of \\('sparse_transformer',\\)"),
         ({"text_field": ""}, "text_field must be a non-empty field name"),
         ({"max_eval_blocks": -2}, "max_eval_blocks must be a positive int"),
+        (
+            {"model_kwargs": {"num_expert": 4}},
+            "model_kwargs: 'num_expert' is not a SparseTransformerConfig "
+            "argument \\(did you mean 'num_experts'\\?\\)",
+        ),
+        (
+            {"model_kwargs": {"num_experts": 4, "num_experts_per_tok": 8}},
+            "num_experts_per_tok must be an int in",
+        ),
     ],
 )
 def test_bad_arguments_rejected(values, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         CausalLMArguments(data_dir=str(tmp_path), **values)
+
+
+def test_model_kwargs_takes_config_keys(tmp_path):
+    kwargs = {
+        "num_experts": 2,
+        "num_experts_per_tok": 1,
+        "rope_theta": 1000.0,
+        "attn_implementation": "eager",
+    }
+    args = CausalLMArguments(data_dir=str(tmp_path), model_kwargs=kwargs)
+    assert args.model_kwargs == kwargs
 
 
 def test_model_kwargs_must_be_a_dict(tmp_path):

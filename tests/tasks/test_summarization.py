@@ -164,3 +164,18 @@ def test_copy_first_sentence_through_the_pipeline(tmp_path):
         (encoded,) = pipe.preprocess(row["document"])  # abstractive: one model row per document
         ids = encoded["input_ids"][0]
         assert g[0] and int(g.sum()) == 1 + int((ids == sentence_id).sum())  # first token + every marker
+
+
+def test_extractive_max_eval_and_test_samples_count_documents(tmp_path):
+    """An evaluation split holds one row per chunk; max_eval/test_samples keep whole documents (here of several
+    chunks each), so the final evaluation scores them instead of failing after training and losing the model."""
+    data = copy_data(tmp_path / "data", 8)
+    common = [f"data_dir={data}", "max_steps=2", "max_length=32", "attention_window=8", "max_sentence_tokens=8",
+              "vocab_min_frequency=1", "eval_strategy=no", *[f"{k}={v}" for k, v in SMALL.items()]]  # fmt: skip
+    recipe = os.path.join(RECIPES, "tiny-extractive.yaml")
+    results = run(
+        recipe, [*common, f"output_dir={tmp_path / 'a'}", "max_eval_samples=3", "max_test_samples=2"]
+    )
+    assert (tmp_path / "a" / "model.safetensors").is_file()
+    same = run(recipe, [*common, f"output_dir={tmp_path / 'b'}", "max_eval_documents=3"])
+    assert results["eval_rouge1"] == same["eval_rouge1"] and results["eval_loss"] == same["eval_loss"]

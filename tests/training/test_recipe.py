@@ -147,6 +147,9 @@ def test_coerce_rules():
     assert _coerce("null", str | None) is None
     assert _coerce("0.5", float | None) == 0.5
     assert _coerce(3, float) == 3.0 and _coerce(4.0, int) == 4
+    assert _coerce("10.0", int) == 10 and _coerce(" 10.00 ", int) == 10  # an override, as YAML's 10.0
+    with pytest.raises(ValueError):
+        _coerce("4.5", int)
     with pytest.raises(ValueError):
         _coerce(4.5, int)
     with pytest.raises(ValueError):
@@ -208,3 +211,37 @@ def test_every_shipped_recipe_uses_the_shared_backbone_keys(recipe):
     _, task_args, _ = load_recipe(recipe, ["bf16=false", "fp16=false"])  # GPU recipes, parsed on CPU
     assert isinstance(task_args, BackboneArguments)
     assert not set(yaml.safe_load(recipe.read_text())) & set(RENAMED_KEYS)
+
+
+@pytest.mark.parametrize(
+    "recipe, override",
+    [
+        ("summarization/tiny-extractive.yaml", "attention_pattern={type: bigbird, block_size: 16}"),
+        ("summarization/tiny-extractive.yaml", "attention_backend=flex"),
+        ("summarization/tiny-extractive.yaml", "position_embedding_type=rotary"),
+        (
+            "dialogue/base-selection.yaml",
+            "attention_pattern={type: sliding_window, window: 64}",
+        ),  # longformer default
+    ],
+)
+def test_sparse_keys_with_a_longformer_backbone_are_an_error_not_ignored(recipe, override):
+    key = override.partition("=")[0]
+    with pytest.raises(RecipeError, match=rf"{key}=.* has no effect with backbone: longformer"):
+        load_recipe(REPO / "pipelines" / recipe, [override, "bf16=false", "fp16=false"])
+
+
+def test_sparse_keys_still_work_with_other_backbones():
+    pattern = "attention_pattern={type: sliding_window, window: 16}"
+    _, args, _ = load_recipe(
+        REPO / "pipelines/summarization/tiny-extractive.yaml", [pattern, "backbone=sparse_transformer"]
+    )
+    assert args.attention_pattern == {"type": "sliding_window", "window": 16}
+    _, args, _ = load_recipe(
+        REPO / "pipelines/summarization/tiny-abstractive.yaml", [pattern]
+    )  # LED's encoder
+    assert args.backbone == "led" and args.attention_pattern == {"type": "sliding_window", "window": 16}
+    _, args, _ = load_recipe(
+        REPO / "pipelines/motif/tiny.yaml", ["backbone=longformer", "attention_window=32"]
+    )
+    assert args.position_embedding_type == "rotary"  # the motif task's default, not given: no error

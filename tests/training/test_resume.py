@@ -1,9 +1,14 @@
-"""Resume: kill scripts/finetune.py (SIGKILL) after its first checkpoint, rerun it with --resume."""
+"""Resume: kill scripts/finetune.py (SIGKILL) after a checkpoint, rerun it with --resume."""
 
 import json
+import shutil
 import signal
 import subprocess
 import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
 
 from hf_sparse.training import latest_checkpoint
 from tests.training.helpers import (
@@ -85,3 +90,26 @@ def test_killed_run_resumes_from_its_latest_checkpoint(tmp_path):
     )
     summary = [e for e in json.loads((out / "log_history.json").read_text()) if "train_loss" in e]
     assert summary and summary[-1]["train_loss"] == results["train_loss"]
+
+
+def test_resuming_from_the_last_checkpoint_trains_nothing_more(tmp_path):
+    """A run killed after its last checkpoint (during the final evaluation or save), or a finished run, resumed:
+    nothing more is trained and the results equal the uninterrupted run's. The final step (5) is not a multiple
+    of the epoch length (3 steps), where transformers would skip 2 batches and train a 6th step."""
+    finished = tmp_path / "finished"
+    values = dict(num_train=96, num_validation=32, num_test=32, max_steps=5, save_strategy="steps", save_steps=5,
+                  eval_strategy="no", plots=False, lr_scheduler_type="constant")  # fmt: skip
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(finished, **values))
+    assert load_finetune_module().main([str(recipe)]) == 0
+    resumed = tmp_path / "resumed"
+    shutil.copytree(finished / "checkpoint-5", resumed / "checkpoint-5")  # as left by a kill after it
+    recipe = write_recipe(tmp_path / "resumed.yaml", toy_recipe(resumed, **values))
+    assert load_finetune_module().main([str(recipe), "--resume"]) == 0
+
+    a = json.loads((finished / "all_results.json").read_text())
+    b = json.loads((resumed / "all_results.json").read_text())
+    assert b["global_step"] == 5 and b["start_step"] == 5 and b["steps_this_run"] == 0
+    for key in ("epoch", "train_loss", "eval_loss", "eval_accuracy", "test_loss", "test_accuracy"):
+        assert b[key] == pytest.approx(a[key], rel=1e-6), key
+    wa, wb = load_file(finished / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -3,14 +3,18 @@
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
-from hf_sparse.training import RecipeError, latest_checkpoint, run, validate_checkpoint
+from hf_sparse.training import RecipeError, get_task, latest_checkpoint, load_recipe, run, validate_checkpoint
 from tests.training.helpers import load_finetune_module, toy_recipe, write_recipe
 from tests.training.toy_task import ToyArguments, make_texts
+
+REPO = Path(__file__).resolve().parents[2]
 
 try:
     from hf_sparse import hub
@@ -199,3 +203,33 @@ def test_push_with_the_hub_unreachable(tmp_path, finetune, capsys):
 def test_push_needs_a_namespaced_repo_id(tmp_path):
     with pytest.raises(RecipeError, match="hub_model_id: 'user/name'"):
         run(toy_recipe(tmp_path, push_to_hub=True))
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+@pytest.mark.parametrize(
+    "recipe, overrides, base_model",
+    [
+        ("dialogue/base-selection.yaml", [], "allenai/longformer-base-4096"),
+        ("dialogue/base-tracking.yaml", ["data_dir={tmp}"], "allenai/longformer-base-4096"),
+        ("dialogue/tiny-selection.yaml", ["model_name_or_path={tmp}/tracking"], None),  # a local folder
+        ("summarization/led-base.yaml", [], "allenai/led-base-16384"),
+        ("summarization/tiny-extractive.yaml", [], None),  # a new model
+        ("lm/dense.yaml", [], None),
+    ],
+)
+def test_model_card_names_the_hub_base_model_and_no_local_path(recipe, overrides, base_model, tmp_path):
+    """The card (pushed to the Hub) says which Hub model was fine-tuned and holds no path of this machine."""
+    from hf_sparse.training.runner import _write_model_card
+
+    (tmp_path / "tracking").mkdir()
+    overrides = [o.format(tmp=tmp_path) for o in overrides] + ["bf16=false", "fp16=false"]
+    recipe_args, task_args, training_args = load_recipe(REPO / "pipelines" / recipe, overrides)
+    task = get_task(recipe_args.task)()
+    results = {"eval_loss": 1.0}
+    card = Path(_write_model_card(task, task_args, recipe_args, training_args, results, str(tmp_path), None))
+    text = card.read_text()
+    meta = yaml.safe_load(text.split("---")[1])
+    assert meta.get("base_model") == base_model
+    for path in (task_args.data_dir, str(tmp_path), str(REPO), os.path.dirname(task_args.data_dir)):
+        assert path not in text, path
+    assert os.path.basename(task_args.data_dir) in meta["model-index"][0]["results"][0]["dataset"]["name"]

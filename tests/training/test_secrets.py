@@ -114,3 +114,20 @@ def test_secret_keys_and_redaction():
     clean = redact(record)
     assert TOKEN not in str(clean)
     assert clean["overrides"] == [f"hub_token={REDACTED}", "lr=1"] and clean["n"] is None
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["push_to_hub=true", "hub_token=", TOKEN], "is not of the form key=value"),  # a space after '='
+        ([f"hub_token={TOKEN}", f"push_to_hub={TOKEN}"], "push_to_hub="),
+        (["hub_token=my-own-password", "push_to_hub=my-own-password"], "push_to_hub="),  # not hf_-shaped
+    ],
+)
+def test_a_token_in_a_bad_override_is_not_printed(overrides, needle, tmp_path, capsys):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(tmp_path / "out"))
+    assert load_finetune_module().main([str(recipe), "--override", *overrides]) == 2
+    err = capsys.readouterr().err
+    line = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(line) == 1 and needle in line[0] and REDACTED in line[0], err
+    assert TOKEN not in err and "my-own-password" not in err

@@ -64,6 +64,29 @@ def _one_error_line(err: str, *needles: str) -> str:
         ("motif/tiny.yaml", ["max_steps=0"], ["max_steps=0"]),
         ("motif/tiny.yaml", ["per_device_train_batch_size=0"], ["per_device_train_batch_size=0"]),
         ("motif/tiny.yaml", ["learning_rate=-1e-3"], ["learning_rate=-0.001"]),
+        ("motif/tiny.yaml", ["learning_rate=inf"], ["learning_rate='inf'", "not a finite number"]),
+        ("motif/tiny.yaml", ["num_train_epochs=inf"], ["num_train_epochs='inf'", "not a finite number"]),
+        ("motif/tiny.yaml", ["dataloader_num_workers=-1"], ["dataloader_num_workers=-1", ">= 0"]),
+        (
+            "motif/tiny.yaml",
+            ["attention_pattern={type: sliding_window, windw: 16}"],
+            ["attention_pattern=", "'windw'"],
+        ),
+        (
+            "dialogue/tiny-tracking.yaml",
+            ["global_on=[cls,nonsense]"],
+            ["global_on", "['nonsense']", "latest_turn"],
+        ),
+        (
+            "lm/dense.yaml",
+            ["model_kwargs={num_expert: 4}"],
+            ["model_kwargs", "'num_expert'", "'num_experts'"],
+        ),
+        (
+            "lm/dense.yaml",
+            ["model_kwargs={num_experts: 4, num_experts_per_tok: 8}"],
+            ["num_experts_per_tok", "8"],
+        ),
     ],
 )
 def test_user_errors_are_one_line_exit_2(recipe, overrides, needles, finetune, tmp_path, capsys):
@@ -167,3 +190,70 @@ def test_the_shipped_recipes_do_not_overwrite():
         values = yaml.safe_load(path.read_text())
         assert not values.get("overwrite_output_dir"), path  # would delete checkpoints on a rerun
         assert not values.get("disable_tqdm"), path  # progress bars in every recipe
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--output_dir", ""],
+        ["--output_dir", "  "],
+        ["--override", "output_dir="],
+        ["--override", "output_dir=null"],
+    ],
+)
+def test_an_empty_output_dir_is_an_error_not_the_working_directory(
+    argv, finetune, tmp_path, monkeypatch, capsys
+):
+    """`--output_dir "$UNSET"` would write the run into the working directory, over its README.md."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("# my project\n")
+    recipe = write_recipe(
+        tmp_path / "r.yaml", toy_recipe("unused", max_steps=1, eval_strategy="no", num_test=0)
+    )
+    assert finetune.main([str(recipe), *argv]) == 2
+    _one_error_line(capsys.readouterr().err, "output_dir=", "is empty")
+    assert (tmp_path / "README.md").read_text() == "# my project\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "r.yaml"]
+
+
+def test_resume_in_the_recipe_excludes_overwrite_on_the_command_line(saved_run, finetune, tmp_path, capsys):
+    copy = tmp_path / "out"
+    shutil.copytree(saved_run, copy)
+    values = dict(max_steps=6, eval_strategy="no", num_test=0, resume=True)
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(copy, **values))
+    assert finetune.main([str(recipe), "--overwrite_output_dir"]) == 2
+    _one_error_line(capsys.readouterr().err, "resume", "overwrite_output_dir", "exclude each other")
+    assert sorted(p.name for p in copy.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert json.loads((copy / "all_results.json").read_text())["global_step"] == 4  # not resumed either
+
+
+@pytest.mark.parametrize(
+    "name, needles",
+    [
+        ("outputs/no-such-tracking-run", ["is neither a folder", "offline", "tiny-tracking.yaml run first"]),
+        ("./outputs/no-such-tracking-run", ["folder not found", "tiny-tracking.yaml run first"]),
+    ],
+)
+def test_a_missing_model_folder_is_named_before_anything_is_built(name, needles, finetune, tmp_path, capsys):
+    """tiny-selection.yaml starts from tiny-tracking.yaml's output_dir; run before it, transformers would try the
+    Hub and say it "couldn't connect to huggingface.co" (offline), with a traceback."""
+    for split in ("train", "validation"):
+        (tmp_path / f"{split}.jsonl").write_text("")
+    argv = [str(RECIPES / "dialogue/tiny-selection.yaml"), "--output_dir", str(tmp_path / "out"), "--override",
+            f"data_dir={tmp_path}", f"model_name_or_path={name}"]  # fmt: skip
+    assert finetune.main(argv) == 2
+    _one_error_line(capsys.readouterr().err, "model_name_or_path: ", "outputs/no-such-tracking-run", *needles)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_diverged_run_is_one_error_line_and_keeps_the_model(finetune, tmp_path, capsys):
+    """learning_rate=1e30 is finite and positive, so it passes the checks; the weights blow up to NaN."""
+    out = tmp_path / "out"
+    values = dict(
+        max_steps=3, learning_rate=1e30, eval_strategy="no", save_strategy="no", num_test=0, plots=False
+    )
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(out, **values))
+    assert finetune.main([str(recipe)]) == 2
+    _one_error_line(capsys.readouterr().err, "training diverged", "NaN", "learning_rate=1e+30", str(out))
+    assert (out / "model.safetensors").is_file() and (out / "log_history.json").is_file()
+    assert not (out / "all_results.json").exists()  # not a finished run

@@ -23,6 +23,7 @@ and from only the last 2 turns; the results are in ``all_results.json`` under ``
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ import torch
 from ...data.loading import fingerprint, load_jsonl_splits, num_proc_for, tokenizer_fingerprint
 from ...metrics import load as load_metric
 from ...training import Task, path_field
-from ...training.recipe import require_path
+from ...training.recipe import require_model, require_path
 from ...training.tasks import metric_prefix
 from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_fraction
@@ -47,7 +48,7 @@ from .data import (
     selection_pool,
     train_dialogue_tokenizer,
 )
-from .formatter import DialogueFormatter
+from .formatter import GLOBAL_ON_NAMES, DialogueFormatter
 
 _POSITIVE_INT_KEYS = ("max_length", "vocab_min_frequency")
 
@@ -161,6 +162,9 @@ class DialogueArguments(BackboneArguments):
                     f"attention_windows must hold one even window >= 2 per layer ({self.num_hidden_layers}), "
                     f"got {self.attention_windows!r}"
                 )
+        unknown = sorted(set(self.global_on) - set(GLOBAL_ON_NAMES))
+        if unknown:
+            raise ValueError(f"global_on has unknown names {unknown}; choose from {list(GLOBAL_ON_NAMES)}")
         if self.turn_pooling not in TURN_POOLING:
             raise ValueError(f"turn_pooling must be one of {TURN_POOLING}, got {self.turn_pooling!r}")
         for name in ("max_train_dialogues", "max_eval_dialogues", "vocab_size"):
@@ -334,6 +338,12 @@ class _DialogueTask(Task):
 
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
+        hint = (
+            "a saved dialogue model is another run's output_dir (relative to the working directory): "
+            "pipelines/dialogue/tiny-selection.yaml needs pipelines/dialogue/tiny-tracking.yaml run first"
+        )
+        require_model("model_name_or_path", args.model_name_or_path, hint=hint)
+        require_model("tokenizer_name", args.tokenizer_name)
 
     def data(self, args) -> dict[str, list[dict]]:
         if self._splits is None:
@@ -449,8 +459,9 @@ class _DialogueTask(Task):
         return self.collator_class(tokenizer.pad_token_id, self._pad_multiple)
 
     def card_info(self, args, metrics):
+        name = os.path.basename(os.path.normpath(args.data_dir))  # the folder's name, not its path
         return {
-            "dataset_name": "Schema-Guided Dialogue (DSTC8) sample",
+            "dataset_name": f"{name} (Schema-Guided Dialogue format)",
             "auto_class": "AutoModel",
             "tags": ["schema-guided-dialogue"],
             "extra": self._card_extra(args),

@@ -13,13 +13,14 @@ the router's auxiliary losses when the model has experts) and the perplexity of 
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ...training import Task, path_field
-from ...training.recipe import require_path
+from ...training.recipe import require_model, require_path
 from ...training.tasks import metric_prefix
 from ...utils.validation import check_positive_int
 from ..arguments import BackboneArguments
@@ -73,6 +74,25 @@ class CausalLMArguments(BackboneArguments):
             check_positive_int(name, getattr(self, name), allow_none=True)
         if self.model_kwargs is not None and not isinstance(self.model_kwargs, dict):
             raise TypeError(f"model_kwargs must be a dict of config keys, got {self.model_kwargs!r}")
+        if self.model_kwargs and not self.model_name_or_path:
+            known = _config_keys()
+            for key in self.model_kwargs:
+                if key not in known:
+                    close = difflib.get_close_matches(str(key), known, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(f"model_kwargs: {key!r} is not a SparseTransformerConfig argument{hint}")
+            # the config's own checks (e.g. num_experts_per_tok <= num_experts) now, not when the model is built
+            self._config(vocab_size=8, pad_token_id=0)
+
+    def _config(self, vocab_size: int, pad_token_id: int, bos_token_id=None, eos_token_id=None):
+        from ...models import SparseTransformerConfig
+
+        spec = self.encoder_config(
+            vocab_size, pad_token_id, self.block_size, is_decoder=True, type_vocab_size=0,
+            bos_token_id=bos_token_id, eos_token_id=eos_token_id, **(self.model_kwargs or {}),
+        )  # fmt: skip
+        spec.pop("model_type")
+        return SparseTransformerConfig(**spec)
 
     def default_pattern(self) -> dict:
         """A causal sliding window of ``attention_window`` keys (self included)."""
@@ -80,14 +100,28 @@ class CausalLMArguments(BackboneArguments):
 
     def model_config(self, tokenizer):
         """The :class:`~hf_sparse.SparseTransformerConfig` of a new model for ``tokenizer``."""
-        from ...models import SparseTransformerConfig
+        return self._config(
+            len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id
+        )
 
-        spec = self.encoder_config(
-            len(tokenizer), tokenizer.pad_token_id, self.block_size, is_decoder=True, type_vocab_size=0,
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **(self.model_kwargs or {}),
-        )  # fmt: skip
-        spec.pop("model_type")
-        return SparseTransformerConfig(**spec)
+
+def _config_keys() -> set[str]:
+    """The keyword arguments a SparseTransformerConfig takes: its own, the mixture-of-experts ones and
+    ``PreTrainedConfig``'s (others would be stored as unused attributes)."""
+    import dataclasses
+    import inspect
+
+    from transformers import PretrainedConfig
+
+    from ...models.sparse_transformer.configuration_sparse_transformer import (
+        MOE_DEFAULTS,
+        SparseTransformerConfig,
+    )
+
+    params = inspect.signature(SparseTransformerConfig.__init__).parameters.values()
+    keys = {p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"}
+    keys |= set(MOE_DEFAULTS) | {f.name for f in dataclasses.fields(PretrainedConfig)}
+    return keys | {"output_attentions", "attn_implementation"}
 
 
 class CausalLMTask(Task):
@@ -99,6 +133,7 @@ class CausalLMTask(Task):
 
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
+        require_model("model_name_or_path", args.model_name_or_path)
 
     def documents(self, args) -> dict:
         """``{split: datasets.Dataset}`` of the documents (read once)."""
@@ -150,7 +185,7 @@ class CausalLMTask(Task):
     def card_info(self, args, metrics):
         name = os.path.basename(os.path.normpath(args.data_dir)) or "text"
         return {
-            "dataset_name": f"{name} ({args.data_dir}, field {args.text_field!r})",
+            "dataset_name": f"{name} (field {args.text_field!r})",  # the folder's name: no path in a card
             "dataset_split": "validation and test",
         }
 

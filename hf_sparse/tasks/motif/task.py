@@ -56,7 +56,7 @@ from ...metrics.classification import accuracy, auroc, multilabel_f1, precision_
 from ...metrics.spans import span_dicts
 from ...tokenization_dna import normalize_sequence, reverse_complement
 from ...training import Task, path_field
-from ...training.recipe import require_path
+from ...training.recipe import require_model, require_path
 from ...utils.labels import IGNORE_INDEX, spans_from_bio
 from ..arguments import BackboneArguments
 from .collator import MotifCollator
@@ -479,6 +479,7 @@ class MotifTask(Task):
         self._motifs = None
 
     def check_arguments(self, args):
+        require_model("model_name_or_path", args.model_name_or_path)
         if args.data == "synthetic":
             builtin_motifs(args.motifs)  # KeyError naming an unknown motif and the available ones
             require_path("background_fasta", args.background_fasta)

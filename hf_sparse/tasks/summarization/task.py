@@ -36,7 +36,7 @@ import numpy as np
 from ...data.loading import fingerprint, jsonl_files, num_proc_for, tokenizer_fingerprint
 from ...metrics import load as load_metric
 from ...training import Task, path_field
-from ...training.recipe import require_path
+from ...training.recipe import require_model, require_path
 from ...training.tasks import metric_prefix
 from ...utils.validation import check_positive_int
 from ..arguments import BackboneArguments
@@ -279,6 +279,8 @@ class _SummarizationTask(Task):
 
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
+        require_model("model_name_or_path", args.model_name_or_path)
+        require_model("tokenizer_name", args.tokenizer_name)
 
     def data(self, args) -> dict:
         """The examples of each split (``datasets.Dataset``, read once): the first
@@ -333,7 +335,8 @@ class _SummarizationTask(Task):
 
     def card_info(self, args, metrics):
         name = os.path.basename(os.path.normpath(args.data_dir)) or "summarization data"
-        return {"dataset_name": f"{name} ({args.data_dir})", "dataset_split": "validation and test"}
+        # the folder's name, not its path (the card is public)
+        return {"dataset_name": name, "dataset_split": "validation and test"}
 
 
 # --------------------------------------------------------------------------------------- extractive
@@ -442,6 +445,16 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                 )  # fmt: skip
             out[split] = items  # train: one example per document, its chunks ranked together
         return out
+
+    def limit_samples(self, split, dataset, n):
+        """``max_eval_samples``/``max_test_samples`` count documents: an evaluation split holds one row per
+        chunk, and a document's summary needs all of its chunks (training rows are whole documents)."""
+        if split == "train" or n is None or n >= len(self.documents[split]):
+            return super().limit_samples(split, dataset, n)
+        self.chunks[split] = [chunk for chunk in self.chunks[split] if chunk[0] < n]  # in document order
+        self.documents[split] = self.documents[split][:n]
+        self.references[split] = self.references[split][:n]
+        return dataset.select(range(len(self.chunks[split])))
 
     def data_collator(self, args, tokenizer):
         return ExtractiveCollator(tokenizer.pad_token_id, self._pad_multiple)
@@ -651,9 +664,7 @@ class AbstractiveSummarizationTask(_SummarizationTask):
         return self._tokenizer
 
     def card_info(self, args, metrics):
-        info = super().card_info(args, metrics)
-        if args.model_name_or_path and not os.path.isdir(args.model_name_or_path):
-            info["base_model"] = args.model_name_or_path
+        info = super().card_info(args, metrics)  # base_model: the runner's (model_name_or_path if a Hub id)
         info["extra"] = {
             "global attention": ", ".join(args.global_attention),
             "encoder attention": "LED (Longformer)"
