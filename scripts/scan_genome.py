@@ -104,6 +104,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--no-progress", action="store_true", help="No progress bar.")
     p.add_argument("--summary", help="Also write the JSON summary to this file.")
+    p.add_argument("--debug", action="store_true", help="Show the traceback of an input error.")
     args = p.parse_args(argv)
     for flag in ("workers", "threads", "batch_size", "skip_n"):
         value = getattr(args, flag)
@@ -238,6 +239,19 @@ def main(argv=None) -> dict:
     return summary
 
 
+def cli(argv=None) -> int:
+    """``main`` for the command line: an input error (bad FASTA, motif file or option, a missing file) is one
+    ``error:`` line and exit code 2; ``--debug`` shows its traceback."""
+    try:
+        main(argv)
+    except (ValueError, OSError) as e:
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    main()
+    sys.exit(cli())

@@ -338,6 +338,22 @@ def test_script_checks_pwm_options_before_any_scan(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_script_input_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.fa"
+    bad.write_text(">a\nACGTXX\n")
+    jaspar = str(write_jaspar(tmp_path / "m.jaspar", [CTCF]))
+    argv = [str(bad), "--pwm", jaspar, "--motif-ids", "MA0139.2", "--out", str(tmp_path / "x.bed")]
+    assert scan_genome.cli(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {bad}:2: invalid character 'X' at column 5 "
+                                                             "of a sequence line (allowed: IUPAC nucleotide codes "
+                                                             "ACGTN RYSWKMBDHV, either case)")  # fmt: skip
+    assert scan_genome.cli([str(tmp_path / "none.fa")] + argv[1:]) == 2
+    assert "error: no such FASTA file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="invalid character"):
+        scan_genome.cli(argv + ["--debug"])
+    assert not os.path.exists(tmp_path / "x.bed")
+
+
 @pytest.mark.parametrize("stop", ["error", "ctrl-c", "sigterm", "gff"])
 def test_script_leaves_no_partial_output_when_a_run_fails(tmp_path, monkeypatch, stop):
     """A run stopped while writing the BED (an exception, Ctrl-C, SIGTERM as the script handles it) or the
