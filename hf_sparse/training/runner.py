@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import os
 import shutil
 import time
@@ -406,16 +407,19 @@ def _checked_metrics(trainer, recipe_args):
 
     def metrics(pred, **kwargs):
         if _has_nan(pred.predictions):
-            args = trainer.args
-            raise TrainingDivergedError(
-                f"{recipe_args.source}: training diverged: the model's predictions hold NaN at the evaluation "
-                f"after step {trainer.state.global_step} (learning_rate={args.learning_rate!r}, "
-                f"max_grad_norm={args.max_grad_norm!r}); lower learning_rate and start over (checkpoints "
-                f"saved before it stay in {args.output_dir})"
-            )
+            raise _diverged(trainer, recipe_args, "the model's predictions hold NaN at the evaluation")
         return compute_metrics(pred, **kwargs)
 
     return metrics
+
+
+def _diverged(trainer, recipe_args, what: str) -> TrainingDivergedError:
+    args = trainer.args
+    return TrainingDivergedError(
+        f"{recipe_args.source}: training diverged: {what} after step {trainer.state.global_step} "
+        f"(learning_rate={args.learning_rate!r}, max_grad_norm={args.max_grad_norm!r}); lower learning_rate and "
+        f"start over (checkpoints saved before it stay in {args.output_dir})"
+    )
 
 
 def _close_tensorboard(trainer) -> None:
@@ -541,6 +545,9 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
                 split_metrics = task.evaluate(trainer, datasets[split], split)
                 trainer.log_metrics(metric_prefix(split), split_metrics)
                 metrics.update(split_metrics)
+        nan = [k for k, v in metrics.items() if k.endswith("loss") and isinstance(v, float) and math.isnan(v)]
+        if nan:  # where no metric function saw the predictions (e.g. causal-lm)
+            raise _diverged(trainer, recipe_args, f"{', '.join(nan)} = NaN")
     except TrainingDivergedError as e:  # the trained model stays on disk, for a look at what went wrong
         _save_final_model(trainer, task, recipe_args, tokenizer, output_dir)
         raise TrainingDivergedError(f"{e}; the final model (not evaluated) is saved there") from e

@@ -257,3 +257,17 @@ def test_a_diverged_run_is_one_error_line_and_keeps_the_model(finetune, tmp_path
     _one_error_line(capsys.readouterr().err, "training diverged", "NaN", "learning_rate=1e+30", str(out))
     assert (out / "model.safetensors").is_file() and (out / "log_history.json").is_file()
     assert not (out / "all_results.json").exists()  # not a finished run
+
+
+def test_a_diverged_run_without_a_metric_function_is_an_error_too(finetune, tmp_path, capsys, monkeypatch):
+    """A task whose evaluation only reports the loss (as causal-lm's does) diverges with eval_loss = NaN."""
+    from tests.training.toy_task import ToyTask
+
+    monkeypatch.setattr(ToyTask, "compute_metrics", lambda self, args: None)
+    out = tmp_path / "out"
+    values = dict(
+        max_steps=3, learning_rate=1e30, eval_strategy="no", save_strategy="no", num_test=0, plots=False
+    )
+    assert finetune.main([str(write_recipe(tmp_path / "r.yaml", toy_recipe(out, **values)))]) == 2
+    _one_error_line(capsys.readouterr().err, "training diverged", "eval_loss = NaN", "learning_rate=1e+30")
+    assert (out / "model.safetensors").is_file() and not (out / "all_results.json").exists()
