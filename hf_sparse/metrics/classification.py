@@ -1,8 +1,10 @@
 """Classification metrics on scikit-learn: accuracy, precision/recall/F1, AUROC, multi-label F1.
 
 The scores are scikit-learn's (``accuracy_score``, ``precision_recall_fscore_support``, ``f1_score``,
-``roc_auc_score``); this module adds the input checks (``ValueError``/``TypeError`` naming the argument),
-accepts torch tensors, and keeps two conventions of its own:
+``roc_auc_score``), except multi-label F1, counted here with the same formula (scikit-learn reads a
+one-column 0/1 matrix as a binary vector and scores the absent class too); this module adds the input
+checks (``ValueError``/``TypeError`` naming the argument), accepts torch tensors (any dtype, bfloat16
+included), and keeps two conventions of its own:
 
 - AUROC of labels holding one class is ``nan`` with a ``RuntimeWarning`` (scikit-learn raises), so an
   evaluation over many small groups can skip them with ``np.nanmean``.
@@ -22,10 +24,18 @@ from sklearn import metrics as skm
 from sklearn.exceptions import UndefinedMetricWarning
 
 
-def _as_1d(name: str, values) -> np.ndarray:
+def _to_numpy(values):
+    """A torch tensor as a numpy array (bfloat16/float16 as float32: numpy has no bfloat16); else as given."""
     if hasattr(values, "detach"):  # torch tensor
-        values = values.detach().cpu().numpy()
-    arr = np.asarray(values)
+        values = values.detach().cpu()
+        if values.is_floating_point() and values.element_size() < 4:
+            values = values.float()
+        values = values.numpy()
+    return values
+
+
+def _as_1d(name: str, values) -> np.ndarray:
+    arr = np.asarray(_to_numpy(values))
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if arr.size == 0:
@@ -41,9 +51,7 @@ def _pair_1d(y_true, y_pred, names=("y_true", "y_pred")) -> tuple[np.ndarray, np
 
 
 def _as_indicator(name: str, values) -> np.ndarray:
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().numpy()
-    arr = np.asarray(values)
+    arr = np.asarray(_to_numpy(values))
     if arr.ndim != 2:
         raise ValueError(f"{name} must be a 2-D 0/1 matrix (n_samples, n_classes), got shape {arr.shape}")
     if arr.size and not np.isin(arr, (0, 1)).all():
@@ -121,7 +129,7 @@ def per_class_f1(y_true, y_pred, labels=None, zero_division: float = 0.0) -> dic
         names = range(t.shape[1]) if labels is None else list(labels)
         if len(names) != t.shape[1]:
             raise ValueError(f"labels has {len(names)} entries but the matrices have {t.shape[1]} columns")
-        return dict(zip(names, _multilabel_f1s(t, p, zero_division).tolist()))
+        return dict(zip(names, _multilabel_f1s(t, p).tolist()))
     a, b = _pair_1d(y_true, y_pred)
     labels = _labels(a, b, labels)
     with warnings.catch_warnings():
@@ -130,13 +138,24 @@ def per_class_f1(y_true, y_pred, labels=None, zero_division: float = 0.0) -> dic
     return {label.item() if hasattr(label, "item") else label: float(v) for label, v in zip(labels, f1)}
 
 
-def _multilabel_f1s(t: np.ndarray, p: np.ndarray, zero_division: float) -> np.ndarray:
+def _multilabel_counts(t: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column: the F1 numerator 2·TP and denominator 2·TP + FP + FN.
+
+    Counted here rather than by scikit-learn, which reads a one-column matrix as a binary vector
+    and scores the absent class too.
+    """
+    t, p = t.astype(bool), p.astype(bool)
+    tp, fp, fn = (t & p).sum(axis=0), (p & ~t).sum(axis=0), (t & ~p).sum(axis=0)
+    return 2 * tp, 2 * tp + fp + fn
+
+
+def _multilabel_f1s(t: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Per-column F1, ``nan`` for a column with no true and no predicted positive."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        f1 = skm.f1_score(t, p, average=None, zero_division=zero_division)
-    present = (t | p).any(axis=0)
-    return np.where(present, f1, np.nan)
+    num, den = _multilabel_counts(t, p)
+    f1 = np.full(den.shape, np.nan)
+    present = den > 0
+    f1[present] = num[present] / den[present]
+    return f1
 
 
 def auroc(labels, scores) -> float:
@@ -181,10 +200,9 @@ def multilabel_f1(y_true, y_pred, average: str = "micro", zero_division: float =
         raise ValueError(f"average must be 'micro' or 'macro', got {average!r}")
     t, p = _indicator_pair(y_true, y_pred)
     if average == "micro":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UndefinedMetricWarning)
-            return float(skm.f1_score(t, p, average="micro", zero_division=zero_division))
-    f1 = _multilabel_f1s(t, p, zero_division)
+        num, den = _multilabel_counts(t, p)
+        return float(num.sum() / den.sum()) if den.sum() else float(zero_division)
+    f1 = _multilabel_f1s(t, p)
     return float(zero_division) if np.isnan(f1).all() else float(np.nanmean(f1))
 
 

@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from sklearn import metrics as skm
 
 from hf_sparse.metrics import accuracy, auroc, multilabel_f1, per_class_f1, precision_recall_f1
 
@@ -88,6 +89,50 @@ def test_multilabel_f1():
     per = per_class_f1(t, p)
     assert per[0] == 1.0 and per[2] == 0.0 and np.isnan(per[4])
     assert multilabel_f1(np.zeros((2, 3)), np.zeros((2, 3))) == 0.0
+
+
+@pytest.mark.parametrize(
+    "y_true, y_pred, micro, per_class",
+    [
+        # scikit-learn reads one column as a binary vector and would score the absent class too (0.75)
+        ([[1], [0], [0], [0]], [[0], [0], [0], [0]], 0.0, 0.0),  # TP 0, FP 0, FN 1
+        ([[1], [0], [1], [0]], [[1], [1], [0], [0]], 0.5, 0.5),  # TP 1, FP 1, FN 1
+        ([[1], [0]], [[1], [0]], 1.0, 1.0),
+        ([[0], [0]], [[0], [0]], 0.0, float("nan")),  # no positive at all: zero_division, class left out
+    ],
+)
+def test_multilabel_f1_one_class(y_true, y_pred, micro, per_class):
+    assert multilabel_f1(y_true, y_pred) == micro
+    assert multilabel_f1(y_true, y_pred, average="macro") == (0.0 if np.isnan(per_class) else per_class)
+    assert per_class_f1(y_true, y_pred, labels=["motif"]) == pytest.approx({"motif": per_class}, nan_ok=True)
+
+
+def test_multilabel_f1_matches_sklearn_with_two_or_more_classes():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n, k = rng.integers(1, 20), rng.integers(2, 6)
+        t, p = rng.integers(0, 2, (n, k)), rng.integers(0, 2, (n, k))
+        t[:, rng.integers(0, k)] = 0  # often a class with no true positive
+        p[:, rng.integers(0, k)] = 0
+        present = (t | p).any(axis=0)
+        want = skm.f1_score(t, p, average=None, zero_division=0.0)
+        got = np.array(list(per_class_f1(t, p).values()))
+        np.testing.assert_allclose(got[present], want[present], rtol=0, atol=1e-12)
+        assert np.isnan(got[~present]).all()
+        assert multilabel_f1(t, p) == pytest.approx(skm.f1_score(t, p, average="micro", zero_division=0.0))
+        if present.any():
+            assert multilabel_f1(t, p, average="macro") == pytest.approx(want[present].mean())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_low_precision_tensors(dtype):
+    labels, scores = torch.tensor([0, 1, 1, 0]), torch.tensor([0.1, 0.9, 0.6, 0.4])
+    assert auroc(labels, scores.to(dtype)) == 1.0
+    assert accuracy(labels.to(dtype), torch.tensor([0, 1, 0, 0]).to(dtype)) == 0.75
+    assert precision_recall_f1(labels.to(dtype), labels.to(dtype))["f1"] == 1.0
+    t, p = torch.tensor([[1, 0], [0, 1]]).to(dtype), torch.tensor([[1, 0], [1, 1]]).to(dtype)
+    assert multilabel_f1(t, p) == pytest.approx(0.8)  # TP 2, FP 1
+    assert per_class_f1(t, p) == pytest.approx({0: 2 / 3, 1: 1.0})
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,22 @@ def test_dialogue_act_f1_matrices_and_fixed_labels():
         dialogue_act_f1([["A"]], [["A"], []])
 
 
+def test_dialogue_act_f1_one_act():
+    # one act is a one-column matrix: only that act is scored, not its absence
+    out = dialogue_act_f1([["INFORM"], [], [], []], [[], [], [], []])
+    assert out == {"micro": 0.0, "macro": 0.0, "per_act": {"INFORM": 0.0}}
+    out = dialogue_act_f1([["INFORM"], [], ["INFORM"]], [["INFORM"], ["INFORM"], []])
+    assert out == {"micro": 0.5, "macro": 0.5, "per_act": {"INFORM": 0.5}}  # TP 1, FP 1, FN 1
+
+
+def test_dialogue_act_f1_without_any_act_is_a_zero_division():
+    assert dialogue_act_f1([[], []], [[], []]) == {"micro": 0.0, "macro": 0.0, "per_act": {}}
+    fixed = dialogue_act_f1([[], []], [[], []], labels=["INFORM"])
+    assert fixed["micro"] == fixed["macro"] == 0.0 and math.isnan(fixed["per_act"]["INFORM"])
+    with pytest.raises(TypeError, match=r"pred_acts\[1\] must be a collection of act names, got 'INFORM'"):
+        dialogue_act_f1([[], []], [[], "INFORM"])
+
+
 def test_intent_accuracy_seen_unseen():
     gold = ["FindRestaurants", None, "BookFlight", "PlayMusic", None, "PlayMusic"]
     pred = ["FindRestaurants", "x", "BookHotel", "PlayMusic", "y", "PlayMovie"]

@@ -76,6 +76,20 @@ def test_modules_accumulate_batches():
     assert metric.compute(ks=[1]) == {"r@1": 0.5, "mrr": 0.75}
 
 
+def test_intent_accuracy_skips_a_none_reference_first():
+    want = {"all": 0.5, "seen": 0.5, "unseen": float("nan"), "n_seen": 2, "n_unseen": 0}
+    kwargs = dict(predictions=["x", "A", "B"], references=[None, "A", "A"], seen_intents=["A"])
+    assert metrics.load("intent_accuracy").compute(**kwargs) == pytest.approx(want, nan_ok=True)
+    metric = metrics.load("intent_accuracy")
+    metric.add_batch(predictions=["x"], references=[None])
+    metric.add_batch(predictions=["A", "B"], references=["A", "A"])
+    assert metric.compute(seen_intents=["A"]) == pytest.approx(want, nan_ok=True)
+    metric = metrics.load("intent_accuracy")
+    for prediction, reference in zip(kwargs["predictions"], kwargs["references"]):
+        metric.add(prediction=prediction, reference=reference)
+    assert metric.compute(seen_intents=["A"]) == pytest.approx(want, nan_ok=True)
+
+
 def test_dialogue_act_f1_multilabel_configuration_equals_act_names():
     names = metrics.load("dialogue_act_f1").compute(
         predictions=[["INFORM"], ["REQUEST"]], references=[["INFORM", "REQUEST"], ["REQUEST"]]
@@ -100,6 +114,20 @@ def test_dialogue_act_f1_multilabel_configuration_equals_act_names():
             lambda: metrics.load("ranking").compute(predictions=[[0.1, 0.2]], references=[2]),
             ValueError,
             "positive_index",
+        ),
+        (
+            lambda: metrics.load("ranking").compute(
+                predictions=[[0.1, 0.2], [0.1, 0.2, 0.3]], references=[0, 0]
+            ),
+            ValueError,
+            r"predictions must hold the same number of candidate scores per example, got lengths \[2, 3\]",
+        ),
+        (
+            lambda: metrics.load("intent_accuracy").compute(
+                predictions=["a"], references=[["a"]], seen_intents=["a"]
+            ),
+            ValueError,
+            "don't match the expected format",
         ),
         (
             lambda: metrics.load("span_f1").compute(

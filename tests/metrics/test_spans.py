@@ -65,6 +65,15 @@ def test_per_base_f1_strings():
     assert out["n_true"] == 4 and out["n_pred"] == 4
 
 
+def test_per_base_f1_bare_bio_tags_are_one_type():
+    # bare B and I are the type "" (as spans_from_bio), so B vs I at a position is a match
+    out = per_base_f1([["O", "B", "I", "I", "O"]], [["O", "I", "I", "I", "O"]])
+    assert out["f1"] == 1.0 and list(out["per_type"]) == [""]
+    typed = per_base_f1([["O", "B-X", "I-X", "I-X", "O"]], [["O", "I-X", "I-X", "I-X", "O"]])
+    assert typed["f1"] == out["f1"]
+    assert per_base_f1(["B", "I", "O"], ["B", "O", "B"])["f1"] == pytest.approx(2 / 4)  # TP 1, FP 1, FN 1
+
+
 def test_per_base_f1_ids_with_ignore_index():
     id2label = {0: "O", 1: "B-M", 2: "I-M"}
     true = torch.tensor([[-100, 0, 1, 2, -100], [-100, 1, 2, 0, 0]])

@@ -33,6 +33,13 @@ class IntentAccuracy(evaluate.Metric):
     def _info(self):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Value("string"))
 
+    def _enforce_nested_string_type(self, schema, obj):
+        # evaluate checks only the first value of a column against Value("string"): let a None reference
+        # (a turn not to score) through there too, as everywhere else in the column
+        if obj is None:
+            return None
+        return super()._enforce_nested_string_type(schema, obj)
+
     def _compute(self, predictions, references, seen_intents=None):
         if seen_intents is None:
             raise ValueError("intent_accuracy needs seen_intents= (the intents seen in training)")

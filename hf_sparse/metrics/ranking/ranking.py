@@ -35,4 +35,9 @@ class Ranking(evaluate.Metric):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, scores, true_index)
 
     def _compute(self, predictions, references, ks=(1, 2, 5)):
+        lengths = sorted({len(scores) for scores in predictions})
+        if len(lengths) > 1:
+            raise ValueError(
+                f"predictions must hold the same number of candidate scores per example, got lengths {lengths}"
+            )
         return ranking_metrics(predictions, references, ks=ks)

@@ -29,7 +29,8 @@ def dialogue_act_f1(true_acts, pred_acts, labels: Sequence[str] | None = None) -
     and ``macro`` are :func:`~hf_sparse.metrics.classification.multilabel_f1` (macro over acts that
     occur in the truth or the predictions); ``per_act`` maps each act (or column) to its F1, ``nan``
     for acts that occur in neither. ``labels`` fixes the act inventory (default: every act seen in
-    either input, sorted); an act outside it raises ``ValueError``.
+    either input, sorted); an act outside it raises ``ValueError``. Turns without any act and an
+    empty inventory give ``{"micro": 0.0, "macro": 0.0, "per_act": {}}`` (zero divisions).
     """
     if _is_indicator(true_acts) or _is_indicator(pred_acts):
         return _scores(true_acts, pred_acts, labels)
@@ -45,6 +46,9 @@ def dialogue_act_f1(true_acts, pred_acts, labels: Sequence[str] | None = None) -
     index = {a: j for j, a in enumerate(labels)}
     t = _binarize("true_acts", true_acts, index)
     p = _binarize("pred_acts", pred_acts, index)
+    if not index and len(t):
+        # no act anywhere and none in labels: no true and no predicted positive, a zero division (0.0)
+        return {"micro": 0.0, "macro": 0.0, "per_act": {}}
     return _scores(t, p, labels)
 
 

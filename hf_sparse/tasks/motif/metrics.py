@@ -155,10 +155,12 @@ def _harmonic(hit_pred, n_pred, hit_true, n_true, zero_division) -> dict:
 
 
 def _base_type(tag, outside):
-    """The class of one position: the tag's type without its B-/I- prefix, or None for outside."""
+    """The class of one position: its type without the B-/I- prefix (``""`` for bare B, I), None for outside."""
     if isinstance(tag, str):
         if tag == outside or tag == "O":
             return None
+        if tag in ("B", "I"):  # untyped BIO: type "", as spans_from_bio
+            return ""
         if tag[:2] in ("B-", "I-"):
             return tag[2:]
         return tag
@@ -200,10 +202,10 @@ def per_base_f1(
     """Per-position (per-base) precision, recall and F1 ignoring the outside class.
 
     Each position's class is its tag without the ``B-``/``I-`` prefix (``"B-CTCF"`` and ``"I-CTCF"``
-    are both ``"CTCF"``); ``"O"`` (or ``outside``) is no class. For each type X: TP = positions
-    where truth and prediction are X, FP = prediction X and truth not X, FN = truth X and prediction
-    not X; the totals are micro-averaged over types (``"O"`` positions contribute only through FP/FN
-    of other types).
+    are both ``"CTCF"``; bare ``"B"`` and ``"I"`` are both ``""``, as in ``spans_from_bio``); ``"O"``
+    (or ``outside``) is no class. For each type X: TP = positions where truth and prediction are X,
+    FP = prediction X and truth not X, FN = truth X and prediction not X; the totals are
+    micro-averaged over types (``"O"`` positions contribute only through FP/FN of other types).
 
     Args:
         true_tags, pred_tags: BIO tag strings or integer label ids, for one sequence or a batch
