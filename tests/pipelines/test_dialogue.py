@@ -319,3 +319,22 @@ def test_a_remote_code_pipeline_leaves_the_installed_package_registered(select):
     assert type(select).__module__.startswith("transformers_modules.")  # the bundle's class
     assert AttentionInterface._global_mapping["hf_sparse"] is integration.sparse_attention_forward
     assert AttentionMaskInterface._global_mapping["hf_sparse"] is integration.sparse_attention_mask
+
+
+def test_sparse_backbone_with_absolute_positions_is_not_padded_past_its_table():
+    """max_length 100 = max_position_embeddings 100: an 82-token history was padded to 128 (a multiple of 64),
+    and position 127 is not in the table."""
+    tokenizer, formatter = tokenizer_and_formatter(max_length=100)
+    torch.manual_seed(0)
+    model = tiny_model(tokenizer, formatter, kind="sparse_transformer", selection_head=True, act_labels=ACTS,
+                       intent_labels=["NONE", "FindRestaurants"])  # fmt: skip
+    assert model.config.backbone["max_position_embeddings"] == 100
+    long = {"turns": ["find me a restaurant please", "which city for the restaurant ?", "in paris"] * 5}
+    track = DialogueStateTrackingPipeline(model=model, tokenizer=tokenizer)
+    encoded = track.formatter.encode_dialogue(["USER", "SYSTEM", "USER"] * 5, long["turns"])
+    assert 64 < len(encoded["input_ids"]) <= 100
+    out = track([long, HISTORY], batch_size=2)
+    assert len(out[0]["turns"]) == 15 and out[0]["truncated_turns"] == 0
+    assert_same_outputs(out, track([long, HISTORY], batch_size=1))
+    select = DialogueResponseSelectionPipeline(model=model, tokenizer=tokenizer)
+    assert len(select({**long, "candidates": CANDIDATES})["ranking"]) == len(CANDIDATES)

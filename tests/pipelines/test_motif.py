@@ -264,3 +264,65 @@ def test_progress_bar_over_many_windows_and_inputs(capsys):
     assert len(many) == 20 and "dna-motif-detection" in capsys.readouterr().err
     assert pipe([random_seq(50, seed=i) for i in range(20)], progress=False) == many
     assert "dna-motif-detection" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["sparse_transformer", "longformer"])
+def test_kmer_sequence_just_short_of_a_window_fits_the_model(kind):
+    """kmer=3, 32 tokens per window: 95 bases in one window would be 31 k-mers + 2 single bases = 33 tokens;
+    they are read in two overlapping windows of whole k-mers instead (absolute positions: any extra token
+    is out of range)."""
+    tok3 = DNATokenizer(kmer=3)
+    extra = {"position_embedding_type": "absolute"} if kind == "sparse_transformer" else {}
+    model = motif_model(kind, max_tokens=34, kmer=3, backbone_overrides={"vocab_size": len(tok3), **extra})
+    pipe = make_pipe(model, tok3)
+    assert pipe.max_bases() == 96
+    for n, windows in [(92, 1), (94, 1), (95, 2), (96, 1), (97, 2)]:
+        assert pipe(random_seq(n, seed=n))["windows"] == windows, n
+
+
+def test_kmer_windows_of_a_sequence_just_short_of_a_window_give_spans_in_bases():
+    tok3 = DNATokenizer(kmer=3)
+    model = rule_model(max_tokens=34, kmer=3, tokenizer=tok3, backbone_overrides={"vocab_size": len(tok3)})
+    # 95 bases: windows 0..93 and 2..95; GGG at 30 is a k-mer of the first, GGG at 71 one of the second
+    seq = "ACT" * 10 + "GGG" + "ACT" * 12 + "AC" + "GGG" + "ACT" * 7
+    out = make_pipe(model, tok3)(seq)
+    assert len(seq) == 95 and out["windows"] == 2
+    assert max(shape[1] for shape in model.calls) <= 34  # [CLS] + 32 tokens + [SEP]
+    assert [(s["start"], s["end"]) for s in out["spans"]] == [(30, 33), (71, 74)]
+
+
+def test_window_shorter_than_a_kmer_is_a_clear_error():
+    tok3 = DNATokenizer(kmer=3)
+    pipe = make_pipe(rule_model(max_tokens=34, kmer=3, tokenizer=tok3,
+                                backbone_overrides={"vocab_size": len(tok3)}), tok3)  # fmt: skip
+    with pytest.raises(ValueError, match=r"window must be at least one k-mer \(3 bases\).* got 2"):
+        pipe("ACGTACGTA", window=2)
+    assert pipe("ACGTACGTA", window=3, stride=3)["windows"] == 3
+
+
+def test_span_started_by_an_i_tag_is_scored_with_the_i_tag():
+    """Every G is I-CTCF with probability ~1 (no B- anywhere): the spans are the G runs, each scored by the
+    tags decoded on it, not by P(B-CTCF) on its first base."""
+    model = motif_model(max_tokens=66, motif_names=["CTCF", "SP1"])
+
+    def forward(input_ids=None, attention_mask=None, **_):
+        logits = torch.full((*input_ids.shape, 5), -9.0)
+        logits[..., 0] = 9.0
+        logits[input_ids == G] = torch.tensor([-9.0, -9.0, 9.0, -9.0, -9.0])  # I-CTCF
+        return type("Out", (), {"logits": logits, "sequence_logits": torch.zeros(input_ids.shape[0], 2)})()
+
+    model.forward = forward
+    pipe = make_pipe(model)
+    out = pipe("AAGAAGGAA")
+    assert [(s["start"], s["end"], s["score"]) for s in out["spans"]] == [(2, 3, 1.0), (5, 7, 1.0)]
+    assert len(pipe("AAGAAGGAA", min_score=0.6)["spans"]) == 2
+    # a span started by B- keeps its score: the mean of P(B-CTCF) and P(I-CTCF) on its bases
+    (span,) = make_pipe(rule_model())("AAGGGAA")["spans"]
+    assert span["score"] == round(float(torch.softmax(torch.tensor([-5.0, 5, -5, -5, -5]), 0)[1]), 4)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"progress": False}, {"batch_size": 4}])
+def test_a_tuple_of_sequences_is_read_as_a_list(kwargs):
+    pipe = make_pipe(rule_model())
+    seqs = ("ACGGT", "GG", "TTAGGCA")
+    assert pipe(seqs, **kwargs) == pipe(list(seqs), **kwargs)

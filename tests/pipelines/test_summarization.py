@@ -7,8 +7,9 @@ from transformers import LEDConfig, LEDForConditionalGeneration, pipeline
 
 import hf_sparse  # noqa: F401  (registers the task)
 from hf_sparse.tasks.summarization.data import synthetic_copy_documents
+from hf_sparse.tasks.summarization.modeling_summarization import LongformerForExtractiveSummarization
 from hf_sparse.tasks.summarization.pipeline import LongDocumentSummarizationPipeline
-from tests.models.summarization_tiny import tiny_extractive, tiny_led, tiny_tokenizer
+from tests.models.summarization_tiny import tiny_extractive, tiny_extractive_config, tiny_led, tiny_tokenizer
 from tests.pipelines.outputs import assert_same_outputs
 
 SENT, QSEP = 5, 6
@@ -200,3 +201,16 @@ def test_progress_bar_over_many_documents(extractive, capsys):
     assert "long-document-summarization" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="no documents"):
         extractive([])
+
+
+def test_extractive_sparse_backbone_is_not_padded_past_its_position_table(tok):
+    """200 positions (not a multiple of 64): chunks of up to 200 tokens were padded to 256."""
+    cfg = tiny_extractive_config(tok, "sparse_transformer")
+    cfg.backbone["max_position_embeddings"] = 200
+    torch.manual_seed(0)
+    pipe = pipeline("long-document-summarization", model=LongformerForExtractiveSummarization(cfg).eval(),
+                    tokenizer=tok)  # fmt: skip
+    docs = [DOC * 3, DOC]
+    one = pipe(docs, batch_size=1)
+    assert one[0]["num_sentences"] > one[1]["num_sentences"]
+    assert_same_outputs(pipe(docs, batch_size=2), one)

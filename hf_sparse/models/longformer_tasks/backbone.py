@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 
 import torch
 from transformers import LongformerConfig, LongformerModel, PretrainedConfig
@@ -82,10 +83,16 @@ def build_backbone(config: PretrainedConfig, attn_implementation: str | None = N
 
 
 def block_multiple(config: PretrainedConfig) -> int:
-    """Sequence lengths a collator should pad to: Longformer needs a multiple of its window."""
+    """Sequence lengths a collator or pipeline pads to. Longformer needs a multiple of its window (its padding
+    takes the padding position, never one past the table). SparseTransformer takes any length: 64, or with
+    absolute positions (padding takes positions too) the largest divisor of 64 that divides
+    ``max_position_embeddings``, so that an input the table holds, padded, still fits it
+    (``max_position_embeddings=100``: 4, not 64, which padded 82 tokens to 128)."""
     if config.model_type == "longformer":
         w = config.attention_window
         return int(max(w) if isinstance(w, (list, tuple)) else w)
+    if getattr(config, "position_embedding_type", None) == "absolute":
+        return math.gcd(64, int(config.max_position_embeddings))
     return 64
 
 

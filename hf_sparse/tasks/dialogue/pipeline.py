@@ -33,6 +33,7 @@ from transformers.pipelines.base import ChunkPipeline, Pipeline
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
 from ...pipelines.batching import pad_to_multiple, right_padded
 from ...pipelines.progress import check_progress, progress_bar
+from ...pipelines.saving import SaveModelMixin
 from ...utils.validation import check_fraction
 from .formatter import DialogueFormatter
 
@@ -76,8 +77,8 @@ def _row(ids, mask, global_mask) -> dict[str, torch.Tensor]:
     }
 
 
-class _DialogueMixin:
-    """Shared input checks and layout; subclasses do the forward and the output."""
+class _DialogueMixin(SaveModelMixin):
+    """Shared input checks, layout and saving; subclasses do the forward and the output."""
 
     _needs_candidates = False
 

@@ -4,7 +4,9 @@ Sequences longer than the model's maximum are cut into overlapping windows (``wi
 ``stride`` apart, the last one aligned to the end); every base takes the prediction of the window in
 which it lies farthest from an edge, and spans are decoded once over the whole sequence, so a motif
 crossing a window boundary is found whole (windows must overlap for that: with ``stride == window`` a
-base at a window edge is predicted without context on one side). Nothing is truncated.
+base at a window edge is predicted without context on one side). A k-mer model reads whole k-mers per
+window; a sequence just short of one window whose leftover bases (one token each) would not fit is read in
+overlapping windows too. Nothing is truncated.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from transformers.pipelines.base import ChunkPipeline
 
 from ...pipelines.progress import check_progress, progress_bar
+from ...pipelines.saving import SaveModelMixin
 from ...tokenization_dna import normalize_sequence, reverse_complement
 from ...utils.labels import spans_from_bio
 from ...utils.validation import check_fraction, check_int
@@ -95,16 +98,17 @@ def strand_of(seq: str, counts) -> str | None:
     return "+" if score(seq) >= score(reverse_complement(seq)) else "-"
 
 
-class DNAMotifDetectionPipeline(ChunkPipeline):
+class DNAMotifDetectionPipeline(SaveModelMixin, ChunkPipeline):
     """DNA sequence in; ``{"spans": [{motif, start, end, strand, score}], "sequence_scores": {...},
     "windows": n}`` out (plus ``"label"`` for a classification head). ``start``/``end`` are 0-based
     base positions (end exclusive) in the input with whitespace removed; ``score`` is the mean
-    probability of the span's tags; ``strand`` is the strand on which the motif's PWM (kept in the
+    probability of the span's tags (``I-X`` on the first base of a span that an ``I-X`` started, else
+    ``B-X``; ``I-X`` on the others); ``strand`` is the strand on which the motif's PWM (kept in the
     config) scores the span higher.
 
-    Call options: ``window`` (bases per window; default the model's maximum), ``stride`` (default
-    three quarters of the window), ``min_score`` (drop spans whose score is lower, in [0, 1]),
-    ``span_decoding`` (``"bio"`` or ``"fixed_length"``; default the config's, see
+    Call options: ``window`` (bases per window, at least one k-mer; default the model's maximum),
+    ``stride`` (default three quarters of the window), ``min_score`` (drop spans whose score is lower,
+    in [0, 1]), ``span_decoding`` (``"bio"`` or ``"fixed_length"``; default the config's, see
     :func:`decode_spans`), ``progress`` (a progress bar over the windows of a long sequence or the
     items of a list: None = when there are many, True, False; see :mod:`.progress`). Any other
     keyword is a ``TypeError``; an empty list a ``ValueError``.
@@ -152,6 +156,7 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
                     return results
                 finally:
                     bar.close()
+            inputs = list(inputs)  # the base batches lists (a tuple would be one input)
         return super().__call__(inputs, **kwargs)
 
     def _sanitize_parameters(
@@ -177,12 +182,17 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         return max(1, int(getattr(self.model.config, "kmer", 1)))
 
     def max_bases(self) -> int:
-        """The most bases one window can hold: the model's position range less [CLS] and [SEP]."""
+        """The most bases one window can hold: the model's position range less [CLS] and [SEP], in whole
+        k-mers (bases left over after the last whole k-mer are one token each, see :meth:`_tokens`)."""
         bb = self.model.config.backbone
         limit = bb["max_position_embeddings"]
         if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
             limit -= bb.get("pad_token_id", 1) + 1
         return (limit - 2) * self.kmer
+
+    def _tokens(self, bases: int) -> int:
+        """Tokens of ``bases`` bases without [CLS] and [SEP]: the whole k-mers, then one per leftover base."""
+        return bases // self.kmer + bases % self.kmer
 
     def preprocess(self, sequence, window=None, stride=None, progress=None):
         if not isinstance(sequence, str):
@@ -190,11 +200,19 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
         seq = normalize_sequence(sequence)  # raises ValueError naming a bad character and its position
         if not seq:
             raise ValueError("sequence is empty (no A/C/G/T/N bases)")
-        limit = self.max_bases()
+        limit, k = self.max_bases(), self.kmer
         window = check_int("window", limit if window is None else window, 1, limit)
-        if window >= self.kmer:
-            window -= window % self.kmer  # whole k-mers per window
+        if window < k:
+            raise ValueError(
+                f"window must be at least one k-mer ({k} bases) for this kmer={k} model, got {window}"
+            )
+        window -= window % k  # whole k-mers per window
         stride = check_int("stride", max(1, (3 * window) // 4) if stride is None else stride, 1, window)
+        if len(seq) < window and self._tokens(len(seq)) > self._tokens(limit):
+            # a sequence just short of a window whose leftover bases (single-base tokens) would overflow the
+            # model: overlapping windows of whole k-mers instead, the last aligned to the end
+            window = len(seq) - len(seq) % k
+            stride = min(stride, window)
         starts = list(range(0, max(len(seq) - window, 0) + 1, stride))
         if starts[-1] + window < len(seq):
             starts.append(len(seq) - window)
@@ -259,8 +277,12 @@ class DNAMotifDetectionPipeline(ChunkPipeline):
                 take = m > margin[pos]
                 probs[pos[take]] = p[take]
                 margin[pos[take]] = m[take]
-            for motif, a, b in decode_spans(probs, cfg, span_decoding):
-                tags = [cfg.label2id["B-" + motif]] + [cfg.label2id["I-" + motif]] * (b - a - 1)
+            how = span_decoding or getattr(cfg, "span_decoding", "bio")
+            for motif, a, b in decode_spans(probs, cfg, how):
+                first = cfg.label2id["B-" + motif]
+                if how == "bio" and int(probs[a].argmax()) == cfg.label2id["I-" + motif]:
+                    first = cfg.label2id["I-" + motif]  # an I- with no B- before it started the span
+                tags = [first] + [cfg.label2id["I-" + motif]] * (b - a - 1)
                 score = float(probs[np.arange(a, b), tags].mean())  # mean probability of the span's tags
                 if score < min_score:
                     continue

@@ -44,6 +44,7 @@ from transformers.pipelines.base import ChunkPipeline
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
 from ...pipelines.batching import pad_to_multiple
 from ...pipelines.progress import check_progress, progress_bar
+from ...pipelines.saving import SaveModelMixin
 from ...utils.validation import check_int, check_positive_int
 from .data import encode_abstractive, encode_extractive, sentence_features
 from .metrics import select_in_order
@@ -56,7 +57,7 @@ BUDGET_OPTIONS = ("max_sentences", "max_words")
 DEFAULT_MAX_SENTENCES = 3
 
 
-class LongDocumentSummarizationPipeline(ChunkPipeline):
+class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
     """Summarize long documents (see the module docstring for inputs, options, outputs and long input).
 
     Example:
@@ -64,7 +65,8 @@ class LongDocumentSummarizationPipeline(ChunkPipeline):
     ```python
     >>> import hf_sparse
     >>> from transformers import pipeline
-    >>> pipe = pipeline("long-document-summarization", model="outputs/tiny-extractive")
+    >>> folder = "outputs/tiny-extractive"
+    >>> pipe = pipeline("long-document-summarization", model=folder, trust_remote_code=True)
     >>> pipe(open("paper.txt").read(), max_sentences=3)["summary_text"]
     ```
     """
