@@ -166,8 +166,15 @@ def _load_into(target, state: dict, source_name: str):
 
 
 def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides: dict):
-    """Build the SparseTransformer head and copy the weights (BERT/RoBERTa module layout)."""
+    """Build the SparseTransformer head and copy the weights (BERT/RoBERTa module layout). The masked-LM head
+    keeps the source's tying (an untied decoder keeps its own weight) and activation (BERT's head transform
+    uses ``hidden_act``, RoBERTa's gelu)."""
     cfg = source.config
+    overrides = {
+        "tie_word_embeddings": getattr(cfg, "tie_word_embeddings", True),
+        "lm_head_act": "gelu" if roberta else cfg.hidden_act,
+        **overrides,
+    }
     new_cfg = SparseTransformerConfig(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.hidden_size,

@@ -44,6 +44,31 @@ def _ids(cfg, B=2, n=40, pad=None):
             "logits",
         ),
         (lambda: RobertaForMaskedLM(RobertaConfig(max_position_embeddings=66, **SMALL)), "logits"),
+        # untied decoders keep their own weight; BERT's head transform uses hidden_act (RoBERTa's: gelu)
+        (
+            lambda: BertForMaskedLM(
+                BertConfig(max_position_embeddings=64, tie_word_embeddings=False, **SMALL)
+            ),
+            "logits",
+        ),
+        (
+            lambda: RobertaForMaskedLM(
+                RobertaConfig(max_position_embeddings=66, tie_word_embeddings=False, **SMALL)
+            ),
+            "logits",
+        ),
+        (
+            lambda: BertForMaskedLM(BertConfig(max_position_embeddings=64, hidden_act="relu", **SMALL)),
+            "logits",
+        ),
+        (
+            lambda: BertForMaskedLM(BertConfig(max_position_embeddings=64, hidden_act="silu", **SMALL)),
+            "logits",
+        ),
+        (
+            lambda: RobertaForMaskedLM(RobertaConfig(max_position_embeddings=66, hidden_act="relu", **SMALL)),
+            "logits",
+        ),
         (
             lambda: RobertaForTokenClassification(
                 RobertaConfig(max_position_embeddings=66, num_labels=5, **SMALL)
@@ -84,6 +109,25 @@ def test_a_saved_checkpoint_keeps_its_head(tmp_path):
     assert type(from_bert(str(tmp_path / "mlm"), P.SlidingWindow(window=128), head="base")).__name__ == (
         "SparseTransformerModel"
     )
+
+
+def test_an_untied_relu_head_saves_and_reloads(tmp_path):
+    """The converted head's activation and untied decoder are in its config and weights: it reloads as it was."""
+    from transformers import AutoModelForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(max_position_embeddings=64, tie_word_embeddings=False, hidden_act="relu", **SMALL)
+    src = BertForMaskedLM(cfg).eval()
+    model = from_bert(src, P.SlidingWindow(window=128)).eval()
+    assert model.config.lm_head_act == "relu" and model.config.tie_word_embeddings is False
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.lm_head_act == "relu" and loaded.config.tie_word_embeddings is False
+    ids, am = _ids(cfg)
+    with torch.no_grad():
+        want = src(input_ids=ids, attention_mask=am).logits
+        got = loaded(input_ids=ids, attention_mask=am).logits
+    torch.testing.assert_close(got[am.bool()], want[am.bool()], atol=1e-5, rtol=1e-5)
 
 
 def test_longer_context_tiles_position_embeddings():
@@ -142,9 +186,12 @@ def test_longformer_conversion_gives_longformer_gradients(B):
         torch.testing.assert_close(got[0], want, atol=1e-4, rtol=1e-4, msg=lambda m, w=name: f"{w}: {m}")
 
 
-def test_longformer_masked_lm_head_converts():
+@pytest.mark.parametrize("tied", [True, False])
+def test_longformer_masked_lm_head_converts(tied):
     torch.manual_seed(0)
-    cfg = LongformerConfig(max_position_embeddings=130, attention_window=[8, 8], **SMALL)
+    cfg = LongformerConfig(
+        max_position_embeddings=130, attention_window=[8, 8], tie_word_embeddings=tied, **SMALL
+    )
     src = LongformerForMaskedLM(cfg).eval()
     ids, am = _ids(cfg, n=33, pad=cfg.pad_token_id)
     gm = torch.zeros_like(am)

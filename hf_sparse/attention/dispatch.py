@@ -31,15 +31,22 @@ def _check_tensor(name, t):
         raise TypeError(f"{name} must be a floating point tensor, got dtype {t.dtype}")
 
 
-def _check_mask(name, m, B, n, device):
+def _check_mask(name, m, B, n, device, meaning):
+    """``m`` as a bool (batch, seq) tensor; a non-bool mask must hold only 0 and 1 (``meaning`` says which is which):
+    an additive mask (0 = attend, a large negative number = masked) read as ``!= 0`` would be inverted."""
     if m is None:
         return None
     if not isinstance(m, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (batch, seq), got {type(m).__name__}")
     if m.dim() != 2 or m.shape[0] != B or m.shape[1] != n:
         raise ValueError(f"{name} must have shape (batch, seq) = ({B}, {n}), got {tuple(m.shape)}")
-    if m.is_floating_point() and not torch.isfinite(m).all():
-        raise ValueError(f"{name} must hold 0/1 values, got non-finite entries")
+    if m.dtype != torch.bool:
+        outside = (m != 0) & (m != 1)
+        if outside.any():
+            raise ValueError(
+                f"{name} must hold 0/1 values ({meaning}), got {m[outside][0].item()!r}: additive masks "
+                "(0 = attend, a large negative number or -inf = masked) are not accepted"
+            )
     return m.to(device) != 0
 
 
@@ -164,7 +171,8 @@ def sparse_attention(
             (grouped-query attention) if that number divides the query heads. With a shorter query
             than key (decoding with a cache), query i sits at position ``kv_len - q_len + i``.
         pattern: a :class:`~hf_sparse.patterns.Pattern`, a spec dict or a registered name.
-        attention_mask: ``(batch, kv_len)``, 1 = token, 0 = padding; padding keys are never attended.
+        attention_mask: ``(batch, kv_len)``, 1 = token, 0 = padding (bool, or a tensor holding only 0 and 1:
+            additive masks raise a ``ValueError``); padding keys are never attended.
         global_attention_mask: ``(batch, kv_len)``, 1 = global token (Longformer convention): global
             tokens attend every key and are attended by every query (only earlier ones for causal
             patterns).
@@ -227,8 +235,12 @@ def sparse_attention(
     check_exportable(pattern)
     if isinstance(pattern, P.PerHead) and pattern.num_heads != H:
         raise ValueError(f"PerHead has {pattern.num_heads} patterns but the input has {H} heads")
-    key_valid = _check_mask("attention_mask", attention_mask, B, kv_len, query.device)
-    global_mask = _check_mask("global_attention_mask", global_attention_mask, B, kv_len, query.device)
+    key_valid = _check_mask(
+        "attention_mask", attention_mask, B, kv_len, query.device, "1 = token, 0 = padding"
+    )
+    global_mask = _check_mask(
+        "global_attention_mask", global_attention_mask, B, kv_len, query.device, "1 = global token, 0 = not"
+    )
     if key_valid is not None and all_true(key_valid):
         key_valid = None
 

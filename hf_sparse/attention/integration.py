@@ -41,8 +41,10 @@ attend every non-padding key (patterns describe self-attention). Dropout is appl
 training (``dropout_p = dropout`` when ``module.training``). Grouped-query attention (fewer
 key/value heads) and KV-cache decoding (dynamic, sliding-window and static caches) are supported.
 ``output_attentions=True`` returns the dense attention probabilities, for at most
-:data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head, and computes the output from them (as
-eager attention does: gradients reach the returned weights).
+:data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head (``config.max_attention_weights_length``
+squared where the config has that field, as SparseTransformer's does), and computes the output from them (as
+eager attention does: gradients reach the returned weights); patterns fixed per input (random blocks, LSH
+buckets, top-k blocks) are bound to the call's length, queries and keys as the kernels bind them.
 
 Models that ignore ``attn_implementation`` (Longformer, LED, BigBird, BigBirdPegasus, Reformer, and
 any transformers model whose attention does not go through ``AttentionInterface``) raise a
@@ -80,7 +82,8 @@ logger = logging.get_logger(__name__)
 ATTN_IMPLEMENTATION = "hf_sparse"
 
 #: ``output_attentions=True`` materialises (batch, heads, q_len, kv_len) probabilities; above this many
-#: query-key pairs per head (4096 x 4096) it raises instead.
+#: query-key pairs per head (4096 x 4096; for a model whose config has ``max_attention_weights_length``,
+#: its square) it raises instead.
 MAX_DENSE_ATTENTION_WEIGHTS = 4096 * 4096
 
 #: transformers model families that never call ``AttentionInterface`` for their sparse attention:
@@ -497,7 +500,8 @@ def sparse_attention_forward(
         scaling: score scale (default ``1 / sqrt(head_dim)``).
         is_causal: used only when the mask does not say whether the layer is causal.
         kwargs: ``output_attentions=True`` also returns the dense probabilities (at most
-            :data:`MAX_DENSE_ATTENTION_WEIGHTS` pairs per head) and computes the output from them, so
+            :data:`MAX_DENSE_ATTENTION_WEIGHTS` pairs per head, or ``config.max_attention_weights_length``
+            squared) and computes the output from them, so
             gradients reach them (as in eager attention); other transformers kwargs are ignored,
             except ``softcap``, ``s_aux``, ``sinks`` and ``position_bias``, which raise.
 
@@ -528,17 +532,22 @@ def sparse_attention_forward(
 
     # ---- a PatternMask (SparseTransformer models) whose rule must be materialised: keys at
     # non-consecutive positions (pattern-aware cache), weights to return, or left-padded rows under
-    # torch.export (the per-row kernel calls below slice at data-dependent offsets; the rule indexes them)
+    # torch.export (the per-row kernel calls below slice at data-dependent offsets; the rule indexes them).
+    # Weights of a pattern still to be bound (random blocks, LSH, top-k: encoders only, so no cache and no
+    # left padding) come from the general path below, bound to these queries and keys as the kernels bind it
     exporting_rows = torch.compiler.is_exporting() and info is not None and info.row_offsets is not None
     if (
         info is not None
         and info.source is not None
-        and (info.key_positions is not None or output_attentions or exporting_rows)
+        and (info.key_positions is not None or (output_attentions and pattern.bound) or exporting_rows)
     ):
-        if q_len * kv_total > MAX_DENSE_ATTENTION_WEIGHTS:
+        limit, name = MAX_DENSE_ATTENTION_WEIGHTS, "MAX_DENSE_ATTENTION_WEIGHTS"
+        if output_attentions:
+            limit, name = _max_dense_pairs(module)
+        if q_len * kv_total > limit:
             raise ValueError(
                 f"attn_implementation='hf_sparse' materialises the attention mask here; q_len * kv_len = "
-                f"{q_len} * {kv_total} exceeds MAX_DENSE_ATTENTION_WEIGHTS = {MAX_DENSE_ATTENTION_WEIGHTS}"
+                f"{q_len} * {kv_total} exceeds {name} = {limit}"
             )
         allowed = info.source.dense(B, H)  # (B, 1|H, q, kv)
         return _attend_materialised(
@@ -549,7 +558,7 @@ def sparse_attention_forward(
     if _is_cross_attention(module):
         everything = P.SlidingWindow(window=2 * (q_len + kv_total) + 1)
         if output_attentions:
-            allowed = _allowed(query, key, everything, padding)
+            allowed = _allowed(query, key, everything, padding, module)
             return _attend_materialised(query, key, value, allowed, _scale(scale, query), dropout_p, True)
         out = sparse_attention(query, key, value, everything, padding, None, scale, dropout_p, backend)
         return out.transpose(1, 2).contiguous(), None
@@ -594,7 +603,7 @@ def sparse_attention_forward(
             pattern = pattern.derived(("& window", w, causal), lambda p=pattern: p & window)
     g = None if info is None else info.global_tokens
     if output_attentions:
-        allowed = _allowed(query, key, with_runtime_globals(pattern, g), padding)
+        allowed = _allowed(query, key, with_runtime_globals(pattern, g), padding, module)
         out, weights = _attend_materialised(query, key, value, allowed, _scale(scale, query), dropout_p, True)
         if kv_total > kv_len:  # static cache: slots after the last query are never attended
             weights = torch.nn.functional.pad(weights, (0, kv_total - kv_len))
@@ -610,15 +619,25 @@ def sparse_attention_forward(
     return fused.contiguous(out.transpose(1, 2)), None  # (B, q, H, D)
 
 
-def _allowed(query, key, pattern, padding) -> torch.Tensor:
+def _max_dense_pairs(module) -> tuple[int, str]:
+    """Query-key pairs per head that ``output_attentions`` may materialise, and the setting's name: the square
+    of ``config.max_attention_weights_length`` where the module's config has one (SparseTransformer), else
+    :data:`MAX_DENSE_ATTENTION_WEIGHTS` (stock transformers models)."""
+    length = getattr(getattr(module, "config", None), "max_attention_weights_length", None)
+    if length is None:
+        return MAX_DENSE_ATTENTION_WEIGHTS, "MAX_DENSE_ATTENTION_WEIGHTS"
+    return length * length, "config.max_attention_weights_length ** 2"
+
+
+def _allowed(query, key, pattern, padding, module) -> torch.Tensor:
     """(B, 1|H, q, kv) bool: ``pattern`` (queries aligned to the end of the keys) minus padding keys."""
     B, H, q_len, _ = query.shape
     kv_len = key.shape[2]
-    if q_len * kv_len > MAX_DENSE_ATTENTION_WEIGHTS:
+    limit, name = _max_dense_pairs(module)
+    if q_len * kv_len > limit:
         raise ValueError(
             f"output_attentions=True with attn_implementation='hf_sparse' materialises the dense attention "
-            f"weights; q_len * kv_len = {q_len} * {kv_len} exceeds MAX_DENSE_ATTENTION_WEIGHTS = "
-            f"{MAX_DENSE_ATTENTION_WEIGHTS} (hf_sparse.attention.integration)"
+            f"weights; q_len * kv_len = {q_len} * {kv_len} exceeds {name} = {limit} (hf_sparse.attention.integration)"
         )
     rep = key if key.shape[1] == H else key.repeat_interleave(H // key.shape[1], dim=1)
     bound = pattern.bind(q_len, kv_len, query=query, key=rep)

@@ -7,6 +7,11 @@ from hf_sparse import patterns as P
 from hf_sparse import sparse_attention
 
 
+def additive(value, dtype=torch.float32):
+    """A (1, 8) additive mask: 0 on the first six keys, ``value`` on the last two (padding)."""
+    return torch.tensor([[0, 0, 0, 0, 0, 0, value, value]], dtype=dtype)
+
+
 def qkv(B=1, H=2, n=8, D=4):
     return torch.randn(B, H, n, D), torch.randn(B, H, n, D), torch.randn(B, H, n, D)
 
@@ -46,11 +51,30 @@ def test_bad_tensors(change, exc, words):
         ({"dropout_p": 1.5}, ValueError, r"dropout_p must be in \[0, 1\), got 1.5"),
         ({"dropout_p": 0.1, "seed": 1.5}, TypeError, "seed must be an int or None, got 1.5"),
         ({"block_size": 0}, ValueError, "block_size must be > 0, got 0"),
+        # additive masks (0 = attend, large negative = masked) would be read inverted as 1/0 masks
+        *[
+            ({"attention_mask": additive(big)}, ValueError, rf"attention_mask must hold 0/1 values .* got {got}: additive")
+            for big, got in [(torch.finfo(torch.float32).min, r"-3\.40\d*e\+38"), (-10000.0, "-10000.0"),
+                             (float("-inf"), "-inf")]
+        ],
+        ({"attention_mask": additive(-10000, torch.long)}, ValueError, "attention_mask must hold 0/1 values .* got -10000:"),
+        ({"global_attention_mask": additive(2.0)}, ValueError, "global_attention_mask must hold 0/1 values .* got 2.0"),
     ],
-)
+)  # fmt: skip
 def test_bad_arguments(kwargs, exc, words):
     with pytest.raises(exc, match=words):
         sparse_attention(*qkv(), P.SlidingWindow(window=4), **kwargs)
+
+
+def test_bool_int_and_float_padding_masks_agree():
+    q, k, v = qkv(B=2)
+    keep = torch.ones(2, 8, dtype=torch.bool)
+    keep[1, 5:] = False
+    outs = [
+        sparse_attention(q, k, v, P.SlidingWindow(window=5), attention_mask=m)
+        for m in (keep, keep.long(), keep.float())
+    ]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
 def test_block_size_must_fit_the_pattern_geometry():

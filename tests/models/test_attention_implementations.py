@@ -148,6 +148,63 @@ def test_returned_attention_weights_are_on_the_output_path(impl):
     assert weights.grad is not None and weights.grad.abs().sum() > 0
 
 
+# patterns fixed per input: random blocks drawn for the length, LSH buckets and top-k blocks chosen from q and k
+PER_INPUT = {
+    "bigbird": P.BigBird(block=4, window_blocks=3, random_blocks=1, global_blocks=1, seed=0),
+    "random": P.Random(block=4, num_blocks=2, seed=1),
+    "lsh": P.LSH(bucket_size=4, num_hashes=2, seed=0),
+    "topk_blocks": P.TopKBlocks(block=4, k=2),
+}
+
+
+@pytest.mark.parametrize("name", PER_INPUT)
+def test_output_attentions_of_patterns_fixed_per_input(name, monkeypatch):
+    """With "hf_sparse", output_attentions=True returns the softmax over exactly the pairs the kernels attend (the
+    same random blocks, buckets and top-k blocks, padding and global tokens), and the outputs do not change."""
+    pattern = PER_INPUT[name]
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(tiny_config(attention_pattern=pattern)).eval()
+    inputs = _inputs(model)
+    calls = []
+    original = ALL_ATTENTION_FUNCTIONS["hf_sparse"]
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        calls.append((query, key, attention_mask))
+        return original(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "hf_sparse", spy)
+    with torch.no_grad():
+        plain = model(**inputs).logits
+        calls.clear()
+        out = model(**inputs, output_attentions=True)
+    torch.testing.assert_close(out.logits, plain, rtol=0, atol=1e-5)
+    assert len(out.attentions) == len(calls) == model.config.num_hidden_layers
+    for (q, k, mask), weights in zip(calls, out.attentions):
+        rule = pattern | P.Global.from_mask(mask.global_tokens)
+        allowed = rule.bind(N, query=q, key=k).dense_mask(N)  # (q, kv), (H, q, kv) or (B, H, q, kv)
+        allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
+        allowed = allowed & mask.padding[:, None, None, :]  # (B, H, q, kv)
+        scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        want = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+        assert weights.shape == (2, model.config.num_attention_heads, N, N)
+        torch.testing.assert_close(weights, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["window_6", "bigbird"])
+def test_output_attentions_limit_follows_max_attention_weights_length(case, monkeypatch):
+    """A SparseTransformer config's max_attention_weights_length, not the fixed limit for stock transformers
+    models, bounds the weights "hf_sparse" materialises: raised above that limit, it is honoured as by "eager"."""
+    from hf_sparse.attention import integration
+
+    monkeypatch.setattr(integration, "MAX_DENSE_ATTENTION_WEIGHTS", N * N - 1)
+    model = _model(case, max_attention_weights_length=64)
+    inputs = _inputs(model)
+    want = _run(model, "eager", inputs, output_attentions=True).attentions
+    got = _run(model, "hf_sparse", inputs, output_attentions=True).attentions
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["window_6", "longformer_8|strided_5", "fixed_8_2", "strided_5"])
 @pytest.mark.parametrize(
     "impl, backend", [("hf_sparse", "auto"), ("hf_sparse", "sdpa"), ("hf_sparse", "dense"), ("sdpa", "auto"),

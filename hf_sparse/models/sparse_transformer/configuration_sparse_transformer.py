@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
 
 from ...attention.dispatch import BACKENDS
 from ...patterns import Pattern, from_dict
@@ -79,8 +80,11 @@ class SparseTransformerConfig(PretrainedConfig):
             The attention pattern, as a spec dict (`{"type": "sliding_window", "window": 512}`), a
             registered name, a `hf_sparse.patterns.Pattern`, or a list with one of those per layer.
             Stored as dicts in `config.json`. Defaults to `SlidingWindow(window=512)` for encoders and
-            `SlidingWindow(window=512, causal=True)` for decoders when not given; `None` (`null` in a
-            config.json) is a `ValueError`, not the default.
+            `SlidingWindow(window=512, causal=True)` for decoders when not given; where that window would
+            reach past `max_position_embeddings`, the default shrinks it to the largest window the table
+            allows (`2 * max_position_embeddings + 1`, decoders `max_position_embeddings + 1`), which still
+            spans every position. A window given explicitly that reaches past the table is a `ValueError`,
+            and so is `None` (`null` in a config.json).
         attention_backend (`str`, *optional*, defaults to `"auto"`):
             Kernel used by `hf_sparse.sparse_attention`: `"auto"`, `"blocked"`, `"flex"` or `"dense"`.
         attention_block_size (`int`, *optional*):
@@ -108,6 +112,10 @@ class SparseTransformerConfig(PretrainedConfig):
             Decoders return a `SparsePatternCache` for incremental decoding.
         tie_word_embeddings (`bool`, *optional*, defaults to `True`):
             The language-model heads share the input embedding matrix.
+        lm_head_act (`str`, *optional*, defaults to `"gelu"`):
+            Activation of the language-model heads' transform (dense -> activation -> layer norm), any key of
+            `transformers.activations.ACT2FN`. RoBERTa's head uses gelu; BERT's uses its `hidden_act`
+            (`hf_sparse.conversion.from_bert` copies it).
         classifier_dropout (`float`, *optional*):
             Dropout of classification heads; defaults to `hidden_dropout_prob`.
         pad_token_id, bos_token_id, eos_token_id (`int`, *optional*):
@@ -187,6 +195,7 @@ class SparseTransformerConfig(PretrainedConfig):
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
         num_experts: int = 0,
+        lm_head_act: str = "gelu",
         **kwargs,
     ):
         moe = {key: kwargs.pop(key) for key in list(kwargs) if key in MOE_DEFAULTS}
@@ -214,13 +223,14 @@ class SparseTransformerConfig(PretrainedConfig):
         self.adaptive_span = _adaptive_span_spec(adaptive_span)
         self.use_cache = use_cache
         self.tie_word_embeddings = tie_word_embeddings
+        self.lm_head_act = lm_head_act
         if attention_pattern is None:
             raise ValueError(
                 "attention_pattern is None (null in config.json): give a pattern spec, e.g. "
                 '{"type": "sliding_window", "window": 512}, or leave the key out for that default'
             )
         if isinstance(attention_pattern, str) and attention_pattern == _DEFAULT_PATTERN:
-            attention_pattern = {"type": "sliding_window", "window": 512, "causal": bool(is_decoder)}
+            attention_pattern = _default_pattern(max_position_embeddings, bool(is_decoder))
         self.attention_pattern = _to_specs(attention_pattern)
         self._set_moe(num_experts, moe)
         super().__init__(
@@ -331,6 +341,11 @@ class SparseTransformerConfig(PretrainedConfig):
             raise ValueError(
                 f"rotary positions need an even head size, got {self.hidden_size // self.num_attention_heads}"
             )
+        if not isinstance(self.lm_head_act, str) or self.lm_head_act not in ACT2FN:
+            raise ValueError(
+                f"lm_head_act must be a key of transformers.activations.ACT2FN (e.g. 'gelu', 'relu'), "
+                f"got {self.lm_head_act!r}"
+            )
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
         for p, rate in (
@@ -427,6 +442,17 @@ class SparseTransformerConfig(PretrainedConfig):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+
+def _default_pattern(max_position_embeddings, causal: bool) -> dict:
+    """``SlidingWindow(window=512)`` (causal for decoders), its window shrunk to the largest that
+    ``_check_pattern`` lets reach ``max_position_embeddings`` positions (a bad table size is left to
+    ``validate_sparse``, which names it)."""
+    window = 512
+    if isinstance(max_position_embeddings, int) and not isinstance(max_position_embeddings, bool):
+        largest = max_position_embeddings + 1 if causal else 2 * max_position_embeddings + 1
+        window = min(window, largest)
+    return {"type": "sliding_window", "window": window, "causal": causal}
 
 
 def _adaptive_span_spec(value):

@@ -15,7 +15,6 @@ import dataclasses
 import json
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import GenerationMixin, PreTrainedModel
@@ -171,20 +170,21 @@ class SparseTransformerPooler(nn.Module):
 
 
 class SparseTransformerLMHead(nn.Module):
-    """dense -> gelu -> layer norm -> vocabulary projection (RoBERTa's head). With
-    ``tie_word_embeddings`` the projection's weight is the input embedding matrix and its bias is
-    ``lm_head.bias`` (declared in ``_tied_weights_keys``, tied by ``PreTrainedModel.tie_weights``); untied,
-    ``decoder.weight`` and ``decoder.bias`` are parameters of their own, saved and loaded as such."""
+    """dense -> ``config.lm_head_act`` -> layer norm -> vocabulary projection (RoBERTa's head with gelu, BERT's
+    with its ``hidden_act``). With ``tie_word_embeddings`` the projection's weight is the input embedding matrix
+    and its bias is ``lm_head.bias`` (declared in ``_tied_weights_keys``, tied by ``PreTrainedModel.tie_weights``);
+    untied, ``decoder.weight`` and ``decoder.bias`` are parameters of their own, saved and loaded as such."""
 
     def __init__(self, config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACT2FN[config.lm_head_act]
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, features):
-        return self.decoder(self.layer_norm(F.gelu(self.dense(features))))
+        return self.decoder(self.layer_norm(self.act(self.dense(features))))
 
 
 class SparseTransformerClassificationHead(nn.Module):
