@@ -113,3 +113,33 @@ def test_saved_decoder_generates_without_the_package_and_without_warnings(tmp_pa
     assert torch.equal(plain, expected) and torch.equal(lookup, expected)
     said = [line for line in res.stderr.splitlines() if "Loading weights" not in line and line.strip()]
     assert not said, said  # e.g. 5.24's "The remote code model ... seems to expect `cache_position`"
+
+
+@pytest.mark.parametrize("kind", ["sparse_transformer", "motif"])
+def test_save_pretrained_with_push_to_hub_uploads_the_remote_code(kind, tmp_path, monkeypatch):
+    """``save_pretrained(push_to_hub=True)`` uploads the folder with its code and ``auto_map``, as ``push_to_hub``
+    does (transformers' own upload ran before the code was written: a Hub copy that could not load)."""
+    from huggingface_hub import HfApi
+
+    from tests.models.motif_tiny import motif_model
+
+    uploads = []
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        files = {op.path_in_repo: op.path_or_fileobj for op in operations}
+        with open(files["config.json"], encoding="utf-8") as f:
+            uploads.append((repo_id, sorted(files), json.load(f).get("auto_map")))
+        return type("Commit", (), {"commit_url": "", "oid": "", "pr_url": None})()
+
+    monkeypatch.setattr(
+        HfApi, "create_repo", lambda self, repo_id, **kw: type("Repo", (), {"repo_id": repo_id})()
+    )
+    monkeypatch.setattr(HfApi, "create_commit", create_commit)
+    model = AutoModelForMaskedLM.from_config(tiny_config()) if kind == "sparse_transformer" else motif_model()
+    model.save_pretrained(
+        tmp_path / "local", push_to_hub=True, repo_id="user/tiny", token="hf_x", commit_message="m"
+    )
+    [(repo_id, files, auto_map)] = uploads
+    local = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert repo_id == "user/tiny" and auto_map and "hf_sparse_bundle.json" in files
+    assert set(local) <= set(files) and sum(f.endswith(".py") for f in files) > 10

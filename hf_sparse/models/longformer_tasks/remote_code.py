@@ -1,6 +1,6 @@
 """What every task model in this package shares: the pre-trained base class (BERT/Longformer weight
 initialisation, gradient checkpointing, no-split modules) and ``save_pretrained`` that also writes the
-remote code."""
+remote code (:class:`ExportCodeMixin`, shared with SparseTransformer)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from ..sparse_transformer.modeling_sparse_transformer import ExportCodeMixin
 from .backbone import BACKBONE_LAYERS
-
-
-class ExportCodeMixin:
-    """Put before ``PreTrainedModel`` in the bases of a task model's pre-trained class.
-
-    ``hf_sparse.models.register_auto`` sets ``export_code_hook`` on the registered classes; after the normal
-    ``save_pretrained`` it writes the self-contained, flat copy of the modelling (and pipeline) code, the
-    ``auto_map`` and ``custom_pipelines`` into the folder, so ``trust_remote_code=True`` loads it where
-    hf-sparse is not installed. Unregistered classes (``export_code_hook = None``) save as usual.
-    """
-
-    export_code_hook = None
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        out = super().save_pretrained(save_directory, *args, **kwargs)
-        if type(self).export_code_hook is not None and kwargs.get("is_main_process", True):
-            type(self).export_code_hook(self, save_directory)
-        return out
 
 
 class LongformerTaskPreTrainedModel(ExportCodeMixin, PreTrainedModel):

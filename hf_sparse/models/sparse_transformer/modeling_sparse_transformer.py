@@ -13,6 +13,7 @@ interface of the same name. Decoders cache only the keys their pattern can still
 
 import dataclasses
 import json
+import os
 
 import torch
 from torch import nn
@@ -208,7 +209,42 @@ class SparseTransformerClassificationHead(nn.Module):
 # ----------------------------------------------------------------------------- pretrained base
 
 
-class SparseTransformerPreTrainedModel(PreTrainedModel):
+class ExportCodeMixin:
+    """Put before ``PreTrainedModel`` in a model's bases: ``save_pretrained`` also writes the remote code.
+
+    ``hf_sparse.models.register_auto`` sets ``export_code_hook`` on the registered classes; after the normal
+    ``save_pretrained`` it writes the self-contained, flat copy of the modelling (and pipeline) code, the
+    ``auto_map`` and ``custom_pipelines`` into the folder, so ``trust_remote_code=True`` loads it where
+    hf-sparse is not installed (unset in that copy itself, and on unregistered classes: they save as usual).
+    With ``push_to_hub=True`` the upload comes after that (``push_to_hub``'s own keywords are passed on);
+    transformers' ``save_pretrained`` would upload before the hook ran, without the code.
+    """
+
+    export_code_hook = None
+    _PUSH_KEYWORDS = (
+        "repo_id",
+        "commit_message",
+        "commit_description",
+        "private",
+        "revision",
+        "create_pr",
+        "tags",
+    )
+
+    def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
+        hub = {k: kwargs.pop(k) for k in self._PUSH_KEYWORDS if k in kwargs}
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        main = (args[0] if args else kwargs.get("is_main_process", True)) is not False
+        if type(self).export_code_hook is not None and main:
+            type(self).export_code_hook(self, save_directory)
+        if push_to_hub and main:
+            repo_id = hub.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
+            size = kwargs.get("max_shard_size", "50GB")
+            self.push_to_hub(repo_id, token=kwargs.get("token"), max_shard_size=size, **hub)
+        return out
+
+
+class SparseTransformerPreTrainedModel(ExportCodeMixin, PreTrainedModel):
     config_class = SparseTransformerConfig
     config: SparseTransformerConfig
     base_model_prefix = "sparse_transformer"
@@ -255,16 +291,6 @@ class SparseTransformerPreTrainedModel(PreTrainedModel):
         if isinstance(module, RotaryEmbedding):
             # non-persistent, so never in a checkpoint: from_pretrained leaves it uninitialised otherwise
             module.inv_freq.copy_(module.compute_inv_freq())  # deterministic: always recomputed
-
-    #: set by ``hf_sparse`` on import: writes a self-contained copy of the modelling code and
-    #: ``auto_map`` next to the weights (unset in that copy itself, which needs no hf-sparse)
-    export_code_hook = None
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        out = super().save_pretrained(save_directory, *args, **kwargs)
-        if type(self).export_code_hook is not None and kwargs.get("is_main_process", True):
-            type(self).export_code_hook(self, save_directory)
-        return out
 
 
 def with_span_penalty(model, loss):
