@@ -1,5 +1,6 @@
 """Pictures: pattern heatmaps, grids of attention weights, training curves. Needs matplotlib
-(``pip install hf-sparse[viz]``); every function returns the Figure and saves a PNG if given a path."""
+(``pip install hf-sparse[viz]``); every function returns the Figure and, given a path, saves it in the
+format its extension names (``.png``, ``.pdf``, ``.svg``, ``.jpg``, ...; PNG without one)."""
 
 from __future__ import annotations
 
@@ -20,30 +21,126 @@ def pyplot():
     return plt
 
 
+#: a pattern plot has at most this many cells a side: a longer sequence is pooled, each cell showing the
+#: fraction of allowed pairs in its block of positions (a 480-pixel figure shows no more anyway)
+PLOT_CELLS = 1024
+#: (query, key) pairs a pooled plot evaluates at a time
+_CHUNK = 1 << 22
+
+
 def _save(fig, path):
     if path is not None:
         path = os.fspath(path)
+        fmt = os.path.splitext(path)[1][1:].lower() or "png"
+        formats = fig.canvas.get_supported_filetypes()
+        if fmt not in formats:
+            raise ValueError(
+                f"cannot save a figure as {path!r}: matplotlib writes {', '.join('.' + f for f in sorted(formats))}"
+            )
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = path + ".tmp.png"
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)  # atomic: never a half-written PNG
+        tmp = path + ".tmp"
+        fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight")
+        os.replace(tmp, path)  # atomic: never a half-written file
     return fig
 
 
+def _check_head(pattern, head, shape) -> int:
+    """The number of heads a mask of ``shape`` ((q, kv), (H, q, kv) or (B, H, q, kv)) tells apart; ValueError
+    unless ``head`` is one of them."""
+    heads = shape[-3] if len(shape) > 2 else 1
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
+        raise ValueError(
+            f"head must be an int in 0..{heads - 1} ({pattern!r} has {heads} head(s)), got {head!r}"
+        )
+    return heads
+
+
+def _tile_counts(p, h: int, n: int, c: int, qb, kb):
+    """Allowed pairs of head ``h`` in each tile (qb[t], kb[t]) of c x c positions (clipped to n), ``_CHUNK``
+    pairs at a time."""
+    out = torch.zeros(qb.shape[0], dtype=torch.long)
+    ar = torch.arange(c)
+    step = max(1, _CHUNK // (c * c))
+    for s in range(0, qb.shape[0], step):
+        i = qb[s : s + step, None, None] * c + ar[:, None]  # (T, c, 1) query positions
+        j = kb[s : s + step, None, None] * c + ar[None, :]  # (T, 1, c) key positions
+        allowed = p.mask_mod(0, h, i.clamp(max=n - 1), j.clamp(max=n - 1)) & (i < n) & (j < n)
+        out[s : s + step] = allowed.sum((1, 2))
+    return out
+
+
+def _pooled_mask(bound, n: int, head: int, heads: int):
+    """Head ``head`` of a bound pattern on ``n`` positions, pooled: ((m, m) fraction of allowed pairs in each
+    block of c x c positions, c, exact number of allowed pairs), m = ceil(n / c) <= about PLOT_CELLS.
+
+    Only the tiles of the pattern's block layout (at block c) that are kept and not marked full are evaluated
+    (one per block diagonal where the rule depends on i - j only), ``_CHUNK`` pairs at a time: memory stays
+    O(m^2 + _CHUNK), where the dense mask takes n^2 bytes."""
+    per_head = bound.heads()
+    p, h = (per_head[head], 0) if per_head is not None else (bound, head)
+    first = -(-n // PLOT_CELLS)
+    layout = None
+    for c in range(first, 2 * first + 1):  # the first cell size the pattern's block geometry accepts
+        try:
+            layout = p.block_layout(n, block=c)
+            break
+        except ValueError:
+            continue
+        except NotImplementedError:  # a pattern without a layout: every tile is evaluated
+            break
+    if layout is None:
+        c, m = first, -(-n // first)
+        kv_index, full = torch.arange(m).expand(m, m), torch.zeros(m, m, dtype=torch.bool)
+    else:
+        m = layout.num_q_blocks
+        kv_index = layout.kv_index[0, min(h, layout.kv_index.shape[1] - 1)]  # (m, K)
+        full = layout.full[0, min(h, layout.full.shape[1] - 1)]
+        # a layout merged over heads (a union holding a PerHead) marks a tile full where any head's is
+        full = full & (per_head is not None or heads == 1)
+    size = torch.full((m,), c)
+    size[-1] = n - (m - 1) * c  # positions in each block
+    counts = torch.zeros(m, m, dtype=torch.long)
+    qb, slot = torch.nonzero(kv_index >= 0, as_tuple=True)
+    kb, whole = kv_index[qb, slot], full[qb, slot]
+    counts[qb[whole], kb[whole]] = size[qb[whole]] * size[kb[whole]]
+    qb, kb = qb[~whole], kb[~whole]
+    if p.translation_invariant:  # the rule depends on i - j only: one tile per block diagonal
+        inner = ((qb < m - 1) & (kb < m - 1)) | (n % c == 0)  # tiles of c x c positions
+        d, which = torch.unique(qb[inner] - kb[inner], return_inverse=True)
+        counts[qb[inner], kb[inner]] = _tile_counts(p, h, n, c, d.clamp(min=0), (-d).clamp(min=0))[which]
+        qb, kb = qb[~inner], kb[~inner]
+    counts[qb, kb] = _tile_counts(p, h, n, c, qb, kb)
+    return counts / (size[:, None] * size[None, :]), c, int(counts.sum())
+
+
 def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, head: int = 0):
-    """Heatmap of which (query, key) pairs a pattern allows on ``n`` positions, with its density."""
+    """Heatmap of which (query, key) pairs a pattern allows on ``n`` positions (of head ``head`` for a pattern
+    that differs between heads), with its exact density. Past ``PLOT_CELLS`` positions a cell shows the
+    fraction of allowed pairs in its block of positions (the n x n mask is never built)."""
     plt = pyplot()
     if not isinstance(n, int) or n <= 0:
         raise ValueError(f"n must be a positive int, got {n!r}")
     bound = pattern.bind(n) if not pattern.content_based else pattern
-    mask = bound.dense_mask(n)
-    while mask.dim() > 2:
-        mask = mask[0] if mask.dim() == 4 else mask[head]
+    if n <= PLOT_CELLS:
+        mask = bound.dense_mask(n)
+        heads = _check_head(pattern, head, mask.shape)
+        while mask.dim() > 2:
+            mask = mask[0] if mask.dim() == 4 else mask[head]
+        image, cell, density = mask.float(), 1, mask.float().mean().item()
+    else:
+        heads = _check_head(pattern, head, bound.dense_mask(1, n).shape)  # one row: the shape
+        image, cell, pairs = _pooled_mask(bound, n, head, heads)
+        density = pairs / (n * n)
     fig = ax.figure if ax is not None else plt.figure(figsize=(4, 4))
     ax = ax or fig.add_subplot(1, 1, 1)
-    ax.imshow(mask.float().numpy(), cmap="Blues", interpolation="nearest", vmin=0, vmax=1)
-    density = mask.float().mean().item()
-    ax.set_title(f"{title or pattern.__name__}\n{density:.1%} of pairs", fontsize=9)
+    extent = None if cell == 1 else (-0.5, image.shape[1] * cell - 0.5, image.shape[0] * cell - 0.5, -0.5)
+    ax.imshow(image.numpy(), cmap="Blues", interpolation="nearest", vmin=0, vmax=1, extent=extent)
+    if cell > 1:
+        ax.set_xlim(-0.5, n - 0.5)
+        ax.set_ylim(n - 0.5, -0.5)
+    which = f"head {head}: " if heads > 1 else ""
+    pooled = f" ({cell}x{cell} positions a cell)" if cell > 1 else ""
+    ax.set_title(f"{title or pattern.__name__}\n{which}{density:.1%} of pairs{pooled}", fontsize=9)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     return _save(fig, path)

@@ -50,6 +50,11 @@ def content_examples(n):
     }
 
 
+def table_row(*cells: str) -> str:
+    """One row of a Markdown table; a ``|`` inside a cell (``a | b``, ``|i - j|``) escaped so it splits no cell."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
 def gallery(n=128):
     from hf_sparse.viz import _save, plot_pattern, pyplot
 
@@ -76,7 +81,7 @@ def gallery(n=128):
             if name in ("LSH(bucket_size=16)", "TopKBlocks(block=16, k=3)")
             else [f"{p.density(m):.2%}" for m in (4096, 16384)]
         )
-        lines.append(f"| `{name}` | {doc} | {dens[0]} | {dens[1]} |")
+        lines.append(table_row(f"`{name}`", doc, *dens))
     for ax in list(axes.flat)[len(items) :]:
         ax.axis("off")
     fig.tight_layout()

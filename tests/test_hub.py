@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -460,6 +461,83 @@ def test_upload_sends_only_the_allow_list(model_dir, online, monkeypatch):
     with pytest.raises(hub.HubError, match="README.md contains a token") as info:
         hub.push_to_hub(model_dir, "someone/motif-tiny", token=SECRET)
     assert SECRET not in str(info.value) and calls == []  # refused before anything was sent
+
+
+@pytest.mark.parametrize(
+    "config_name, auto_map, code",
+    [
+        (
+            "tokenizer_config.json",
+            {"AutoTokenizer": ["tokenization_x.XTokenizer", None]},
+            ["tokenization_x.py"],
+        ),
+        (
+            "tokenizer_config.json",
+            ["tokenization_x.XTokenizer", "tokenization_x.XTokenizerFast"],
+            ["tokenization_x.py"],
+        ),
+        (
+            "processor_config.json",
+            {"AutoProcessor": "someone/other--processing_x.XProcessor"},
+            ["processing_x.py"],
+        ),
+        (
+            "preprocessor_config.json",
+            {
+                "AutoImageProcessor": [None, "image_processing_x.XImageProcessorFast"],
+                "AutoFeatureExtractor": "fe_x.X",
+            },
+            ["fe_x.py", "image_processing_x.py"],
+        ),
+    ],
+)
+def test_upload_sends_the_code_a_tokenizer_or_processor_auto_map_names(
+    model_dir, config_name, auto_map, code
+):
+    """AutoTokenizer/AutoProcessor(trust_remote_code=True) on the Hub copy needs the module its auto_map names."""
+    (model_dir / config_name).write_text(json.dumps({"auto_map": auto_map}))
+    for name in [*code, "helper.py"]:
+        (model_dir / name).write_text("x = 1\n")
+    sent = hub.upload_file_list(model_dir)
+    assert [f for f in sent if f.endswith(".py")] == code  # helper.py is named by nothing
+    assert config_name in sent
+
+
+def test_upload_sends_the_dna_tokenizer_code(model_dir):
+    from hf_sparse.tokenization_dna import DNATokenizer
+
+    DNATokenizer().save_pretrained(model_dir)
+    assert "tokenization_dna.py" in hub.upload_file_list(model_dir)
+
+
+def test_push_later_command_repeats_every_option(model_dir):
+    """Rerun as printed, the command pushes to the same endpoint, branch and with the same message."""
+    with pytest.raises(hub.HubUnavailableError) as info:
+        hub.push_to_hub(
+            model_dir,
+            "someone/motif-tiny",
+            token=SECRET,
+            private=True,
+            revision="v2",
+            commit_message="v2 weights: it's 'better'",
+            token_env="MY_TOKEN",
+            endpoint="https://hub.internal.example",
+        )
+    command = str(info.value).split("push it later with: ", 1)[1]
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "hf_sparse.hub"]
+    args = hub.parse_args(argv[3:])
+    assert (args.folder, args.repo_id, args.private, args.revision, args.token_env) == (
+        str(model_dir),
+        "someone/motif-tiny",
+        True,
+        "v2",
+        "MY_TOKEN",
+    )
+    assert (args.commit_message, args.endpoint) == (
+        "v2 weights: it's 'better'",
+        "https://hub.internal.example",
+    )
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@
 raises one :class:`HubUnavailableError` saying that the local folder is intact and which command pushes
 it later; rejected credentials raise :class:`HubAuthError`. The token is never printed or logged.
 
-Command line: ``python -m hf_sparse.hub FOLDER REPO_ID [--private] [--token-env NAME]`` (also
-``scripts/push_to_hub.py``)."""
+Command line: ``python -m hf_sparse.hub FOLDER REPO_ID [--private] [--token-env NAME] [--revision BRANCH]
+[--commit-message MESSAGE] [--endpoint URL]`` (also ``scripts/push_to_hub.py``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .common import _check_repo_id
 logger = logging.getLogger(__name__)
 
 PUSH_COMMAND = "python -m hf_sparse.hub"
+_COMMIT_MESSAGE = "Upload hf-sparse model"
 
 
 class HubError(RuntimeError):
@@ -76,21 +77,35 @@ _UPLOAD_ADAPTER = frozenset({"adapter_config.json", "adapter_model.safetensors",
 _BINARY_SUFFIXES = (".safetensors", ".png", ".model")
 
 
+# the files whose ``auto_map`` names remote code: the model's, a custom tokenizer's, processor's, feature extractor's
+_AUTO_MAP_FILES = (
+    "config.json",
+    "tokenizer_config.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+)
+
+
 def _remote_code_files(folder: Path) -> set[str]:
-    """The ``.py`` files of the remote-code bundle (from its manifest) and those ``auto_map`` names."""
+    """The ``.py`` files of the remote-code bundle (from its manifest) and those the ``auto_map`` of the model,
+    tokenizer or processor configs names (``"module.Class"`` or ``"repo--module.Class"``, alone or in a list
+    such as ``[slow, fast]`` with ``None`` for a missing one)."""
     names: set[str] = set()
     try:
         manifest = json.loads((folder / BUNDLE_MANIFEST).read_text(encoding="utf-8"))
         names.update(n for n in manifest.get("files", {}) if isinstance(n, str))
     except (OSError, ValueError, AttributeError):
         pass
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        refs = list((config.get("auto_map") or {}).values())
-    except (OSError, ValueError, AttributeError):
-        refs = []
+    refs = []
+    for config_name in _AUTO_MAP_FILES:
+        try:
+            auto_map = json.loads((folder / config_name).read_text(encoding="utf-8")).get("auto_map") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        # an older tokenizer_config.json holds the [slow, fast] list itself
+        refs += list(auto_map.values()) if isinstance(auto_map, dict) else [auto_map]
     for ref in refs:
-        for item in ref if isinstance(ref, list) else [ref]:
+        for item in ref if isinstance(ref, (list, tuple)) else [ref]:
             if isinstance(item, str) and "." in item:
                 names.add(item.split("--")[-1].rsplit(".", 1)[0] + ".py")
     return {n for n in names if "/" not in n and n.endswith(".py")}
@@ -156,7 +171,8 @@ def _check_folder(folder) -> Path:
     return path
 
 
-def _push_command(folder, repo_id, private, revision, token_env) -> str:
+def _push_command(folder, repo_id, private, revision, token_env, commit_message, endpoint) -> str:
+    """The command line that repeats this push (every option that differs from its default)."""
     cmd = f"{PUSH_COMMAND} {shlex.quote(str(folder))} {shlex.quote(repo_id)}"
     if private:
         cmd += " --private"
@@ -164,6 +180,10 @@ def _push_command(folder, repo_id, private, revision, token_env) -> str:
         cmd += f" --revision {shlex.quote(revision)}"
     if token_env != "HF_TOKEN":
         cmd += f" --token-env {shlex.quote(token_env)}"
+    if commit_message != _COMMIT_MESSAGE:
+        cmd += f" --commit-message {shlex.quote(commit_message)}"
+    if endpoint:
+        cmd += f" --endpoint {shlex.quote(endpoint)}"
     return cmd
 
 
@@ -218,7 +238,7 @@ def push_to_hub(
     *,
     token: str | None = None,
     private: bool = False,
-    commit_message: str = "Upload hf-sparse model",
+    commit_message: str = _COMMIT_MESSAGE,
     revision: str | None = None,
     token_env: str = "HF_TOKEN",
     endpoint: str | None = None,
@@ -254,7 +274,7 @@ def push_to_hub(
     if token is not None and (not isinstance(token, str) or not token):
         raise ValueError("token must be a non-empty str")  # never echo a token, even a bad one
     token = token or os.environ.get(token_env) or None
-    command = _push_command(path, repo_id, private, revision, token_env)
+    command = _push_command(path, repo_id, private, revision, token_env, commit_message, endpoint)
     intact = f"the local output at {path} is intact; push it later with: {command}"
 
     def unavailable(reason: str) -> HubUnavailableError:
@@ -339,9 +359,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "by `hf auth login`); the token is never printed",
     )
     parser.add_argument("--revision", default=None, help="branch to push to (created if missing)")
-    parser.add_argument(
-        "--commit-message", default="Upload hf-sparse model", help="message of the upload commit"
-    )
+    parser.add_argument("--commit-message", default=_COMMIT_MESSAGE, help="message of the upload commit")
     parser.add_argument("--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
     return parser.parse_args(argv)
 

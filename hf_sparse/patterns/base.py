@@ -634,11 +634,12 @@ class Pattern:
         bound = self.bind(n)
         return bound.plan(n, n, block=_density_block(bound, n)).num_pairs() / float(n * n)
 
-    def plot(self, n: int, path=None, ax=None, title: str | None = None):
-        """Heatmap of the pattern on n positions (matplotlib Figure; saved as PNG if ``path``)."""
+    def plot(self, n: int, path=None, ax=None, title: str | None = None, head: int = 0):
+        """Heatmap of the pattern on n positions, of head ``head`` where heads differ (matplotlib Figure;
+        saved to ``path`` if given, in the format its extension names: .png, .pdf, .svg, ...)."""
         from ..viz import plot_pattern
 
-        return plot_pattern(self, n, path=path, ax=ax, title=title)
+        return plot_pattern(self, n, path=path, ax=ax, title=title, head=head)
 
     # -- composition ----------------------------------------------------------------------------
     def __or__(self, other: Pattern) -> Pattern:
@@ -701,6 +702,9 @@ class Pattern:
 
     @property
     def __name__(self) -> str:  # attention-gym style readable names: sliding_window_512
+        src = getattr(self, "_source", None)
+        if src is not None:  # a bound pattern is named as the pattern it was bound from
+            return src.__name__
         vals = [
             str(v) for v in self._params().values() if isinstance(v, (int, bool)) and not isinstance(v, bool)
         ]

@@ -58,7 +58,8 @@ class Global(Pattern):
             if any(i < 0 for i in indices):
                 raise ValueError(f"global indices must be >= 0, got {indices}")
             self.indices = indices
-            table = torch.zeros(1, (max(indices) + 1) if indices else 1, dtype=torch.bool)
+            # explicit device: from_pretrained builds the model (and its pattern) under torch.device("meta")
+            table = torch.zeros(1, (max(indices) + 1) if indices else 1, dtype=torch.bool, device="cpu")
             table[0, indices] = True
             self._table = table
 
