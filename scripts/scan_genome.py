@@ -21,7 +21,6 @@ SIGTERM) leaves no partial file at its path.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -37,7 +36,7 @@ from hf_sparse.genome.fasta_index import FastaFile  # noqa: E402
 from hf_sparse.genome.pwm_scan import DEFAULT_THRESHOLD, pwm_scan, select_motifs  # noqa: E402
 from hf_sparse.genome.tracks import write_bed, write_gff3  # noqa: E402
 from hf_sparse.genome.windows import DEFAULT_SKIP_N  # noqa: E402
-from hf_sparse.utils.io import atomic_write  # noqa: E402
+from hf_sparse.utils.io import atomic_open, atomic_write  # noqa: E402
 
 MAX_DEFAULT_WORKERS = 8
 
@@ -154,22 +153,6 @@ def pwm_motifs(args: argparse.Namespace) -> list:
 
         names = AutoConfig.from_pretrained(args.model).motif_names
     return select_motifs(args.pwm, args.motif_ids, names)
-
-
-@contextlib.contextmanager
-def atomic_open(path: str):
-    """A text file written as ``.<name>.<pid>.tmp`` in the folder of ``path`` and renamed to ``path`` only when
-    the block ends without an error; on any error (KeyboardInterrupt and SystemExit included) it is removed."""
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            yield f
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-    os.replace(tmp, path)
 
 
 def _raise_on_sigterm(signum, frame):

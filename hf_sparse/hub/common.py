@@ -1,10 +1,25 @@
-"""What the hub modules share: atomic writes that follow the umask, the package version, repo ids."""
+"""What the hub modules (and the recipes) share: atomic writes that follow the umask, the package version, repo
+ids, offline mode."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from ..utils.io import atomic_write as _atomic_write
+
+
+def offline_reason() -> str | None:
+    """Why the Hub cannot be reached (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` set now, or when
+    huggingface_hub was imported), or None."""
+    from huggingface_hub import constants
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "on", "yes", "true"):
+            return f"offline mode is on: {var}={os.environ[var]}"
+    if constants.HF_HUB_OFFLINE:
+        return "offline mode is on (HF_HUB_OFFLINE was set when huggingface_hub was imported)"
+    return None
 
 
 def _version() -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .bundle import BUNDLE_MANIFEST
 from .common import _check_repo_id
+from .common import offline_reason as _offline_reason
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ class HubUnavailableError(HubError):
 class HubAuthError(HubError):
     """The Hub rejected the credentials (no token, invalid or expired token, no write access)."""
 
-
-_TRUE = {"1", "on", "yes", "true"}
 
 # What an upload sends: an ALLOW-list (a model folder also holds checkpoints with pickled optimizer
 # states and training arguments, TensorBoard runs, logs; none of them belongs on the Hub).
@@ -219,17 +218,6 @@ def _chain(exc: BaseException):
         seen.add(id(exc))
         yield exc
         exc = exc.__cause__ or exc.__context__
-
-
-def _offline_reason() -> str | None:
-    from huggingface_hub import constants
-
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in _TRUE:
-            return f"offline mode is on: {var}={os.environ[var]}"
-    if constants.HF_HUB_OFFLINE:
-        return "offline mode is on (HF_HUB_OFFLINE was set when huggingface_hub was imported)"
-    return None
 
 
 def push_to_hub(

@@ -133,13 +133,6 @@ def require_path(key: str, path, *, kind: str = "file", contains: tuple[str, ...
         raise FileNotFoundError(f"{key}: folder {path} has no {', '.join(missing)}")
 
 
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    flags = (os.environ.get(v, "").strip().lower() for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-    return bool(constants.HF_HUB_OFFLINE) or any(f in ("1", "true", "yes", "on") for f in flags)
-
-
 def require_model(key: str, name, *, hint: str = "") -> None:
     """For :meth:`Task.check_arguments`: ``name`` (the value of recipe key ``key``, e.g.
     ``model_name_or_path``) is a folder, or may be a Hub model id.
@@ -161,7 +154,9 @@ def require_model(key: str, name, *, hint: str = "") -> None:
     path_like = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
     if path_like:
         raise FileNotFoundError(f"{key}: folder not found: {folder}{hint}")
-    if not _offline():
+    from ..hub.common import offline_reason
+
+    if offline_reason() is None:
         return
     from huggingface_hub import try_to_load_from_cache
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
 
 
 def _file_mode() -> int:
@@ -16,25 +17,33 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in the same folder and
-    ``os.replace`` (atomic on one filesystem). The folder is created if missing; the file gets the
-    mode a plain ``open()`` would give it. The temporary file is removed on any error."""
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """A file (``"w"``: text, UTF-8; ``"wb"``: bytes) written to a temporary file in the folder of ``path`` and
+    renamed to ``path`` (atomic on one filesystem) only when the block ends without an error; on any error
+    (KeyboardInterrupt and SystemExit included) it is removed. The folder is created if missing; the file gets
+    the mode a plain ``open()`` would give it."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
     path = os.path.abspath(os.fspath(path))
     folder, name = os.path.split(path)
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
             os.fchmod(f.fileno(), _file_mode())  # mkstemp makes 0600
+            yield f
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` atomically (:func:`atomic_open`)."""
+    with atomic_open(path, "w" if isinstance(data, str) else "wb") as f:
+        f.write(data)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, **dump_kwargs: Any) -> None:
@@ -49,4 +58,4 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
     atomic_write(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
-__all__ = ["atomic_write", "write_json_atomic", "write_jsonl"]
+__all__ = ["atomic_open", "atomic_write", "write_json_atomic", "write_jsonl"]
