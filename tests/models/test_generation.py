@@ -5,7 +5,11 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_sparse import patterns as P
-from hf_sparse.models.sparse_transformer import SparsePatternCache, SparseTransformerForCausalLM
+from hf_sparse.models.sparse_transformer import (
+    PatternCacheLayer,
+    SparsePatternCache,
+    SparseTransformerForCausalLM,
+)
 from hf_sparse.models.sparse_transformer.modeling_sparse_transformer import CACHE_FIELD
 from tests.models.tiny import tiny_decoder_config
 
@@ -205,6 +209,13 @@ def test_window_cache_refuses_a_crop_it_cannot_honour():
     assert full.get_seq_length() == 17 and full.stored_length(0) == 17
 
 
+class _ConcatenatingLayer(PatternCacheLayer):
+    """transformers' DynamicLayer's way: every key kept, each token's keys concatenated onto a copy of the cache."""
+
+    def _append(self, stored, new, which):
+        return torch.cat([stored, new], dim=-2)
+
+
 @pytest.mark.parametrize(
     "pattern", [P.Causal(), P.Strided(stride=5), P.SlidingWindow(window=32, causal=True)], ids=repr
 )
@@ -213,7 +224,8 @@ def test_decoding_writes_each_token_in_place_and_keeps_the_same_keys(pattern):
     whole cache (O(n) per token); the keys held are those a concatenating cache keeps, crop and beam reorder
     included."""
     model = _lm(pattern)
-    cache, reference = SparsePatternCache(model.config), DynamicCache()
+    cache, reference = SparsePatternCache(model.config), SparsePatternCache(model.config)
+    reference.layers = [_ConcatenatingLayer() for _ in reference.layers]  # no pattern: keeps every key
     moved = steps = 0
     with torch.no_grad():
         nxt = torch.randint(1, 50, (2, 4))
@@ -231,9 +243,107 @@ def test_decoding_writes_each_token_in_place_and_keeps_the_same_keys(pattern):
                 for c in (cache, reference):
                     c.crop(-2)
                     c.reorder_cache(torch.tensor([1, 0]))
-        for got, full in zip(cache.layers, reference.layers):
+        assert (
+            reference.get_seq_length() == reference.stored_length(0) == cache.get_seq_length() == 4 + 59 - 2
+        )
+        compared = 0
+        for got, full in zip(cache.layers, reference.layers, strict=True):
             kept = got.positions
-            assert torch.equal(got.keys, full.keys[..., kept, :]) and torch.equal(
-                got.values, full.values[..., kept, :]
-            )
+            assert torch.equal(full.positions, torch.arange(61))
+            # (a window layer attends its kept keys, the reference masks the others: equal up to rounding)
+            torch.testing.assert_close(got.keys, full.keys[..., kept, :], rtol=0, atol=1e-5)
+            torch.testing.assert_close(got.values, full.values[..., kept, :], rtol=0, atol=1e-5)
+            compared += 1
+        assert compared == model.config.num_hidden_layers
     assert moved <= steps // 4, f"the stored keys moved in {moved} of {steps} steps"
+
+
+# ----------------------------------------------------------------------------- a DynamicCache given by the user
+
+
+@pytest.mark.parametrize("pattern", [P.Causal(), P.SlidingWindow(window=4, causal=True)], ids=repr)
+@pytest.mark.parametrize("make", [DynamicCache, "config"], ids=["DynamicCache()", "DynamicCache(config)"])
+def test_manual_decoding_loop_with_a_dynamic_cache_equals_recompute(pattern, make):
+    """transformers' manual decoding loop passes the same DynamicCache at every step: the model fills that object
+    (it used to put its own cache in its place and leave the user's empty, so every step restarted at position 0)."""
+    model = _lm(pattern)
+    ids = torch.randint(1, 50, (1, 7))
+    cache = DynamicCache(config=model.config) if make == "config" else make()
+    seq, mask = ids, torch.ones_like(ids)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, cache=cache)
+        for _ in range(6):
+            assert _cache_of(out) is cache and cache.get_seq_length() == seq.shape[1]
+            nxt = out.logits[:, -1:].argmax(-1)
+            seq, mask = torch.cat([seq, nxt], 1), torch.cat([mask, torch.ones_like(nxt)], 1)
+            out = model(nxt, attention_mask=mask, past_key_values=cache)
+    assert torch.equal(seq, _greedy_recompute(model, ids, 6))
+    if pattern.cache_keep(torch.arange(12), 12).sum() < 12:  # the user's cache keeps what the pattern needs
+        assert cache.layers[0].keys.shape[-2] == 3
+
+
+def test_generate_fills_a_dynamic_cache_it_is_given_and_continues_from_it():
+    model = _lm(P.SlidingWindow(window=4, causal=True))
+    ids = torch.randint(1, 50, (1, 7))
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        cache = DynamicCache()
+        out = model.generate(ids, **{CACHE_FIELD: cache}, **kw)
+        assert torch.equal(out, model.generate(ids, **kw)) and cache.get_seq_length() == 12
+        assert torch.equal(model.generate(out, **{CACHE_FIELD: cache}, **kw), model.generate(out, **kw))
+
+
+# ----------------------------------------------------------------------------- gradients and memory
+
+
+def test_backward_through_a_cache_over_chunks_when_keys_need_no_gradient():
+    """LoRA on query and value: the keys need no gradient, the queries do. Attention saved the stored keys for
+    backward, so the next chunk's keys must not be written into their buffer (it raised "modified by an inplace
+    operation"); the gradients are those of one forward over the whole sequence."""
+    model = _lm(P.SlidingWindow(window=6, causal=True))
+    model.requires_grad_(False)
+    trainable = [layer.attention.self.query.weight for layer in model.sparse_transformer.encoder.layer]
+    for w in trainable:
+        w.requires_grad_(True)
+    ids = torch.randint(1, 50, (1, 12))
+
+    def grads(logits):
+        torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]).backward()
+        out = [w.grad.clone() for w in trainable]
+        model.zero_grad()
+        return out
+
+    cache = SparsePatternCache(model.config)
+    chunked = grads(
+        torch.cat([model(ids[:, :6], cache=cache).logits, model(ids[:, 6:], cache=cache).logits], 1)
+    )
+    for got, want in zip(chunked, grads(model(ids, use_cache=False).logits), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _storage_length(t):
+    """Positions the storage behind a (B, H, n, D) cache tensor holds."""
+    return t.untyped_storage().nbytes() // (t.element_size() * t.shape[0] * t.shape[1] * t.shape[-1])
+
+
+@pytest.mark.parametrize(
+    "pattern, kept, at_most",
+    [
+        (P.SlidingWindow(window=8, causal=True), 7, 2 * (7 + 16)),  # not the prompt's buffer
+        (P.Causal(), 300, 300 + 300 // 4),  # a quarter to spare, not a second prompt
+        (P.Fixed(block=16, summary=2, causal=True), 2 * 18 + 12, 2 * 18 + 12),  # a gather lets the buffer go
+    ],
+    ids=repr,
+)
+def test_cache_memory_after_a_long_prompt_follows_what_it_keeps(pattern, kept, at_most):
+    model = _lm(pattern, max_position_embeddings=512)
+    cache = SparsePatternCache(model.config)
+    with torch.no_grad():
+        model(torch.randint(1, 50, (2, 300)), cache=cache)
+    for layer in cache.layers:
+        assert layer.keys.shape[-2] == kept
+        held = [
+            _storage_length(t)
+            for t in (layer.keys, layer.values, *[b for b in layer._buffers if b is not None])
+        ]
+        assert max(held) <= at_most, held

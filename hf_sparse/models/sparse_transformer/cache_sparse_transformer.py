@@ -8,8 +8,10 @@ pattern counts positions from each row's first token, so a key is kept if some r
 Adaptive-span layers also pass their current reach (``floor(max span + ramp)``): keys farther from
 the next query than that are dropped, so the cache is bounded by the learned spans.
 Built on transformers' cache classes, so ``generate()`` handles it like any other cache (beam-search
-reordering included). A token's keys are written after the stored ones in a buffer with room to spare (a window
-cache's kept keys are a slice of it), instead of a concatenated copy of the whole cache at every token. For assisted decoding, which crops the keys of rejected draft tokens, it follows
+reordering included), and an empty ``DynamicCache`` given to the model gets its layers (``sharing_layers``).
+A token's keys are written after the stored ones in a buffer with room to spare (a window cache's kept keys are a
+slice of it, moved to a smaller buffer when they fill under half of it), instead of a concatenated copy of the
+whole cache at every token. For assisted decoding, which crops the keys of rejected draft tokens, it follows
 transformers' past-recording protocol: after ``activate_past_recording()`` it keeps what the queries since
 the last ``crop`` need until the next one (generate() turns it on for assisted and prompt-lookup decoding);
 without it, ``crop`` works whenever no key the cropped cache would need has been dropped, and raises otherwise.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+MIN_SPARE = 16  # positions a new buffer has to spare at least (a quarter of what it holds otherwise)
 
 
 class PatternCacheLayer(DynamicLayer):
@@ -78,8 +82,9 @@ class PatternCacheLayer(DynamicLayer):
         this layer's own buffer with room behind it: each token then copies only itself, not the whole cache as
         ``torch.cat`` does (transformers' ``DynamicLayer``; at 8k keys 70% of a Causal decoding step). A window
         cache's kept keys are a slice too (``_keep_only``). Anything else (a beam reorder, a gather) starts a
-        new buffer with a quarter to spare. Never while autograd records."""
-        if torch.is_grad_enabled() and (stored.requires_grad or new.requires_grad):
+        new buffer with a quarter to spare. Never while autograd records: attention saved the stored keys for
+        backward (they are a view of the buffer), even where they need no gradient (LoRA on queries and values)."""
+        if torch.is_grad_enabled():
             return torch.cat([stored, new], dim=-2)
         if stored.numel() == 0:  # lazy_initialization's empty start
             stored = new[..., :0, :]
@@ -97,23 +102,42 @@ class PatternCacheLayer(DynamicLayer):
         else:
             in_place = False
         if not in_place or new.dtype != buffer.dtype:
-            size = (*new.shape[:-2], end + max(new.shape[-2], end // 4), new.shape[-1])
-            buffer, start = new.new_empty(size, dtype=torch.promote_types(stored.dtype, new.dtype)), 0
-            buffer[..., :n, :] = stored
-            self._buffers[which] = buffer
+            dtype = torch.promote_types(stored.dtype, new.dtype)
+            buffer, start = self._new_buffer(stored, end, which, dtype), 0
         buffer[..., start + n : start + end, :] = new
         return buffer[..., start : start + end, :]
 
+    def _new_buffer(self, stored: torch.Tensor, length: int, which: int, dtype=None) -> torch.Tensor:
+        """A new buffer for ``length`` keys and a quarter more (at least ``MIN_SPARE``), ``stored`` at its front."""
+        size = (*stored.shape[:-2], length + max(length // 4, MIN_SPARE), stored.shape[-1])
+        buffer = stored.new_empty(size, dtype=dtype)
+        buffer[..., : stored.shape[-2], :] = stored
+        self._buffers[which] = buffer
+        return buffer
+
     def _keep_only(self, idx: torch.Tensor):
         """Keep the stored keys at ``idx`` (sorted): a slice where they are consecutive (a window's newest keys, a
-        crop), so the next tokens are still written in place; a gather otherwise."""
+        crop), so the next tokens are still written in place; a gather otherwise. Kept keys that fill under half of
+        their buffer move to a buffer sized for them (a window's few keys after a long prompt), and a gather's copy
+        lets the old buffer go: memory follows what is kept."""
         if idx.numel() and int(idx[-1]) - int(idx[0]) + 1 == idx.numel():
             idx = slice(int(idx[0]), int(idx[-1]) + 1)
         self.keys, self.values, self.positions = (
-            self.keys[..., idx, :],
-            self.values[..., idx, :],
+            self._shrink(self.keys[..., idx, :], 0),
+            self._shrink(self.values[..., idx, :], 1),
             self.positions[idx],
         )
+
+    def _shrink(self, kept: torch.Tensor, which: int) -> torch.Tensor:
+        """``kept`` (keys or values), in a buffer of their own size where they fill under half of this layer's."""
+        buffer = self._buffers[which]
+        if buffer is None or kept._base is not buffer:
+            self._buffers[which] = None  # a gather's copy (or keys from torch.cat): the buffer is not theirs
+            return kept
+        n = kept.shape[-2]
+        if 2 * (n + max(n // 4, MIN_SPARE)) >= buffer.shape[-2]:
+            return kept
+        return self._new_buffer(kept, n, which)[..., :n, :]
 
     def _drop_unreachable(self, next_pos: int):
         """Drop the stored keys that no query at a position >= ``next_pos`` can attend."""
@@ -188,6 +212,18 @@ class SparsePatternCache(Cache):
             layers=[PatternCacheLayer(config.layer_pattern(i)) for i in range(config.num_hidden_layers)]
         )
 
+    @classmethod
+    def sharing_layers(cls, cache: Cache, config) -> SparsePatternCache:
+        """A SparsePatternCache on the layer list of ``cache`` (an empty DynamicCache, or one this has filled
+        before), which gets ``config``'s pattern layers where it holds none. What the model caches then shows in
+        ``cache`` itself, and what is done to ``cache`` (``crop``, ``reorder_cache``) reaches the pattern layers:
+        transformers' manual decoding loop passes the same DynamicCache at every step."""
+        if not holds_pattern_layers(cache):
+            cache.layers[:] = cls(config).layers  # the same list: ``cache`` sees every later change too
+        view = cls.__new__(cls)
+        Cache.__init__(view, layers=cache.layers)
+        return view
+
     def positions(self, layer_idx: int) -> torch.Tensor:
         return self.layers[layer_idx].last_positions
 
@@ -203,6 +239,12 @@ class SparsePatternCache(Cache):
         """Every layer keeps what queries since the last ``crop`` need (also where transformers' Cache lacks it)."""
         for layer in self.layers:
             layer.activate_past_recording()
+
+
+def holds_pattern_layers(cache) -> bool:
+    """Whether ``cache`` (another Cache class) holds pattern layers a model put there (``sharing_layers``)."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(isinstance(layer, PatternCacheLayer) for layer in layers)
 
 
 __all__ = ["PatternCacheLayer", "SparsePatternCache"]

@@ -35,7 +35,7 @@ from ...attention.adaptive_span import AdaptiveSpan
 from ...attention.dense import all_true
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
 from .attention_sparse_transformer import SparseTransformerAttention, build_mask, left_padding
-from .cache_sparse_transformer import SparsePatternCache
+from .cache_sparse_transformer import SparsePatternCache, holds_pattern_layers
 from .configuration_sparse_transformer import SparseTransformerConfig
 from .embeddings_sparse_transformer import (
     RotaryEmbedding,
@@ -301,13 +301,14 @@ def with_span_penalty(model, loss):
     return loss + model.sparse_transformer.adaptive_span_loss().to(loss.dtype)
 
 
-def _default_generate_cache(cache) -> bool:
-    """Whether ``cache`` is what generate() makes by default, an empty DynamicCache (not offloaded): the model
-    puts its pattern cache in its place."""
+def _fillable_dynamic_cache(cache) -> bool:
+    """Whether ``cache`` is a DynamicCache (not offloaded) the model can fill with its pattern layers: an empty one
+    (what generate() makes by default, and what transformers' manual decoding loop starts with), or one it filled
+    before. The model reads it through a SparsePatternCache on its layers (``SparsePatternCache.sharing_layers``)."""
     return (
         type(cache) is DynamicCache
-        and cache.get_seq_length() == 0
         and not getattr(cache, "offloading", False)
+        and (cache.get_seq_length() == 0 or holds_pattern_layers(cache))
     )
 
 
@@ -391,7 +392,8 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                 "use_cache=True is incompatible with gradient checkpointing: setting use_cache=False"
             )
             use_cache = False
-        cache = self._cache(_pick_cache(cache, past_key_values), use_cache)
+        given = _pick_cache(cache, past_key_values)
+        cache = self._cache(given, use_cache)
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         B, n = ref.shape
         past = cache.get_seq_length() if cache is not None else 0
@@ -441,6 +443,8 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         pooled = self.pooler(hidden) if self.pooler is not None else None
         token_mask = None if attention_mask is None else attention_mask[:, -n:]
         aux_loss, z_loss = router_losses(cfg, all_router_logits, token_mask)
+        # a DynamicCache the model fills (the same layers) is returned itself, as transformers models do
+        returned = given if cache is not None and getattr(given, "layers", None) is cache.layers else cache
         out = SparseTransformerModelOutput(
             last_hidden_state=hidden,
             pooler_output=pooled,
@@ -451,7 +455,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             router_logits=all_router_logits
             if all_router_logits and wants_router_logits(cfg, output_router_logits)
             else None,
-            **{CACHE_FIELD: cache if use_cache else None},
+            **{CACHE_FIELD: returned},
         )
         return _return(return_dict, out, cfg)
 
@@ -499,9 +503,15 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         return masks
 
     def _cache(self, given, use_cache):
-        """The pattern-aware cache; an empty DynamicCache (what generate() makes by default) is replaced. Keys
-        from elsewhere are refused, with or without ``use_cache``: dropping them would run without them."""
-        if given is not None and not isinstance(given, SparsePatternCache):
+        """The pattern-aware cache. A DynamicCache that is empty (generate's default, or a user's for the manual
+        decoding loop) gets the pattern layers, and is read through a SparsePatternCache on them, so that it holds
+        what the model cached. Keys from elsewhere are refused, with or without ``use_cache``: dropping them would
+        run without them."""
+        if (
+            given is not None
+            and not isinstance(given, SparsePatternCache)
+            and not holds_pattern_layers(given)
+        ):
             held = given.get_seq_length() if isinstance(given, Cache) else None
             if held != 0:
                 where = (
@@ -518,8 +528,10 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             return None
         if isinstance(given, SparsePatternCache):
             return given
-        if given is None or _default_generate_cache(given):
+        if given is None:
             return SparsePatternCache(self.config)
+        if _fillable_dynamic_cache(given):
+            return SparsePatternCache.sharing_layers(given, self.config)
         # a static, offloaded or quantized cache would be dropped here without a word: say so instead
         raise ValueError(
             f"SparseTransformer keeps each layer's keys per its attention pattern in a SparsePatternCache and "
@@ -603,13 +615,16 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
     def _prepare_cache_for_generation(
         self, generation_config, model_kwargs, generation_mode, *args, **kwargs
     ):
-        """generate() makes a DynamicCache, which the forward would replace: put the pattern-aware cache in its place
+        """generate() makes a DynamicCache (or is given one): put a pattern-aware cache on its layers in its place
         here, so that what generate does to its cache reaches it (assisted decoding records the past, then crops)."""
         super()._prepare_cache_for_generation(
             generation_config, model_kwargs, generation_mode, *args, **kwargs
         )
-        if _default_generate_cache(model_kwargs.get(CACHE_FIELD)):
-            cache = SparsePatternCache(self.config)
+        given = model_kwargs.get(CACHE_FIELD)
+        if _fillable_dynamic_cache(given):
+            cache = SparsePatternCache.sharing_layers(given, self.config)
+            # transformers 5.24 marks a user's cache, to roll back a deferred stop's extra token (mps)
+            cache._is_user_defined = getattr(given, "_is_user_defined", False)
             if generation_mode == GenerationMode.ASSISTED_GENERATION or getattr(
                 generation_config, "is_assistant", False
             ):
