@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,21 +48,34 @@ def fingerprint(*parts: Any) -> str:
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    """A hash of what a tokenizer does: its full serialisation (fast) or vocabulary and settings."""
+    """A hash of what a tokenizer does: its full serialisation (fast) or vocabulary and settings. A fast
+    tokenizer's ``truncation`` and ``padding`` are left out: they are the state of its last call (every call
+    sets its own), so they would make an identical rerun miss the cache."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        state = backend.to_str()
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None)
+        state.pop("padding", None)
     else:
         state = json.dumps(sorted(tokenizer.get_vocab().items()))
     special = sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", []))
     return fingerprint(type(tokenizer).__name__, state, special)
 
 
+@functools.cache
+def _file_hash(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
 def _callable_key(fn) -> list:
-    """A stable description of a function or a ``functools.partial`` of one (for fingerprints)."""
+    """A stable description of a function or a ``functools.partial`` of one (for fingerprints): its name and
+    a hash of its module's source, so that a changed check (a stricter one) runs again over cached data."""
     if isinstance(fn, functools.partial):
         return [*_callable_key(fn.func), list(fn.args), fn.keywords]
-    return [fn.__module__, fn.__qualname__]
+    source = getattr(sys.modules.get(fn.__module__), "__file__", None)
+    code = _file_hash(source) if source else None
+    return [fn.__module__, fn.__qualname__, code]
 
 
 def jsonl_files(
@@ -101,16 +115,46 @@ def load_jsonl_splits(
 def load_jsonl(path: str, check: Callable[[dict, str], None] | None = None):
     """One JSON Lines file (plain or gzip) as a ``datasets.Dataset`` (``load_dataset("json")``), every
     row checked with ``check`` (:func:`validate_rows`) when given. ``ValueError`` naming the file if
-    ``load_dataset`` cannot read it."""
+    it is empty or ``load_dataset`` cannot read it, and the row too if its text is not UTF-8."""
     from datasets import load_dataset
 
     path = os.path.abspath(os.fspath(path))
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise ValueError(f"{path}: empty file: a JSON Lines file needs one JSON object per row")
     try:
         dataset = load_dataset("json", data_files={"rows": path}, split="rows")
     except Exception as e:  # datasets wraps JSON and Arrow errors in its own types
         cause = e.__cause__ or e
-        raise ValueError(f"{path}: not a readable JSON Lines file: {cause}") from e
+        raise ValueError(
+            f"{path}: not a readable JSON Lines file: {str(cause) or type(cause).__name__}"
+        ) from e
+    _check_utf8(dataset, path)
     return dataset if check is None else validate_rows(dataset, check, path)
+
+
+def _check_utf8(dataset, path: str, batch_size: int = 1000) -> None:
+    """``ValueError`` naming ``path`` and the row of the first text that is not UTF-8: the JSON reader
+    copies such bytes unchecked, and decoding them later fails naming neither."""
+    import pyarrow as pa
+
+    try:
+        dataset.data.table.validate(full=True)
+        return
+    except pa.ArrowInvalid as e:
+        invalid = e
+    for start in range(0, len(dataset), batch_size):
+        stop = min(start + batch_size, len(dataset))
+        try:
+            dataset[start:stop]
+            continue
+        except UnicodeDecodeError:
+            pass
+        for index in range(start, stop):
+            try:
+                dataset[index]
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: row {index + 1}: text is not UTF-8 ({e})") from e
+    raise ValueError(f"{path}: not a readable JSON Lines file: {invalid}") from invalid
 
 
 def validate_rows(dataset, check: Callable[[dict, str], None], source: str):
@@ -118,11 +162,15 @@ def validate_rows(dataset, check: Callable[[dict, str], None], source: str):
     the data and the check, so a second run skips it); returns the (unchanged) rows.
 
     ``where`` is ``"<source>: row <n>"`` with ``n`` from 1; ``check`` raises ``ValueError`` naming
-    the field.
+    the field. A column that is null in every row is left out of the rows ``check`` sees (as if no row
+    had the field); a row that lacks a field other rows have sees it as null.
     """
+    from datasets import Value
+
+    absent = {name for name, feature in dataset.features.items() if feature == Value("null")}
 
     def run(row, index):
-        check(dict(row), f"{source}: row {index + 1}")
+        check({k: v for k, v in row.items() if k not in absent}, f"{source}: row {index + 1}")
         return {}
 
     return dataset.map(

@@ -374,6 +374,28 @@ def test_selection_response_points_and_history_window():
         build_selection_examples(dialogues, response_turns="first")
 
 
+def test_selection_candidates_share_one_history_as_in_the_pipeline():
+    """A long candidate leaves room for fewer turns: the oldest turns it drops are dropped for every candidate
+    of the example (the pipeline's layout), so candidates differ only in the candidate."""
+    system = [["hello", "sure", "for two at noon please thanks yes"], ["yes", "no thanks", "at noon"]]
+    dialogues = [
+        {"dialogue_id": f"d{k}", "speakers": ["USER", "SYSTEM"] * 3,
+         "turns": ["hi there", system[k][0], "book a table", system[k][1], "what time", system[k][2]]}
+        for k in range(2)
+    ]  # fmt: skip
+    f = make_formatter(max_length=16)
+    examples = build_selection_examples(dialogues, n_negatives=2, formatter=f)
+    own_layout = 0  # examples whose candidates would each keep their own history
+    for e in examples:
+        alone = f.encode_candidates(e["speakers"], e["turns"], e["candidates"])["truncated_turns"]
+        own_layout += len(set(alone)) > 1
+        assert e["truncated_turns"] == [max(alone)] * 3
+        assert all(ti == e["turn_index"][0] for ti in e["turn_index"])
+        assert e["turn_index"][0] == list(range(e["history_start"] + max(alone), e["response_turn"]))
+        assert all(len(ids) <= 16 for ids in e["input_ids"])
+    assert own_layout > 0
+
+
 # ---------------------------------------------------------------- collators
 
 
@@ -529,10 +551,49 @@ def _dialogues_of(path):
             "field 'speakers' has 1 entries for 2 turns",
         ),
         ({"dialogue_id": "x", "turns": ["a"]}, r"missing field\(s\) \['speakers'\]"),
+        (
+            {"dialogue_id": "x", "speakers": ["USER"], "turns": [None]},
+            r"field 'turns'\[0\] must be a str, got None",
+        ),
+        (
+            {"dialogue_id": "x", "speakers": ["USER"], "turns": [5]},
+            r"field 'turns'\[0\] must be a str, got 5",
+        ),
+        (
+            {"dialogue_id": "x", "speakers": ["AGENT"], "turns": ["a"]},
+            r"field 'speakers' has unknown speaker\(s\) \['AGENT'\]",
+        ),
+        (
+            {"dialogue_id": "x", "speakers": ["USER"], "turns": ["a"], "acts": [None]},
+            r"field 'acts'\[0\] must be a list of str",
+        ),
+        (
+            {"dialogue_id": "x", "speakers": ["USER"], "turns": ["a"], "acts": [["A"]], "active_intent": [3]},
+            r"field 'active_intent'\[0\] must be a str or null",
+        ),
     ],
 )
 def test_read_sgd_names_file_row_and_field(tmp_path, row, match):
     good = {"dialogue_id": "ok", "speakers": ["USER"], "turns": ["hi"]}
+    good.update({k: [["INFORM"]] if k == "acts" else ["Intent"] for k in row if k not in good})
     (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(ValueError, match=f"train.jsonl: row 2: {match}"):
         _dialogues_of(tmp_path / "train.jsonl")
+
+
+def test_read_sgd_row_without_a_field_the_others_have(tmp_path):
+    """A row lacking "acts" (datasets fills null) in a file whose rows have them is an error naming the row;
+    a field that is null in every row counts as absent."""
+    rows = [
+        {"dialogue_id": str(i), "speakers": ["USER"], "turns": ["hi"], "acts": [["INFORM"]]} for i in range(3)
+    ]
+    del rows[1]["acts"]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match="train.jsonl: row 2: field 'acts' is missing"):
+        _dialogues_of(tmp_path / "train.jsonl")
+    for row in rows:
+        row["acts"] = None
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dialogues = _dialogues_of(tmp_path / "train.jsonl")
+    with pytest.raises(ValueError, match="has no field 'acts'"):
+        DialogueLabels.from_dialogues(dialogues)

@@ -9,6 +9,7 @@ from datasets import Dataset
 
 from hf_sparse.data.loading import (
     fingerprint,
+    load_jsonl,
     load_jsonl_splits,
     num_proc_for,
     split_by_group,
@@ -70,6 +71,40 @@ def test_load_jsonl_splits_checks_rows_and_names_file_row_field(tmp_path):
         load_jsonl_splits(str(tmp_path), optional=())
 
 
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (b"", r"bad.jsonl: empty file"),
+        (b'{"x": 1}\n\n{"x": 2, "t": ["caf\xe9"]}\n', r"bad.jsonl: row 2: text is not UTF-8 \('utf-8' codec"),
+        (b"\n\n", r"bad.jsonl: not a readable JSON Lines file: \S"),  # a reason, not an empty message
+    ],
+)
+def test_load_jsonl_unreadable_text_names_file_and_row(tmp_path, data, match):
+    (tmp_path / "bad.jsonl").write_bytes(data)
+    with pytest.raises(ValueError, match=match):
+        load_jsonl(str(tmp_path / "bad.jsonl"), _check)
+
+
+def test_a_changed_row_check_runs_again_over_cached_rows(tmp_path, monkeypatch):
+    """The row check's cache key holds its module's source: a stricter check after an upgrade is not skipped."""
+    import importlib
+
+    from hf_sparse.data import loading
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "row_check_mod.py").write_text("def check(row, where):\n    pass\n")
+    (tmp_path / "train.jsonl").write_text('{"x": 1}\n')
+    module = importlib.import_module("row_check_mod")
+    assert len(load_jsonl(str(tmp_path / "train.jsonl"), check=module.check)) == 1  # cached
+    (tmp_path / "row_check_mod.py").write_text(
+        "def check(row, where):\n    raise ValueError(f'{where}: stricter')\n"
+    )
+    loading._file_hash.cache_clear()
+    module = importlib.reload(module)
+    with pytest.raises(ValueError, match="row 1: stricter"):
+        load_jsonl(str(tmp_path / "train.jsonl"), check=module.check)
+
+
 def test_num_proc_for():
     assert num_proc_for(1, 10_000) is None
     assert num_proc_for(4, 10_000) == 4
@@ -82,6 +117,21 @@ def test_fingerprints_are_stable():
     assert fingerprint("a", 1) != fingerprint("a", 2)
     assert tokenizer_fingerprint(DNATokenizer()) == tokenizer_fingerprint(DNATokenizer())
     assert tokenizer_fingerprint(DNATokenizer()) != tokenizer_fingerprint(DNATokenizer(kmer=3))
+
+
+def test_tokenizer_fingerprint_ignores_the_last_calls_truncation_and_padding():
+    """A fast tokenizer keeps its last call's truncation/padding in its serialisation: not part of the key."""
+    from hf_sparse.tasks.summarization.data import train_summarization_tokenizer
+
+    tok = train_summarization_tokenizer(["a b c d e f g"] * 3, min_frequency=1)
+    before = tokenizer_fingerprint(tok)
+    tok("a b c d e f g", max_length=3, truncation=True)
+    assert tokenizer_fingerprint(tok) == before
+    tok(["a b", "a b c d"], padding="max_length", max_length=8, truncation=True)
+    assert tokenizer_fingerprint(tok) == before
+    assert (
+        tokenizer_fingerprint(train_summarization_tokenizer(["a b c d e f"] * 3, min_frequency=1)) != before
+    )
 
 
 def test_second_build_reuses_the_cache():

@@ -19,6 +19,7 @@ from hf_sparse.tasks.motif.data import (
     read_transfac,
     scan,
     spans_to_tags,
+    synthetic_dataset,
 )
 from hf_sparse.tokenization_dna import reverse_complement
 
@@ -402,6 +403,18 @@ def test_generator_gzip_fasta_background(tmp_path):
             assert ex["sequence"] in upper  # an exact window of the FASTA, N runs avoided
     with pytest.raises(ValueError, match="no record"):
         SyntheticMotifGenerator(length=5000, background_fasta=path)
+
+
+def test_synthetic_dataset_reads_an_edited_background_again(tmp_path):
+    """The datasets cache key includes the background file's size and time: a replaced genome is used."""
+    path = tmp_path / "bg.fa"
+    motifs = [m for m in builtin_motifs() if m.name == "CTCF"]
+    kwargs = {"length": 60, "negative_fraction": 1.0, "background_fasta": path}
+    path.write_text(">chr\n" + "A" * 400 + "\n")
+    assert synthetic_dataset(motifs, 0, 2, **kwargs)["sequence"] == ["A" * 60] * 2
+    path.write_text(">chr\n" + "C" * 400 + "\n")  # same size; a new time
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    assert synthetic_dataset(motifs, 0, 2, **kwargs)["sequence"] == ["C" * 60] * 2
 
 
 def test_dinucleotide_shuffle_keeps_dinucleotides_and_ends():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hf_sparse.tasks.summarization.data import (
+    AbstractiveCollator,
     ExtractiveCollator,
     add_summarization_tokens,
     encode_abstractive,
@@ -157,6 +158,23 @@ def test_abstractive_truncation_is_reported(tok):
         encode_abstractive(tok, None, max_length=8)
 
 
+def test_literal_special_tokens_in_text_stay_text(tok):
+    """ "<sent>", "<query_sep>", "</s>" typed in a document, query or summary are text, never markers."""
+    from hf_sparse.tasks.summarization.task import abstractive_example
+
+    sents = ["W1 reads the <sent> tag.", "W2 reads the </s> tag.", "W3 <s> w4."]
+    (chunk,) = encode_extractive(tok, sents, "w5 <query_sep> w6", max_length=64, sentence_token_id=SENT,
+                                 query_separator_token_id=QSEP)  # fmt: skip
+    assert chunk.input_ids.count(SENT) == 3 and chunk.input_ids.count(QSEP) == 1
+    assert chunk.input_ids.count(tok.eos_token_id) == 1 and chunk.input_ids.count(tok.bos_token_id) == 1
+    enc = encode_abstractive(tok, " ".join(sents), max_length=64, sentence_token_id=SENT)
+    assert enc["input_ids"].count(SENT) == 3 and enc["input_ids"].count(tok.eos_token_id) == 1
+    example = {"document": " ".join(sents), "query": None, "summary": "W1 </s> w2 <sent>."}
+    labels = abstractive_example(example, tokenizer=tok, max_length=64, max_target_length=16,
+                                 sentence_token_id=SENT, query_separator_token_id=None)["labels"]  # fmt: skip
+    assert labels.count(tok.eos_token_id) == 1 and labels[-1] == tok.eos_token_id and SENT not in labels
+
+
 # ------------------------------------------------------------------------------------------ collator
 
 
@@ -182,6 +200,17 @@ def test_extractive_collator_documents():
     assert batch["document_index"].tolist() == [0, 0, 1]
     assert batch["input_ids"].shape == (3, 6) and batch["labels"].tolist()[1] == [0.0, 0.0]
     assert "document_index" not in collate([{"input_ids": [0, 5, 2], "labels": [1.0]}])
+
+
+def test_abstractive_collator_pads_labels_to_the_longest_summary():
+    collate = AbstractiveCollator(pad_token_id=1, pad_to_multiple_of=16)
+    batch = collate([
+        {"input_ids": [0, 9, 9, 2], "attention_mask": [1] * 4, "labels": [0, 7, 2]},
+        {"input_ids": [0, 9, 9, 9, 9, 2], "attention_mask": [1] * 6, "labels": [0, 7, 7, 7, 2]},
+    ])  # fmt: skip
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == (2, 16)
+    assert batch["attention_mask"].sum().item() == 10 and batch["input_ids"][0, 4:].eq(1).all()
+    assert batch["labels"].tolist() == [[0, 7, 2, -100, -100], [0, 7, 7, 7, 2]]  # not padded to 16
 
 
 # ------------------------------------------------------------------------------------------ synthetic

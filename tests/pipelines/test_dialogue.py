@@ -117,6 +117,28 @@ def test_long_history_is_left_truncated_to_the_newest_turns(select):
     assert out["ranking"] == kept["ranking"]  # both candidates were scored against the same newest turns
 
 
+def test_long_history_rows_are_laid_out_as_in_training(select):
+    """The pipeline's (history, candidate) rows equal the training examples' (build_selection_examples)."""
+    from hf_sparse.tasks.dialogue.data import build_selection_examples
+
+    turns = [f"in paris please {i}" if i % 2 == 0 else "which city for the restaurant ?" for i in range(30)]
+    long_reply = "i found a restaurant in paris , it is open now and has a table for two"
+    dialogues = [
+        {"dialogue_id": "a", "speakers": ["USER", "SYSTEM"] * 15 + ["USER", "SYSTEM"], "turns": [*turns, "in rome", "goodbye"]},
+        {"dialogue_id": "b", "speakers": ["USER", "SYSTEM"], "turns": ["hi", long_reply]},
+    ]  # fmt: skip
+    (example,) = build_selection_examples(
+        dialogues[:1], n_negatives=1, formatter=select.formatter, response_turns="last",
+        pool=[("b", 1, long_reply)],
+    )  # fmt: skip
+    assert 0 < example["truncated_turns"][0]
+    rows = list(select.preprocess({k: example[k] for k in ("turns", "speakers", "candidates")}))
+    assert [r["input_ids"][0].tolist() for r in rows] == example["input_ids"]
+    assert [r["global_attention_mask"][0].tolist() for r in rows] == example["global_attention_mask"]
+    assert [r["candidate_positions"].item() for r in rows] == example["candidate_positions"]
+    assert rows[0]["truncated_turns"] == example["truncated_turns"][0]
+
+
 @pytest.mark.parametrize("n_turns", [40, 60])
 def test_truncated_turns_counts_each_dropped_turn_once(select, n_turns):
     """One candidate (or several that drop the same turns): the count is the formatter's, not twice it."""

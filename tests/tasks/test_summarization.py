@@ -96,6 +96,27 @@ def test_abstractive_run_reports_generation_rouge_and_truncation(tmp_path):
     assert gen["max_length"] == 16 and gen["num_beams"] == 2 and gen["no_repeat_ngram_size"] == 3
 
 
+def test_abstractive_collator_pads_labels_to_the_batch_not_the_window(tmp_path):
+    """Only the encoder inputs are padded to the attention window: the decoder runs on the summary's length."""
+    data = copy_data(tmp_path / "data", 8)
+    args = AbstractiveArguments(data_dir=data, attention_window=64, max_source_length=128, max_target_length=16,
+                                max_decoder_positions=32, decoder_layers=1, vocab_min_frequency=1,
+                                **{k: v for k, v in SMALL.items() if k in ("hidden_size", "num_hidden_layers",
+                                   "num_attention_heads", "intermediate_size")})  # fmt: skip
+    task = get_task("abstractive-summarization")()
+    tokenizer = task.build_tokenizer(args)
+    model = task.build_model(args, tokenizer).eval()
+    items = [task.build_datasets(args, tokenizer)["train"][i] for i in range(2)]
+    batch = task.data_collator(args, tokenizer)(items)
+    assert batch["input_ids"].shape == (2, 64) and batch["attention_mask"].sum() == sum(
+        len(f["input_ids"]) for f in items
+    )
+    longest = max(len(f["labels"]) for f in items)
+    assert batch["labels"].shape == (2, longest)  # not 64, past max_decoder_positions=32
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+
+
 def test_qmsum_specific_queries_are_query_prefixed(shared_data, tmp_path):
     recipe = {"task": "abstractive-summarization", "data_dir": f"{shared_data}/summarization/qmsum",
               "output_dir": str(tmp_path), "query_mode": "specific", "global_attention": ["first", "query"],

@@ -13,6 +13,7 @@ from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
 from .formatter import (
     _PARALLEL_FIELDS,
+    DEFAULT_SPEAKER_TOKENS,
     NONE_INTENT,
     SGD_FIELDS,
     DialogueFormatter,
@@ -98,21 +99,59 @@ def _checked_text(i: int, text: Any) -> str:
 # ---------------------------------------------------------------- SGD rows and labels
 
 
-def check_sgd_record(dialogue: Any, where: str) -> None:
+_STR = ("a str", lambda v: isinstance(v, str))
+_STR_LIST = ("a list of str", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+#: per-turn field -> (what each of its entries must be, the test)
+_TURN_ENTRIES = {
+    "speakers": _STR,
+    "turns": _STR,
+    "acts": _STR_LIST,
+    "act_slots": _STR_LIST,
+    "active_intent": ("a str or null", lambda v: v is None or isinstance(v, str)),
+    "services_per_turn": _STR_LIST,
+}
+
+
+def check_sgd_record(
+    dialogue: Any, where: str, speakers: Collection[str] = tuple(DEFAULT_SPEAKER_TOKENS)
+) -> None:
     """A Schema-Guided Dialogue row (``ValueError`` naming ``where`` and the field otherwise): it has
-    ``dialogue_id``, ``speakers`` and ``turns``, and the per-turn fields that are present
-    (``speakers``, ``turns``, ``acts``, ``act_slots``, ``active_intent``, ``services_per_turn``) have one
-    entry per turn. A field that is null counts as absent (``datasets`` fills a field some rows lack
-    with null)."""
+    ``dialogue_id``, ``speakers`` (each one of ``speakers``) and ``turns`` (each a str), and the per-turn
+    fields that are present have one entry per turn: ``acts``, ``act_slots`` and ``services_per_turn`` a
+    list of str per turn, ``active_intent`` a str or null per turn.
+
+    A per-turn field is in every row of a file or in none: a field that is null in every row counts as
+    absent, but a row without one (``datasets`` fills it with null) in a file whose other rows have it is
+    an error, since its labels would be missing (:func:`~hf_sparse.data.loading.validate_rows` leaves out
+    the columns that are null in every row, so a key that is present and null here is such a row)."""
     if not isinstance(dialogue, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(dialogue).__name__}")
     missing = [k for k in SGD_FIELDS if dialogue.get(k) is None]
     if missing:
         raise ValueError(f"{where}: missing field(s) {missing}")
+    for name in _PARALLEL_FIELDS:
+        if name in dialogue and dialogue[name] is None:
+            raise ValueError(
+                f"{where}: field {name!r} is missing (null) while other rows of the file have it"
+            )
+        if dialogue.get(name) is not None and not isinstance(dialogue[name], list):
+            raise ValueError(f"{where}: field {name!r} must be a list, got {dialogue[name]!r:.60}")
     n = len(dialogue["turns"])
     for name in _PARALLEL_FIELDS:
-        if dialogue.get(name) is not None and len(dialogue[name]) != n:
-            raise ValueError(f"{where}: field {name!r} has {len(dialogue[name])} entries for {n} turns")
+        values = dialogue.get(name)
+        if values is None:
+            continue
+        if len(values) != n:
+            raise ValueError(f"{where}: field {name!r} has {len(values)} entries for {n} turns")
+        kind, ok = _TURN_ENTRIES[name]
+        bad = next((t for t, value in enumerate(values) if not ok(value)), None)
+        if bad is not None:
+            raise ValueError(f"{where}: field {name!r}[{bad}] must be {kind}, got {values[bad]!r:.60}")
+    unknown = sorted({s for s in dialogue["speakers"] if s not in speakers})
+    if unknown:
+        raise ValueError(
+            f"{where}: field 'speakers' has unknown speaker(s) {unknown}; known: {sorted(speakers)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -163,7 +202,7 @@ class DialogueLabels:
         n = 0
         for d, dialogue in enumerate(dialogues):
             n += 1
-            if act_field not in dialogue:
+            if dialogue.get(act_field) is None:
                 raise ValueError(f"dialogues[{d}] has no field {act_field!r}")
             for turn_acts in dialogue[act_field]:
                 acts.update(turn_acts)
@@ -288,7 +327,7 @@ def _turn_labels(
     user_speaker: str,
 ) -> list[tuple[list[int], int, str | None, list[str]]]:
     """Per turn: (multi-hot acts or a -100 row, intent id or -100, gold intent name or None, unknown acts)."""
-    if labels.act_field not in dialogue:
+    if dialogue.get(labels.act_field) is None:
         raise ValueError(f"dialogue {dialogue.get('dialogue_id')!r} has no field {labels.act_field!r}")
     intents = dialogue.get("active_intent") or [None] * len(dialogue["turns"])
     rows = []
@@ -365,7 +404,8 @@ def build_selection_examples(
 
     Each example has ``dialogue_id``, ``response_turn``, ``history_start`` (original index of the first history
     turn), ``speakers`` and ``turns`` (the history), ``candidates`` and ``labels``; with a ``formatter`` also the
-    :meth:`DialogueFormatter.encode_candidates` fields (``turn_index`` in original dialogue indices).
+    :meth:`DialogueFormatter.encode_candidates` fields laid out by :func:`pack_candidates` (the same history
+    for every candidate, as in the pipeline; ``turn_index`` in original dialogue indices).
     """
     check_positive_int("n_negatives", n_negatives)
     check_positive_int("history_window", history_window, allow_none=True)
@@ -406,13 +446,35 @@ def build_selection_examples(
                 if missing:  # negatives from dialogues outside `dialogues` (a shared pool)
                     text_ids.update(zip(missing, formatter.tokenize_turns(missing)))
                 history = tokenized[d][start:t]
-                encoded = _group(
-                    [formatter.pack(example["speakers"], history, text_ids[c]) for c in candidates]
+                encoded = pack_candidates(
+                    formatter, example["speakers"], history, [text_ids[c] for c in candidates]
                 )
                 encoded["turn_index"] = [[i + start for i in ti] for ti in encoded["turn_index"]]
                 example.update(encoded)
             examples.append(example)
     return examples
+
+
+def pack_candidates(
+    formatter: DialogueFormatter,
+    speakers: Sequence[str],
+    turn_ids: Sequence[Sequence[int]],
+    candidate_ids: Sequence[Sequence[int]],
+) -> dict[str, list]:
+    """:meth:`DialogueFormatter.pack` of one history with each candidate, every candidate with the same
+    turns: when the history does not fit next to some candidate, the oldest turns the longest candidate
+    leaves no room for are dropped for all (only the newest turn's cut tokens, when that turn alone is too
+    long, can differ). Fields of :meth:`DialogueFormatter.encode_candidates`; ``turn_index`` and
+    ``truncated_turns`` count from the first turn of ``turn_ids``. Training, evaluation and the
+    ``dialogue-response-selection`` pipeline all lay candidates out with this."""
+    packed = [formatter.pack(speakers, turn_ids, c) for c in candidate_ids]
+    dropped = max(p["truncated_turns"] for p in packed)
+    if dropped != min(p["truncated_turns"] for p in packed):
+        packed = [formatter.pack(speakers[dropped:], turn_ids[dropped:], c) for c in candidate_ids]
+        for p in packed:  # the re-packed history starts at turn `dropped`
+            p["turn_index"] = [i + dropped for i in p["turn_index"]]
+            p["truncated_turns"] += dropped
+    return _group(packed)
 
 
 def _dialogue_key(dialogue: Mapping[str, Any], index: int) -> str:
@@ -485,6 +547,7 @@ __all__ = [
     "build_selection_examples",
     "build_tracking_examples",
     "check_sgd_record",
+    "pack_candidates",
     "selection_pool",
     "train_dialogue_tokenizer",
 ]

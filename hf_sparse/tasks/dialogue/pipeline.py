@@ -35,6 +35,7 @@ from ...pipelines.batching import pad_to_multiple, right_padded
 from ...pipelines.progress import check_progress, progress_bar
 from ...pipelines.saving import SaveModelMixin
 from ...utils.validation import check_fraction
+from .data import pack_candidates
 from .formatter import DialogueFormatter
 
 _KEYS = ("turns", "speakers", "candidates")
@@ -212,13 +213,9 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
 
     def preprocess(self, inputs, candidates=None, speakers=None):
         """One row per (history, candidate) pair, the history the same for every candidate."""
-        speakers, turns, candidates = self._dialogue(inputs, candidates, speakers)
-        encoded = self.formatter.encode_candidates(speakers, turns, candidates)
-        dropped = max(encoded["truncated_turns"])
-        if dropped != min(encoded["truncated_turns"]):  # same history for every candidate: the shortest one
-            encoded = self.formatter.encode_candidates(speakers[dropped:], turns[dropped:], candidates)
-            # counts of the re-encoding are relative to the shortened history (0 unless it still overflows)
-            encoded["truncated_turns"] = [dropped + k for k in encoded["truncated_turns"]]
+        speakers, turns, candidates = self._dialogue(inputs, candidates, speakers)  # validated
+        tokenize = self.formatter.tokenize_turns  # laid out as in training: pack_candidates
+        encoded = pack_candidates(self.formatter, speakers, tokenize(turns), tokenize(candidates))
         truncated_turns, truncated_tokens = max(encoded["truncated_turns"]), max(encoded["truncated_tokens"])
         for k, candidate in enumerate(candidates):
             row = _row(

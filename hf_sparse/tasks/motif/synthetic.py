@@ -206,14 +206,23 @@ def _synthetic_rows(params: dict[str, Any], start: int, n: int):
 def synthetic_dataset(motifs: Sequence[Motif], start: int, n: int, **kwargs: Any):
     """Examples ``start .. start + n - 1`` of ``SyntheticMotifGenerator(motifs, **kwargs)`` as a
     ``datasets.Dataset`` (``Dataset.from_generator``: written once to the datasets cache, keyed by
-    the motifs and the generator's arguments, and reused by the next run)."""
+    the motifs and the generator's arguments, with ``background_fasta`` the file's absolute path, size
+    and modification time, and reused by the next run)."""
     from datasets import Dataset
 
-    params = {"motifs": [m.to_dict() for m in motifs], "kwargs": kwargs}
     SyntheticMotifGenerator(list(motifs), **kwargs)  # argument errors here, not inside the generator
+    config_name = None
+    if kwargs.get("background_fasta") is not None:
+        # the cache key includes the file's size and time, so an edited background is read again
+        path = os.path.abspath(os.fspath(kwargs["background_fasta"]))
+        stat = os.stat(path)
+        kwargs = {**kwargs, "background_fasta": path}
+        config_name = f"background-{stat.st_size}-{stat.st_mtime_ns}"
+    params = {"motifs": [m.to_dict() for m in motifs], "kwargs": kwargs}
     return Dataset.from_generator(
-        _synthetic_rows, features=_motif_features(), gen_kwargs={"params": params, "start": start, "n": n}
-    )
+        _synthetic_rows, features=_motif_features(), gen_kwargs={"params": params, "start": start, "n": n},
+        config_name=config_name,
+    )  # fmt: skip
 
 
 __all__ = ["SyntheticMotifGenerator", "generate_motif_dataset", "synthetic_dataset"]

@@ -10,7 +10,8 @@ marker and ``<query_sep>`` the query separator (:data:`SENTENCE_TOKEN`, :data:`Q
     encode_extractive (every chunk):    P  [query tokens <query_sep>] <sent> s_i <sent> s_i+1 ...  S
 
 Sentences come from :func:`hf_sparse.tasks.summarization.sentences.split_sentences` (rule-based, offline). Text is tokenized
-with ``add_special_tokens=False``.
+with ``add_special_tokens=False, split_special_tokens=True``: a literal ``"<sent>"`` (or ``"</s>"``) in a document
+or query is text, never a marker.
 
 Long documents are never cut silently:
 
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...data.padding import padded_length
+from ...data.padding import pad_rows, padded_length
 from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
 from .sentences import split_sentences
@@ -234,9 +235,11 @@ def _affixes(
 
 
 def _token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, without special tokens; special-token strings in the text (a literal
+    ``"<sent>"`` or ``"</s>"``) stay text, never a marker."""
     if not texts:
         return []
-    return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    return tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 # ---------------------------------------------------------------- sentence features
@@ -441,6 +444,28 @@ class ExtractiveCollator:
         return batch
 
 
+@dataclass
+class AbstractiveCollator:
+    """Pads ``input_ids`` (with ``pad_token_id``; ``attention_mask`` 0 there) to the longest row, rounded
+    up to ``pad_to_multiple_of`` (the encoder's attention window), and ``labels`` (with -100) to the longest
+    summary of the batch only: the decoder runs on the summary's positions (``decoder_input_ids`` come from
+    ``labels``), never on a multiple of the encoder's window."""
+
+    pad_token_id: int
+    pad_to_multiple_of: int | None = None
+
+    def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        length = padded_length(max(len(f["input_ids"]) for f in features), self.pad_to_multiple_of)
+        batch = {
+            "input_ids": pad_rows([f["input_ids"] for f in features], length, self.pad_token_id),
+            "attention_mask": pad_rows([[1] * len(f["input_ids"]) for f in features], length, 0),
+        }
+        if "labels" in features[0]:
+            labels = [f["labels"] for f in features]
+            batch["labels"] = pad_rows(labels, max(len(x) for x in labels), IGNORE_INDEX)
+        return batch
+
+
 def _count(feature: dict) -> int:
     for key in ("labels", "sentence_features"):
         if key in feature:
@@ -484,6 +509,7 @@ __all__ = [
     "SENTENCE_FEATURES",
     "SENTENCE_TOKEN",
     "SPECIAL_TOKENS",
+    "AbstractiveCollator",
     "ExtractiveChunk",
     "ExtractiveCollator",
     "add_summarization_tokens",

@@ -43,6 +43,7 @@ from ..arguments import BackboneArguments
 from .data import (
     QUERY_MODES,
     SENTENCE_FEATURES,
+    AbstractiveCollator,
     ExtractiveCollator,
     add_summarization_tokens,
     encode_abstractive,
@@ -533,7 +534,9 @@ def abstractive_example(
         tokenizer, example["document"], example["query"], max_length=max_length,
         sentence_token_id=sentence_token_id, query_separator_token_id=query_separator_token_id,
     )  # fmt: skip
-    labels = tokenizer(example["summary"], max_length=max_target_length, truncation=True)["input_ids"]
+    labels = tokenizer(
+        example["summary"], max_length=max_target_length, truncation=True, split_special_tokens=True
+    )["input_ids"]  # a literal "</s>" in a summary is text, not an end of sequence
     return {"input_ids": enc["input_ids"], "attention_mask": [1] * len(enc["input_ids"]), "labels": labels,
             "truncated": enc["truncated"]}  # fmt: skip
 
@@ -631,12 +634,11 @@ class AbstractiveSummarizationTask(_SummarizationTask):
         return out
 
     def data_collator(self, args, tokenizer):
-        from transformers import DataCollatorForSeq2Seq
-
+        """Encoder inputs padded to a multiple of the attention window, labels to the batch's longest summary."""
         multiple = (
             None if self._config.encoder_attention_pattern is not None else max(self._config.attention_window)
         )
-        return DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, pad_to_multiple_of=multiple)
+        return AbstractiveCollator(tokenizer.pad_token_id, multiple)
 
     def compute_metrics(self, args):
         def metrics(pred):
