@@ -293,6 +293,22 @@ def test_generate_fills_a_dynamic_cache_it_is_given_and_continues_from_it():
         assert torch.equal(model.generate(out, **{CACHE_FIELD: cache}, **kw), model.generate(out, **kw))
 
 
+@pytest.mark.parametrize("start", [DynamicCache, SparsePatternCache], ids=lambda c: c.__name__)
+def test_a_given_cache_is_used_with_use_cache_false(start):
+    """As in transformers' models, ``use_cache`` only says whether to make a cache: one given is read and written
+    (it was dropped, so a decoding step restarted at position 0 and its logits were wrong without a word)."""
+    model = _lm(P.Causal())
+    ids = torch.randint(1, 50, (1, 9))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits
+        cache = start() if start is DynamicCache else start(model.config)
+        model(ids[:, :5], cache=cache, use_cache=False)
+        assert cache.get_seq_length() == 5
+        for t in range(5, 9):
+            out = model(ids[:, t : t + 1], cache=cache, use_cache=False)
+            torch.testing.assert_close(out.logits[:, -1], full[:, t], rtol=0, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------- gradients and memory
 
 

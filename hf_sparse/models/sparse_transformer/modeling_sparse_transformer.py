@@ -380,8 +380,10 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = bool(cfg.is_decoder and (cfg.use_cache if use_cache is None else use_cache))
+        given = _pick_cache(cache, past_key_values)
         if (
-            use_cache
+            cfg.is_decoder
+            and (use_cache or given is not None)
             and self.training
             and torch.is_grad_enabled()
             and any(getattr(layer, "gradient_checkpointing", False) for layer in self.encoder.layer)
@@ -392,7 +394,8 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                 "use_cache=True is incompatible with gradient checkpointing: setting use_cache=False"
             )
             use_cache = False
-        given = _pick_cache(cache, past_key_values)
+            if _fillable_dynamic_cache(given) or isinstance(given, SparsePatternCache):
+                given = None  # (keys from elsewhere are still refused below)
         cache = self._cache(given, use_cache)
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         B, n = ref.shape
@@ -506,7 +509,8 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         """The pattern-aware cache. A DynamicCache that is empty (generate's default, or a user's for the manual
         decoding loop) gets the pattern layers, and is read through a SparsePatternCache on them, so that it holds
         what the model cached. Keys from elsewhere are refused, with or without ``use_cache``: dropping them would
-        run without them."""
+        run without them. A cache given is used whatever ``use_cache`` says, as transformers' models do: a decoder
+        that dropped the keys it holds would start again at position 0."""
         if (
             given is not None
             and not isinstance(given, SparsePatternCache)
@@ -524,7 +528,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
                     f"{f' holding {held} tokens' if held else ''}: keys computed outside the model (e.g. PEFT "
                     "prefix tuning's virtual tokens) are not supported; PEFT's LoRA and prompt tuning are"
                 )
-        if not use_cache:
+        if not self.config.is_decoder or (given is None and not use_cache):
             return None
         if isinstance(given, SparsePatternCache):
             return given
