@@ -43,8 +43,11 @@ def parse_args(argv=None):
     p.add_argument("--skip-timing", action="store_true", help="only the spans plot (with --model)")
     p.add_argument("--out", default="benchmarks/adaptive_span", help="output prefix (.json, .md, _spans.png)")
     args = p.parse_args(argv)
-    args.spans = [int(s) for s in args.spans.split(",")]
-    for name in ("seq_len", "heads", "head_dim", "ramp", "block_size", "repeats"):
+    try:
+        args.spans = [int(s) for s in args.spans.split(",")]
+    except ValueError:
+        raise ValueError(f"--spans must be comma-separated ints, got {args.spans!r}") from None
+    for name in ("seq_len", "heads", "head_dim", "ramp", "block_size", "repeats", "threads"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if any(s < 0 for s in args.spans):
@@ -109,9 +112,16 @@ def time_spans(args):
 
 
 def model_spans(path):
+    """(spans per layer and head, the ``adaptive_span`` spec) of the model saved in ``path``; ``ValueError``
+    if it has no adaptive span."""
     from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
 
     model = SparseTransformerForCausalLM.from_pretrained(path)
+    if model.config.adaptive_span is None:
+        raise ValueError(
+            f"--model {path}: the model has no adaptive span (its config's adaptive_span is None), so no "
+            "spans to plot; give a model trained with adaptive_span (e.g. pipelines/lm/adaptive_span.yaml)"
+        )
     return [
         [round(float(x), 2) for x in layer.attention.self.adaptive_span.spans().detach()]
         for layer in model.sparse_transformer.encoder.layer
@@ -183,6 +193,9 @@ def main(argv=None):
     args.command = "python scripts/benchmark_adaptive_span.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
+    spans = None
+    if args.model is not None:  # first: a model without spans is an error before minutes of timing
+        spans, spec = model_spans(args.model)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {}
@@ -207,9 +220,7 @@ def main(argv=None):
         for key in ("seq_len", "heads", "head_dim", "ramp", "block_size", "causal", "threads"):
             setattr(args, key, old["timing"][key])
         args.repeats = len(rows[0]["all_s"])
-    spans = None
     if args.model is not None:
-        spans, spec = model_spans(args.model)
         args.span_spec = spec
         plot_spans(spans, spec, f"{out}_spans.png")
         result["learned_spans"] = {"model": args.model, "spans": spans, "adaptive_span": spec}

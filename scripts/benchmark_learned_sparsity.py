@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data" / "summarization" / "scisummnet"
@@ -156,7 +157,8 @@ def parameter_counts(model) -> tuple[int, int]:
 
 
 def build_data(args):
-    """(tokenizer, train blocks, validation blocks) of the causal-lm task."""
+    """(tokenizer, train blocks, validation blocks) of the causal-lm task; ``ValueError`` if the training blocks
+    do not fill one batch of ``--batch-size``."""
     from hf_sparse.tasks.lm.data import lm_blocks, load_documents, train_word_tokenizer
 
     train_rows = load_documents(Path(args.data_dir) / "train.jsonl", limit=args.train_documents)
@@ -165,6 +167,11 @@ def build_data(args):
         train_rows["document"], min_frequency=BASE["vocab_min_frequency"], vocab_size=BASE["vocab_size"]
     )
     train = lm_blocks(train_rows, tokenizer, BASE["block_size"]).with_format("torch")
+    if len(train) < args.batch_size:  # the training loader drops the incomplete batch: it would hold none
+        raise ValueError(
+            f"--batch-size {args.batch_size} is more than the {len(train)} training blocks of --train-documents "
+            f"{args.train_documents}: lower --batch-size or raise --train-documents"
+        )
     val = lm_blocks(val_rows, tokenizer, BASE["block_size"], max_blocks=args.eval_blocks).with_format("torch")
     return tokenizer, train, val
 
@@ -175,7 +182,9 @@ def validation_loss(model, val, batch_size: int) -> float:
 
     from hf_sparse.tasks.lm.task import lm_metrics
 
-    class _Loader:  # lm_metrics reads batches from a trainer's eval dataloader
+    class _Loader:  # lm_metrics reads batches from a trainer's eval dataloader and gathers its sums
+        accelerator = SimpleNamespace(gather_for_metrics=lambda sums: sums)  # one process: nothing to gather
+
         def get_eval_dataloader(self, dataset):
             return torch.utils.data.DataLoader(dataset, batch_size=batch_size)
 
@@ -297,7 +306,11 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     started = time.time()
     load_before = os.getloadavg()[0]
-    tokenizer, train, val = build_data(args)
+    try:
+        tokenizer, train, val = build_data(args)
+    except ValueError as e:  # too little data for the arguments: one line, argparse's exit status
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     rows, timings = zip(
         *(run_variant(name, VARIANTS[name], args, tokenizer, train, val) for name in args.variants)
     )

@@ -35,3 +35,17 @@ def test_bad_arguments_are_refused():
         bench.parse_args(["--spans", "-1"])
     with pytest.raises(ValueError, match="--skip-timing without --model"):
         bench.parse_args(["--skip-timing"])
+    with pytest.raises(ValueError, match="--threads must be positive, got 0"):
+        bench.parse_args(["--threads", "0"])
+    with pytest.raises(ValueError, match="--spans must be comma-separated ints, got '1,,2'"):
+        bench.parse_args(["--spans", "1,,2"])
+
+
+def test_model_without_adaptive_span_is_refused_before_the_timing(tmp_path):
+    bench = load_script("benchmark_adaptive_span")
+    SparseTransformerForCausalLM(tiny_decoder_config({"type": "causal"})).save_pretrained(tmp_path / "model")
+    out = tmp_path / "bench" / "adaptive_span"
+    with pytest.raises(ValueError, match="the model has no adaptive span"):
+        bench.main(["--seq-len", "64", "--spans", "0", "--repeats", "1", "--model", str(tmp_path / "model"),
+                    "--out", str(out)])  # fmt: skip
+    assert not (tmp_path / "bench").exists()  # nothing timed, nothing written

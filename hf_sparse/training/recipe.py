@@ -207,6 +207,13 @@ class RecipeArguments:
         default=None,
         metadata={"help": "Module names to adapt; None: the task's default (peft's map for the model type)."},
     )
+    lora_target_parameters: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Parameter names to adapt besides the modules (peft's target_parameters), e.g. "
+            "[up_proj, down_proj] for the 3D expert weights of a mixture-of-experts model; None: none."
+        },
+    )
     lora_modules_to_save: list[str] | None = field(
         default=None,
         metadata={
@@ -269,6 +276,11 @@ class RecipeArguments:
             raise ValueError(f"lora_alpha must be positive, got {self.lora_alpha!r}")
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        if self.lora_target_parameters and self.lora_dropout != 0:  # peft's ParamWrapper has no dropout
+            raise ValueError(
+                f"lora_target_parameters={self.lora_target_parameters!r} needs lora_dropout: 0 (peft adapts "
+                f"parameters without dropout), got lora_dropout={self.lora_dropout!r}"
+            )
         for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "num_proc"):
             check_positive_int(name, getattr(self, name), allow_none=True)
 

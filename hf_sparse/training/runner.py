@@ -126,13 +126,17 @@ def _apply_lora(task, model, recipe_args, training_args):
         lora_alpha=recipe_args.lora_alpha,
         lora_dropout=recipe_args.lora_dropout,
         target_modules=targets,
+        target_parameters=recipe_args.lora_target_parameters,
         modules_to_save=to_save,
         task_type=task.lora_task_type,
     )
     try:
         return get_peft_model(model, config)
     except ValueError as e:
-        raise RecipeError(f"{recipe_args.source}: lora_target_modules={targets!r}: {e}") from e
+        keys = f"lora_target_modules={targets!r}"
+        if recipe_args.lora_target_parameters:
+            keys += f", lora_target_parameters={recipe_args.lora_target_parameters!r}"
+        raise RecipeError(f"{recipe_args.source}: {keys}: {e}") from e
 
 
 def _save_final_model(trainer, task, recipe_args, tokenizer, output_dir: str):
@@ -195,6 +199,7 @@ def _training_config(recipe_args, training_args) -> dict[str, Any]:
             lora_alpha=recipe_args.lora_alpha,
             lora_dropout=recipe_args.lora_dropout,
             lora_target_modules=recipe_args.lora_target_modules,
+            lora_target_parameters=recipe_args.lora_target_parameters,
         )
     return config
 

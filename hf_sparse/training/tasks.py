@@ -154,13 +154,17 @@ class Task:
     def lora_modules_to_save(self, model) -> list[str] | None:
         """Extra modules trained in full (and saved) next to the adapters, e.g. a new task head.
 
-        Default: the adaptive-span modules, if the model has any (``adaptive_span``: one span per head and
-        layer). LoRA would otherwise freeze them, and their span loss would train nothing.
+        Default: the adaptive-span modules (``adaptive_span``: one span per head and layer) and the
+        mixture-of-experts routers (``router``: one ``(num_experts, hidden)`` matrix per MoE layer), where the
+        model has any. LoRA would otherwise freeze them, and their own losses (the span penalty, the router's
+        auxiliary and z losses) would train nothing.
         """
         from ..attention.adaptive_span import AdaptiveSpan
+        from ..models.sparse_transformer.moe_sparse_transformer import SparseTransformerRouter
 
-        spans = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, AdaptiveSpan)}
-        return sorted(spans) or None
+        kinds = (AdaptiveSpan, SparseTransformerRouter)
+        names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, kinds)}
+        return sorted(names) or None
 
     # --- evaluation and artifacts --------------------------------------------------------------
 

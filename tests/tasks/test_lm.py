@@ -85,10 +85,72 @@ def test_prompts_end_without_eos_and_training_documents_are_closed_by_it(tmp_pat
     docs = ["the method is new .", "results are good ."]
     train_word_tokenizer(docs, min_frequency=1).save_pretrained(tmp_path)
     tok = AutoTokenizer.from_pretrained(tmp_path)  # as the pipeline loads it
-    assert tok.convert_ids_to_tokens(tok("the method is")["input_ids"]) == ["<s>", "the", "method", "is"]
+    assert tok.convert_ids_to_tokens(tok("the method is")["input_ids"]) == ["<s>", "▁the", "▁method", "▁is"]
     blocks = lm_blocks(Dataset.from_dict({"document": docs}), tok, block_size=12)
-    stream = "<s> the method is new . </s> <s> results are good . </s>".split()
+    stream = "<s> ▁the ▁method ▁is ▁new ▁ . </s> <s> ▁results ▁are ▁good ▁ . </s>".split()
     assert tok.convert_ids_to_tokens(blocks[0]["input_ids"]) == stream[:12]
+
+
+def test_word_tokenizer_decodes_the_spaces_between_words(tmp_path):
+    """Each word keeps the space before it: decoding gives the text back (lowercased, after one space), and the
+    decoded new tokens of a generation start with the space that separates them from the prompt."""
+    from transformers import AutoTokenizer
+
+    from hf_sparse.tasks.lm.data import train_word_tokenizer
+
+    docs = ["The method (new) is good.", "results are good, e.g. 3.5 times  better -- don't panic"]
+    train_word_tokenizer(docs, min_frequency=1).save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    for doc in docs:
+        assert tok.decode(tok(doc)["input_ids"], skip_special_tokens=True) == " " + doc.lower()
+    ids = tok("the method is good")["input_ids"]
+    assert tok.decode(ids[3:]) == " is good"  # what the pipeline appends to the prompt "the method"
+
+
+def test_text_generation_pipeline_keeps_word_boundaries(tmp_path):
+    """transformers' text-generation pipeline appends the decoded new tokens to the prompt as they are."""
+    from transformers import AutoTokenizer, pipeline
+
+    from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
+    from hf_sparse.tasks.lm.data import train_word_tokenizer
+    from tests.models.tiny import tiny_decoder_config
+
+    words = "the method is new results are good".split()
+    train_word_tokenizer([" ".join(words)], min_frequency=1).save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    model = SparseTransformerForCausalLM(tiny_decoder_config({"type": "causal"}, vocab_size=len(tok))).eval()
+    pipe = pipeline("text-generation", model=model, tokenizer=tok)
+    kwargs = {"max_new_tokens": 4, "do_sample": False, "suppress_tokens": tok.all_special_ids}
+    text = pipe("the method is", **kwargs)[0]["generated_text"]  # 4 words, none of them special
+    assert text.startswith("the method is ") and text.split()[3:] and set(text.split()) <= set(words), text
+    assert len(text.split()) == 7, text
+
+
+def test_lm_metrics_leave_the_model_in_its_mode():
+    """lm_metrics evaluates in eval mode and gives the model back as it was (a training loop goes on training)."""
+    from types import SimpleNamespace
+
+    from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
+    from hf_sparse.tasks.lm.task import lm_metrics
+    from tests.models.tiny import tiny_decoder_config
+
+    model = SparseTransformerForCausalLM(tiny_decoder_config({"type": "causal"}, hidden_dropout_prob=0.5))
+    ids = torch.randint(4, 97, (3, 10), generator=torch.Generator().manual_seed(0))
+    blocks = [{"input_ids": b, "attention_mask": torch.ones_like(b), "labels": b} for b in ids]
+    trainer = SimpleNamespace(
+        get_eval_dataloader=lambda dataset: torch.utils.data.DataLoader(dataset, batch_size=2),
+        accelerator=SimpleNamespace(gather_for_metrics=lambda sums: sums),
+    )
+    for training in (True, False):
+        model.train(training)
+        metrics = lm_metrics(model, blocks, trainer, "eval")
+        assert model.training is training
+        with torch.no_grad():
+            logits = model.eval()(input_ids=ids).logits[:, :-1]
+        expected = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
+        )
+        assert metrics["eval_lm_loss"] == pytest.approx(expected.item(), rel=1e-6)  # without dropout
 
 
 def test_moe_recipe_trains_evaluates_and_saves(shared_data, tmp_path):
@@ -130,3 +192,72 @@ def test_lora_trains_the_adaptive_spans(shared_data, tmp_path):
     for layer in model.sparse_transformer.encoder.layer:
         span = layer.attention.self.adaptive_span.span.detach()
         assert not torch.allclose(span, torch.full_like(span, 32 / 128)), span  # moved from `init`
+
+
+def test_lora_on_the_moe_recipe_trains_the_routers_and_adapts_the_experts(shared_data, tmp_path):
+    """With LoRA the routers train in full by default (else the auxiliary and z losses would train nothing), and
+    lora_target_parameters puts adapters on the experts' 3D weights (peft's target_parameters)."""
+    torch.set_num_threads(1)
+    out = tmp_path / "lm"
+    overrides = [f"data_dir={shared_data}/summarization/scisummnet", f"output_dir={out}", "lora=true",
+                 "lora_target_parameters=[up_proj,down_proj]", "lora_dropout=0"]  # fmt: skip
+    overrides += [f"{k}={v}" for k, v in SMALL.items()]
+    results = run(os.path.join(RECIPES, "moe.yaml"), overrides)
+    assert results["global_step"] == SMALL["max_steps"]
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert config["modules_to_save"] == ["router"] and sorted(config["target_parameters"]) == [
+        "down_proj",
+        "up_proj",
+    ]
+    from safetensors import safe_open
+
+    with safe_open(str(out / "adapter" / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    layers = SMALL["num_hidden_layers"]
+    assert len([k for k in keys if k.endswith(".moe.router.weight")]) == layers  # saved in full
+    adapted = [k for k in keys if ".moe.experts." in k and ".lora_" in k]  # lora_A, lora_B per parameter
+    assert len(adapted) == 2 * 2 * layers, adapted
+    model = AutoModelForCausalLM.from_pretrained(out)  # the merged model: a plain one
+    assert hasattr(model.sparse_transformer.encoder.layer[0], "moe")
+
+
+@pytest.fixture
+def lm_data(tmp_path):
+    """A causal-lm data folder: 4 training documents of 300 words; validation.jsonl is the test's."""
+    import random
+
+    rng = random.Random(0)
+    words = "the model attention sparse token window expert router layer span block data text".split()
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rows = [{"document": " ".join(rng.choice(words) for _ in range(300))} for _ in range(4)]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "rows, problem",
+    [
+        ([{"document": "the model"}], "validation split {file}: 1 document(s) of 4 tokens in all"),
+        (
+            [{"document": "a b c"}, {"document": "   "}],
+            "{file}: row 2: field 'document' must be a non-empty string",
+        ),
+    ],
+)
+def test_data_errors_are_one_line_naming_the_file(lm_data, tmp_path, capsys, rows, problem):
+    """A validation split too short for one block, or a row without text: the README's one `error:` line and exit
+    code 2, not a traceback."""
+    from tests.training.helpers import load_finetune_module
+
+    validation = lm_data / "validation.jsonl"
+    validation.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = [f"data_dir={lm_data}", f"output_dir={tmp_path / 'out'}", "vocab_min_frequency=1"]
+    overrides += [f"{k}={v}" for k, v in SMALL.items() if not k.startswith("max_")]
+    capsys.readouterr()
+    assert load_finetune_module().main([os.path.join(RECIPES, "dense.yaml"), "--override", *overrides]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the progress bars
+    assert (
+        last.startswith("error: ") and problem.format(file=validation) in last and "Traceback" not in err
+    ), err

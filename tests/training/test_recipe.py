@@ -78,6 +78,10 @@ def test_overrides_are_typed_by_the_field(tmp_path):
     assert recipe_args.max_train_samples is None
     recipe_args, _, _ = load_recipe(toy_recipe(tmp_path), ["lora_target_modules=query,dense"])
     assert recipe_args.lora_target_modules == ["query", "dense"]
+    recipe_args, _, _ = load_recipe(
+        toy_recipe(tmp_path), ["lora_target_parameters=up_proj,down_proj", "lora_dropout=0"]
+    )
+    assert recipe_args.lora_target_parameters == ["up_proj", "down_proj"]
 
 
 @pytest.mark.parametrize(
@@ -87,6 +91,7 @@ def test_overrides_are_typed_by_the_field(tmp_path):
         ("lora=maybe", r"lora='maybe' is not a valid bool"),
         ("no_such_key=1", r"unknown override key 'no_such_key'"),
         ("lora_dropout=1.5", r"lora_dropout must be in \[0, 1\), got 1.5"),
+        ("lora_target_parameters=[up_proj]", r"lora_target_parameters=\['up_proj'\] needs lora_dropout: 0"),
         ("eval_strategy=sometimes", r"sometimes"),
         ("task=tests.training.toy_task:Nope", r"task: task 'tests.training.toy_task:Nope'"),
     ],

@@ -124,8 +124,22 @@ def test_defaults_of_the_base_class():
     model = task.build_model(args, task.build_tokenizer(args))
     assert Task().lora_target_modules(model) == ["query", "value"]  # peft's map for BERT
     assert Task().lora_target_modules(object()) == "all-linear"
+    assert Task().lora_modules_to_save(model) is None  # nothing of its own to train in full
     assert Task().data_collator(args, None) is None and Task().compute_metrics(args) is None
     assert Task.model_accepts_loss_kwargs is False
     with pytest.raises(NotImplementedError, match="build_model"):
         Task().build_model(args, None)
     assert metric_prefix("validation") == "eval" and metric_prefix("test") == "test"
+
+
+def test_lora_trains_the_moe_routers_and_adaptive_spans_in_full_by_default():
+    """LoRA freezes them otherwise, and their losses (router auxiliary and z losses, span penalty) train nothing."""
+    from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
+    from tests.models.tiny import tiny_decoder_config
+
+    moe = {"num_experts": 2, "num_experts_per_tok": 1}
+    spans = {"max_span": 8, "ramp": 2}
+    model = SparseTransformerForCausalLM(tiny_decoder_config({"type": "causal"}, **moe))
+    assert Task().lora_modules_to_save(model) == ["router"]
+    model = SparseTransformerForCausalLM(tiny_decoder_config({"type": "causal"}, adaptive_span=spans, **moe))
+    assert Task().lora_modules_to_save(model) == ["adaptive_span", "router"]

@@ -8,6 +8,9 @@ import os
 from ...data.loading import fingerprint, load_jsonl, tokenizer_fingerprint
 from ...utils.validation import check_positive_int
 
+#: the causal-LM tokenizer's special tokens, ids 0-3 in this order
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")
+
 
 def check_text_row(row: dict, where: str, text_field: str = "document") -> None:
     """``ValueError`` naming the row and the field unless ``row[text_field]`` is a non-empty string."""
@@ -29,21 +32,62 @@ def load_documents(path: str | os.PathLike, text_field: str = "document", limit:
 
 
 def train_word_tokenizer(texts, *, min_frequency: int = 2, vocab_size: int | None = None):
-    """A lowercased word-level fast tokenizer trained on ``texts`` (no Hub access): the summarization
-    task's builder (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3) whose encoding adds only ``<s>``, as a
-    causal LM's tokenizer does (Llama's): a prompt must not end in ``</s>``, or ``generate()`` and the
-    ``text-generation`` pipeline continue after an ended document. :func:`lm_blocks` closes each training
-    document with ``</s>``."""
-    from tokenizers import processors
+    """A lowercased word-level fast tokenizer trained on ``texts`` (no Hub access): ``<s>`` 0, ``<pad>`` 1,
+    ``</s>`` 2, ``<unk>`` 3, then the words seen at least ``min_frequency`` times (the ``vocab_size`` most
+    frequent; the others are ``<unk>``).
 
-    from ..summarization.data import train_summarization_tokenizer
+    A word keeps the space before it as a ``▁`` prefix (SentencePiece's ``Metaspace``, as in Llama's tokenizer;
+    a text starts with one) and punctuation is split off: ``"The model (new)."`` is ``▁the ▁model ▁ ( new ) .``.
+    Decoding turns every ``▁`` back into a space, so the decoded new tokens of a generation start with the
+    space before their first word, and the ``text-generation`` pipeline (which appends them to the prompt)
+    keeps word boundaries; ``decode(encode(text))`` is the normalized (lowercased) text after one space.
 
-    tok = train_summarization_tokenizer(texts, min_frequency=min_frequency, vocab_size=vocab_size)
-    bos = (tok.bos_token, tok.bos_token_id)
-    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[bos]
+    Encoding adds only ``<s>``, as a causal LM's tokenizer does (Llama's): a prompt must not end in ``</s>``, or
+    ``generate()`` and the ``text-generation`` pipeline continue after an ended document. :func:`lm_blocks`
+    closes each training document with ``</s>``.
+    """
+    from collections.abc import Iterable
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    check_positive_int("min_frequency", min_frequency)
+    check_positive_int("vocab_size", vocab_size, allow_none=True)
+    if isinstance(texts, str) or not isinstance(texts, Iterable):
+        raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
+
+    def checked():
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}")
+            yield text
+
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),  # "▁word" per word
+        pre_tokenizers.Punctuation("isolated"),  # "▁word." -> "▁word" "."
+    ])  # fmt: skip
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never")  # every ▁ back to a space
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=(vocab_size or 10**9) + len(SPECIAL_TOKENS),
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
     )
-    return tok
+    tok.train_from_iterator(checked(), trainer)
+    if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
+        raise ValueError("texts has no word seen min_frequency times: the vocabulary would be empty")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 0)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def _closed(ids: list[int], eos: int | None) -> list[int]:
@@ -65,10 +109,14 @@ def group_texts(batch: dict, block_size: int) -> dict:
     }
 
 
-def lm_blocks(rows, tokenizer, block_size: int, text_field: str = "document", max_blocks: int | None = None):
+def lm_blocks(
+    rows, tokenizer, block_size: int, text_field: str = "document", max_blocks: int | None = None,
+    source: str = "the documents",
+):  # fmt: skip
     """``rows`` tokenized (each document closed by the tokenizer's eos) and grouped into ``block_size``-token
     examples (``input_ids``, ``attention_mask``, ``labels``), the first ``max_blocks`` kept when given. Cached
-    by ``datasets`` under a fingerprint of the rows, the tokenizer and the block size."""
+    by ``datasets`` under a fingerprint of the rows, the tokenizer and the block size. ``ValueError`` naming
+    ``source`` (e.g. the file the rows come from) if they hold fewer than ``block_size`` tokens."""
     check_positive_int("block_size", block_size)
     check_positive_int("max_blocks", max_blocks, allow_none=True)
     tok_fp = tokenizer_fingerprint(tokenizer)
@@ -84,10 +132,21 @@ def lm_blocks(rows, tokenizer, block_size: int, text_field: str = "document", ma
         new_fingerprint=fingerprint(ids._fingerprint, "lm_group", block_size),
     )  # fmt: skip
     if len(blocks) == 0:
-        raise ValueError(f"the documents hold fewer than block_size={block_size} tokens: no example")
+        tokens = sum(len(d) for d in ids["input_ids"])
+        raise ValueError(
+            f"{source}: {len(rows)} document(s) of {tokens} tokens in all (each closed by the eos), fewer than "
+            f"block_size={block_size}: no example"
+        )
     if max_blocks and max_blocks < len(blocks):
         blocks = blocks.select(range(max_blocks))
     return blocks
 
 
-__all__ = ["check_text_row", "group_texts", "lm_blocks", "load_documents", "train_word_tokenizer"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "check_text_row",
+    "group_texts",
+    "lm_blocks",
+    "load_documents",
+    "train_word_tokenizer",
+]

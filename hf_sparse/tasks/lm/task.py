@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ...training import Task, path_field
-from ...training.recipe import require_model, require_path
+from ...training.recipe import RecipeError, require_model, require_path
 from ...training.tasks import metric_prefix
 from ...utils.validation import check_positive_int
 from ..arguments import BackboneArguments
@@ -130,24 +130,27 @@ class CausalLMTask(Task):
 
     def __init__(self):
         self._rows = None
+        self._files = None
 
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
         require_model("model_name_or_path", args.model_name_or_path)
 
     def documents(self, args) -> dict:
-        """``{split: datasets.Dataset}`` of the documents (read once)."""
+        """``{split: datasets.Dataset}`` of the documents (read once). :class:`RecipeError` naming the file
+        (and the row) of a file that is not JSON Lines or a row without text."""
         if self._rows is None:
             from ...data.loading import jsonl_files
 
-            self._rows = {
-                split: load_documents(
-                    path,
-                    args.text_field,
-                    args.max_train_documents if split == "train" else args.max_eval_documents,
-                )  # fmt: skip
-                for split, path in jsonl_files(args.data_dir, SPLITS).items()
-            }
+            self._files = jsonl_files(args.data_dir, SPLITS)
+            rows = {}
+            for split, path in self._files.items():
+                limit = args.max_train_documents if split == "train" else args.max_eval_documents
+                try:
+                    rows[split] = load_documents(path, args.text_field, limit)
+                except ValueError as e:  # the data's own error (load_documents checks nothing else)
+                    raise RecipeError(str(e)) from e
+            self._rows = rows
         return self._rows
 
     def build_tokenizer(self, args):
@@ -156,7 +159,14 @@ class CausalLMTask(Task):
 
             return AutoTokenizer.from_pretrained(args.model_name_or_path)
         texts = self.documents(args)["train"][args.text_field]
-        return train_word_tokenizer(texts, min_frequency=args.vocab_min_frequency, vocab_size=args.vocab_size)
+        try:
+            return train_word_tokenizer(
+                texts, min_frequency=args.vocab_min_frequency, vocab_size=args.vocab_size
+            )
+        except ValueError as e:  # no word frequent enough (the arguments are checked)
+            raise RecipeError(
+                f"train split {self._files['train']}: {e} (vocab_min_frequency={args.vocab_min_frequency})"
+            ) from e
 
     def build_model(self, args, tokenizer):
         from ...models.sparse_transformer import SparseTransformerForCausalLM
@@ -169,7 +179,13 @@ class CausalLMTask(Task):
         out = {}
         for split, rows in self.documents(args).items():
             limit = None if split == "train" else args.max_eval_blocks
-            out[split] = lm_blocks(rows, tokenizer, args.block_size, args.text_field, limit)
+            source = f"{split} split {self._files[split]}"
+            try:
+                out[split] = lm_blocks(
+                    rows, tokenizer, args.block_size, args.text_field, limit, source=source
+                )
+            except ValueError as e:  # fewer tokens than one block (the text and the arguments are checked)
+                raise RecipeError(f"{e}; lower block_size or give that split more text") from e
         return out
 
     def data_collator(self, args, tokenizer):
@@ -192,21 +208,32 @@ class CausalLMTask(Task):
 
 def lm_metrics(model, dataset, trainer, prefix: str) -> dict[str, float]:
     """``{prefix}_lm_loss`` (token cross-entropy without the router's auxiliary losses) and
-    ``{prefix}_perplexity`` = exp(lm_loss), over ``dataset`` in the trainer's evaluation batches."""
+    ``{prefix}_perplexity`` = exp(lm_loss), over ``dataset`` in the trainer's evaluation batches. *Collective*
+    in a distributed run: each process scores its shard, and the per-block sums are gathered with
+    ``trainer.accelerator.gather_for_metrics`` (which drops the blocks the last batch repeats to even out the
+    shards), so every process gets the value of one process scoring every block. The model goes back to the
+    training mode it was in."""
     import torch
 
+    was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    with torch.no_grad():
-        for batch in trainer.get_eval_dataloader(dataset):
-            batch = {k: v.to(model.device) for k, v in batch.items()}
-            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-            logits, labels = out.logits[:, :-1].float(), batch["labels"][:, 1:]
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
-            )
-            total += float(loss)
-            count += int((labels != -100).sum())
+    try:
+        with torch.no_grad():
+            for batch in trainer.get_eval_dataloader(dataset):
+                batch = {k: v.to(model.device) for k, v in batch.items()}
+                out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+                logits, labels = out.logits[:, :-1].float(), batch["labels"][:, 1:]
+                loss = torch.nn.functional.cross_entropy(
+                    logits.transpose(1, 2), labels, ignore_index=-100, reduction="none"
+                )  # (B, T - 1)
+                sums, counts = trainer.accelerator.gather_for_metrics(
+                    (loss.double().sum(dim=1), (labels != -100).sum(dim=1))
+                )  # per block, every process's
+                total += float(sums.sum())
+                count += int(counts.sum())
+    finally:
+        model.train(was_training)
     lm_loss = total / max(count, 1)
     return {f"{prefix}_lm_loss": lm_loss, f"{prefix}_perplexity": math.exp(min(lm_loss, 50.0))}
 
