@@ -392,7 +392,8 @@ class Plan:
     kv_len: int = 0
 
     def num_pairs(self) -> int:
-        """Exact number of allowed (query, key) pairs, counted tile by tile (O(kept pairs))."""
+        """Exact number of allowed (query, key) pairs, counted tile by tile (O(kept pairs)); of a per-head
+        plan, summed over its heads (the pairs every head computes: what FLOP counts need)."""
         if self.per_head is not None:
             return sum(p.num_pairs() for p in self.per_head)
         return sum(count_component_pairs(c, self.q_len, self.kv_len) for c in self.components)
@@ -509,6 +510,41 @@ def check_positive_int(name: str, value, *, allow_zero: bool = False) -> int:
     return value
 
 
+def check_bool(name: str, value) -> bool:
+    """``value`` as a bool: a Python (or numpy) bool, else TypeError (``bool("false")`` is True)."""
+    if isinstance(value, bool) or (
+        type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    ):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
+
+
+#: the seeds ``torch.Generator.manual_seed`` takes (a negative seed s is the seed 2**64 + s)
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def check_seed(value) -> int:
+    """A random generator's ``seed``: an int that ``torch.Generator.manual_seed`` takes."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"seed must be an int, got {type(value).__name__} ({value!r})")
+    if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise ValueError(f"seed must be in [-2**63, 2**64 - 1] (torch.Generator.manual_seed), got {value}")
+    return value
+
+
+def check_lengths(q_len, kv_len=None, q_name: str = "q_len") -> tuple[int, int]:
+    """``(q_len, kv_len)`` of an input (kv_len defaults to q_len): ints >= 0, and ``q_len <= kv_len`` (queries
+    sit at the end of the keys). ``q_name``: the caller's name for q_len."""
+    check_positive_int(q_name, q_len, allow_zero=True)
+    kv_len = q_len if kv_len is None else check_positive_int("kv_len", kv_len, allow_zero=True)
+    if q_len > kv_len:
+        raise ValueError(
+            f"{q_name} ({q_len}) must be <= kv_len ({kv_len}): the queries are the last {q_name} of the kv_len "
+            "positions"
+        )
+    return q_len, kv_len
+
+
 class Pattern:
     """Base class of all attention patterns. Subclasses define ``_mask`` and ``_plan``."""
 
@@ -528,10 +564,20 @@ class Pattern:
     def _mask(self, b, h, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def mask_mod(self, b, h, q_idx, kv_idx):
-        """``(b, h, q_idx, kv_idx) -> bool``: may query position q_idx attend key position kv_idx."""
-        self._check_bound("mask_mod")
-        return self._mask(b, h, q_idx, kv_idx)
+    @property
+    def mask_mod(self) -> MaskMod:
+        """``(b, h, q_idx, kv_idx) -> bool``: may query position q_idx attend key position kv_idx.
+
+        A plain function of those four arguments (not a bound method, whose ``self`` FlexAttention would count
+        as a fifth and take it for a ``score_mod``): ``create_block_mask(pattern.mask_mod, ...)`` and
+        ``masking_utils`` take it as it is."""
+        pattern = self
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            pattern._check_bound("mask_mod")
+            return pattern._mask(b, h, q_idx, kv_idx)
+
+        return mask_mod
 
     @property
     def bound(self) -> bool:
@@ -572,7 +618,7 @@ class Pattern:
 
     def plan(self, q_len: int, kv_len: int | None = None, block: int = 64) -> Plan:
         """Disjoint components for the block-sparse kernels (bind first if data-dependent)."""
-        kv_len = q_len if kv_len is None else kv_len
+        q_len, kv_len = check_lengths(q_len, kv_len)
         self._check_bound("plan")
         check_block(self, block)
         plan = self._plan(q_len, kv_len, block)
@@ -598,7 +644,7 @@ class Pattern:
         This is what FlexAttention's ``BlockMask`` is built from. Components that run in a permuted
         order are mapped back to original blocks analytically by their pattern.
         """
-        kv_len = n if kv_len is None else kv_len
+        n, kv_len = check_lengths(n, kv_len, q_name="n")
         self._check_bound("block_layout")
         check_block(self, block)
         return self._original_layout(n, kv_len, block)
@@ -617,7 +663,7 @@ class Pattern:
     def dense_mask(self, q_len: int, kv_len: int | None = None, device=None) -> torch.Tensor:
         """The rule as a bool tensor ``(q_len, kv_len)`` (``(H, q, kv)`` per head, ``(B, H, q, kv)``
         for content-based patterns). O(n^2): for tests, plots and small inputs."""
-        kv_len = q_len if kv_len is None else kv_len
+        q_len, kv_len = check_lengths(q_len, kv_len)
         self._check_bound("dense_mask")
         i = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]
         j = torch.arange(kv_len, device=device)[None, :]
@@ -627,12 +673,14 @@ class Pattern:
         return self._mask(0, 0, i, j).expand(i.shape[0], j.shape[1])
 
     def density(self, n: int) -> float:
-        """Fraction of the n x n (query, key) pairs that are allowed; counted on the kept tiles."""
+        """Fraction of the n x n (query, key) pairs that are allowed, averaged over the heads where they
+        differ (``dense_mask(n).double().mean()``); counted on the kept tiles."""
         check_positive_int("n", n)
         if self.content_based:
             raise RuntimeError(f"{self!r} is content-based: bind it to queries and keys first")
         bound = self.bind(n)
-        return bound.plan(n, n, block=_density_block(bound, n)).num_pairs() / float(n * n)
+        plan = bound.plan(n, n, block=_density_block(bound, n))
+        return plan.num_pairs() / float(n * n * len(plan.per_head or [plan]))
 
     def plot(self, n: int, path=None, ax=None, title: str | None = None, head: int = 0):
         """Heatmap of the pattern on n positions, of head ``head`` where heads differ (matplotlib Figure;
@@ -687,11 +735,30 @@ class Pattern:
     def from_dict(spec) -> Pattern:
         return from_dict(spec)
 
+    def _spec(self) -> dict | None:
+        """``to_dict()`` of a pattern that its spec describes completely; None for a bound pattern (its random
+        blocks, buckets or tables fixed for an input) and for one its class cannot serialise."""
+        if getattr(self, "_source", None) is not None or _REGISTRY.get(self.type_name) is not type(self):
+            return None
+        return self.to_dict()
+
     def __eq__(self, other):
-        return isinstance(other, Pattern) and self.to_dict() == other.to_dict()
+        """Patterns built from specs are equal when their specs are (``to_dict``); a bound pattern equals a
+        pattern of its type with equal fields: bound from an equal pattern, to equal tables (never the
+        unbound pattern, whose other bindings differ)."""
+        if not isinstance(other, Pattern):
+            return NotImplemented
+        a, b = self._spec(), other._spec()
+        if a is not None or b is not None:
+            return a == b
+        return type(self) is type(other) and _same(_own_fields(self), _own_fields(other))
 
     def __hash__(self):
-        return hash(repr(self))
+        spec = self._spec()
+        if spec is not None:
+            return hash(_frozen(spec))
+        src = getattr(self, "_source", None)
+        return hash((type(self).__qualname__, None if src is None else hash(src)))
 
     def __repr__(self):
         src = getattr(self, "_source", None)
@@ -719,6 +786,32 @@ def _density_block(p: Pattern, n: int) -> int:
         except ValueError:
             continue
     return 1
+
+
+def _frozen(x):
+    """A hashable copy of a JSON-like value (dicts and lists as sorted tuples and tuples)."""
+    if isinstance(x, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_frozen(v) for v in x)
+    return x
+
+
+def _same(a, b) -> bool:
+    """Field-by-field equality of bound patterns: tensors by value, patterns by ``==``, containers item by item."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(a, b.to(a.device))
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 def _own_fields(p: Pattern) -> dict:

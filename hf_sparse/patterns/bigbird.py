@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .base import Pattern, check_positive_int, register_pattern
+from .base import Pattern, check_lengths, check_positive_int, check_seed, register_pattern
 from .block_table import BlockSet, sample_blocks
 from .compose import Union
 from .global_tokens import Global
@@ -38,7 +38,7 @@ class BigBird(Pattern):
             raise ValueError(f"window_blocks must be odd (centred on the query block), got {window_blocks}")
         self.random_blocks = check_positive_int("random_blocks", random_blocks, allow_zero=True)
         self.global_blocks = check_positive_int("global_blocks", global_blocks, allow_zero=True)
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.geometry = (self.block,)
 
     def global_block_ids(self, nb: int) -> list[int]:
@@ -47,7 +47,7 @@ class BigBird(Pattern):
         return sorted(set(first + last))
 
     def bind(self, q_len, kv_len=None, *, query=None, key=None):
-        kv_len = q_len if kv_len is None else kv_len
+        q_len, kv_len = check_lengths(q_len, kv_len)
         nb = max(math.ceil(kv_len / self.block), 1)
         glob = self.global_block_ids(nb)
         w = self.window_blocks // 2

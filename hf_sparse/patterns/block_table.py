@@ -10,7 +10,9 @@ from .base import (
     Component,
     Pattern,
     Plan,
+    check_lengths,
     check_positive_int,
+    check_seed,
     full_layout,
     pattern_block_layout,
     register_pattern,
@@ -134,11 +136,11 @@ class Random(Pattern):
     def __init__(self, block: int = 64, num_blocks: int = 3, seed: int = 0):
         self.block = check_positive_int("block", block)
         self.num_blocks = check_positive_int("num_blocks", num_blocks, allow_zero=True)
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.geometry = (self.block,)
 
     def bind(self, q_len, kv_len=None, *, query=None, key=None):
-        kv_len = q_len if kv_len is None else kv_len
+        q_len, kv_len = check_lengths(q_len, kv_len)
         nb = max(math.ceil(kv_len / self.block), 1)
         gen = torch.Generator().manual_seed(self.seed)
         rows = [sample_blocks(gen, list(range(nb)), self.num_blocks) for _ in range(nb)]

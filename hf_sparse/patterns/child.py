@@ -12,6 +12,7 @@ from .base import (
     Pattern,
     Plan,
     band_layout,
+    check_bool,
     check_positive_int,
     diagonal_layout,
     merge_layouts,
@@ -36,7 +37,7 @@ class Strided(Pattern):
 
     def __init__(self, stride: int = 128, causal: bool = True):
         self.stride = check_positive_int("stride", stride)
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)
         self.is_causal = self.causal
         self.translation_invariant = True
 
@@ -138,7 +139,7 @@ class Fixed(Pattern):
         self.summary = check_positive_int("summary", summary)
         if self.summary > self.block:
             raise ValueError(f"summary must be <= block, got summary={summary}, block={block}")
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)
         self.is_causal = self.causal
         self.geometry = (self.block,)
 

@@ -40,7 +40,16 @@ def _flatten(cls, parts):
 class _Combination(Pattern):
     operator = ""
 
-    def __init__(self, *parts: Pattern):
+    def __init__(self, *patterns: Pattern, parts=None):
+        if parts is not None:  # the spec's keyword: Union(parts=[...]), patterns.get("union", parts=[...])
+            if patterns:
+                raise TypeError(
+                    f"{type(self).__name__} takes its patterns either positionally or as parts=, not both"
+                )
+            if not isinstance(parts, (list, tuple)):
+                raise TypeError(f"parts must be a list of patterns, got {type(parts).__name__}")
+            patterns = (tuple(parts),)
+        parts = patterns
         if len(parts) == 1 and isinstance(parts[0], (list, tuple)):
             parts = tuple(parts[0])
         parts = tuple(from_dict(p) for p in parts)
@@ -59,6 +68,11 @@ class _Combination(Pattern):
             )
 
     def bind(self, q_len, kv_len=None, *, query=None, key=None):
+        split = self._per_head_split() if self.content_based else None
+        if split is not None:  # a content-based part selects per head: from that head's queries and keys
+            out = split.bind(q_len, kv_len, query=query, key=key)
+            out._source = self
+            return out
         bound = [p.bind(q_len, kv_len, query=query, key=key) for p in self.parts]
         if all(b is p for b, p in zip(bound, self.parts)):
             return self
@@ -69,6 +83,15 @@ class _Combination(Pattern):
     def check_combinable(self, op):
         for p in self.parts:
             p.check_combinable(op)
+
+    def heads(self):
+        """A combination holding a per-head pattern (also nested) is per-head: head h's combination of the parts."""
+        split = self._per_head_split()
+        return None if split is None else split.heads()
+
+    def over_heads(self, patterns):
+        split = self._per_head_split()
+        return super().over_heads(patterns) if split is None else split.over_heads(patterns)
 
     def _per_head_split(self):
         """If a part assigns patterns to heads, the combination distributed over heads (else None)."""

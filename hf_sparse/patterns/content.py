@@ -10,7 +10,17 @@ import math
 
 import torch
 
-from .base import BlockLayout, Component, Pattern, Plan, check_positive_int, register_pattern, segment_layout
+from .base import (
+    BlockLayout,
+    Component,
+    Pattern,
+    Plan,
+    check_bool,
+    check_positive_int,
+    check_seed,
+    register_pattern,
+    segment_layout,
+)
 from .block_table import BlockSet
 
 
@@ -46,8 +56,8 @@ class LSH(Pattern):
     def __init__(self, bucket_size: int = 64, num_hashes: int = 1, seed: int = 0, causal: bool = False):
         self.bucket_size = check_positive_int("bucket_size", bucket_size)
         self.num_hashes = check_positive_int("num_hashes", num_hashes)
-        self.seed = int(seed)
-        self.causal = bool(causal)
+        self.seed = check_seed(seed)
+        self.causal = check_bool("causal", causal)
         self.is_causal = self.causal
 
     def num_buckets(self, n: int) -> int:
@@ -184,6 +194,9 @@ class LSHBuckets(Pattern):
                 1.0,
             )
             keep |= (qi @ ki.transpose(-1, -2)) > 0
+        if self.causal:  # tiles whose first key lies after their last query hold no pair j <= i
+            last_q = torch.clamp(torch.arange(nqb) * c + c - 1, max=q_len - 1) + (kv_len - q_len)
+            keep &= (torch.arange(nkb) * c)[None, :] <= last_q[:, None]
         order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)
         idx = torch.where(keep, torch.arange(nkb).expand_as(keep), -1).gather(-1, order)
         width = max(int(keep.sum(-1).max()), 1)
@@ -207,7 +220,7 @@ class TopKBlocks(Pattern):
     def __init__(self, block: int = 64, k: int = 4, causal: bool = False):
         self.block = check_positive_int("block", block)
         self.k = check_positive_int("k", k)
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)
         self.is_causal = self.causal
         self.geometry = (self.block,)
 

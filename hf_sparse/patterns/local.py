@@ -12,6 +12,7 @@ from .base import (
     Pattern,
     Plan,
     band_layout,
+    check_bool,
     check_positive_int,
     register_pattern,
     segment_layout,
@@ -56,7 +57,7 @@ class SlidingWindow(_Band):
 
     def __init__(self, window: int = 512, causal: bool = False):
         self.window = check_positive_int("window", window)
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)
         self.is_causal = self.causal
 
     def _bounds(self):
@@ -150,7 +151,7 @@ class Dilated(Pattern):
     def __init__(self, window: int = 512, dilation: int = 2, causal: bool = False):
         self.window = check_positive_int("window", window)
         self.dilation = check_positive_int("dilation", dilation)
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)
         self.is_causal = self.causal
         self.translation_invariant = True
 

@@ -80,11 +80,18 @@ class PerHead(Pattern):
         return Plan(per_head=[p._plan(q_len, kv_len, block) for p in self.patterns])
 
     def _original_layout(self, q_len, kv_len, block):
+        """The heads' tiles united; full only where every head's tile is (one layout, one mask for all heads)."""
         layouts = [p._original_layout(q_len, kv_len, block) for p in self.patterns]
         out = layouts[0]
         for lay in layouts[1:]:
             out = merge_layouts(out, lay)
-        return out  # union over heads (flex builds one layout per head itself)
+        if len(layouts) > 1:
+            every = layouts[0].to_dense(full=True)  # (Bl, Hl, nqb, nkb) block map of the full tiles
+            for lay in layouts[1:]:
+                every = every & lay.to_dense(full=True)
+            idx = out.kv_index.expand(*every.shape[:2], -1, -1)
+            out.full = out.full & every.gather(-1, idx.clamp(min=0)) & (idx >= 0)
+        return out
 
     def _params(self):
         return {"patterns": [p.to_dict() for p in self.patterns]}

@@ -138,7 +138,7 @@ def test_to_dict_from_dict_round_trip(name):
     p = PATTERNS[name]
     spec = p.to_dict()
     again = P.from_dict(json.loads(json.dumps(spec)))
-    assert again == p and again.to_dict() == spec
+    assert again == p and again.to_dict() == spec and hash(again) == hash(p)
     if not p.content_based:
         assert torch.equal(again.bind(50).dense_mask(50), p.bind(50).dense_mask(50))
 
@@ -182,6 +182,36 @@ def test_registry():
             r"same number of heads, got \[2, 3\]",
         ),
         (lambda: P.Random(block=64).mask_mod, None, None),
+        # causal= is a bool: bool("false") would be True
+        (
+            lambda: P.SlidingWindow(window=8, causal="false"),
+            TypeError,
+            r"causal must be a bool, got str \('false'\)",
+        ),
+        (
+            lambda: P.from_dict({"type": "strided", "stride": 4, "causal": "False"}),
+            TypeError,
+            "causal must be a bool",
+        ),
+        (lambda: P.Fixed(block=8, summary=2, causal=None), TypeError, "causal must be a bool, got NoneType"),
+        (lambda: P.Dilated(window=3, causal=1), TypeError, "causal must be a bool, got int"),
+        (lambda: P.LSH(causal="no"), TypeError, "causal must be a bool, got str"),
+        (lambda: P.TopKBlocks(causal=0.5), TypeError, "causal must be a bool, got float"),
+        # seed= is an int that torch.Generator.manual_seed takes
+        (lambda: P.Random(seed=1.7), TypeError, r"seed must be an int, got float \(1.7\)"),
+        (lambda: P.BigBird(seed="3"), TypeError, "seed must be an int, got str"),
+        (lambda: P.LSH(seed=None), TypeError, "seed must be an int, got NoneType"),
+        (lambda: P.Random(seed=True), TypeError, "seed must be an int, got bool"),
+        (lambda: P.BigBird(seed=2**70), ValueError, r"seed must be in \[-2\*\*63, 2\*\*64 - 1\]"),
+        # lengths
+        (lambda: P.Causal().dense_mask(-1), ValueError, "q_len must be >= 0, got -1"),
+        (lambda: P.Causal().dense_mask(2.0), TypeError, "q_len must be an int, got float"),
+        (lambda: P.BlockLocal(block=2).dense_mask(5, 3), ValueError, r"q_len \(5\) must be <= kv_len \(3\)"),
+        (lambda: P.SlidingWindow(window=3).block_layout(-3, block=2), ValueError, "n must be >= 0, got -3"),
+        (lambda: P.Causal().plan(4, 2.5), TypeError, "kv_len must be an int, got float"),
+        (lambda: P.Random(block=4).bind(-5), ValueError, "q_len must be >= 0, got -5"),
+        (lambda: P.BigBird(block=4).bind(8, 4), ValueError, r"q_len \(8\) must be <= kv_len \(4\)"),
+        (lambda: P.Union(P.Causal(), parts=[P.Causal()]), TypeError, "either positionally or as parts="),
     ],
 )
 def test_bad_parameters(make, exc, words):
@@ -190,6 +220,82 @@ def test_bad_parameters(make, exc, words):
         return
     with pytest.raises(exc, match=words):
         make()
+
+
+def test_bool_and_seed_arguments_keep_their_type():
+    np = pytest.importorskip("numpy")
+    p = P.SlidingWindow(window=4, causal=np.bool_(True))
+    assert p.causal is True and p.to_dict()["causal"] is True
+    assert P.Random(seed=2**64 - 1).bind(8).dense_mask(8).shape == (8, 8)
+    assert P.BigBird(block=4, seed=-1).seed == -1
+
+
+def test_combinations_take_their_spec_keyword():
+    """``patterns.get(name, **params)`` takes what ``to_dict`` gives, and ``repr`` evaluates back."""
+    p = (P.SlidingWindow(window=3) | P.Global(indices=[0])) & P.Causal()
+    params = {k: v for k, v in p.to_dict().items() if k != "type"}
+    assert P.get(p.to_dict()["type"], **params) == p
+    assert eval(repr(p), vars(P)) == p
+    assert (
+        P.get("union", parts=[P.SlidingWindow(window=3), {"type": "causal"}])
+        == P.SlidingWindow(window=3) | P.Causal()
+    )
+
+
+@pytest.mark.parametrize("name", ["sliding_window_causal", "strided", "bigbird", "per_head", "union", "lsh"])
+def test_mask_mod_is_a_flex_mask_mod(name):
+    """``pattern.mask_mod`` goes to FlexAttention's create_block_mask / create_mask as it is (a bound method
+    counted ``self`` and was taken for a score_mod)."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    n, B, H = 24, 2, 3
+    p = _bound(PATTERNS[name], n, B, H)
+    flex.create_block_mask(p.mask_mod, B, H, n, n, device="cpu", BLOCK_SIZE=8, _compile=False)
+    got = flex.create_mask(p.mask_mod, B, H, n, n, device="cpu")
+    assert torch.equal(got, _dense4(p, n, B, H))
+
+
+def test_mask_mod_survives_copies():
+    import copy
+    import pickle
+
+    p = P.Strided(stride=4) | P.Global(indices=[1])
+    i = torch.arange(12)
+    want = p.dense_mask(12)
+    for q in (copy.deepcopy(p), pickle.loads(pickle.dumps(p))):
+        assert q == p and q.to_dict() == p.to_dict()
+        assert torch.equal(q.mask_mod(0, 0, i[:, None], i[None]), want)
+
+
+def test_equal_patterns_hash_alike_and_bound_ones_compare_their_tables():
+    r = P.Random(block=4, num_blocks=1, seed=0)
+    b = r.bind(16)
+    assert b == r.bind(16) and hash(b) == hash(r.bind(16))  # the same blocks
+    assert b != r and len({r, b}) == 2  # a bound pattern is not its source (other lengths bind other blocks)
+    assert b != P.Random(block=4, num_blocks=1, seed=1).bind(16)
+    assert b.to_dict() == r.to_dict()
+    part = P.BigBird(block=4).bind(32).parts[0]  # a block table without a source: compared, never raises
+    assert (part == P.Causal()) is False and part != 3
+    lsh = P.LSH(bucket_size=2)
+    q1, q2 = torch.randn(1, 1, 8, 4), torch.randn(1, 1, 8, 4)
+    a1, a2 = lsh.bind(8, query=q1, key=q1), lsh.bind(8, query=q2, key=q2)
+    assert not torch.equal(a1.dense_mask(8), a2.dense_mask(8))
+    assert a1 != a2 and a1 == lsh.bind(8, query=q1, key=q1)
+    assert (P.Causal() == "causal") is False
+
+
+def test_causal_lsh_layout_keeps_no_tile_above_the_diagonal():
+    n, block = 64, 8
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, n, 8, generator=g)
+    for q_len in (n, 20):  # also decoding: queries at the end of the keys
+        b = P.LSH(bucket_size=8, causal=True).bind(q_len, n, query=q[:, :, -q_len:], key=q)
+        kept = b.block_layout(q_len, block=block, kv_len=n).to_dense()  # (B, H, nqb, nkb)
+        last_query = torch.clamp(torch.arange(kept.shape[-2]) * block + block - 1, max=q_len - 1) + n - q_len
+        above = (torch.arange(kept.shape[-1]) * block)[None, :] > last_query[:, None]
+        assert not (kept & above).any()
+        allowed = b.dense_mask(q_len, n)
+        cover = kept.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :q_len, :n]
+        assert not (allowed & ~cover).any()
 
 
 def test_length_dependent_patterns_ask_to_be_bound():

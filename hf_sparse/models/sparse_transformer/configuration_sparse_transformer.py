@@ -490,12 +490,18 @@ def _to_specs(pattern):
 
 
 def _spec(p):
+    """One pattern entry as plain JSON. A dict is stored normalised (``from_dict(p).to_dict()``): one that holds
+    Pattern objects would fail ``save_pretrained`` and ``repr``; one that does not build is kept as given, for
+    ``validate_sparse`` to report with the field (and layer) it belongs to."""
     if isinstance(p, Pattern):
         return p.to_dict()
     if isinstance(p, str):
         return from_dict(p).to_dict()
     if isinstance(p, dict):
-        return dict(p)
+        try:
+            return from_dict(p).to_dict()
+        except (ValueError, TypeError, KeyError):
+            return dict(p)
     raise ValueError(
         f"attention_pattern entries must be pattern specs (dict, name or Pattern), got {type(p).__name__}"
     )
