@@ -5,14 +5,27 @@ STAMP := $(VENV)/.hf-sparse-installed
 # Extra flags for scripts/demo.py, e.g. --resume or --overwrite_output_dir on a second run.
 DEMO_ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
+# the environment's own tools (ninja, which builds the fused CPU kernel) after the system's
+export PATH := $(PATH):$(abspath $(VENV))/bin
 
-.PHONY: setup demo gallery test test-slow test-gpu test-conformance conformance-cache test-compat bench bench-gpu lint clean
+.PHONY: FORCE setup demo gallery test test-slow test-gpu test-conformance conformance-cache test-compat bench bench-gpu lint clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py scripts/setup_env.sh
 	VENV=$(VENV) bash scripts/setup_env.sh
 	@touch $@
+
+# make TORCH=... TARGET: set-up installs that torch, and runs again whenever TORCH differs from the last one
+# given (the file below holds it); a plain `make TARGET` keeps the environment's torch.
+ifneq ($(origin TORCH),undefined)
+export TORCH
+TORCH_GIVEN := $(VENV)/.hf-sparse-torch
+$(STAMP): $(TORCH_GIVEN)
+$(TORCH_GIVEN): FORCE
+	@mkdir -p $(@D); [ "$$(cat $@ 2>/dev/null)" = "$$TORCH" ] || printf '%s\n' "$$TORCH" >$@
+endif
+FORCE:
 
 demo: $(STAMP)  ## the main job: fine-tune pipelines/motif/tiny.yaml on CPU, evaluate, reload, use
 	$(PY) scripts/demo.py $(DEMO_ARGS)

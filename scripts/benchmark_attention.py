@@ -10,7 +10,10 @@ Longformer's "core" is ``LongformerSelfAttention`` minus its own q/k/v projectio
 same worker: hf-sparse kernels get the same already-projected q/k/v.
 
     python scripts/benchmark_attention.py                 # full run -> benchmarks/attention.{json,md,png}
-    python scripts/benchmark_attention.py --quick --out outputs/bench   # 1k and 4k only (make demo)
+    python scripts/benchmark_attention.py --quick --out outputs/bench   # 1k and 4k only (make gallery)
+
+A partial run (``--only``, ``--sizes``, ``--quick``) must name its folder with ``--out``: the default,
+benchmarks/, holds the committed results of a full run.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from benchmark_models import NO_MMAP_ENV  # scripts/ is on sys.path when run as 
 H, D, WINDOW = 12, 64, 512
 SIZES = [1024, 4096, 16384, 32768, 65536]
 HEADLINE = 16384
+OUT = "benchmarks"  # the committed results of a full run
 MAX_RATE_MOVE = 0.10  # a kernel whose runs saw the matmul rate move by more than this is repeated
 
 # name -> (family, spec); family decides how the worker builds and runs it
@@ -662,12 +666,20 @@ def write_plot(results, path):
     _save(fig, path)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks", help="folder for attention.json/.md/.png")
+    ap.add_argument(
+        "--out",
+        help=f"folder for attention.json/.md/.png (default {OUT}, the committed results of a full run; a "
+        "partial run, with --only, --sizes or --quick, must name its own folder)",
+    )
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="sequence lengths")
-    ap.add_argument("--quick", action="store_true", help="1k and 4k only, fewer kernels (for make demo)")
-    ap.add_argument("--only", nargs="*", help="run kernels whose name contains one of these strings")
+    ap.add_argument("--quick", action="store_true", help="1k and 4k only, fewer kernels (for make gallery)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        help=f"run kernels whose name contains one of these strings (from {'; '.join(KERNELS)})",
+    )
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument(
         "--budget-s",
@@ -692,26 +704,35 @@ def main():
         + " (large allocations reuse heap memory instead of fresh, page-faulting mmaps; see the README)",
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.attempts < 1:
         raise ValueError(f"--attempts must be >= 1, got {args.attempts}")
     if args.worker:
         kernel, n, mode, device, budget = json.loads(args.worker)
         print(json.dumps(worker(kernel, n, mode, device, budget)))
         return
+    unmatched = [s for s in args.only or [] if not any(s in k for k in KERNELS)]
+    if unmatched:
+        ap.error(f"--only {' '.join(unmatched)} matches no kernel; choose from {'; '.join(KERNELS)}")
+    if args.out is None and (args.only or args.quick or args.sizes != SIZES):
+        ap.error(
+            f"--only, --sizes and --quick write a partial table: give --out (the default, {OUT}, holds the "
+            "full run's results)"
+        )
+    out = args.out or OUT
     if args.quick:
         args.sizes = [1024, 4096]
         args.only = args.only or ["blocked SlidingWindow", "Longformer layer (0"]
         args.budget_s = 1.0
-    os.makedirs(args.out, exist_ok=True)
     results = run_all(args)
     results["malloc_no_mmap"] = args.malloc_no_mmap
-    with open(os.path.join(args.out, "attention.json.tmp"), "w") as f:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "attention.json.tmp"), "w") as f:
         json.dump(results, f, indent=1)
-    os.replace(os.path.join(args.out, "attention.json.tmp"), os.path.join(args.out, "attention.json"))
-    write_markdown(results, os.path.join(args.out, "attention.md"))
-    write_plot(results, os.path.join(args.out, "attention.png"))
-    print(f"wrote {args.out}/attention.json, attention.md, attention.png")
+    os.replace(os.path.join(out, "attention.json.tmp"), os.path.join(out, "attention.json"))
+    write_markdown(results, os.path.join(out, "attention.md"))
+    write_plot(results, os.path.join(out, "attention.png"))
+    print(f"wrote {out}/attention.json, attention.md, attention.png")
 
 
 if __name__ == "__main__":

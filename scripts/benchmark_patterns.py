@@ -13,6 +13,7 @@ at 16k cost more FLOPs than its attention): its row also shows the bound with th
 once (no gradient flows through the buckets).
 
     python scripts/benchmark_patterns.py        # -> benchmarks/patterns.{json,md}
+    python scripts/benchmark_patterns.py --only LSH BigBird --out outputs/bench   # a subset: --out required
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from benchmark_attention import _backward, _cpu_name, _measure, matmul_gflops  #
 
 H, D = 12, 64
 N = 16384
+OUT = "benchmarks"  # the committed results of a full run
 MAX_RATE_MOVE = 0.10
 PATTERNS = {
     "SlidingWindow(512)": {"type": "sliding_window", "window": 512},
@@ -199,8 +201,14 @@ def report(results) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="benchmarks", help="folder for patterns.json and patterns.md")
-    ap.add_argument("--only", nargs="*", help="patterns whose name contains one of these")
+    ap.add_argument(
+        "--out",
+        help=f"folder for patterns.json and patterns.md (default {OUT}, the committed results of a full run; "
+        "a run with --only must name its own folder)",
+    )
+    ap.add_argument(
+        "--only", nargs="+", help=f"patterns whose name contains one of these (from {'; '.join(PATTERNS)})"
+    )
     ap.add_argument("--budget-s", type=float, default=6.0, help="time per (pattern, mode) for timed calls")
     ap.add_argument("--attempts", type=int, default=2, help="runs of a pattern whose matmul rate moved")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -208,15 +216,23 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(*json.loads(args.worker))))
         return
+    unmatched = [s for s in args.only or [] if not any(s in p for p in PATTERNS)]
+    if unmatched:
+        ap.error(f"--only {' '.join(unmatched)} matches no pattern; choose from {'; '.join(PATTERNS)}")
     names = [p for p in PATTERNS if not args.only or any(s in p for s in args.only)]
+    if args.only and args.out is None:
+        ap.error(
+            f"--only writes a partial table: give --out (the default, {OUT}, holds the full run's results)"
+        )
+    out = args.out or OUT
     t0 = time.time()
     results = run(names, args.budget_s, args.attempts)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "patterns.json"), "w") as f:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "patterns.json"), "w") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, "patterns.md"), "w") as f:
+    with open(os.path.join(out, "patterns.md"), "w") as f:
         f.write(report(results))
-    print(f"wrote {args.out}/patterns.md in {time.time() - t0:.0f} s")
+    print(f"wrote {out}/patterns.md in {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from hf_sparse.genome.fasta_index import FastaFile  # noqa: E402
 from hf_sparse.genome.pwm_scan import DEFAULT_THRESHOLD, pwm_scan, select_motifs  # noqa: E402
 from hf_sparse.genome.tracks import write_bed, write_gff3  # noqa: E402
 from hf_sparse.genome.windows import DEFAULT_SKIP_N  # noqa: E402
+from hf_sparse.tasks.motif.data import read_motifs  # noqa: E402
 from hf_sparse.utils.io import atomic_open, atomic_write  # noqa: E402
 
 MAX_DEFAULT_WORKERS = 8
@@ -152,7 +153,21 @@ def pwm_motifs(args: argparse.Namespace) -> list:
         from transformers import AutoConfig
 
         names = AutoConfig.from_pretrained(args.model).motif_names
-    return select_motifs(args.pwm, args.motif_ids, names)
+    try:
+        return select_motifs(args.pwm, args.motif_ids, names)
+    except ValueError as e:
+        if not args.motif_ids:
+            raise
+        motifs = read_motifs(args.pwm)
+        ids = {m.matrix_id for m in motifs}
+        for wanted in args.motif_ids:  # a motif name (CTCF) where an id (MA0139.2) belongs
+            named = [m.matrix_id for m in motifs if m.name == wanted]
+            if wanted not in ids and named:
+                raise ValueError(
+                    f"{args.pwm}: --motif-ids takes matrix ids, and {wanted!r} is the name of "
+                    f"{len(named)} motif(s): {named}; pass their ids"
+                ) from e
+        raise
 
 
 def _raise_on_sigterm(signum, frame):
@@ -173,6 +188,10 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     t0 = time.perf_counter()
     progress = False if args.no_progress else None
+    if args.model is not None:
+        from hf_sparse.genome.model_scan import check_model_path
+
+        check_model_path(args.model, "MODEL")  # a missing folder, not a Hub error
     motifs = pwm_motifs(args) if args.pwm else None  # before any scan: a typo must not cost a model scan
     fasta = FastaFile(args.fasta, write_index=args.write_index)
     total = sum(r.length for r in fasta.records)

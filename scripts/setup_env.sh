@@ -1,35 +1,77 @@
 #!/usr/bin/env bash
 # Create or update the project's virtual environment. Idempotent: `make` only calls this when
-# pyproject.toml changed since the last successful run.
+# pyproject.toml changed since the last successful run, or when TORCH differs from the last one given to make.
 #
-#   VENV    where the environment lives                      (default .venv)
+#   VENV    where the environment lives                      (default .venv; any venv, also one made
+#           without pip, e.g. by `uv venv`)
 #   PYTHON  interpreter used to create it                    (default python3)
-#   TORCH   requirement used when the venv has no torch yet  (default torch==2.13.0;
+#   TORCH   torch requirement                                (default torch==2.13.0;
 #           e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126")
+#           installed when the venv has no torch or one older than pyproject.toml's minimum, and whenever
+#           TORCH is set; a torch that already satisfies it is kept (to switch builds of one version,
+#           name the build: torch==2.13.0+cu126)
 #   EXTRAS  extras of hf-sparse to install                   (default train,viz,dev)
 set -euo pipefail
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
+TORCH_GIVEN=${TORCH:+1}
 TORCH=${TORCH:-torch==2.13.0}
 EXTRAS=${EXTRAS:-train,viz,dev}
+
+say() { echo "setup_env.sh: $*" >&2; }
 
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
 py="$VENV/bin/python"
 
 # uv resolves and installs in seconds where pip takes minutes; fall back to pip if it can't be had.
-if [[ -x "$VENV/bin/uv" ]] || "$py" -m pip install -q uv >/dev/null 2>&1; then
+uv="$VENV/bin/uv"
+if [[ ! -x "$uv" ]] && ! "$py" -m pip --version >/dev/null 2>&1; then
+  # an environment made without pip (`uv venv`, as scripts/test_compat.sh makes): a uv on PATH installs
+  # into it; otherwise pip comes from the interpreter's own ensurepip
+  if command -v uv >/dev/null 2>&1; then
+    uv=$(command -v uv)
+  elif ! out=$("$py" -m ensurepip 2>&1); then
+    say "$py has no pip and ensurepip failed: $(tail -n1 <<<"$out")"
+    say "install pip into $VENV, or put uv on PATH, and run again"
+    exit 1
+  fi
+fi
+if [[ ! -x "$uv" ]] && ! out=$("$py" -m pip install -q uv 2>&1); then
+  say "could not install uv ($(tail -n1 <<<"$out")); installing with pip instead (slower)"
+fi
+if [[ -x "$uv" ]]; then
   links=()
   [[ -n "${PIP_FIND_LINKS:-}" ]] && links=(--find-links "$PIP_FIND_LINKS")
   # --compile-bytecode: write .pyc files now; with PYTHONDONTWRITEBYTECODE set, every process would
   # otherwise recompile torch/transformers/sympy sources on import (seconds per process).
-  install() { "$VENV/bin/uv" pip install -q --compile-bytecode --python "$py" "${links[@]}" "$@"; }
+  install() { "$uv" pip install -q --compile-bytecode --python "$py" "${links[@]}" "$@"; }
 else
   install() { "$py" -m pip install -q "$@"; }
 fi
 
-# Torch first and on its own, so that a plain `torch` requirement never pulls a multi-GB CUDA build
-# on a machine that has a local CPU wheel; an existing torch is kept.
-if ! "$py" -c "import torch" >/dev/null 2>&1; then
+# Torch first and on its own, so that a plain `torch` requirement never pulls a multi-GB CUDA build on a
+# machine that has a local CPU wheel: the editable install below keeps a torch that meets pyproject.toml's
+# minimum, and would replace an older one with the index's default build.
+min_torch=$(sed -n 's/^ *"torch>=\([0-9][0-9.]*\)".*/\1/p' pyproject.toml)
+have_torch=$("$py" - "${min_torch:-0}" <<'EOF'
+import re
+import sys
+from importlib import metadata
+
+
+def release(version):
+    return tuple(int(x) for x in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
+
+
+try:
+    have = metadata.version("torch")
+except metadata.PackageNotFoundError:
+    sys.exit()
+print(have if release(have) >= release(sys.argv[1]) else f"{have} (older than torch>={sys.argv[1]})")
+EOF
+)
+if [[ -z "$have_torch" || "$have_torch" == *older* || -n "$TORCH_GIVEN" ]]; then
+  [[ -n "$have_torch" ]] && say "torch ${have_torch}: installing TORCH=$TORCH"
   # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
   install $TORCH
 fi

@@ -16,3 +16,29 @@ def test_bound_counts_the_pairs_per_pass_and_the_hashing_once(mode, times):
     assert "x_bound_with_selection" not in bench._with_ratios(
         {"time_s": 1.0, "pairs": 1, "extra_flops": 0}, mode, rate
     )
+
+
+def test_only_matching_nothing_is_an_error_before_any_measurement(tmp_path, monkeypatch, capsys):
+    bench = load_script("benchmark_patterns")
+    monkeypatch.setattr(bench, "run", lambda *a: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--only", "LSH", "SlidingWindw", "--out", str(tmp_path)])  # one typo is enough
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "--only SlidingWindw matches no pattern; choose from SlidingWindow(512); " in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_subset_needs_its_own_out_folder(tmp_path, monkeypatch, capsys):
+    bench = load_script("benchmark_patterns")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "run", lambda *a: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--only", "LSH"])  # would replace benchmarks/patterns.md's full table with one row
+    assert exc.value.code == 2 and "--only writes a partial table: give --out" in capsys.readouterr().err
+    rows = []
+    monkeypatch.setattr(bench, "run", lambda names, *a: {"names": names, "rows": rows})
+    monkeypatch.setattr(bench, "report", lambda results: "table\n")
+    bench.main(["--only", "LSH", "--out", "subset"])
+    assert (tmp_path / "subset" / "patterns.md").read_text() == "table\n"
+    assert not (tmp_path / "benchmarks").exists()

@@ -2,15 +2,17 @@
 through the model, merged exactly once (:mod:`.decode`), hits out in genome coordinates.
 
 Positions: a model with rotary positions (the motif recipes' SparseTransformer) sees only relative
-distances, so a window may be longer than the length it was trained on (``max_position_embeddings``);
-with sliding-window attention every base's local context is exactly as in training and only the global
-tokens (every ``global_every``-th) see further. A model with a learned position table (absolute
+distances, so a window may be longer than the length it was trained on (``config.trained_length``; for
+models saved without it, the position range ``max_position_embeddings``); with sliding-window attention
+every base's local context is exactly as in training and only the global tokens (every
+``global_every``-th) see further (a warning says so). A model with a learned position table (absolute
 positions, Longformer) is capped at its table: longer windows are a ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -31,10 +33,9 @@ from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
 MAX_DEFAULT_OVERLAP = 128
 
 
-def trained_window(config) -> int:
-    """Bases per window at the length the model was built for: its position range less [CLS] and [SEP]
-    (the default window: benchmarks/genome_scan.md measures longer windows of the CTCF recipe model
-    agreeing less and less with it, for at most about twice the bases per second on CPU)."""
+def position_window(config) -> int:
+    """Bases the model's position range holds: ``max_position_embeddings`` less [CLS] and [SEP] (and
+    RoBERTa-style position ids' offset)."""
     bb = config.backbone
     limit = bb["max_position_embeddings"]
     if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
@@ -42,14 +43,23 @@ def trained_window(config) -> int:
     return limit - 2  # [CLS] and [SEP]
 
 
+def trained_window(config) -> int:
+    """Bases per window at the length the model was trained on: ``config.trained_length`` (the longest
+    training sequence, which the ``dna-motif-detection`` task records), or for a model saved without it its
+    position range (:func:`position_window`). The default window: benchmarks/genome_scan.md measures longer
+    windows of the CTCF recipe model agreeing less and less with it, for at most about twice the bases per
+    second on CPU."""
+    return getattr(config, "trained_length", None) or position_window(config)
+
+
 def max_window(config) -> int | None:
-    """The most bases one window may hold: the trained length for a learned position table, None (any
+    """The most bases one window may hold: the position range for a learned position table, None (any
     length) for rotary positions."""
     bb = config.backbone
     absolute = (
         bb.get("model_type") == "longformer" or bb.get("position_embedding_type", "absolute") == "absolute"
     )
-    return trained_window(config) if absolute else None
+    return position_window(config) if absolute else None
 
 
 def default_stride(window: int) -> int:
@@ -63,7 +73,8 @@ class GenomeScanner:
         model: a motif model (``LongformerForMotifDetection``, loaded e.g. with
             ``AutoModelForTokenClassification``) with single-nucleotide tokens.
         tokenizer: its :class:`~hf_sparse.DNATokenizer`.
-        window: bases per window (default :func:`trained_window`; longer only with rotary positions).
+        window: bases per window (default :func:`trained_window`; past the position range only with rotary
+            positions).
         stride: bases between window starts (default ``window - min(window // 4, 128)``).
         batch_size: windows per forward pass.
         skip_n: runs of at least this many N are not scanned.
@@ -101,11 +112,15 @@ class GenomeScanner:
                 f"window={window} is longer than the model's position table allows ({limit} bases); "
                 "use a smaller window (windows overlap, nothing is lost)"
             )
-        if limit is None and self.window > trained_window(cfg):
+        if self.window > trained_window(cfg):
+            how = (
+                "rotary positions allow it, but the model's global tokens then see more sequence than in training"
+                if limit is None
+                else "its position table allows it, but positions past the trained length were not trained"
+            )
             warnings.warn(
                 f"window={self.window} is longer than the {trained_window(cfg)} bases the model was trained on: "
-                "rotary positions allow it, but the model's global tokens then see more sequence than in "
-                "training and its spans can differ from trained-length windows (benchmarks/genome_scan.md "
+                f"{how}, and its spans can differ from trained-length windows (benchmarks/genome_scan.md "
                 "measures the CTCF recipe model's F1 falling with the window); check agreement first",
                 UserWarning,
                 stacklevel=2,
@@ -237,16 +252,57 @@ class GenomeScanner:
         return list(self.scan(MemoryFasta([(name, sequence)]), progress=False))
 
 
+def check_model_path(model_path, name: str = "model_path") -> None:
+    """``model_path`` (argument ``name``) is a folder, or may be a Hub model id: a name that can only be a path
+    (absolute, ``./``, ``../``, ``~``, more than one ``/``) must be a folder, and offline any other name must
+    be a folder or a Hub model in the local cache (transformers would report a missing folder as a bad repo
+    id or as "couldn't connect to huggingface.co"). Online, a Hub id is left to transformers.
+
+    Raises:
+        FileNotFoundError: naming the argument, the value and the folder looked for.
+    """
+    path = os.fspath(model_path)
+    folder = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(folder):
+        return
+    if os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1 or "\\" in path:
+        raise FileNotFoundError(f"{name} {path}: folder not found: {folder}")
+    from ..hub.common import offline_reason
+
+    if offline_reason() is None:
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
+    except ValueError:  # not a valid repo id either (huggingface_hub's HFValidationError)
+        cached = False
+    if not cached:
+        raise FileNotFoundError(
+            f"{name} {path}: neither a folder ({folder} not found) nor a Hub model in the local cache "
+            f"({offline_reason()})"
+        )
+
+
 def load_scanner(model_path: str, device=None, **kwargs) -> GenomeScanner:
     """A :class:`GenomeScanner` for a saved motif model (folder or Hub id), loaded with
-    ``AutoModelForTokenClassification`` and ``AutoTokenizer``."""
+    ``AutoModelForTokenClassification`` and ``AutoTokenizer``; ``FileNotFoundError`` for a folder that does
+    not exist (:func:`check_model_path`)."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     import hf_sparse  # noqa: F401  (registers the motif model and the DNA tokenizer)
 
+    check_model_path(model_path)
     model = AutoModelForTokenClassification.from_pretrained(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     return GenomeScanner(model, tokenizer, device=device, **kwargs)
 
 
-__all__ = ["GenomeScanner", "load_scanner", "max_window", "trained_window"]
+__all__ = [
+    "GenomeScanner",
+    "check_model_path",
+    "load_scanner",
+    "max_window",
+    "position_window",
+    "trained_window",
+]

@@ -354,6 +354,78 @@ def test_script_input_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "x.bed")
 
 
+def test_script_reports_a_missing_model_folder_as_such(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write_fasta(tmp_path, [("chrA", "ACGTACGTAAACCACCAGGGGGCGCTAACGT")])["plain"]
+    argv = [str(path), "--out", str(tmp_path / "x.bed"), "--no-progress"]
+    assert scan_genome.cli(["./nosuchdir", *argv]) == 2  # a path: must be a folder
+    assert capsys.readouterr().err.endswith(
+        f"error: MODEL ./nosuchdir: folder not found: {tmp_path / 'nosuchdir'}\n"
+    )
+    assert scan_genome.cli(["outputs/nosuchdir", *argv]) == 2  # a folder, or (offline) a cached Hub model
+    assert capsys.readouterr().err.endswith(
+        f"error: MODEL outputs/nosuchdir: neither a folder ({tmp_path / 'outputs' / 'nosuchdir'} not found) nor a "
+        "Hub model in the local cache (offline mode is on: HF_HUB_OFFLINE=1)\n"
+    )
+    from hf_sparse.genome import load_scanner
+
+    with pytest.raises(FileNotFoundError, match="model_path ./nosuchdir: folder not found"):
+        load_scanner("./nosuchdir")
+    assert not os.path.exists(tmp_path / "x.bed")
+
+
+def test_script_motif_ids_given_a_motif_name_lists_its_ids(tmp_path):
+    other = Motif("CTCF", "MA1929.2", builtin_motifs(["REST"])[0].counts)
+    jaspar = str(write_jaspar(tmp_path / "m.jaspar", [CTCF, other, builtin_motifs(["SP1"])[0]]))
+    path = write_fasta(tmp_path, planted_genome())["plain"]
+    argv = [str(path), "--pwm", jaspar, "--out", str(tmp_path / "x.bed"), "--no-progress", "--motif-ids"]
+    message = (
+        r"--motif-ids takes matrix ids, and 'CTCF' is the name of 2 motif\(s\): \['MA0139.2', 'MA1929.2'\]"
+    )
+    with pytest.raises(ValueError, match=message):
+        scan_genome.main(argv + ["MA0079.5", "CTCF"])
+    with pytest.raises(ValueError, match=r"has no motif \['MA0000.1'\]"):  # not a name either: as before
+        scan_genome.main(argv + ["MA0000.1"])
+
+
+def test_default_window_is_the_length_the_model_was_trained_on(tmp_path):
+    tok = DNATokenizer()
+    rotary = motif_model(max_tokens=130, trained_length=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert GenomeScanner(rotary, tok).window == 100  # not the 128 bases of the position range
+    with pytest.warns(UserWarning, match="longer than the 100 bases the model was trained on: rotary"):
+        GenomeScanner(rotary, tok, window=128)
+    absolute = motif_model(
+        max_tokens=130, trained_length=100, backbone_overrides={"position_embedding_type": "absolute"}
+    )
+    assert GenomeScanner(absolute, tok).window == 100
+    with pytest.warns(
+        UserWarning, match="longer than the 100 bases the model was trained on: its position table"
+    ):
+        assert GenomeScanner(absolute, tok, window=128).window == 128  # still within the table
+    with pytest.raises(ValueError, match="position table allows"):
+        GenomeScanner(absolute, tok, window=129)
+    rotary.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    from hf_sparse.genome import load_scanner
+
+    assert load_scanner(str(tmp_path / "model")).window == 100  # saved with the model
+    with pytest.raises(ValueError, match="trained_length must be a positive int"):
+        motif_model(trained_length=0)
+
+
+def test_the_motif_task_records_the_training_sequence_length():
+    from hf_sparse.tasks.motif.task import MotifArguments, MotifTask
+
+    args = MotifArguments(motifs=["REST"], sequence_length=60, num_train=4, num_validation=2, num_test=0,
+                          max_length=130)  # fmt: skip
+    task = MotifTask()
+    model = task.build_model(args, task.build_tokenizer(args))
+    assert model.config.trained_length == 60  # the scan's default window, not max_length - 2 = 128
+    assert GenomeScanner(model, DNATokenizer()).window == 60
+
+
 @pytest.mark.parametrize("stop", ["error", "ctrl-c", "sigterm", "gff"])
 def test_script_leaves_no_partial_output_when_a_run_fails(tmp_path, monkeypatch, stop):
     """A run stopped while writing the BED (an exception, Ctrl-C, SIGTERM as the script handles it) or the

@@ -94,6 +94,11 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
             examples. Needs `kmer=1`, `base_token_ids` and a sequence head.
         base_token_ids (`list[int]`, *optional*):
             The token ids of `A, C, G, T` (what `kmer_embedding` and `kmer_spectrum` read).
+        trained_length (`int`, *optional*):
+            Bases of the longest training sequence ([CLS] and [SEP] not counted), recorded by the
+            `dna-motif-detection` task: the default window of a genome scan (`hf_sparse.genome`). `None`
+            (models saved before it was recorded): the scan's default is the position range less [CLS] and
+            [SEP].
 
     Example:
 
@@ -135,6 +140,7 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
         kmer_embedding: int = 0,
         kmer_spectrum: int = 0,
         base_token_ids=None,
+        trained_length: int | None = None,
         **kwargs,
     ):
         self.backbone = backbone_config(
@@ -235,6 +241,7 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
         self.kmer_spectrum = kmer_spectrum
         self.kmer_embedding = kmer_embedding
         self.base_token_ids = base_token_ids
+        self.trained_length = check_int("trained_length", trained_length, 1, allow_none=True)
         if self.motif_names:
             tags = ["O"] + [f"{p}-{m}" for m in self.motif_names for p in ("B", "I")]
             kwargs["id2label"] = dict(enumerate(tags))

@@ -586,6 +586,9 @@ class MotifTask(Task):
         names = [m.name for m in motifs] if motifs else []
         seq_task = self.sequence_task(args)
         seq_labels = self.sequence_label_names(args)
+        train = self.raw(args).get("train")
+        # bases of the longest training sequence (whitespace is not a base): a genome scan's default window
+        trained_length = max((len("".join(s.split())) for s in train["sequence"]), default=0) if train else 0
         if args.model_name_or_path:
             model = LongformerForMotifDetection.from_pretrained(args.model_name_or_path)
             cfg = model.config
@@ -599,6 +602,8 @@ class MotifTask(Task):
                     f"sequence_task {cfg.sequence_task!r} ({cfg.sequence_label_names}); the data needs {names}, "
                     f"{seq_task!r} ({seq_labels})"
                 )
+            if trained_length:
+                cfg.trained_length = trained_length
         else:
             config = LongformerMotifConfig(
                 backbone=self._backbone(args, tokenizer),
@@ -617,6 +622,7 @@ class MotifTask(Task):
                 kmer_embedding=args.kmer_embedding,
                 kmer_spectrum=args.kmer_spectrum,
                 base_token_ids=tokenizer.convert_tokens_to_ids(list("ACGT")),
+                trained_length=trained_length or None,
             )
             model = LongformerForMotifDetection(config)
         self.config = model.config
