@@ -17,6 +17,8 @@ Positions: with ``q_len < kv_len`` (decoding with a cache) query ``i`` sits at p
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -545,6 +547,20 @@ def check_lengths(q_len, kv_len=None, q_name: str = "q_len") -> tuple[int, int]:
     return q_len, kv_len
 
 
+def bind_part(part, q_len, kv_len=None, *, query=None, key=None, causal: bool = False):
+    """``part.bind(...)`` for a part of a combination or a head of ``PerHead``, told whether the pattern holding
+    it is causal; a pattern whose ``bind`` takes no ``causal`` keyword is bound without it."""
+    if causal and _bind_takes_causal(type(part)):
+        return part.bind(q_len, kv_len, query=query, key=key, causal=True)
+    return part.bind(q_len, kv_len, query=query, key=key)
+
+
+@functools.cache
+def _bind_takes_causal(cls) -> bool:
+    params = inspect.signature(cls.bind).parameters
+    return "causal" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 class Pattern:
     """Base class of all attention patterns. Subclasses define ``_mask`` and ``_plan``."""
 
@@ -608,8 +624,14 @@ class Pattern:
         compiled ``mask_mod`` must capture there (a GPU kernel cannot copy a CPU table in its mask)."""
         return _to_device(self, torch.device(device), {})
 
-    def bind(self, q_len: int, kv_len: int | None = None, *, query=None, key=None) -> Pattern:
-        """The pattern with its data-dependent parts (random blocks, buckets) fixed for this input."""
+    def bind(
+        self, q_len: int, kv_len: int | None = None, *, query=None, key=None, causal: bool = False
+    ) -> Pattern:
+        """The pattern with its data-dependent parts (random blocks, buckets) fixed for this input.
+
+        ``causal``: the pattern is bound as a part of a causal pattern (combinations and ``PerHead`` pass
+        ``causal or self.is_causal`` on to their parts through :func:`bind_part`), where positions past the
+        input are the future positions of a decoder (``Global(indices=...)`` raises only outside one)."""
         return self
 
     # -- execution ------------------------------------------------------------------------------

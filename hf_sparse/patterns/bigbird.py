@@ -62,10 +62,10 @@ class BigBird(Pattern):
         for q, r in enumerate(rows):
             table[0, 0, q, : len(r)] = torch.tensor(r, dtype=torch.long)
         local = BlockSet(self.block, table)
-        if not glob:
+        positions = [p for g in glob for p in range(g * self.block, min((g + 1) * self.block, kv_len))]
+        if not positions:  # no global blocks, or an empty sequence
             local._source = self
             return local
-        positions = [p for g in glob for p in range(g * self.block, min((g + 1) * self.block, kv_len))]
         out = Union(local, Global(indices=positions))
         out._source = self
         return out

@@ -21,6 +21,7 @@ from .base import (
     Component,
     Pattern,
     Plan,
+    bind_part,
     from_dict,
     intersect_layouts,
     merge_layouts,
@@ -67,18 +68,30 @@ class _Combination(Pattern):
                 f"per-head patterns combined with | or & must have the same number of heads, got {sizes}"
             )
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False):
+        # the parts of a causal pattern: positions past the input are a decoder's positions still to come
+        causal = causal or self.is_causal
         split = self._per_head_split() if self.content_based else None
         if split is not None:  # a content-based part selects per head: from that head's queries and keys
-            out = split.bind(q_len, kv_len, query=query, key=key)
+            out = split.bind(q_len, kv_len, query=query, key=key, causal=causal)
             out._source = self
             return out
-        bound = [p.bind(q_len, kv_len, query=query, key=key) for p in self.parts]
+        bound = [bind_part(p, q_len, kv_len, query=query, key=key, causal=causal) for p in self.parts]
         if all(b is p for b, p in zip(bound, self.parts)):
             return self
         out = type(self)(*bound)
         out._source = self
         return out
+
+    def _spec(self):
+        """None where a part's spec does not describe it (bound, a table, call-time tokens): then the combination
+        is compared by its parts."""
+        return None if any(p._spec() is None for p in self.parts) else super()._spec()
+
+    def __repr__(self):
+        if getattr(self, "_source", None) is None and self._spec() is None:
+            return f"{type(self).__name__}({', '.join(repr(p) for p in self.parts)})"
+        return super().__repr__()
 
     def check_combinable(self, op):
         for p in self.parts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -13,6 +14,36 @@ def every_kth(positions: torch.Tensor, every: int) -> torch.Tensor:
     """Bool mask of the positions ``p`` with ``p % every == 0``: the global tokens of
     ``Global(every=...)`` (Longformer-style "a global token every k positions")."""
     return torch.remainder(positions, every) == 0
+
+
+def _check_indices(indices) -> list[int]:
+    """``Global``'s ``indices``: an int or a non-empty list (tuple, set, range, tensor, array) of ints >= 0,
+    as a sorted list without repeats. TypeError for anything else (a float, a bool or a str is not a position:
+    ``int()`` would truncate 1.9, and make "105" the positions 1, 0, 5)."""
+    given = indices
+    if isinstance(indices, torch.Tensor) or type(indices).__module__ == "numpy":  # also numpy ints
+        indices = indices.tolist()  # ints stay ints, floats and bools are refused below
+    if _is_int(indices):
+        indices = [indices]
+    if not isinstance(indices, (list, tuple, set, frozenset, range)):
+        raise TypeError(
+            f"indices must be an int or a list of ints (positions), got {type(indices).__name__} ({given!r})"
+        )
+    for i in indices:
+        if not _is_int(i):
+            raise TypeError(f"indices must be ints (positions), got {type(i).__name__} {i!r} in {given!r}")
+    if not indices:
+        raise ValueError(
+            "indices must name at least one position, got an empty list (no token would be global; leave Global out)"
+        )
+    indices = sorted({int(i) for i in indices})
+    if indices[0] < 0:
+        raise ValueError(f"global indices must be >= 0, got {indices[0]} in {given!r}")
+    return indices
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _ragged(rows_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,9 +65,10 @@ def _thin_block(count: int, block: int) -> int:
 class Global(Pattern):
     """Global tokens: query i attends key j iff i or j is a global position.
 
-    ``Global(indices=[0, 5])``: these positions (a sequence that holds none of them is a ValueError at
-    call time, naming the index and the length); ``Global(every=100)``: positions ``p % 100 == 0``;
-    ``Global()``: the positions marked in ``global_attention_mask`` at call time (Longformer
+    ``Global(indices=[0, 5])``: these positions (ints >= 0, at least one; repeats count once; a sequence
+    that holds none of them is a ValueError at call time, naming the index and the length, except inside a
+    causal pattern, where they are a decoder's positions still to come); ``Global(every=100)``: positions
+    ``p % 100 == 0``; ``Global()``: the positions marked in ``global_attention_mask`` at call time (Longformer
     convention: 1 = global). Global rows attend every key, every query attends global keys.
     """
 
@@ -46,36 +78,40 @@ class Global(Pattern):
         self.every = None if every is None else check_positive_int("every", every)
         self.indices = None
         self._table = None  # (Bt, Lt) bool: position p of batch b is global
+        self._in_causal = False  # bound as a part of a causal pattern before its first global position
         if indices is not None:
-            if isinstance(indices, torch.Tensor):
-                indices = indices.tolist()
-            if isinstance(indices, int):
-                indices = [indices]
-            try:
-                indices = sorted({int(i) for i in indices})
-            except (TypeError, ValueError) as e:
-                raise TypeError(f"indices must be a list of ints, got {indices!r}") from e
-            if any(i < 0 for i in indices):
-                raise ValueError(f"global indices must be >= 0, got {indices}")
+            indices = _check_indices(indices)
             self.indices = indices
             # explicit device: from_pretrained builds the model (and its pattern) under torch.device("meta")
-            table = torch.zeros(1, (max(indices) + 1) if indices else 1, dtype=torch.bool, device="cpu")
+            table = torch.zeros(1, max(indices) + 1, dtype=torch.bool, device="cpu")
             table[0, indices] = True
             self._table = table
 
     def _check_in_range(self, kv_len: int) -> None:
         """ValueError when no index lies in a sequence of ``kv_len`` tokens: the pattern would have no
         global token at all (indices past the end of a shorter input are fine while one is inside,
-        e.g. a decoder's later positions)."""
-        if self.indices and self.indices[0] >= kv_len:
+        e.g. a decoder's later positions). Not for a part of a causal pattern (see :meth:`bind`)."""
+        if self.indices and self.indices[0] >= kv_len and not self._in_causal:
             raise ValueError(
                 f"Global(indices={self.indices}): index {self.indices[0]} is out of range for a sequence of "
                 f"{kv_len} tokens (positions 0..{kv_len - 1}), so no token would be global"
             )
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
-        self._check_in_range(q_len if kv_len is None else kv_len)
-        return self
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False):
+        """Checks the indices against the input (see :meth:`_check_in_range`). A part of a causal pattern
+        (``causal=True``, e.g. ``(SlidingWindow(3) | Global(indices=[4])) & Causal()``) takes any length: a
+        decoder's prompt, or its left-padded rows, may end before the first global position, which is
+        then still to come; bound there, it is a copy that makes no token global yet."""
+        kv_len = q_len if kv_len is None else kv_len
+        if not causal or not self.indices or self.indices[0] < kv_len:
+            self._check_in_range(kv_len)
+            return self
+        return self.derived("in a causal pattern", self._future)
+
+    def _future(self) -> Global:
+        out = Global(indices=self.indices)
+        out._table, out._in_causal, out._source = self._table, True, self  # the table where self has it
+        return out
 
     @property
     def runtime(self) -> bool:
@@ -90,10 +126,32 @@ class Global(Pattern):
 
     @classmethod
     def from_mask(cls, global_attention_mask: torch.Tensor) -> Global:
-        """Per-batch global positions from a (batch, seq) mask (nonzero = global)."""
+        """Per-batch global positions from a (batch, seq) mask (nonzero = global): call-time tokens, which a spec
+        cannot describe (``to_dict`` raises; ``Global(indices=...)`` is the serialisable form)."""
         g = cls()
         g._table = global_attention_mask.bool()
         return g
+
+    @property
+    def _from_mask(self) -> bool:
+        return self.indices is None and self.every is None and self._table is not None
+
+    def to_dict(self):
+        if self._from_mask and getattr(self, "_source", None) is None:
+            raise TypeError(
+                f"a Global.from_mask holds call-time global tokens (a {tuple(self._table.shape)} mask) that no spec "
+                "describes (saved, it would be Global(): the tokens of global_attention_mask); use "
+                "Global(indices=[...]) for fixed positions"
+            )
+        return super().to_dict()
+
+    def _spec(self):
+        return None if self._from_mask else super()._spec()  # compared by its table
+
+    def __repr__(self):
+        if self._from_mask and getattr(self, "_source", None) is None:
+            return f"Global.from_mask(<{tuple(self._table.shape)} mask, {int(self._table.sum())} global>)"
+        return super().__repr__()
 
     def is_global(self, b, p):
         if self.every is not None:
@@ -112,12 +170,13 @@ class Global(Pattern):
         return self.is_global(b, i) | self.is_global(b, j)
 
     def cache_keep(self, kv_pos, next_pos):
-        """Only global keys stay visible to every later query."""
-        return (
-            self.is_global(0, kv_pos)
-            if self._table is None or self._table.shape[0] == 1
-            else torch.ones_like(kv_pos, dtype=torch.bool)
-        )
+        """The global keys stay visible to every later query, and every key while a later query can be global
+        (a global row attends every key): a position ``>= next_pos`` among ``indices``, ``every=`` or
+        call-time (or per-batch) tokens."""
+        t = self._table
+        if self.every is not None or t is None or t.shape[0] > 1 or bool(t[0, max(next_pos, 0) :].any()):
+            return torch.ones_like(kv_pos, dtype=torch.bool)
+        return self.is_global(0, kv_pos)
 
     def varies(self):
         return self._table is not None and self._table.shape[0] > 1, False

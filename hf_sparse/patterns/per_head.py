@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Pattern, Plan, from_dict, merge_layouts, register_pattern
+from .base import Pattern, Plan, bind_part, from_dict, merge_layouts, register_pattern
 
 
 @register_pattern("per_head")
@@ -37,14 +37,19 @@ class PerHead(Pattern):
     def over_heads(self, patterns):
         return PerHead(patterns)
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False):
         bound = []
         for h, p in enumerate(self.patterns):
             qh = None if query is None else query[:, h : h + 1]
             kh = None if key is None else key[:, h : h + 1]
             bound.append(
-                p.bind(
-                    q_len, kv_len, query=qh if p.content_based else None, key=kh if p.content_based else None
+                bind_part(
+                    p,
+                    q_len,
+                    kv_len,
+                    query=qh if p.content_based else None,
+                    key=kh if p.content_based else None,
+                    causal=causal or self.is_causal,
                 )
             )
         if all(b is p for b, p in zip(bound, self.patterns)):

@@ -36,7 +36,19 @@ def _set_spans(model, values):
         ({"max_span": 0}, "max_span must be a positive int"),
         ({"max_span": 8, "ramp": 2.5}, "ramp must be a positive int"),
         ({"max_span": 8, "init": 9}, "init=9.0 must be in"),
-        ({"max_span": 8, "loss_coef": -1}, "loss_coef must be a number >= 0"),
+        ({"max_span": 8, "loss_coef": -1}, "loss_coef must be a finite number >= 0"),
+        # NaN and inf passed "v < 0": a NaN init crashed the model ("cannot convert float NaN to integer"), a NaN
+        # or inf loss_coef made every training loss NaN or inf
+        ({"max_span": 8, "init": float("nan")}, "adaptive_span.init must be a finite number >= 0, got nan"),
+        (
+            {"max_span": 8, "loss_coef": float("nan")},
+            "adaptive_span.loss_coef must be a finite number >= 0, got nan",
+        ),
+        (
+            {"max_span": 8, "loss_coef": float("inf")},
+            "adaptive_span.loss_coef must be a finite number >= 0, got inf",
+        ),
+        ({"max_span": 8, "init": True}, "adaptive_span.init must be a finite number"),
         ({"max_span": 8, "window": 3}, "unknown keys"),
         ({"max_span": 1000}, "larger than max_position_embeddings"),
         ([8], "must be a dict"),
@@ -52,6 +64,18 @@ def test_adaptive_span_needs_a_band_pattern_and_no_global_projections():
         tiny_config(adaptive_span={"max_span": 8}, attention_pattern={"type": "strided", "stride": 4})
     with pytest.raises(ValueError, match="global_projections"):
         tiny_config(adaptive_span={"max_span": 8}, global_projections=True)
+
+
+def test_an_adaptive_span_set_after_init_is_checked_and_filled_before_a_model_is_built(tmp_path):
+    """``from_pretrained(path, adaptive_span=...)`` sets the attribute after ``__init__``: it was neither checked
+    nor given its defaults."""
+    from transformers import AutoModelForCausalLM
+
+    SparseTransformerForCausalLM(_decoder()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="adaptive_span.init must be a finite number >= 0, got nan"):
+        AutoModelForCausalLM.from_pretrained(tmp_path, adaptive_span={"max_span": 12, "init": float("nan")})
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, adaptive_span={"max_span": 12})
+    assert model.config.adaptive_span == {"max_span": 12, "ramp": 32, "init": 0.0, "loss_coef": 2e-6}
 
 
 def test_defaults_are_filled_and_survive_a_round_trip():

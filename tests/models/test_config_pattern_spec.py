@@ -2,8 +2,10 @@
 used to validate and run, then fail save_pretrained with "not JSON serializable", leaving an empty config.json)."""
 
 import json
+import re
 
 import pytest
+import torch
 from transformers import AutoConfig
 
 import hf_sparse  # noqa: F401  (registers the config)
@@ -33,3 +35,21 @@ def test_a_bad_spec_dict_is_still_reported_with_its_field():
         tiny_config(attention_pattern=[{"type": "causal"}, {"type": "nope"}])
     with pytest.raises(ValueError, match="attention_pattern: .*causal must be a bool"):
         tiny_config(attention_pattern={"type": "sliding_window", "window": 8, "causal": "false"})
+
+
+@pytest.mark.parametrize("where", ["attention_pattern", "attention_pattern[1]", "spec dict"])
+def test_a_pattern_no_spec_describes_is_refused_when_the_config_is_made(where):
+    """A Global.from_mask in the config was saved as Global() (call-time tokens): another pattern, silently."""
+    mask = torch.zeros(1, 16)
+    mask[0, 3] = 1
+    pattern = P.SlidingWindow(window=3) | P.Global.from_mask(mask)
+    given = {
+        "attention_pattern": pattern,
+        "attention_pattern[1]": ["causal", pattern],
+        "spec dict": {"type": "union", "parts": [P.SlidingWindow(window=3), P.Global.from_mask(mask)]},
+    }[where]
+    field = where if where != "spec dict" else "attention_pattern"
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(field)}: Union\(.*\) cannot be stored in a config: .*from_mask"
+    ):
+        tiny_config(attention_pattern=given, num_hidden_layers=2)

@@ -363,3 +363,46 @@ def test_cache_memory_after_a_long_prompt_follows_what_it_keeps(pattern, kept, a
             for t in (layer.keys, layer.values, *[b for b in layer._buffers if b is not None])
         ]
         assert max(held) <= at_most, held
+
+
+# ----------------------------------------------------------------------------- global tokens still to come
+
+
+_GLOBAL_AT_4 = (P.SlidingWindow(window=3, causal=True) | P.Global(indices=[4])) & P.Causal()
+
+
+def test_global_every_kth_decodes_with_the_cache_as_recomputed():
+    """A later global row attends every key: the cache kept only the global keys and the window, so the tokens
+    after position 5 differed from recomputing the prefix."""
+    model = _lm((P.SlidingWindow(window=3, causal=True) | P.Global(every=5)) & P.Causal())
+    torch.manual_seed(0)
+    ids = torch.randint(1, 50, (1, 6))
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert torch.equal(out, _greedy_recompute(model, ids, 10))
+
+
+@pytest.mark.parametrize("prompt_length", [1, 4])
+def test_a_global_position_past_a_short_prompt_is_still_to_come(prompt_length):
+    """A decoder with a global token at position 4 takes a prompt of fewer than 5 tokens (it refused: "index 4 is
+    out of range for a sequence of 4 tokens"); past position 4 the cached decoding equals recomputing the prefix
+    (the global row attends every earlier key, so the cache keeps them until it has been decoded)."""
+    model = _lm(_GLOBAL_AT_4)
+    ids = torch.randint(1, 50, (1, prompt_length))
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert out.shape[1] == prompt_length + 8 > 5
+    assert torch.equal(out, _greedy_recompute(model, ids, 8))
+
+
+def test_a_global_position_past_a_short_left_padded_row_is_still_to_come():
+    model = _lm(_GLOBAL_AT_4)
+    torch.manual_seed(1)
+    long, short = torch.randint(1, 50, (1, 6)), torch.randint(1, 50, (1, 2))
+    batch = torch.cat([long, torch.cat([torch.zeros(1, 4, dtype=torch.long), short], 1)])
+    mask = torch.cat([torch.ones(1, 6, dtype=torch.long), (batch[1:] != 0).long()])
+    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        out = model.generate(batch, attention_mask=mask, **kw)
+        assert torch.equal(out[1, 4:], model.generate(short, use_cache=False, **kw)[0])
+        assert torch.equal(out[0], model.generate(long, use_cache=False, **kw)[0])

@@ -53,9 +53,13 @@ def ids(batch=2, n=13, seed=0):
         (dict(num_experts=4, moe_layer_frequency=[0, 0]), "distinct layer indices"),
         (dict(num_experts=4, moe_intermediate_size=0), "moe_intermediate_size must be a positive int"),
         (dict(num_experts=4, router_jitter_noise=-0.1), "router_jitter_noise must be in \\[0, 1\\), got -0.1"),
-        (dict(num_experts=4, router_aux_loss_coef=-1.0), "router_aux_loss_coef must be a float >= 0, got -1.0"),
-        (dict(num_experts=4, router_z_loss_coef="x"), "router_z_loss_coef must be a float >= 0"),
-        (dict(num_experts=4, expert_capacity_factor=0.0), "expert_capacity_factor must be a float > 0 or None"),
+        (dict(num_experts=4, router_aux_loss_coef=-1.0), "router_aux_loss_coef must be a finite float >= 0, got -1.0"),
+        (dict(num_experts=4, router_z_loss_coef="x"), "router_z_loss_coef must be a finite float >= 0"),
+        (dict(num_experts=4, expert_capacity_factor=0.0), "expert_capacity_factor must be a finite float > 0 or None"),
+        # inf passed "value >= 0": an inf coefficient made the loss inf, an inf capacity overflowed in training
+        (dict(num_experts=4, router_aux_loss_coef=float("inf")), "router_aux_loss_coef must be a finite float >= 0, got inf"),
+        (dict(num_experts=4, router_z_loss_coef=float("nan")), "router_z_loss_coef must be a finite float >= 0, got nan"),
+        (dict(num_experts=4, expert_capacity_factor=float("inf")), "expert_capacity_factor must be a finite float > 0 or None .*got inf"),
         (dict(num_experts=4, norm_topk_prob="yes"), "norm_topk_prob must be a bool"),
         (dict(router_aux_loss_coef=0.5), "router_aux_loss_coef=0.5 given but num_experts=0"),
     ],
@@ -63,6 +67,56 @@ def ids(batch=2, n=13, seed=0):
 def test_bad_moe_settings_raise_naming_the_key_and_value(kwargs, match):
     with pytest.raises(ValueError, match=match):
         tiny_config(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moe_overrides")
+    torch.manual_seed(0)
+    SparseTransformerForCausalLM(tiny_decoder_config(CAUSAL)).save_pretrained(root / "dense")
+    SparseTransformerForCausalLM(tiny_decoder_config(CAUSAL, **MOE)).save_pretrained(root / "moe")
+    return root
+
+
+@pytest.mark.parametrize(
+    "saved, kwargs, match",
+    [
+        ("moe", dict(num_experts_per_tok=8), r"num_experts_per_tok must be an int in \[1, num_experts=4\], got 8"),
+        ("moe", dict(expert_capacity_factor=-1.0), "expert_capacity_factor must be a finite float > 0 or None"),
+        ("moe", dict(router_aux_loss_coef=float("inf")), "router_aux_loss_coef must be a finite float >= 0, got inf"),
+        ("dense", dict(num_experts=4, num_experts_per_tok=5), r"num_experts_per_tok must be an int in \[1, num_experts=4\]"),
+        ("dense", dict(num_experts=-2), "num_experts must be an int >= 0"),
+        ("dense", dict(num_experts_per_tok=1), "num_experts_per_tok=1 given but num_experts=0"),
+    ],
+)  # fmt: skip
+def test_from_pretrained_overrides_are_checked_before_the_model_is_built(saved_models, saved, kwargs, match):
+    """transformers sets ``from_pretrained(path, key=value)`` on the config after its ``__init__``: those values
+    went unchecked (top-8 of 4 experts failed in the forward with "selected index k out of range", a capacity
+    factor of -1 trained with capacity 1)."""
+    with pytest.raises(ValueError, match=match):
+        AutoModelForCausalLM.from_pretrained(saved_models / saved, **kwargs)
+
+
+def test_num_experts_given_to_from_pretrained_of_a_dense_model_gets_the_moe_defaults(saved_models):
+    """(It failed with "no attribute 'moe_layer_frequency'".)"""
+    model = AutoModelForCausalLM.from_pretrained(saved_models / "dense", num_experts=4)
+    assert model.config.num_experts_per_tok == 2 and model.config.moe_layer_frequency == 1
+    assert all(model.config.is_moe_layer(i) for i in range(2))
+    assert model(ids()).logits.shape == (2, 13, 97)
+    model = AutoModelForCausalLM.from_pretrained(saved_models / "dense", num_experts_per_tok=1, num_experts=1)
+    assert (model.config.num_experts, model.config.num_experts_per_tok) == (1, 1)
+
+
+def test_a_config_edited_after_init_is_checked_by_the_model_and_by_save(tmp_path):
+    """``config.num_experts_per_tok = 0`` after construction made a model with no experts per token, silently."""
+    config = tiny_decoder_config(CAUSAL, **MOE)
+    config.num_experts_per_tok = 0
+    with pytest.raises(
+        ValueError, match=r"num_experts_per_tok must be an int in \[1, num_experts=4\], got 0"
+    ):
+        SparseTransformerForCausalLM(config)
+    with pytest.raises(ValueError, match="num_experts_per_tok must be an int in"):
+        config.save_pretrained(tmp_path)
 
 
 def test_a_dense_config_stores_no_moe_keys_and_keeps_its_weight_names(tmp_path):

@@ -172,6 +172,22 @@ def test_registry():
         (lambda: P.BigBird(window_blocks=2), ValueError, "window_blocks must be odd"),
         (lambda: P.Global(indices=[-1]), ValueError, "global indices must be >= 0"),
         (lambda: P.Global(indices=[1], every=3), ValueError, "either indices"),
+        # indices are int positions: int() truncated 1.9, made "105" the positions 1, 0, 5 and True position 1
+        (lambda: P.Global(indices=[1.9]), TypeError, r"indices must be ints \(positions\), got float 1.9"),
+        (lambda: P.Global(indices=[0.5, 2.5]), TypeError, "indices must be ints .* got float 0.5"),
+        (lambda: P.Global(indices="105"), TypeError, r"indices must be an int or a list of ints .* got str"),
+        (lambda: P.Global(indices=[True, 0]), TypeError, "indices must be ints .* got bool True"),
+        (lambda: P.Global(indices=True), TypeError, "indices must be an int or a list of ints .* got bool"),
+        (lambda: P.Global(indices=torch.tensor([1.0])), TypeError, "indices must be ints .* got float"),
+        (
+            lambda: P.Global(indices=[]),
+            ValueError,
+            "indices must name at least one position, got an empty list",
+        ),
+        (lambda: P.from_dict({"type": "global", "indices": []}), ValueError, "at least one position"),
+        (lambda: P.Global(every=2.0), TypeError, "every must be an int, got float"),
+        (lambda: P.Global(every=True), TypeError, "every must be an int, got bool"),
+        (lambda: P.Global(every=0), ValueError, "every must be > 0, got 0"),
         (lambda: P.PerHead(P.Causal()), TypeError, "non-empty list of patterns"),
         (lambda: P.Global() & P.Causal(), ValueError, "can only be combined with '|'"),
         (lambda: P.Causal() & (P.Causal() | P.Global()), ValueError, "can only be combined with '|'"),
@@ -220,6 +236,20 @@ def test_bad_parameters(make, exc, words):
         return
     with pytest.raises(exc, match=words):
         make()
+
+
+def test_global_indices_take_ints_of_any_kind_sorted_without_repeats():
+    np = pytest.importorskip("numpy")
+    for given in (
+        [5, 0, 5],
+        (0, 5),
+        {5, 0},
+        np.array([5, 0]),
+        [np.int64(5), np.int32(0)],
+        torch.tensor([0, 5]),
+    ):
+        assert P.Global(indices=given).indices == [0, 5], given
+    assert P.Global(indices=3).indices == P.Global(indices=np.int64(3)).indices == [3]
 
 
 def test_bool_and_seed_arguments_keep_their_type():
@@ -281,6 +311,30 @@ def test_equal_patterns_hash_alike_and_bound_ones_compare_their_tables():
     assert not torch.equal(a1.dense_mask(8), a2.dense_mask(8))
     assert a1 != a2 and a1 == lsh.bind(8, query=q1, key=q1)
     assert (P.Causal() == "causal") is False
+
+
+def test_global_from_mask_is_not_saved_as_call_time_global_and_compares_its_tokens():
+    """``Global.from_mask(m)`` serialised as ``Global()`` (the tokens of the call's global_attention_mask): a round
+    trip kept 3 of its 16 global column entries, and two from_mask patterns with different tokens were equal."""
+    m1, m2 = torch.zeros(1, 16), torch.zeros(1, 16)
+    m1[0, 3], m2[0, 9] = 1, 1
+    g1, g2 = P.Global.from_mask(m1), P.Global.from_mask(m2)
+    assert (
+        g1 != g2 and g1 == P.Global.from_mask(m1.clone()) and hash(g1) == hash(P.Global.from_mask(m1.clone()))
+    )
+    assert g1 != P.Global() and g1 != P.Global(indices=[3])
+    u = P.SlidingWindow(window=3) | g1
+    assert u != P.SlidingWindow(window=3) | g2 and u != P.SlidingWindow(window=3) | P.Global()
+    assert (
+        u == P.SlidingWindow(window=3) | P.Global.from_mask(m1)
+        and len({u, P.SlidingWindow(window=3) | g1}) == 1
+    )
+    assert "Global.from_mask(<(1, 16) mask, 1 global>)" in repr(u)
+    for p in (g1, u, u & P.Causal()):
+        with pytest.raises(
+            TypeError, match=r"Global.from_mask holds call-time global tokens \(a \(1, 16\) mask\)"
+        ):
+            p.to_dict()
 
 
 def test_causal_lsh_layout_keeps_no_tile_above_the_diagonal():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
@@ -243,15 +245,9 @@ class SparseTransformerConfig(PretrainedConfig):
         self.validate_sparse()
 
     def _set_moe(self, num_experts, moe: dict):
-        if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 0:
-            raise ValueError(f"num_experts must be an int >= 0 (0: dense feed-forward), got {num_experts!r}")
+        _check_num_experts(num_experts)
         if num_experts == 0:
-            given = {k: v for k, v in moe.items() if v != MOE_DEFAULTS[k]}
-            if given:
-                raise ValueError(
-                    f"{', '.join(f'{k}={v!r}' for k, v in given.items())} given but num_experts=0 (dense "
-                    "feed-forward): set num_experts >= 1 for a mixture-of-experts feed-forward"
-                )
+            _check_dense(moe)
             return
         self.num_experts = num_experts
         for key, default in MOE_DEFAULTS.items():
@@ -260,6 +256,16 @@ class SparseTransformerConfig(PretrainedConfig):
             self.moe_layer_frequency = list(self.moe_layer_frequency)
 
     def _check_moe(self):
+        _check_num_experts(self.num_experts)
+        if not self.num_experts:
+            _check_dense({k: v for k, v in vars(self).items() if k in MOE_DEFAULTS})
+            return
+        # num_experts set after __init__ (from_pretrained(path, num_experts=4)): the keys it lacks get their defaults
+        for key, default in MOE_DEFAULTS.items():
+            if key not in vars(self):
+                setattr(self, key, default)
+        if isinstance(self.moe_layer_frequency, tuple):
+            self.moe_layer_frequency = list(self.moe_layer_frequency)
         k = self.num_experts_per_tok
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.num_experts:
             raise ValueError(
@@ -294,14 +300,12 @@ class SparseTransformerConfig(PretrainedConfig):
             raise ValueError(f"router_jitter_noise must be in [0, 1), got {jitter!r}")
         for name in ("router_aux_loss_coef", "router_z_loss_coef"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0.0:
-                raise ValueError(f"{name} must be a float >= 0, got {value!r}")
+            if not _finite(value) or not value >= 0.0:
+                raise ValueError(f"{name} must be a finite float >= 0, got {value!r}")
         factor = self.expert_capacity_factor
-        if factor is not None and (
-            isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0
-        ):
+        if factor is not None and (not _finite(factor) or not factor > 0):
             raise ValueError(
-                f"expert_capacity_factor must be a float > 0 or None (no capacity limit), got {factor!r}"
+                f"expert_capacity_factor must be a finite float > 0 or None (no capacity limit), got {factor!r}"
             )
 
     def is_moe_layer(self, layer: int) -> bool:
@@ -312,8 +316,20 @@ class SparseTransformerConfig(PretrainedConfig):
         return layer in freq if isinstance(freq, list) else (layer + 1) % freq == 0
 
     # ----------------------------------------------------------------------------------------- checks
+    def validate(self):
+        """transformers' checks where the installed release has them (``save_pretrained`` runs this), then
+        :meth:`validate_sparse`."""
+        parent = getattr(super(), "validate", None)
+        if parent is not None:
+            parent()
+        self.validate_sparse()
+
     def validate_sparse(self):
-        """Check every field this config adds; errors name the field (and the layer)."""
+        """Check every field this config adds; errors name the field (and the layer). Run by ``__init__``, by
+        ``save_pretrained`` and by the models' ``__init__``, so that what was set since (``from_pretrained(path,
+        key=value)`` sets attributes after ``__init__``, and so does ``config.key = value``) is checked before a
+        model is built from it: specs are normalised again, and MoE keys missing after ``num_experts`` was set get
+        their defaults."""
         for name in (
             "vocab_size",
             "hidden_size",
@@ -354,7 +370,7 @@ class SparseTransformerConfig(PretrainedConfig):
         ):
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"{p} must be in [0, 1), got {rate!r}")
-        specs = self.attention_pattern
+        self.attention_pattern = specs = _to_specs(self.attention_pattern)
         if isinstance(specs, list) and len(specs) != self.num_hidden_layers:
             raise ValueError(
                 f"attention_pattern has {len(specs)} entries but num_hidden_layers is {self.num_hidden_layers}; "
@@ -371,9 +387,10 @@ class SparseTransformerConfig(PretrainedConfig):
             if not isinstance(specs, list):
                 break
         self._check_adaptive_span()
+        self._check_moe()
 
     def _check_adaptive_span(self):
-        a = self.adaptive_span
+        self.adaptive_span = a = _adaptive_span_spec(self.adaptive_span)
         if a is None:
             return
         if a["max_span"] > self.max_position_embeddings:
@@ -391,8 +408,6 @@ class SparseTransformerConfig(PretrainedConfig):
             raise ValueError(
                 f"{where}: adaptive_span works inside a Causal() or SlidingWindow pattern, got {pattern!r}"
             )
-        if self.num_experts:
-            self._check_moe()
 
     def _check_pattern(self, pattern: Pattern, where: str):
         """Geometry must fit the model: a window reaching past every position, or a stride/block
@@ -475,36 +490,65 @@ def _adaptive_span_spec(value):
             raise ValueError(f"adaptive_span.{key} must be a positive int, got {v!r}")
     for key in ("init", "loss_coef"):
         v = spec[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ValueError(f"adaptive_span.{key} must be a number >= 0, got {v!r}")
+        if not _finite(v) or v < 0:
+            raise ValueError(f"adaptive_span.{key} must be a finite number >= 0, got {v!r}")
         spec[key] = float(v)
     if spec["init"] > spec["max_span"]:
         raise ValueError(f"adaptive_span.init={spec['init']} must be in [0, max_span={spec['max_span']}]")
     return spec
 
 
+for _key, _default in MOE_DEFAULTS.items():
+    # class defaults, as for num_experts: transformers sets from_pretrained(path, key=value) only for keys the
+    # config has, so these reach a dense config too (and are checked), in any order; a dense config stores none
+    setattr(SparseTransformerConfig, _key, _default)
+
+
+def _check_dense(moe: dict):
+    given = {k: v for k, v in moe.items() if v != MOE_DEFAULTS[k]}
+    if given:
+        raise ValueError(
+            f"{', '.join(f'{k}={v!r}' for k, v in given.items())} given but num_experts=0 (dense "
+            "feed-forward): set num_experts >= 1 for a mixture-of-experts feed-forward"
+        )
+
+
+def _check_num_experts(num_experts):
+    if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 0:
+        raise ValueError(f"num_experts must be an int >= 0 (0: dense feed-forward), got {num_experts!r}")
+
+
+def _finite(value) -> bool:
+    """A real number that is not NaN or +-inf (a bool is not a number here)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def _to_specs(pattern):
     if isinstance(pattern, (list, tuple)):
-        return [_spec(p) for p in pattern]
-    return _spec(pattern)
+        return [_spec(p, f"attention_pattern[{layer}]") for layer, p in enumerate(pattern)]
+    return _spec(pattern, "attention_pattern")
 
 
-def _spec(p):
+def _spec(p, where: str):
     """One pattern entry as plain JSON. A dict is stored normalised (``from_dict(p).to_dict()``): one that holds
     Pattern objects would fail ``save_pretrained`` and ``repr``; one that does not build is kept as given, for
-    ``validate_sparse`` to report with the field (and layer) it belongs to."""
-    if isinstance(p, Pattern):
-        return p.to_dict()
+    ``validate_sparse`` to report with the field (and layer) it belongs to. A pattern that no spec describes
+    (a block table, ``Global.from_mask``) is a ValueError: it would be saved as another pattern."""
     if isinstance(p, str):
-        return from_dict(p).to_dict()
-    if isinstance(p, dict):
+        p = from_dict(p)
+    elif isinstance(p, dict):
         try:
-            return from_dict(p).to_dict()
+            p = from_dict(p)
         except (ValueError, TypeError, KeyError):
             return dict(p)
-    raise ValueError(
-        f"attention_pattern entries must be pattern specs (dict, name or Pattern), got {type(p).__name__}"
-    )
+    if not isinstance(p, Pattern):
+        raise ValueError(
+            f"attention_pattern entries must be pattern specs (dict, name or Pattern), got {type(p).__name__}"
+        )
+    try:
+        return p.to_dict()
+    except TypeError as e:
+        raise ValueError(f"{where}: {p!r} cannot be stored in a config: {e}") from e
 
 
 __all__ = ["SparseTransformerConfig"]

@@ -263,6 +263,10 @@ class SparseTransformerPreTrainedModel(ExportCodeMixin, PreTrainedModel):
     # MoE layers' router logits: the first output of every router (returned with output_router_logits=True)
     _can_record_outputs = {"router_logits": OutputRecorder(SparseTransformerRouter, index=0)}
 
+    def __init__(self, config, *inputs, **kwargs):
+        config.validate_sparse()  # what from_pretrained(path, key=value) or `config.key = value` changed since __init__
+        super().__init__(config, *inputs, **kwargs)
+
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
         """``"hf_sparse"`` unless another implementation is asked for."""
         requested = ATTN_IMPLEMENTATION if requested_attention is None else requested_attention
