@@ -55,7 +55,17 @@ from .fused_components import (
     _Run,
 )
 from .merge import merge_partials
-from .prepare import _NEG_INF, _Prep, _prepare, _row_dot, _runs, _tensor_rows, from_classes, to_classes
+from .prepare import (
+    _NEG_INF,
+    _Prep,
+    _prepare,
+    _row_dot,
+    _runs,
+    _tensor_rows,
+    from_classes,
+    once_differentiable,
+    to_classes,
+)
 
 # Scores materialised per chunk (elements): small enough to stay in cache and to reuse allocations.
 CHUNK_ELEMENTS = 1 << 19
@@ -288,6 +298,7 @@ class _BlockSparse(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse = ctx.saved_tensors
         p: _Prep = ctx.p
@@ -568,12 +579,18 @@ def blocked_attention(
     # components on the compiled kernels run as one node (shared gradients, no merge backward)
     runs, parts = [], []
     kept_key = _kept_key(q, k, key_valid, scale, dropout_p)
+    # parts to be merged run in the compute dtype, half precision on float32 copies of q, k, v (as the dense
+    # reference and SDPA compute; their gradients summed there), and are cast once after the merge; float32 and
+    # float64: no copy. bf16 Strided(8), n=200: error 0.0111 when each part, its weight and the sum were rounded,
+    # 0.0074 rounding each part's output, 0.0039 now (dense 0.0039, sdpa 0.0050)
+    dt = compute_dtype(q.dtype) if len(plan.components) > 1 else q.dtype
+    qc, kc, vc = q.to(dt), k.to(dt), v.to(dt)
     for comp in plan.components:
         run, p = _plan_run(q, k, v, comp, key_valid, scale, dropout_p, kept_key)
         if run is not None:
             runs.append(run)
         else:
-            parts.append(run_component(q, k, v, comp, key_valid, scale, dropout_p, seed, p, head))
+            parts.append(run_component(qc, kc, vc, comp, key_valid, scale, dropout_p, seed, p, head))
     if runs:
         B, H, nq = q.shape[:3]
         out, lse = _FusedPlan.apply(*_flat(q, k, v), runs, (float(dropout_p), int(seed), *head))
@@ -584,6 +601,7 @@ def blocked_attention(
         lse = torch.full((B, H, nq), _NEG_INF, device=q.device)
         return (out, lse) if return_lse else out
     out, lse = merge_partials(parts)
+    out = out.to(q.dtype)
     return (out, lse) if return_lse else out
 
 

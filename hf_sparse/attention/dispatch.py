@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import numbers
 
 import torch
 
@@ -15,10 +16,33 @@ from .dropout import keep_mask
 from .flex import can_compile_on, compile_enabled, flex_attention_forward, flex_available
 
 BACKENDS = ("auto", "dense", "sdpa", "blocked", "flex")
-# auto runs short inputs (at most this many query-key pairs per call, all heads and batch rows) on
-# torch's fused SDPA with the pattern's materialised mask: the mask costs less than the blocked
-# kernel's per-block bookkeeping there (a 253-token, batch-32 training step of a small model is ~3x faster); longer
-# inputs, where an n x n mask would dominate memory, go to the block-sparse kernels.
+# What "auto" runs (``pick_backend``). On CPU: the block kernels, except for tiny calls without dropout (at most
+# SDPA_CPU_MAX_PAIRS query-key pairs, batch and heads included), which run on torch's fused SDPA with the
+# pattern's materialised mask. Measured by sparse_attention(..., backend="sdpa") and backend="blocked" alternating
+# in one process (medians of 5-9 calls after a warm-up, torch 2.13, a busy 2-core host; ms sdpa / blocked,
+# OMP_NUM_THREADS=1 unless "2 threads"; fwd+bwd = forward and backward):
+#
+# * B=1 H=1 D=64 n=4096 SlidingWindow(128): fwd 266 / 2.1, fwd+bwd 407 / 6.6 (2 threads: 431 / 13, 694 / 44);
+#   n=2048 Causal fwd 28 / 8.7 (2 threads, fwd+bwd: 266 / 39)
+# * B=1 H=12 D=64 n=512 fwd+bwd: SlidingWindow(32) 84 / 9.6, Causal 91 / 39; with dropout 0.1: 196 / 15, 250 / 51
+# * the task models' shape that justified the old rule, B=32 H=4 D=16 n=253: Longformer(64) + global tokens
+#   every 100 fwd 23 / 7.2, fwd+bwd 51 / 19, with dropout 239 / 31 (2 threads, n=256, one global token: 14 /
+#   4.4, 33 / 8.7, 191 / 10)
+# * the closest, BigBird with 16-token blocks: B=32 H=4 D=16 n=253 fwd+bwd 99 / 99; B=1 H=12 D=64 n=512 fwd+bwd
+#   46 / 63 (2 threads 45 / 93), B=8 H=12 n=128 fwd 17 / 24; B=4 H=4 D=16 n=1022 fwd+bwd 104 / 43
+# * decoding, H=4 D=64, 16k keys, one query: SlidingWindow(512, causal) 6.7 / 0.43, BigBird(64) 7.0 / 0.30,
+#   Causal 7.4 / 9.0; 64 queries: 25 / 1.1, 34 / 0.67, 24 / 19
+# * geometric mean of sdpa / blocked over the small cases (9 patterns, B x H from 1 to 128, D 16-64) per size in
+#   pairs, 1 / 2 threads: fwd 0.8-0.85 up to 2^11, 0.96 / 0.9-1.15 at 2^12, 1.0-1.3 at 2^13-2^15, 1.2-1.9 at 2^16,
+#   2-6 at 2^20; fwd+bwd 0.6-0.8 up to 2^12, 0.8-1.4 at 2^13-2^15, 1.4-2.2 at 2^17; with dropout 0.8-1.2 up to
+#   2^12, 1.5-3.8 at 2^13-2^15; decoding 0.9-1.0 at 2^12, 0.7-1.9 at 2^14. Both take 0.1-1 ms there, sdpa about
+#   half of blocked's time for plans of several parts (Longformer + a global token, BigBird).
+#
+# The former rule (sdpa up to SDPA_MAX_PAIRS = 2^24 pairs, measured before the compiled CPU kernels) took sdpa
+# in every row above. On GPUs (not re-measured: no GPU in that session) auto keeps it, then FlexAttention
+# (benchmarks/attention_gpu.md: 4k tokens, B=1 H=12, SDPA with the band mask 0.27 ms fwd / 0.79 ms fwd+bwd
+# against flex's 0.30 / 1.19 ms); so does torch.export on any device (sdpa is its traceable path).
+SDPA_CPU_MAX_PAIRS = 1 << 12
 SDPA_MAX_PAIRS = 1 << 24
 
 
@@ -29,6 +53,30 @@ def _check_tensor(name, t):
         raise ValueError(f"{name} must be (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
     if not t.is_floating_point():
         raise TypeError(f"{name} must be a floating point tensor, got dtype {t.dtype}")
+
+
+def _check_scale(scale) -> float:
+    """``scale`` as a float: a positive finite real number (Python, NumPy) or a 0-dim tensor holding one."""
+    if isinstance(scale, torch.Tensor):
+        if scale.dim() != 0 or scale.dtype == torch.bool or scale.is_complex():
+            raise ValueError(
+                f"scale must be a positive number or a 0-dim real tensor, got a {scale.dtype} tensor of shape "
+                f"{tuple(scale.shape)}"
+            )
+        if scale.requires_grad:
+            raise ValueError(
+                "scale must not require grad: the kernels take it as a number, so a learned scale would get no "
+                "gradient; multiply the query by it instead"
+            )
+        value = scale.item()
+    elif isinstance(scale, numbers.Real) and not isinstance(scale, bool):
+        value = scale
+    else:
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    return value
 
 
 def _check_mask(name, m, B, n, device, meaning):
@@ -116,8 +164,8 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
     """While ``torch.export`` traces, raise a clear error for what it cannot trace (instead of its
     data-dependent-guard error): random blocks (BigBird, Random), drawn in Python once the length is known,
     and the ``"blocked"``/``"flex"`` backends, whose block plan is built in Python from the pattern's index
-    tensors. Exportable: every other pattern on the ``"sdpa"`` and ``"dense"`` backends (``"auto"`` picks
-    ``"sdpa"`` up to ``SDPA_MAX_PAIRS`` query-key pairs), and ``attn_implementation="sdpa"``/``"eager"``."""
+    tensors. Exportable: every other pattern on the ``"sdpa"`` and ``"dense"`` backends (while exporting,
+    ``"auto"`` picks ``"sdpa"`` up to ``SDPA_MAX_PAIRS`` query-key pairs), and ``attn_implementation="sdpa"``/``"eager"``."""
     if not torch.compiler.is_exporting():
         return
     if pattern.length_dependent:
@@ -134,10 +182,13 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
         )
 
 
-def pick_backend(backend: str, query, dropout_p: float) -> str:
-    """``auto`` above SDPA's range: FlexAttention on CUDA (measured on an H200, benchmarks/attention_gpu.md:
-    the blocked path's many small launches there run 1,000-18,000x the FLOP bound, compiled flex 4-70x at
-    16k-64k: SlidingWindow, BigBird, Strided), the blocked kernels elsewhere and with dropout. FlexAttention
+def pick_backend(backend: str, query, dropout_p: float, pairs: int) -> str:
+    """The backend that runs a call (``pairs``: its query-key pairs, batch and heads included): ``backend``, or
+    for ``"auto"`` the measured rule above. On CPU: ``"sdpa"`` for at most ``SDPA_CPU_MAX_PAIRS`` pairs without
+    dropout, else ``"blocked"``. Elsewhere (and while ``torch.export`` traces): ``"sdpa"`` up to
+    ``SDPA_MAX_PAIRS``; above it FlexAttention on CUDA without dropout (measured on an H200,
+    benchmarks/attention_gpu.md: the blocked path's many small launches there run 1,000-18,000x the FLOP bound,
+    compiled flex 4-70x at 16k-64k: SlidingWindow, BigBird, Strided), else the blocked kernels. FlexAttention
     runs dropout too (``backend="flex"``: ``flex._with_dropout``), but ``auto`` does not choose it until it is
     checked and timed on a GPU: on an H200 (torch 2.11) its checks against the dense reference and its 16k
     timing did not finish in a session's device time. The cause, found afterwards on CPU: the whole hash
@@ -145,6 +196,10 @@ def pick_backend(backend: str, query, dropout_p: float) -> str:
     row and key tables (``dropout.kept``: seconds), not yet run on a GPU."""
     if backend != "auto":
         return backend
+    if query.device.type == "cpu" and not torch.compiler.is_exporting():
+        return "sdpa" if dropout_p == 0.0 and pairs <= SDPA_CPU_MAX_PAIRS else "blocked"
+    if pairs <= SDPA_MAX_PAIRS:
+        return "sdpa"
     if query.device.type == "cuda" and flex_available() and dropout_p == 0.0:
         return "flex"
     return "blocked"
@@ -176,10 +231,12 @@ def sparse_attention(
         global_attention_mask: ``(batch, kv_len)``, 1 = global token (Longformer convention): global
             tokens attend every key and are attended by every query (only earlier ones for causal
             patterns).
-        scale: score scale, default ``1 / sqrt(head_dim)``.
+        scale: score scale, default ``1 / sqrt(head_dim)``: a positive number (Python or NumPy) or a 0-dim tensor
+            holding one (read as a number: one that requires grad is refused).
         dropout_p: dropout on the attention probabilities (exact in forward and backward).
-        backend: ``"auto"`` (``"sdpa"`` for inputs of at most ``SDPA_MAX_PAIRS`` query-key pairs; else
-            blocked on CPU, FlexAttention on GPU where the pattern runs in position order), ``"dense"``
+        backend: ``"auto"`` (``pick_backend``: on CPU ``"blocked"``, ``"sdpa"`` only for tiny inputs without
+            dropout, at most ``SDPA_CPU_MAX_PAIRS`` query-key pairs; on GPU ``"sdpa"`` up to ``SDPA_MAX_PAIRS``
+            pairs, then FlexAttention on CUDA without dropout, else ``"blocked"``), ``"dense"``
             (reference, float32 arithmetic, O(n^2) memory), ``"sdpa"`` (torch's fused attention with the
             pattern's materialised mask, O(n^2) memory), ``"blocked"`` or ``"flex"``.
         block_size: kernel block size (must divide or be a multiple of the pattern's own blocks).
@@ -215,6 +272,11 @@ def sparse_attention(
         raise ValueError(f"query and key head_dim differ: {tuple(query.shape)} vs {tuple(key.shape)}")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key and value lengths differ: {tuple(key.shape)} vs {tuple(value.shape)}")
+    if D == 0 or value.shape[-1] == 0:
+        raise ValueError(
+            f"head_dim must be at least 1, got query/key head_dim {D} and value head_dim {value.shape[-1]} "
+            f"(query {tuple(query.shape)}, value {tuple(value.shape)})"
+        )
     kv_len = key.shape[-2]
     if q_len > kv_len:
         raise ValueError(
@@ -223,10 +285,7 @@ def sparse_attention(
     if key.shape[1] != H:
         rep = H // key.shape[1]
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    elif not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
-        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    scale = 1.0 / math.sqrt(D) if scale is None else _check_scale(scale)
     if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
@@ -254,10 +313,10 @@ def sparse_attention(
     block = choose_block(bound, kv_len, block_size)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
 
-    if B * H * q_len * kv_len == 0:  # an empty batch or sequence: the block kernels need one block to plan
+    pairs = B * H * q_len * kv_len
+    if pairs == 0:  # an empty batch or sequence: the block kernels need one block to plan
         backend = "dense"
-    if backend == "auto" and B * H * q_len * kv_len <= SDPA_MAX_PAIRS:
-        backend = "sdpa"
+    asked, backend = backend, pick_backend(backend, query, dropout_p, pairs)
     if backend in ("sdpa", "dense"):
         allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
     if backend == "sdpa":
@@ -271,7 +330,7 @@ def sparse_attention(
         keep = None if dropout_p == 0.0 else keep_mask(seed, dropout_p, B, H, q_len, kv_len, query.device)
         return dense_attention(query, key, value, allowed, scale, dropout_p, keep=keep)
 
-    check_exportable(pattern, backend)
+    check_exportable(pattern, asked)
     return _block_kernels(
         query, key, value, pattern, bound, key_valid, scale, dropout_p, seed, backend, block, needs_grad
     )
@@ -299,11 +358,15 @@ def _block_kernels(
     from index tensors and the compiled CPU kernel is an opaque extension, neither of which dynamo can trace."""
     q_len, kv_len = query.shape[-2], key.shape[-2]
     seed = _seed(seed, dropout_p)
-    if pick_backend(backend, query, dropout_p) == "flex":
+    if backend == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
         return flex_attention_forward(query, key, value, bound, key_valid, scale, block, dropout_p, seed)
     plan = bound.derived(("plan", q_len, kv_len, block), lambda: bound.plan(q_len, kv_len, block=block))
     return blocked_attention(query, key, value, plan, key_valid, scale, dropout_p, seed)
+
+
+# What compiled FlexAttention takes on CPU (inductor's CPU lowering refuses float64; the eager one runs it).
+FLEX_CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _check_flex(pattern, query, needs_grad, dropout_p):
@@ -318,6 +381,12 @@ def _check_flex(pattern, query, needs_grad, dropout_p):
         raise ValueError(
             f"backend='flex' cannot run {pattern!r} with dropout_p={dropout_p} on CPU: compiled there, FlexAttention "
             "returns no log-sum-exp, which its dropout needs; use backend='blocked' (or 'auto')"
+        )
+    if query.device.type == "cpu" and compile_enabled() and query.dtype not in FLEX_CPU_DTYPES:
+        raise ValueError(
+            f"backend='flex' cannot run {pattern!r} in {query.dtype} on CPU: compiled there, FlexAttention takes "
+            "float32, float16 and bfloat16 only; use backend='blocked' (or 'auto'), or set HF_SPARSE_FLEX_COMPILE=0 "
+            "for the slow eager FlexAttention, which runs float64"
         )
     if compile_enabled() and not can_compile_on(query.device):
         raise ValueError(

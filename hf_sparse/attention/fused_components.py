@@ -13,7 +13,7 @@ import torch
 
 from . import fused
 from .merge import merge_forward
-from .prepare import _NEG_INF, _Prep, _tensor_rows, from_classes, to_classes
+from .prepare import _NEG_INF, _Prep, _tensor_rows, from_classes, once_differentiable, to_classes
 
 # Query rows per tile of the compiled band kernel's BLAS path (double, CPUs without AVX-512, bands with
 # disallowed offsets; float on AVX-512 runs register-blocked with its own 64-row tiles, ``csrc``'s kRB)
@@ -393,6 +393,7 @@ class _FusedPlan(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse, *saved = ctx.saved_tensors
         d_out = torch.zeros_like(out) if d_out is None else fused.contiguous(d_out).to(out.dtype)

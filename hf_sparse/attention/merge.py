@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .prepare import _NEG_INF, _row_dot
+from .prepare import _NEG_INF, _row_dot, once_differentiable
 
 
 def merge_partials(parts):
@@ -50,6 +50,7 @@ class _Merge(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g, g_lse):
         out, lse, *flat = ctx.saved_tensors
         outs, lses = flat[0::2], flat[1::2]

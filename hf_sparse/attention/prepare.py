@@ -4,6 +4,7 @@ shared interior tile, its forward sub-tiling and the key offsets it allows."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -66,6 +67,46 @@ def _row_dot(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tens
     for s in range(0, a2.shape[0], step):
         torch.sum(a2[s : s + step].to(dtype) * b2[s : s + step].to(dtype), -1, out=out[s : s + step])
     return out.view(a.shape[:-1])
+
+
+def once_differentiable(backward):
+    """For the kernels' written-out backwards (``torch.autograd.Function.backward``): run without recording, and
+    under ``create_graph=True`` (gradient penalties, Hessian-vector products) return gradients whose own derivative
+    raises (``_NoSecondDerivative``) instead of leaving the second-order terms out. The gradients stay tied to what
+    they depend on (the node's saved inputs), so ``torch.autograd.grad(penalty, q)`` and ``hvp`` raise too, where
+    ``torch.autograd.function.once_differentiable`` answers "unused" (zeros in ``hvp``) and marks nothing when the
+    incoming gradients are constants."""
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with torch.no_grad():
+            outs = backward(ctx, *grads)
+        if not torch.is_grad_enabled():  # an ordinary backward
+            return outs
+        ties = [t for t in (*grads, *ctx.saved_tensors) if isinstance(t, torch.Tensor) and t.requires_grad]
+        given = [o for o in outs if o is not None]
+        if not ties or not given:
+            return outs
+        wrapped = iter(_NoSecondDerivative.apply(len(given), *given, *ties))
+        return tuple(None if o is None else next(wrapped) for o in outs)
+
+    return wrapper
+
+
+class _NoSecondDerivative(torch.autograd.Function):
+    """The first ``n`` tensors unchanged, as outputs that depend on all the tensors given; their backward raises."""
+
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        return tuple(t.view_as(t) for t in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            "sparse_attention's block kernels (backend='blocked', and 'auto' where it runs them) have no second "
+            "derivative: their backward is written out. A gradient of a gradient (create_graph=True: gradient "
+            "penalties, Hessian-vector products) needs backend='dense'"
+        )
 
 
 def to_classes(x: torch.Tensor, d: int, dim: int) -> torch.Tensor:

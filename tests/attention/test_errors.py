@@ -48,6 +48,12 @@ def test_bad_tensors(change, exc, words):
         ({"attention_mask": [1] * 8}, TypeError, "attention_mask must be a torch.Tensor"),
         ({"backend": "fast"}, ValueError, "backend must be one of .* got 'fast'"),
         ({"scale": -1.0}, ValueError, "scale must be a positive number, got -1.0"),
+        *[({"scale": bad}, ValueError, f"scale must be a positive number, got {got}")
+          for bad, got in [(0, "0"), (True, "True"), (float("nan"), "nan"), (float("inf"), "inf"), ("0.5", "'0.5'"),
+                           (torch.tensor(-0.5), r"tensor\(-0.5000\)")]],
+        ({"scale": torch.tensor([0.5, 0.5])}, ValueError, r"0-dim real tensor, got a torch.float32 tensor of shape \(2,\)"),
+        ({"scale": torch.tensor(True)}, ValueError, "0-dim real tensor, got a torch.bool tensor"),
+        ({"scale": torch.tensor(0.5, requires_grad=True)}, ValueError, "scale must not require grad"),
         ({"dropout_p": 1.5}, ValueError, r"dropout_p must be in \[0, 1\), got 1.5"),
         ({"dropout_p": 0.1, "seed": 1.5}, TypeError, "seed must be an int or None, got 1.5"),
         ({"block_size": 0}, ValueError, "block_size must be > 0, got 0"),
@@ -64,6 +70,34 @@ def test_bad_tensors(change, exc, words):
 def test_bad_arguments(kwargs, exc, words):
     with pytest.raises(exc, match=words):
         sparse_attention(*qkv(), P.SlidingWindow(window=4), **kwargs)
+
+
+def test_scale_takes_numpy_numbers_and_0_dim_tensors():
+    """scale=np.float32(0.5) or torch.tensor(0.5) is the float 0.5 (both were refused as not positive numbers)."""
+    np = pytest.importorskip("numpy")
+    q, k, v = qkv()
+    want = sparse_attention(q, k, v, P.SlidingWindow(window=4), scale=0.5)
+    for scale in (
+        np.float32(0.5),
+        np.float64(0.5),
+        torch.tensor(0.5),
+        torch.tensor(0.5, dtype=torch.float64),
+    ):
+        torch.testing.assert_close(sparse_attention(q, k, v, P.SlidingWindow(window=4), scale=scale), want)
+    torch.testing.assert_close(
+        sparse_attention(q, k, v, P.SlidingWindow(window=4), scale=np.int64(2)),
+        sparse_attention(q, k, v, P.SlidingWindow(window=4), scale=2.0),
+    )
+
+
+@pytest.mark.parametrize("dims", [(0, 4), (4, 0), (0, 0)])
+def test_head_dim_0_is_an_error_naming_it(dims):
+    D, Dv = dims
+    q, k, v = torch.randn(1, 2, 8, D), torch.randn(1, 2, 8, D), torch.randn(1, 2, 8, Dv)
+    with pytest.raises(
+        ValueError, match=f"head_dim must be at least 1, got query/key head_dim {D} and value head_dim {Dv}"
+    ):
+        sparse_attention(q, k, v, P.SlidingWindow(window=4))
 
 
 def test_bool_int_and_float_padding_masks_agree():
@@ -102,6 +136,22 @@ def test_flex_dropout_on_cpu_needs_the_eager_flex_and_says_so(monkeypatch):
         pytest.raises(ValueError, match=r"dropout_p=0.1 on CPU: compiled there.*log-sum-exp"),
     ):
         sparse_attention(*qkv(), P.SlidingWindow(window=4), backend="flex", dropout_p=0.1)
+
+
+def test_compiled_flex_on_cpu_refuses_float64_and_says_so(monkeypatch):
+    """Compiled on CPU, FlexAttention takes float32/16 and bfloat16 (float64 failed deep inside inductor); the eager
+    FlexAttention (HF_SPARSE_FLEX_COMPILE=0) runs float64."""
+    q, k, v = (t.double() for t in qkv())
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "1")
+    with (
+        torch.no_grad(),
+        pytest.raises(ValueError, match=r"backend='flex' cannot run SlidingWindow.*torch.float64 on CPU"),
+    ):
+        sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="flex")
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    with torch.no_grad():
+        out = sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="flex")
+    torch.testing.assert_close(out, sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="dense"))
 
 
 def test_per_head_needs_matching_heads():

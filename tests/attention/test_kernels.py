@@ -90,6 +90,29 @@ def test_kernel_low_precision(name, mode, dtype, backend):
         torch.testing.assert_close(a.float(), b, atol=2e-2 * max(1.0, b.abs().max().item()), rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["strided", "bigbird", "union"])
+def test_low_precision_merges_in_float32(name, dtype):
+    """Patterns of several components in half precision: the parts are computed and merged in float32 and
+    rounded once, so the blocked kernel's error is the dense reference's (which rounds once), not 1.5-3x it
+    (each part, its merge weight and the running sum were rounded)."""
+    pattern = PATTERNS[name]
+    x = [t.detach().double().requires_grad_() for t in _inputs(200, D=64)]
+    grad = torch.randn_like(x[0])
+    exact = sparse_attention(*x, pattern, backend="dense")
+    g_exact = torch.autograd.grad(exact, x, grad)
+    errors = {}
+    for backend in ("dense", "blocked"):
+        low = [t.detach().to(dtype).requires_grad_() for t in x]
+        out = sparse_attention(*low, pattern, backend=backend)
+        grads = torch.autograd.grad(out, low, grad.to(dtype))
+        errors[backend] = [
+            (a.double() - b).abs().max().item() for a, b in zip((out, *grads), (exact, *g_exact))
+        ]
+    for got, ref in zip(errors["blocked"], errors["dense"]):
+        assert got <= 1.05 * ref, errors
+
+
 @pytest.mark.parametrize("backend", ["dense", "sdpa", "blocked", "flex"])
 def test_rows_without_keys_are_zero_not_nan(backend, monkeypatch):
     monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
@@ -129,6 +152,41 @@ def test_float64_gradcheck():
         return sparse_attention(q, k, v, pattern, backend="blocked", block_size=4)
 
     assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+@pytest.mark.parametrize("path", ["fused", "fallback"])
+@pytest.mark.parametrize(
+    "pattern",
+    [P.SlidingWindow(window=8), P.SlidingWindow(window=4) | P.Global(indices=[4])],
+    ids=["one", "merged"],
+)
+def test_second_derivative_through_the_block_kernels_is_an_error(pattern, path, monkeypatch):
+    """A gradient penalty or a Hessian-vector product through backend="blocked" raises an error naming
+    backend="dense" (the kernels' backward is written out) instead of silently leaving out the second-order
+    terms (the compiled kernels gave dL/dq without a graph; torch's once_differentiable: zeros in hvp, nothing
+    marked for a constant dL/dout), also where the incoming gradient is a constant; backend="dense" computes it."""
+    from hf_sparse.attention import fused
+
+    if path == "fused" and not fused.available():
+        pytest.skip("the fused CPU kernel could not be built here (see the warning)")
+    monkeypatch.setenv("HF_SPARSE_FUSED", "all" if path == "fused" else "0")
+    q, k, v = (t.double().detach().requires_grad_() for t in _inputs(40, B=1, H=2, D=4))
+    w = torch.randn(1, 2, 40, 4, dtype=torch.float64)
+    for loss in (lambda o: o.square().sum(), lambda o: (o * w).sum()):  # the second: a constant dL/do
+        for backend in ("dense", "blocked"):
+            out = sparse_attention(q, k, v, pattern, backend=backend, block_size=4)
+            (gq,) = torch.autograd.grad(loss(out), q, create_graph=True)
+            penalty = loss(out) + gq.square().sum()
+            if backend == "dense":
+                penalty.backward()
+                assert k.grad.abs().sum() > 0
+                continue
+            with pytest.raises(RuntimeError, match="no second derivative.*backend='dense'"):
+                penalty.backward()
+            with pytest.raises(RuntimeError, match="no second derivative"):
+                torch.autograd.functional.hvp(
+                    lambda k, f=loss: f(sparse_attention(q, k, v, pattern, backend="blocked")), k, w
+                )
 
 
 def test_dropout_is_exact_in_backward():
@@ -325,23 +383,50 @@ def test_compiled_flex_compiles_every_new_length_instead_of_falling_back_to_eage
     assert counters["frames"]["ok"] - before == len(lengths)
 
 
-def test_auto_runs_short_inputs_on_sdpa_and_long_ones_blocked(monkeypatch):
-    """auto: the fused SDPA kernel up to SDPA_MAX_PAIRS query-key pairs, the blocked kernel past it."""
+def _spy_backends(monkeypatch):
+    """Calls of the sdpa and blocked paths and of the n x n mask, in order."""
     import hf_sparse.attention.dispatch as dispatch
 
     calls = []
-    for name in ("sdpa_attention", "blocked_attention"):
+    for name in ("sdpa_attention", "blocked_attention", "allowed_mask"):
         real = getattr(dispatch, name)
         monkeypatch.setattr(
             dispatch, name, lambda *a, _r=real, _n=name, **kw: calls.append(_n) or _r(*a, **kw)
         )
+    return calls
+
+
+def test_auto_runs_tiny_inputs_on_sdpa_and_the_rest_blocked_on_cpu(monkeypatch):
+    """auto on CPU: the fused SDPA kernel up to SDPA_CPU_MAX_PAIRS query-key pairs without dropout (measured:
+    ``dispatch.py``), the blocked kernel past it and with dropout."""
+    import hf_sparse.attention.dispatch as dispatch
+
+    calls = _spy_backends(monkeypatch)
     q, k, v = _inputs(64)
     pattern = P.SlidingWindow(window=8)
     ref = sparse_attention(q, k, v, pattern, backend="dense")
-    torch.testing.assert_close(sparse_attention(q, k, v, pattern), ref, atol=1e-5, rtol=0)
-    monkeypatch.setattr(dispatch, "SDPA_MAX_PAIRS", 2 * 3 * 64 * 64 - 1)
-    torch.testing.assert_close(sparse_attention(q, k, v, pattern), ref, atol=1e-5, rtol=0)
-    assert calls == ["sdpa_attention", "blocked_attention"]
+    pairs = 2 * 3 * 64 * 64
+    for limit, want in ((pairs, ["allowed_mask", "sdpa_attention"]), (pairs - 1, ["blocked_attention"])):
+        monkeypatch.setattr(dispatch, "SDPA_CPU_MAX_PAIRS", limit)
+        calls.clear()
+        torch.testing.assert_close(sparse_attention(q, k, v, pattern), ref, atol=1e-5, rtol=0)
+        assert calls == want
+    monkeypatch.setattr(dispatch, "SDPA_CPU_MAX_PAIRS", pairs)
+    calls.clear()
+    sparse_attention(q, k, v, pattern, dropout_p=0.1)
+    assert calls == ["blocked_attention"]
+
+
+def test_auto_never_takes_the_n_squared_path_for_a_long_sparse_input(monkeypatch):
+    """B=1 H=1 n=4096 SlidingWindow(64) is 2^24 query-key pairs, inside the former sdpa limit (SDPA_MAX_PAIRS):
+    auto built the whole mask and ran SDPA over it, 650 ms against the blocked kernel's 1 ms (decoding one query
+    over 16k keys: 2.7 against 0.2 ms)."""
+    calls = _spy_backends(monkeypatch)
+    q, k, v = (torch.randn(1, 1, 4096, 4) for _ in range(3))
+    sparse_attention(q, k, v, P.SlidingWindow(window=64))
+    q, k, v = (torch.randn(1, 4, n, 4) for n in (1, 4096, 4096))  # decoding one query (4 heads)
+    sparse_attention(q, k, v, P.SlidingWindow(window=64, causal=True))
+    assert calls == ["blocked_attention", "blocked_attention"]
 
 
 def test_sdpa_dropout_is_seeded():
