@@ -5,7 +5,7 @@ SDPA; this one takes one instance of every family (content-based ones included) 
 B=1, H=12, D=64, float32, each in a fresh process: the median forward (no grad) and forward+backward
 (a training step: gradients unset before each call, the incoming gradient made once) through
 ``sparse_attention(..., backend="blocked")``, which is what ``auto`` runs on CPU past
-``SDPA_MAX_PAIRS``. The bound counts the matmul FLOPs of exactly the allowed (query, key) pairs
+``SDPA_CPU_MAX_PAIRS``. The bound counts the matmul FLOPs of exactly the allowed (query, key) pairs
 (forward 4 * pairs * D, forward+backward 3x that) at the matmul rate measured before and after the
 pattern's runs (repeated where it moved by more than 10%); content-based patterns bind on the same
 q and k first. LSH also hashes q and k (two products of n x D by D x buckets/2 per round, which

@@ -175,3 +175,15 @@ def test_ninja_is_installed_and_make_targets_find_it(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{os.environ['PATH']}{os.pathsep}{venv}/bin"
+
+
+def test_the_kernel_build_finds_the_ninja_package_without_an_activated_environment(tmp_path, monkeypatch):
+    """`.venv/bin/python` run directly has no `.venv/bin` on PATH; the build needs ninja there."""
+    import shutil
+
+    from hf_sparse.attention import fused
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ninja (nor anything else)
+    assert shutil.which("ninja") is None
+    fused._find_ninja()
+    assert shutil.which("ninja") is not None

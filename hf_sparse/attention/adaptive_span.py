@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from .dense import compute_dtype
+from .prepare import once_differentiable
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -199,6 +200,7 @@ class _AdaptiveSpanFunction(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # written out: a second derivative through it would leave terms out
     def backward(ctx, grad_out):
         q, k, v, span, out, lse, *rest = ctx.saved_tensors
         geom, ramp, causal, max_distance, scale, dropout_p, seed, has_pad = ctx.args

@@ -95,6 +95,21 @@ def _arch_flags() -> list[str]:
     return []
 
 
+def _find_ninja() -> None:
+    """Put the ``ninja`` package's executable on ``PATH`` where no ninja is there: torch's extension builder
+    looks for it on ``PATH``, which holds an environment's ``bin/`` only while it is activated (the package is
+    a dependency; ``.venv/bin/python`` run directly did not find it, and the kernel fell back)."""
+    if shutil.which("ninja"):
+        return
+    try:
+        import ninja
+    except ImportError:
+        return
+    bin_dir = getattr(ninja, "BIN_DIR", None)
+    if bin_dir and shutil.which("ninja", path=bin_dir):
+        os.environ["PATH"] = os.pathsep.join(p for p in (os.environ.get("PATH"), bin_dir) if p)
+
+
 @functools.cache
 def _load():
     """The compiled op namespace, or None (with a one-line notice) where it cannot be built."""
@@ -104,6 +119,7 @@ def _load():
             "hf_sparse: no C++ compiler found; the blocked kernel uses its pure-PyTorch path", stacklevel=2
         )
         return None
+    _find_ninja()
     try:
         from torch.utils import cpp_extension
 

@@ -103,9 +103,10 @@ class _NoSecondDerivative(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         raise RuntimeError(
-            "sparse_attention's block kernels (backend='blocked', and 'auto' where it runs them) have no second "
-            "derivative: their backward is written out. A gradient of a gradient (create_graph=True: gradient "
-            "penalties, Hessian-vector products) needs backend='dense'"
+            "hf_sparse's attention kernels (the block kernels of backend='blocked', and of 'auto' where it runs "
+            "them; adaptive-span attention) have no second derivative: their backward is written out. A gradient "
+            "of a gradient (create_graph=True: gradient penalties, Hessian-vector products) needs backend='dense' "
+            "(attn_implementation='eager' for an adaptive-span model)"
         )
 
 

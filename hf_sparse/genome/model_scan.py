@@ -82,8 +82,8 @@ class GenomeScanner:
         span_decoding: ``"bio"`` or ``"fixed_length"`` (default the model's).
         device: where the model runs (default: where it is).
         attention_backend: a SparseTransformer backbone's attention kernel for this scan (``"sdpa"``,
-            ``"blocked"``, ...; all exact; default the model's). ``"auto"`` picks dense ``"sdpa"`` for short
-            windows (the trained length) and the block kernel for long ones.
+            ``"blocked"``, ...; all exact; default the model's). ``"auto"`` runs the block kernel on CPU
+            (``hf_sparse.attention.dispatch.pick_backend``).
         workers: batches in flight at once, each run by its own thread (torch releases the GIL inside its
             kernels). On a CPU, ``workers=2`` with one torch thread each (``torch.set_num_threads(1)``)
             keeps two cores busier than one batch at a time on two torch threads, whose small kernels
