@@ -500,8 +500,10 @@ def _adaptive_span_spec(value):
 
 for _key, _default in MOE_DEFAULTS.items():
     # class defaults, as for num_experts: transformers sets from_pretrained(path, key=value) only for keys the
-    # config has, so these reach a dense config too (and are checked), in any order; a dense config stores none
-    setattr(SparseTransformerConfig, _key, _default)
+    # config has, so these reach a dense config too (and are checked), in any order; a dense config stores none.
+    # Not output_router_logits: transformers reads hasattr(config, "output_router_logits") as "has routers"
+    if _key != "output_router_logits":
+        setattr(SparseTransformerConfig, _key, _default)
 
 
 def _check_dense(moe: dict):
