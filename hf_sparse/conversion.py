@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 from transformers import AutoModel, PreTrainedModel
+from transformers.utils import logging
 
 from .models.sparse_transformer import (
     SparseTransformerConfig,
@@ -27,6 +28,8 @@ from .models.sparse_transformer import (
     SparseTransformerModel,
 )
 from .patterns import Longformer, Pattern, from_dict
+
+logger = logging.get_logger(__name__)
 
 HEADS = {
     "base": SparseTransformerModel,
@@ -45,8 +48,13 @@ _SUFFIX = {
     "ForQuestionAnswering": "question_answering",
     "Model": "base",
 }
-ROBERTA_STYLE = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod")
+ROBERTA_STYLE = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text")
 BERT_STYLE = ("bert",)
+# model types that look convertible but are not, and why
+_REFUSED = {
+    "longformer": "use from_longformer",
+    "xmod": "X-MOD's per-language adapter layers have no SparseTransformer counterpart",
+}
 
 
 def _load(model_or_path, head: str | None, auto_cls=None) -> PreTrainedModel:
@@ -88,16 +96,31 @@ def _saved_head(path: str) -> str:
     return "base"
 
 
+def _source_head(model: PreTrainedModel) -> str | None:
+    """The head of a model instance (``BertForMaskedLM`` -> ``masked_lm``, a bare encoder -> ``base``); None for
+    heads we do not convert (``BertLMHeadModel``, ``BertForPreTraining``, ...)."""
+    if model.base_model is model:  # no head around the encoder
+        return "base"
+    name = type(model).__name__
+    for suffix, h in _SUFFIX.items():
+        if h != "base" and name.endswith(suffix):
+            return h
+    return None
+
+
 def _head_of(model: PreTrainedModel, head: str | None) -> str:
     if head is not None:
         if head not in HEADS:
             raise ValueError(f"head must be one of {sorted(HEADS)}, got {head!r}")
         return head
-    name = type(model).__name__
-    for suffix, h in _SUFFIX.items():
-        if name.endswith(suffix):
-            return h
-    raise ValueError(f"cannot tell which head {name} has; pass head=... (one of {sorted(HEADS)})")
+    found = _source_head(model)
+    if found is None:
+        name = type(model).__name__
+        raise ValueError(
+            f"unsupported head: {name} has none of the heads from_bert converts; pass head=... (one of "
+            f"{sorted(HEADS)}) to convert its encoder under a new head"
+        )
+    return found
 
 
 def _base_prefix(model) -> str:
@@ -108,33 +131,35 @@ def _base_prefix(model) -> str:
     )
 
 
-def _rename(state: dict, model, head: str, kind: str) -> dict:
-    """Source parameter names -> SparseTransformer names."""
+def _rename(state: dict, model, head: str, kind: str) -> tuple[dict, dict, dict]:
+    """Source parameter names -> SparseTransformer names, split into the encoder's weights (its pooler included
+    where ``head`` has one) and the source head's weights; and the head weights' source names."""
     prefix = _base_prefix(model)
-    out = {}
+    body, own_head, origin = {}, {}, {}
     for name, t in state.items():
         if prefix and name.startswith(prefix):
-            out["sparse_transformer." + name[len(prefix) :]] = t
+            body["sparse_transformer." + name[len(prefix) :]] = t
         elif not prefix:
-            out["sparse_transformer." + name] = t
+            body["sparse_transformer." + name] = t
         elif kind == "bert" and name.startswith("cls.predictions."):
             rest = name[len("cls.predictions.") :]
             rest = rest.replace("transform.dense", "dense").replace("transform.LayerNorm", "layer_norm")
-            out["lm_head." + rest] = t
+            own_head["lm_head." + rest], origin["lm_head." + rest] = t, name
         elif kind == "bert" and head == "sequence_classification" and name.startswith("classifier."):
-            out["classifier.out_proj." + name[len("classifier.") :]] = t
+            rest = name[len("classifier.") :]
+            own_head["classifier.out_proj." + rest], origin["classifier.out_proj." + rest] = t, name
         else:
-            out[name] = t
+            own_head[name], origin[name] = t, name
     if kind == "bert" and head == "sequence_classification":  # BERT pools with its pooler: same maths
         for p in ("weight", "bias"):
             key = f"sparse_transformer.pooler.dense.{p}"
-            if key in out:
-                out[f"classifier.dense.{p}"] = out.pop(key)
+            if key in body:
+                body[f"classifier.dense.{p}"] = body.pop(key)
     if head not in ("multiple_choice", "base"):  # only these heads have a pooler
-        out = {k: v for k, v in out.items() if not k.startswith("sparse_transformer.pooler.")}
+        body = {k: v for k, v in body.items() if not k.startswith("sparse_transformer.pooler.")}
     if head == "base":
-        out = {k.removeprefix("sparse_transformer."): v for k, v in out.items()}
-    return out
+        body = {k.removeprefix("sparse_transformer."): v for k, v in body.items()}
+    return body, own_head, origin
 
 
 def _tile_positions(table: torch.Tensor, new_len: int, offset: int) -> torch.Tensor:
@@ -153,14 +178,44 @@ def _tile_positions(table: torch.Tensor, new_len: int, offset: int) -> torch.Ten
     return out
 
 
-def _load_into(target, state: dict, source_name: str):
-    missing, unexpected = target.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not m.endswith("position_ids") and "lm_head.decoder" not in m]
+def _is_new_head(name: str, head: str) -> bool:
+    """Whether target parameter ``name`` belongs to the head or the pooler (not to the encoder)."""
+    if head == "base":
+        return name.startswith("pooler.")
+    return not name.startswith("sparse_transformer.") or name.startswith("sparse_transformer.pooler.")
+
+
+def _load_into(
+    target, state: dict, own_head: dict, origin: dict, head: str, same_head: bool, source_name: str
+):
+    """Copy ``state`` (the encoder's weights) and ``own_head`` (the source head's, ``origin`` their source names)
+    into ``target``. Every encoder weight must map. With ``same_head`` the head's weights must map too; otherwise
+    (and for a pooler the source lacks) the new head keeps its fresh initialisation and the source head's weights
+    that fit by name and shape are kept, as ``from_pretrained`` does; both lists are logged."""
+    unused = []
+    if not same_head:
+        shapes = {k: v.shape for k, v in target.state_dict().items()}
+        dropped = [k for k, v in own_head.items() if shapes.get(k) != v.shape]
+        own_head = {k: v for k, v in own_head.items() if k not in dropped}
+        unused = [origin[k] for k in dropped]
+    missing, unexpected = target.load_state_dict({**state, **own_head}, strict=False)
+    tied = target.config.tie_word_embeddings
+    missing = [m for m in missing if not m.endswith("position_ids") and not (tied and "lm_head.decoder" in m)]
     unexpected = [u for u in unexpected if not u.endswith("position_ids")]
+    new = [m for m in missing if _is_new_head(m, head) and (not same_head or "pooler." in m)]
+    missing = [m for m in missing if m not in new]
     if missing or unexpected:
         raise ValueError(
             f"converting {source_name}: parameters that did not map — missing {missing[:8]}, unexpected {unexpected[:8]}"
         )
+    name = type(target).__name__
+    if new:
+        logger.warning(
+            f"Some weights of {name} were not initialized from {source_name} and are newly initialized: {new}\n"
+            "You should probably TRAIN this model on a down-stream task to be able to use it for predictions and inference."
+        )
+    if unused:
+        logger.warning(f"Some weights of {source_name} were not used by {name}: {unused}")
     if hasattr(target, "tie_weights"):
         target.tie_weights()
 
@@ -201,11 +256,13 @@ def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides:
         global_first_token=False,  # the source heads add no global tokens by themselves
         **overrides,
     )
-    target = HEADS[head](new_cfg)
-    state = _rename(source.state_dict(), source, head, "roberta" if roberta else "bert")
+    target = HEADS[head](new_cfg).to(source.dtype)  # the new head's weights too
+    target.config.dtype = source.dtype
+    state, own_head, origin = _rename(source.state_dict(), source, head, "roberta" if roberta else "bert")
     key = ("" if head == "base" else "sparse_transformer.") + "embeddings.position_embeddings.weight"
     state[key] = _tile_positions(state[key], new_len, offset=cfg.pad_token_id + 1 if roberta else 0)
-    _load_into(target, state, type(source).__name__)
+    same_head = _source_head(source) == head
+    _load_into(target, state, own_head, origin, head, same_head, type(source).__name__)
     return target.train(source.training)
 
 
@@ -227,21 +284,32 @@ def from_bert(
     Args:
         model_or_path: a transformers BERT/RoBERTa-family model (any supported head) or a path/Hub id.
         attention_pattern: pattern (or one per layer) for the converted model.
-        max_position_embeddings: new maximum length; position embeddings are tiled to it
-            (default: keep the original length).
+        max_position_embeddings: new size of the position-embedding table; position embeddings are
+            tiled to it (default: keep the original size). Like ``config.max_position_embeddings`` it
+            counts RoBERTa-style models' ``pad_token_id + 1`` offset rows (their position ids start
+            after them), so such a model then takes ``max_position_embeddings - pad_token_id - 1``
+            tokens: 4098 for 4096 tokens from ``roberta-base``, as Longformer did; BERT takes all N.
         head: which head to build (default: the source model's head; for a path or Hub id, the head
-            its config's ``architectures`` names, e.g. ``BertForMaskedLM`` -> ``masked_lm``).
+            its config's ``architectures`` names, e.g. ``BertForMaskedLM`` -> ``masked_lm``). Another
+            head than the source's keeps the source's encoder and initialises the new head (and a
+            pooler the source lacks), as ``from_pretrained`` does; the new and the unused weights are
+            logged as warnings. Every encoder weight must map.
         **config_overrides: any other SparseTransformerConfig field (e.g. ``attention_backend``).
 
-    Returns: the SparseTransformer model; with a pattern that covers the whole input and the
-    original length it reproduces the source model's outputs.
+    Returns: the SparseTransformer model, in the source's dtype. With a pattern that covers the whole
+    input and the original length it reproduces the source model's outputs at every non-padding
+    position, and so every loss that ignores padding. At padding positions the outputs differ:
+    SparseTransformer gives padding queries a zero attention output (the Longformer convention) where
+    BERT lets them attend to the real tokens, so the hidden states and per-token logits there differ.
+    The question-answering loss, a softmax over all positions (padding included, in both models),
+    differs with them; to compare it, mask padding logits (e.g. fill them with ``-inf``) in both.
     """
     source = _load(model_or_path, head)
     cfg = source.config
-    if cfg.model_type not in ROBERTA_STYLE + BERT_STYLE or cfg.model_type == "longformer":
+    if cfg.model_type not in ROBERTA_STYLE + BERT_STYLE or cfg.model_type in _REFUSED:
         raise ValueError(
             f"from_bert converts BERT/RoBERTa-family models, got model_type={cfg.model_type!r}"
-            + ("; use from_longformer" if cfg.model_type == "longformer" else "")
+            + (f"; {_REFUSED[cfg.model_type]}" if cfg.model_type in _REFUSED else "")
         )
     if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
         raise ValueError(

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import transformers
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -212,3 +213,117 @@ def test_conversion_errors():
         from_bert(BertModel(BertConfig(**SMALL)), P.Causal(), head="summarize")
     with pytest.raises(TypeError, match="model_or_path must be a PreTrainedModel or a path"):
         from_bert(3, P.Causal())
+
+
+def _bert(**kw):
+    return BertConfig(max_position_embeddings=64, **SMALL, **kw)
+
+
+def _roberta(**kw):
+    return RobertaConfig(max_position_embeddings=66, **SMALL, **kw)
+
+
+@pytest.mark.parametrize(
+    "make, head, new",
+    [
+        (lambda: BertModel(_bert(), add_pooling_layer=False), None, ["pooler.dense.weight"]),
+        (lambda: BertForMaskedLM(_bert()), "base", ["pooler.dense.weight"]),
+        (lambda: RobertaForMaskedLM(_roberta()), "base", ["pooler.dense.weight"]),
+        (lambda: BertForMaskedLM(_bert()), "token_classification", ["classifier.weight"]),
+        (
+            lambda: BertForMaskedLM(_bert()),
+            "multiple_choice",
+            ["sparse_transformer.pooler.dense.weight", "classifier.weight"],
+        ),
+        (lambda: RobertaForMaskedLM(_roberta()), "question_answering", ["qa_outputs.weight"]),
+        (lambda: BertModel(_bert()), "sequence_classification", ["classifier.out_proj.weight"]),
+        (lambda: RobertaForTokenClassification(_roberta()), "masked_lm", ["lm_head.dense.weight"]),
+    ],
+)
+def test_another_head_or_a_missing_pooler_is_initialised_and_reported(make, head, new, caplog):
+    """The source's encoder is kept; the new head (and a pooler the source lacks) is initialised and logged."""
+    torch.manual_seed(0)
+    src = make().eval()
+    with caplog.at_level("WARNING", logger="hf_sparse.conversion"):
+        model = from_bert(src, P.SlidingWindow(window=128), head=head).eval()
+    report = next(r.getMessage() for r in caplog.records if "newly initialized" in r.getMessage())
+    assert all(repr(n) in report for n in new), report
+    ids, am = _ids(src.config, pad=src.config.pad_token_id)
+    with torch.no_grad():
+        want = src.base_model(input_ids=ids, attention_mask=am).last_hidden_state
+        got = model.base_model(input_ids=ids, attention_mask=am).last_hidden_state
+    torch.testing.assert_close(got[am.bool()], want[am.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_a_missing_encoder_weight_is_still_an_error():
+    src = BertForMaskedLM(_bert())
+    src.bert.encoder.layer[0].attention.self.query = None  # its weights are no longer in the state dict
+    with pytest.raises(ValueError, match=r"missing \['encoder\.layer\.0\.attention\.self\.query\.weight'"):
+        from_bert(src, P.SlidingWindow(window=128), head="base")
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (
+            lambda: transformers.XmodForMaskedLM(
+                transformers.XmodConfig(max_position_embeddings=66, **SMALL)
+            ),
+            "model_type='xmod'; X-MOD's per-language adapter layers",
+        ),
+        (
+            lambda: transformers.BertLMHeadModel(_bert(is_decoder=True)),
+            "unsupported head: BertLMHeadModel has none of the heads",
+        ),
+    ],
+)
+def test_unconvertible_sources_are_refused_up_front(make, match):
+    with pytest.raises(ValueError, match=match):
+        from_bert(make(), P.Causal())
+
+
+def test_the_source_dtype_is_kept():
+    src = BertForMaskedLM(_bert()).to(torch.bfloat16)
+    model = from_bert(src, P.SlidingWindow(window=128))
+    assert model.dtype == torch.bfloat16 and model.config.dtype == torch.bfloat16
+    torch.testing.assert_close(
+        model.sparse_transformer.encoder.layer[1].output.dense.weight,
+        src.bert.encoder.layer[1].output.dense.weight,
+        atol=0,
+        rtol=0,
+    )
+
+
+def test_roberta_position_table_counts_its_offset_rows():
+    """As documented: max_position_embeddings=N gives a RoBERTa-style model N - pad_token_id - 1 tokens."""
+    src = RobertaForMaskedLM(_roberta())
+    model = from_bert(src, P.SlidingWindow(window=8), max_position_embeddings=130).eval()
+    with torch.no_grad():
+        model(torch.randint(3, 99, (1, 128)))
+        with pytest.raises(ValueError, match="position id 130 is out of range"):
+            model(torch.randint(3, 99, (1, 129)))
+
+
+def test_question_answering_matches_except_at_padding():
+    """As documented: padding queries get a zero attention output, so QA logits differ only at padding and the
+    loss (a softmax over all positions) matches once padding logits are masked."""
+    from transformers import BertForQuestionAnswering
+
+    torch.manual_seed(0)
+    src = BertForQuestionAnswering(_bert()).eval()
+    model = from_bert(src, P.SlidingWindow(window=128)).eval()
+    ids, am = _ids(src.config, pad=src.config.pad_token_id)
+    with torch.no_grad():
+        want, got = src(input_ids=ids, attention_mask=am), model(input_ids=ids, attention_mask=am)
+    keep = am.bool()
+    for field in ("start_logits", "end_logits"):
+        torch.testing.assert_close(
+            getattr(got, field)[keep], getattr(want, field)[keep], atol=1e-5, rtol=1e-5
+        )
+    start, end = torch.tensor([3, 5]), torch.tensor([6, 9])
+
+    def loss(out):
+        s, e = (getattr(out, f).masked_fill(~keep, float("-inf")) for f in ("start_logits", "end_logits"))
+        return (torch.nn.functional.cross_entropy(s, start) + torch.nn.functional.cross_entropy(e, end)) / 2
+
+    torch.testing.assert_close(loss(got), loss(want), atol=1e-6, rtol=1e-6)
