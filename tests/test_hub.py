@@ -1120,6 +1120,45 @@ def test_files_a_module_declares_are_embedded_in_its_bundled_copy(tmp_path):
             _bundled_files(module, f"BUNDLE_FILES = {bad}\n", "pkg.m")
 
 
+@pytest.mark.parametrize(
+    "line,warns",
+    [
+        ('open(os.path.join(os.path.dirname(__file__), "table.txt")).read()', True),
+        ('importlib.resources.files("fakepkg.util").joinpath("table.txt").read_text()', True),
+        ('getattr(sys.modules[__name__], "__file__", None)  # bundle: reads no data file', False),
+    ],
+    ids=["__file__", "importlib.resources", "marked"],
+)
+def test_data_files_next_to_a_module_are_reported_unless_the_line_says_it_reads_none(
+    fakepkg, tmp_path, line, warns
+):
+    """A module that locates files next to itself warns (the flat bundle lacks them), naming the module and
+    line; a line that only uses ``__file__`` otherwise (a module's source hash) can say so."""
+    tools = fakepkg / "fakepkg" / "util" / "tools.py"
+    text = tools.read_text() + f"\n\ndef table():\n    import importlib, os, sys\n\n    return {line}\n"
+    tools.write_text(text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _export_fake(fakepkg, tmp_path / "out")
+    said = [str(w.message) for w in caught if "not part of the bundle" in str(w.message)]
+    if warns:
+        assert said and f"fakepkg.util.tools (line {len(text.splitlines())})" in said[0], said
+    else:
+        assert not said, said
+
+
+def test_saving_a_summarization_model_reports_no_data_files(tmp_path):
+    """hf_sparse.data.loading (in the summarization bundle) hashes a module's own source for a cache fingerprint
+    and reads no data file: every save_pretrained warned that data files were not part of the bundle."""
+    from tests.models.summarization_tiny import tiny_extractive, tiny_tokenizer
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*not part of the bundle")
+        tiny_extractive(tiny_tokenizer()).save_pretrained(tmp_path / "model")
+    manifest = json.loads((tmp_path / "model" / hub.BUNDLE_MANIFEST).read_text())
+    assert manifest["files"]["data_loading.py"] == "hf_sparse.data.loading"
+
+
 def test_fused_kernel_source_from_the_package_or_the_bundled_copy(tmp_path, monkeypatch):
     """The kernel compiles from csrc/block_sparse.cpp in the package, from ``BUNDLED_FILES`` in a bundle
     (no csrc folder there), and says which file is missing where neither is (``_load`` then falls back)."""

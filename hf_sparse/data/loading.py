@@ -73,7 +73,7 @@ def _callable_key(fn) -> list:
     a hash of its module's source, so that a changed check (a stricter one) runs again over cached data."""
     if isinstance(fn, functools.partial):
         return [*_callable_key(fn.func), list(fn.args), fn.keywords]
-    source = getattr(sys.modules.get(fn.__module__), "__file__", None)
+    source = getattr(sys.modules.get(fn.__module__), "__file__", None)  # bundle: reads no data file
     code = _file_hash(source) if source else None
     return [fn.__module__, fn.__qualname__, code]
 

@@ -28,6 +28,12 @@ logger = logging.getLogger(__name__)
 
 BUNDLE_MANIFEST = "hf_sparse_bundle.json"
 
+#: A comment that clears a line of the data-file check (:func:`_data_file_lines`): the line uses ``__file__``
+#: or ``importlib.resources`` but reads no file next to the module (``hf_sparse.data.loading`` hashes a
+#: module's own source for a cache fingerprint, and a bundled module's source is in the bundle).
+NO_DATA_FILE = "# bundle: reads no data file"
+_LOCATES_FILES = re.compile(r"__file__|importlib\.resources|from\s+importlib\s+import\s.*\bresources\b")
+
 
 # Flattening the package (parsing ~70 modules) and transformers' import checks of the result take ~0.9 s, and
 # every save_pretrained of a model exports its bundle (a Trainer: every checkpoint); both depend only on the
@@ -103,6 +109,19 @@ def _bundled_files(module_file: Path | None, source: str, where: str) -> str:
     lines = "".join(f"    {path!r}: {text!r},\n" for path, text in texts.items())
     note = "# BUNDLE_FILES, embedded by hf_sparse.hub.bundle: a bundle is flat, so they are not next to it"
     return f"\n\n{note}\nBUNDLED_FILES = {{\n{lines}}}\n"
+
+
+def _data_file_lines(module_file: Path | None, source: str) -> list[int]:
+    """The lines (1-based, of ``module_file``) of a module that locate files next to it (``__file__``,
+    ``importlib.resources``) and do not say :data:`NO_DATA_FILE`: the bundle is flat, so such files would
+    not be there. ``source`` is the module's (rewritten) source."""
+    if module_file is None or ("__file__" not in source and "resources" not in source):  # most: no scan
+        return []
+    return [
+        i
+        for i, line in enumerate(module_file.read_text(encoding="utf-8").splitlines(), 1)
+        if _LOCATES_FILES.search(line) and NO_DATA_FILE not in line
+    ]
 
 
 def _with_header(source: str, module: str, version: str) -> str:
@@ -316,7 +335,7 @@ def export_remote_code(
     sources = _remember(_CLOSURES, key, lambda: bundler.closure(entries), 8)
     bundle: dict[str, str] = {}
     origin: dict[str, str] = {}
-    carried: set[str] = set()  # modules whose BUNDLE_FILES are embedded in their copy
+    used_file: dict[str, list[int]] = {}  # modules that locate files next to them: lines
     for name, source in sources.items():
         flat = bundler.flat(name)
         if not flat.isidentifier() or flat in ("__init__",):
@@ -324,20 +343,22 @@ def export_remote_code(
         if flat in origin:
             raise BundleError(f"{origin[flat]} and {name} would both be bundled as {flat}.py; rename one")
         origin[flat] = name
-        files = _bundled_files(bundler.locate(name)[0], source, name)  # locate: a stat, load would parse
-        if files:
-            carried.add(name)
+        module_file = bundler.locate(name)[0]  # a stat (load would parse)
+        files = _bundled_files(module_file, source, name)
+        lines = [] if files else _data_file_lines(module_file, source)  # declared files are embedded
+        if lines:
+            used_file[name] = lines
         bundle[flat] = source + files
     auto_map = _check_auto_map(auto_map, bundle) if auto_map else {}
     requested_auto_map = auto_map
     auto_map = _one_loader_module(auto_map, bundle, [bundler.flat(m) for m in entries])
-    used_file = sorted(
-        n for n, s in sources.items() if n not in carried and ("__file__" in s or "importlib.resources" in s)
-    )
     if used_file:
+        where = ", ".join(
+            f"{n} (line {', '.join(map(str, lines))})" for n, lines in sorted(used_file.items())
+        )
         warnings.warn(
-            f"{', '.join(used_file)} use __file__ or importlib.resources: data files next to them are "
-            f"not part of the bundle",
+            f"{where} use __file__ or importlib.resources: data files next to them are not part of the bundle "
+            f"(declare them in BUNDLE_FILES; end a line that reads no data file with {NO_DATA_FILE!r})",
             stacklevel=2,
         )
 

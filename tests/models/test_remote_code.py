@@ -28,10 +28,11 @@ print(type(model).__module__)
 """
 
 
-def _run_without_the_package(script: str, tmp_path) -> subprocess.CompletedProcess:
-    """Run ``script`` (which starts with ``BLOCK``) in a fresh interpreter with its own remote-code module cache."""
+def _run_without_the_package(script: str, tmp_path, modules: str = "modules") -> subprocess.CompletedProcess:
+    """Run ``script`` (which starts with ``BLOCK``) in a fresh interpreter with its own remote-code module cache
+    (``tmp_path / modules``)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    env["HF_MODULES_CACHE"] = str(tmp_path / modules)
     res = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240
     )
@@ -143,3 +144,94 @@ def test_save_pretrained_with_push_to_hub_uploads_the_remote_code(kind, tmp_path
     local = sorted(p.name for p in (tmp_path / "local").iterdir())
     assert repo_id == "user/tiny" and auto_map and "hf_sparse_bundle.json" in files
     assert set(local) <= set(files) and sum(f.endswith(".py") for f in files) > 10
+
+
+RESAVE = """
+import json, shutil, warnings, transformers
+for name in ("motif", "dialogue", "orphan"):
+    model = transformers.AutoModel.from_pretrained({root!r} + "/" + name, trust_remote_code=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained({root!r} + "/" + name, trust_remote_code=True)
+    if name == "orphan":  # the folder it came from is gone: the pipeline code cannot be found
+        shutil.rmtree({root!r} + "/" + name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.save_pretrained({root!r} + "/" + name + "_resaved")
+    tokenizer.save_pretrained({root!r} + "/" + name + "_resaved")
+    print(json.dumps([name, [str(w.message) for w in caught if "custom_pipelines" in str(w.message)]]))
+"""
+RESAVED_PIPELINES = """
+import json, transformers
+try:
+    import hf_sparse
+except ImportError:
+    print("hf_sparse unavailable")
+out = {{}}
+for task, name, inputs in json.loads({calls!r}):
+    pipe = transformers.pipeline(task, model={root!r} + "/" + name + "_resaved", trust_remote_code=True)
+    out[task] = [type(pipe).__module__, pipe(inputs)]
+print(json.dumps(out))
+"""
+
+
+def test_a_remote_code_model_resaves_with_its_pipeline_code(tmp_path):
+    """Download, fine-tune, push: a model loaded with ``trust_remote_code`` where hf_sparse cannot be imported
+    re-saves the whole bundle (transformers alone writes the model's modules, not the pipeline modules that
+    ``custom_pipelines`` names), so ``pipeline(task, model=resaved)`` gives the original's outputs. Where the
+    bundle's files cannot be found, the re-saved config drops ``custom_pipelines`` with a warning."""
+    from transformers import pipeline
+
+    from hf_sparse.tokenization_dna import DNATokenizer
+    from tests.models.dialogue_tiny import tiny_model, tokenizer_and_formatter
+    from tests.models.motif_tiny import motif_model
+    from tests.pipelines.outputs import assert_same_outputs
+
+    torch.manual_seed(0)
+    for name in ("motif", "orphan"):
+        motif_model("sparse_transformer").save_pretrained(tmp_path / name)
+        DNATokenizer().save_pretrained(tmp_path / name)
+    tokenizer, formatter = tokenizer_and_formatter(max_length=40)
+    tiny_model(tokenizer, formatter, selection_head=True, act_labels=["INFORM", "REQUEST"], intent_labels=["NONE"]
+               ).save_pretrained(tmp_path / "dialogue")  # fmt: skip
+    tokenizer.save_pretrained(tmp_path / "dialogue")
+    history = ["find me a restaurant please", "which city ?", "in paris"]
+    calls = [
+        ("dna-motif-detection", "motif", "ACGTTGCAACGTAGGCTTACGATCGA"),
+        ("dialogue-state-tracking", "dialogue", {"turns": history}),
+        (
+            "dialogue-response-selection",
+            "dialogue",
+            {"turns": history, "candidates": ["ok", "in rome", "bye"]},
+        ),
+    ]
+    expected = {
+        task: pipeline(task, model=str(tmp_path / name), trust_remote_code=True)(inputs)
+        for task, name, inputs in calls
+    }
+
+    res = _run_without_the_package(BLOCK + RESAVE.format(root=str(tmp_path)), tmp_path, "modules_resave")
+    warned = dict(json.loads(line) for line in res.stdout.splitlines() if line.startswith("["))
+    assert warned["motif"] == warned["dialogue"] == [], warned
+    for name in ("motif", "dialogue"):
+        original, resaved = tmp_path / name, tmp_path / f"{name}_resaved"
+        code = sorted(
+            p.name for p in original.iterdir() if p.suffix == ".py" or p.name == "hf_sparse_bundle.json"
+        )
+        assert sorted(p.name for p in resaved.iterdir() if p.name in code or p.suffix == ".py") == code
+        for file in code:  # the same code: byte for byte
+            assert (resaved / file).read_bytes() == (original / file).read_bytes(), file
+        configs = [json.loads((folder / "config.json").read_text()) for folder in (original, resaved)]
+        assert configs[1]["custom_pipelines"] == configs[0]["custom_pipelines"]
+        assert configs[1]["auto_map"] == configs[0]["auto_map"]
+    script = BLOCK + RESAVED_PIPELINES.format(root=str(tmp_path), calls=json.dumps(calls))
+    res = _run_without_the_package(script, tmp_path, "modules_pipelines")
+    lines = res.stdout.strip().splitlines()
+    assert lines[0] == "hf_sparse unavailable"
+    got = json.loads(lines[-1])
+    for task, _, _ in calls:
+        module, out = got[task]
+        assert module.startswith("transformers_modules.") and "_resaved" in module, module
+        assert_same_outputs(out, expected[task])
+    [orphan] = warned["orphan"]
+    assert "saved without custom_pipelines" in orphan and "hf_sparse_bundle.json" in orphan
+    orphan_config = json.loads((tmp_path / "orphan_resaved" / "config.json").read_text())
+    assert "custom_pipelines" not in orphan_config and orphan_config["auto_map"]

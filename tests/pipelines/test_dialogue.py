@@ -300,12 +300,48 @@ def test_tracking_long_history_is_left_truncated(track):
         ({"turns": [], "speakers": []}, ValueError, "turns is empty"),
         ({"turns": ["hi", "hello"], "speakers": ["USER"]}, ValueError, "same length"),
         ({"turns": ["hi", 5]}, TypeError, r"turns\[1\] must be a str"),
-        ({"turns": ["hi"], "candidates": ["x"]}, ValueError, "unknown key"),
+        ({"turns": ["hi"], "candidates": ["x"]}, ValueError,
+         r"unknown key\(s\) \['candidates'\]; expected \['turns', 'speakers'\]$"),
     ],
-)
+)  # fmt: skip
 def test_bad_tracking_input_names_the_field(track, inputs, error, match):
     with pytest.raises(error, match=match):
         track(inputs)
+
+
+@pytest.mark.parametrize(
+    "which,kwargs,unknown",
+    [
+        ("track", {"act_treshold": 0.01}, "act_treshold"),
+        ("track", {"speaker": ["SYSTEM"] * 3}, "speaker"),
+        ("track", {"candidates": ["x"]}, "candidates"),
+        ("select", {"candidate": ["x"]}, "candidate"),
+        ("select", {"act_threshold": 0.5}, "act_threshold"),
+        ("select", {"foo": 1}, "foo"),
+    ],
+)
+def test_unknown_call_option_is_a_type_error_naming_it(select, track, which, kwargs, unknown):
+    """A misspelled option must not run with the defaults (as dna-motif-detection and summarization refuse)."""
+    pipe, dialogue = (track, HISTORY) if which == "track" else (select, {**HISTORY, "candidates": CANDIDATES})
+    with pytest.raises(TypeError, match=rf"unknown option\(s\) \['{unknown}'\]; the call options are"):
+        pipe(dialogue, **kwargs)
+    with pytest.raises(TypeError, match=rf"unknown option\(s\) \['{unknown}'\]"):  # a list of dialogues too
+        pipe([dialogue, dialogue], **kwargs)
+
+
+def test_constructor_options_are_checked_and_are_call_defaults(saved, track, capsys):
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['act_treshold'\]"):
+        pipeline("dialogue-state-tracking", model=saved, trust_remote_code=True, act_treshold=0.5)
+    quiet = pipeline("dialogue-state-tracking", model=saved, trust_remote_code=True, progress=False)
+    capsys.readouterr()
+    assert quiet([HISTORY] * 16) == track([HISTORY] * 16, progress=False)
+    assert "dialogue-state-tracking" not in capsys.readouterr().err
+    loose = pipeline("dialogue-state-tracking", model=saved, trust_remote_code=True, act_threshold=0.01)
+    assert all(row["acts"] == ACTS for row in loose(HISTORY)["turns"])
+    select = pipeline(
+        "dialogue-response-selection", model=saved, trust_remote_code=True, candidate_batch_size=2
+    )
+    assert select._batch_size == 2
 
 
 def test_pipeline_refuses_a_model_without_the_needed_head_or_tokens():

@@ -218,9 +218,17 @@ class ExportCodeMixin:
     hf-sparse is not installed (unset in that copy itself, and on unregistered classes: they save as usual).
     With ``push_to_hub=True`` the upload comes after that (``push_to_hub``'s own keywords are passed on);
     transformers' ``save_pretrained`` would upload before the hook ran, without the code.
+
+    A model of that copy (loaded with ``trust_remote_code``) re-saves as the folder it came from: transformers
+    writes only its model module and the modules that one imports, so the other files of the bundle's manifest
+    (the pipeline modules, the manifest itself) are copied from the folder or Hub repo it was loaded from
+    (:meth:`_copy_bundle`). Where they cannot be found, the saved ``config.json`` loses ``custom_pipelines`` (a
+    warning says so): ``pipeline()`` would look for the missing modules.
     """
 
     export_code_hook = None
+    #: the bundle's manifest (``hf_sparse.hub.bundle.BUNDLE_MANIFEST``; that module is not in the bundle)
+    _BUNDLE_MANIFEST = "hf_sparse_bundle.json"
     _PUSH_KEYWORDS = (
         "repo_id",
         "commit_message",
@@ -237,11 +245,78 @@ class ExportCodeMixin:
         main = (args[0] if args else kwargs.get("is_main_process", True)) is not False
         if type(self).export_code_hook is not None and main:
             type(self).export_code_hook(self, save_directory)
+        elif getattr(self, "_auto_class", None) is not None and main:  # trust_remote_code: the bundle's copy
+            self._copy_bundle(save_directory)
         if push_to_hub and main:
             repo_id = hub.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
             size = kwargs.get("max_shard_size", "50GB")
             self.push_to_hub(repo_id, token=kwargs.get("token"), max_shard_size=size, **hub)
         return out
+
+    def _copy_bundle(self, save_directory) -> None:
+        """Copy the bundle's files (its manifest and every file it lists) that transformers' ``save_pretrained``
+        left out, from the folder of this class's module or else from the folder or Hub repo the model was
+        loaded from (``name_or_path``); drop ``custom_pipelines`` from the saved config where any is missing."""
+        import re
+        import shutil
+        import sys
+        import warnings
+        from pathlib import Path
+
+        from transformers.utils import cached_file
+
+        # the remote-code module cache; the files read there are the bundle's own modules
+        here = Path(sys.modules[type(self).__module__].__file__).parent  # bundle: reads no data file
+        source = self.config._name_or_path
+        revision = getattr(self.config, "_commit_hash", None)
+
+        def find(name: str) -> Path | None:
+            if (here / name).is_file():
+                return here / name
+            if not source:
+                return None
+            try:
+                path = cached_file(source, name, revision=revision, _raise_exceptions_for_missing_entries=False,
+                                   _raise_exceptions_for_connection_errors=False)  # fmt: skip
+            except (OSError, ValueError):  # a repo id that is not one, a gated repo, ...
+                return None
+            return Path(path) if path else None
+
+        folder = Path(save_directory)
+        manifest = find(self._BUNDLE_MANIFEST)
+        try:
+            bundle = json.loads(manifest.read_text(encoding="utf-8")) if manifest else None
+            files = list(bundle["files"]) if bundle is not None else None
+        except (ValueError, KeyError, TypeError):  # not a bundle's manifest
+            bundle, files = None, None
+        missing = [self._BUNDLE_MANIFEST] if files is None else []
+        for name in [] if files is None else [self._BUNDLE_MANIFEST, *files]:
+            # flat module names only: the manifest comes from the loaded repo, and a name must not leave the folder
+            flat = isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.py", name)
+            src = manifest if name == self._BUNDLE_MANIFEST else find(name) if flat else None
+            if src is None:
+                missing.append(str(name))
+            elif not (folder / name).exists() or not os.path.samefile(src, folder / name):
+                shutil.copyfile(src, folder / name)
+        config_file = folder / "config.json"
+        if not config_file.is_file():
+            return
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        saved = json.dumps(config, sort_keys=True)
+        if files is not None and isinstance(bundle.get("auto_map"), dict):
+            # transformers points AutoConfig at the config's own module again; the bundle loads every class
+            # through one module (one package: one copy of each module), as its manifest says
+            config["auto_map"] = {**(config.get("auto_map") or {}), **bundle["auto_map"]}
+        dropped = bool(missing) and config.pop("custom_pipelines", None) is not None
+        if json.dumps(config, sort_keys=True) != saved:
+            config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if dropped:
+            warnings.warn(
+                f"{folder}: saved without custom_pipelines (pipeline() would look for code that is not there): "
+                f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} of the remote-code bundle cannot be "
+                f"found next to {type(self).__module__} or in {source!r}",
+                stacklevel=3,
+            )
 
 
 class SparseTransformerPreTrainedModel(ExportCodeMixin, PreTrainedModel):

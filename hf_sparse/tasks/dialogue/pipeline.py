@@ -14,7 +14,7 @@ alone is too long, its oldest tokens are cut); outputs say how much was dropped 
 
 Bad input raises ``TypeError``/``ValueError`` naming the field: no candidates, an empty history, ``speakers``
 and ``turns`` of different lengths, a turn or candidate that is not a str or is empty (blank), an unknown
-speaker or key.
+speaker or key; an unknown (misspelled) call option is a ``TypeError`` naming it.
 
 The model is put in eval mode when the pipeline is built, so scores are deterministic.
 
@@ -38,7 +38,7 @@ from ...utils.validation import check_fraction
 from .data import pack_candidates
 from .formatter import DialogueFormatter
 
-_KEYS = ("turns", "speakers", "candidates")
+_KEYS = ("turns", "speakers", "candidates")  # the keys of an input dialogue (candidates: selection only)
 
 #: (history, candidate) pairs per forward pass of response selection when no ``batch_size`` is given
 DEFAULT_BATCH_SIZE = 16
@@ -69,6 +69,19 @@ def _check_not_blank(name: str, texts: Sequence[str]) -> None:
             raise ValueError(f"{name}[{i}] is empty ({text!r}): every {name[:-1]} needs some text")
 
 
+def _merge_candidate_batch_size(kwargs: dict, candidate_batch_size) -> None:
+    """``candidate_batch_size`` (the older name of ``batch_size``) put into ``kwargs["batch_size"]``."""
+    if candidate_batch_size is None:
+        return
+    _check_batch_size("candidate_batch_size", candidate_batch_size)
+    if kwargs.get("batch_size") not in (None, candidate_batch_size):
+        raise ValueError(
+            f"candidate_batch_size={candidate_batch_size} and batch_size={kwargs['batch_size']}: they are "
+            "the same option (pairs per forward pass); give batch_size only"
+        )
+    kwargs["batch_size"] = candidate_batch_size
+
+
 def _row(ids, mask, global_mask) -> dict[str, torch.Tensor]:
     """One model row as the base collate pads it: ``(1, seq)`` int64 tensors."""
     return {
@@ -82,8 +95,11 @@ class _DialogueMixin(SaveModelMixin):
     """Shared input checks, layout and saving; subclasses do the forward and the output."""
 
     _needs_candidates = False
+    #: every option a call takes; any other keyword is a TypeError (a misspelled option must not run with defaults)
+    _CALL_OPTIONS: tuple[str, ...] = ()
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, progress=None, **kwargs):
+        self._progress = check_progress(progress)  # the default of every call
         super().__init__(*args, **kwargs)
         if getattr(self.model.config, "model_type", None) != "longformer_dialogue":
             raise ValueError(
@@ -97,7 +113,7 @@ class _DialogueMixin(SaveModelMixin):
         self.pad_multiple = block_multiple(backbone_config(self.model.config.backbone))
 
     def __call__(self, inputs, *args, progress=None, **kwargs):
-        check_progress(progress)
+        progress = self._progress if check_progress(progress) is None else progress
         if isinstance(inputs, (list, tuple)):
             if not inputs:
                 raise ValueError("no dialogues: pass a dialogue (dict) or a non-empty list of them")
@@ -114,6 +130,14 @@ class _DialogueMixin(SaveModelMixin):
             inputs = list(inputs)  # the base batches lists (a tuple would be one input)
         return super().__call__(inputs, *args, **kwargs)
 
+    def _check_options(self, unknown: Mapping) -> None:
+        """``_sanitize_parameters``' left-over keywords (of the call or the constructor): a TypeError naming them."""
+        if unknown:
+            raise TypeError(
+                f"{self.task or type(self).__name__} got unknown option(s) {sorted(unknown)}; the call options "
+                f"are {list(self._CALL_OPTIONS)}"
+            )
+
     def _dialogue(
         self, inputs, candidates=None, speakers=None
     ) -> tuple[list[str], list[str], list[str] | None]:
@@ -124,9 +148,10 @@ class _DialogueMixin(SaveModelMixin):
                 + (", 'candidates': [...]}" if self._needs_candidates else "}")
                 + f" (or a list of them), got {type(inputs).__name__}"
             )
-        unknown = sorted(set(inputs) - set(_KEYS if self._needs_candidates else _KEYS[:2]))
+        keys = list(_KEYS if self._needs_candidates else _KEYS[:2])
+        unknown = sorted(set(inputs) - set(keys))
         if unknown:
-            raise ValueError(f"inputs has unknown key(s) {unknown}; expected {list(_KEYS)}")
+            raise ValueError(f"inputs has unknown key(s) {unknown}; expected {keys}")
         if "turns" not in inputs:
             raise ValueError("inputs has no 'turns': the dialogue history (a list of str) is required")
         turns = inputs["turns"]
@@ -178,12 +203,15 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
     Call options: ``candidates``, ``speakers`` (instead of the dict keys), ``batch_size`` (pairs per forward
     pass, default :data:`DEFAULT_BATCH_SIZE`; ``candidate_batch_size`` is its older name; neither changes the
     scores beyond float rounding), ``progress`` (a bar over the dialogues of a list: None = when there are
-    many, True, False).
+    many, True, False). Any other keyword is a ``TypeError``. Options given to the constructor are the
+    defaults of every call.
     """
 
     _needs_candidates = True
+    _CALL_OPTIONS = ("candidates", "speakers", "batch_size", "candidate_batch_size", "progress")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, candidate_batch_size=None, **kwargs):
+        _merge_candidate_batch_size(kwargs, candidate_batch_size)
         super().__init__(*args, **kwargs)
         if not self.model.config.selection_head:
             raise ValueError("this model has no response-selection head (config.selection_head=False)")
@@ -191,19 +219,13 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
             self._batch_size = DEFAULT_BATCH_SIZE
 
     def __call__(self, inputs, *args, candidate_batch_size=None, **kwargs):
-        if candidate_batch_size is not None:
-            _check_batch_size("candidate_batch_size", candidate_batch_size)
-            if kwargs.get("batch_size") not in (None, candidate_batch_size):
-                raise ValueError(
-                    f"candidate_batch_size={candidate_batch_size} and batch_size={kwargs['batch_size']}: they are "
-                    "the same option (pairs per forward pass); give batch_size only"
-                )
-            kwargs["batch_size"] = candidate_batch_size
+        _merge_candidate_batch_size(kwargs, candidate_batch_size)
         if kwargs.get("batch_size") is not None:
             _check_batch_size("batch_size", kwargs["batch_size"])
         return super().__call__(inputs, *args, **kwargs)
 
     def _sanitize_parameters(self, candidates=None, speakers=None, **kwargs):
+        self._check_options(kwargs)
         pre = {}
         if candidates is not None:
             pre["candidates"] = candidates
@@ -281,9 +303,12 @@ class DialogueStateTrackingPipeline(_DialogueMixin, Pipeline):
     turn. All turns are read in one pass over the history: the newest turn (and so the current intent) sees
     only the past, an earlier turn also sees the turns after it.
 
-    Call options: ``speakers`` (instead of the dict key), ``act_threshold``, ``progress`` (a bar over the
-    dialogues of a list: None = when there are many, True, False).
+    Call options: ``speakers`` (instead of the dict key), ``act_threshold``, ``batch_size``, ``progress`` (a bar
+    over the dialogues of a list: None = when there are many, True, False). Any other keyword is a
+    ``TypeError``. Options given to the constructor are the defaults of every call.
     """
+
+    _CALL_OPTIONS = ("speakers", "act_threshold", "batch_size", "progress")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -293,6 +318,7 @@ class DialogueStateTrackingPipeline(_DialogueMixin, Pipeline):
             )
 
     def _sanitize_parameters(self, speakers=None, act_threshold=None, **kwargs):
+        self._check_options(kwargs)
         pre, post = {}, {}
         if speakers is not None:
             pre["speakers"] = speakers
