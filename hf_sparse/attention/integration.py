@@ -15,8 +15,11 @@ Where the pattern comes from (the model config):
 
 * ``config.attention_pattern`` (required): one pattern spec (a dict such as
   ``{"type": "sliding_window", "window": 512}``, a registered name, or a
-  :class:`~hf_sparse.patterns.Pattern`) for every layer, or a list with one spec per layer, indexed
-  by the attention module's ``layer_idx``;
+  :class:`~hf_sparse.patterns.Pattern`, which :func:`check_config` replaces with its ``to_dict()`` so
+  that the config still saves) for every layer, or a list with one spec per layer, indexed by the
+  attention module's ``layer_idx``. In an encoder-decoder (BART, ...) both stacks count ``layer_idx``
+  from 0: entry i serves encoder layer i and decoder self-attention layer i, and the list has
+  ``max(encoder_layers, decoder_layers)`` entries;
 * ``config.attention_backend`` (default ``"auto"``) and ``config.attention_block_size`` (default
   ``None``) are passed to :func:`~hf_sparse.sparse_attention`.
 
@@ -33,18 +36,36 @@ pattern's rule, and
 * padding keys (``attention_mask == 0``) are never attended; a query with no allowed key outputs
   zeros.
 
-Positions are indices in the padded sequence (left padding shifts them); hf-sparse's own
-SparseTransformer decoders instead hand the mask interface a :class:`PatternMask` whose positions
-count from each row's first token, and whose keys may sit at any positions (pattern-aware caches).
-The same attention function serves both. Cross-attention modules
-attend every non-padding key (patterns describe self-attention). Dropout is applied only in
-training (``dropout_p = dropout`` when ``module.training``). Grouped-query attention (fewer
-key/value heads) and KV-cache decoding (dynamic, sliding-window and static caches) are supported.
+Positions count from each row's first token: the left padding of the 2D ``attention_mask`` (its
+leading zeros) is taken off each row, so a left-padded row attends as it would alone (as
+``generate`` needs for batched prompts). hf-sparse's own SparseTransformer models hand the mask
+interface a :class:`PatternMask` instead, whose keys may also sit at any positions (pattern-aware
+caches). The same attention function serves both.
+
+Cross-attention attends every non-padding key (patterns describe self-attention). A call is
+cross-attention when its module says so (an ``is_cross_attention`` attribute, BERT-style, or a
+``...CrossAttention`` class), or when a decoder module (``is_decoder``, BART-style: one attention class
+for the decoder's self- and cross-attention) runs a layer that is not causal: the decoder's
+self-attention mask is causal (``create_causal_mask``), its cross-attention mask is not
+(``create_bidirectional_mask``; ``module.is_causal`` where no mask says). An encoder-decoder whose
+attention modules carry neither attribute (Moonshine) raises ``NotImplementedError`` for its
+bidirectional layers, which could be either.
+
+Dropout is applied only in training (``dropout_p = dropout`` when ``module.training``). Grouped-query
+attention (fewer key/value heads) and KV-cache decoding (dynamic, sliding-window and static caches) are
+supported for patterns fixed in advance; patterns that depend on the sequence length or the content
+(random blocks, BigBird, LSH, top-k blocks) raise a ``ValueError`` when queries follow cached keys (the
+cached and uncached results would differ): decode them with ``use_cache=False``.
 ``output_attentions=True`` returns the dense attention probabilities, for at most
 :data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head (``config.max_attention_weights_length``
 squared where the config has that field, as SparseTransformer's does), and computes the output from them (as
 eager attention does: gradients reach the returned weights); patterns fixed per input (random blocks, LSH
 buckets, top-k blocks) are bound to the call's length, queries and keys as the kernels bind them.
+
+A stock transformers model has no way to pass call-time global tokens (``global_attention_mask``):
+a pattern with a ``Global()`` part (e.g. :class:`~hf_sparse.patterns.Longformer`) raises a
+``ValueError`` for it instead of running as the bare window; fixed global tokens are
+``Global(indices=...)`` or ``Global(every=...)``.
 
 Models that ignore ``attn_implementation`` (Longformer, LED, BigBird, BigBirdPegasus, Reformer, and
 any transformers model whose attention does not go through ``AttentionInterface``) raise a
@@ -127,7 +148,8 @@ class SparseMask:
             causal ``0 <= i - j < window``, bidirectional ``|i - j| <= window``), or ``None``.
         pattern: the pattern to run (set by :class:`PatternMask`; else read from the module's config).
         row_offsets: ``(batch,)`` left padding per row: the pattern counts positions from each row's
-            first token (set by :class:`PatternMask`), or ``None``.
+            first token (from :class:`PatternMask`, or the leading zeros of the 2D ``attention_mask``),
+            or ``None``.
         key_positions: ``(kv_length,)`` positions of the keys when they are not consecutive (a
             pattern-aware cache that kept only some), or ``None``.
         global_tokens: ``(batch, kv_length)`` bool, Longformer-style global tokens, or ``None``.
@@ -354,7 +376,7 @@ def sparse_attention_mask(
     causal = None if is_causal == is_bidirectional else is_causal
 
     q_offset, kv_offset = int(q_offset), int(kv_offset)
-    padding = None
+    padding = row_offsets = None
     if attention_mask is not None:
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
             shape = tuple(getattr(attention_mask, "shape", ()))
@@ -365,12 +387,21 @@ def sparse_attention_mask(
         keep = attention_mask.to(device=device, dtype=torch.bool)
         if (missing := kv_offset + kv_length - keep.shape[-1]) > 0:
             keep = torch.nn.functional.pad(keep, (0, missing), value=False)
+        row_offsets = _left_padding(keep)  # positions count from each row's first token
         keep = keep[:, kv_offset : kv_offset + kv_length]  # (B, kv_length)
         padding = None if all_true(keep) else keep
     window = None if local_size is None else int(local_size)
     return SparseMask(
-        padding, int(batch_size), int(q_length), int(kv_length), q_offset, kv_offset, causal, window
-    )
+        padding, int(batch_size), int(q_length), int(kv_length), q_offset, kv_offset, causal, window,
+        row_offsets=row_offsets,
+    )  # fmt: skip
+
+
+def _left_padding(keep: torch.Tensor) -> torch.Tensor | None:
+    """``(batch,)`` number of leading padding positions of each row of the 2D ``keep`` mask, or ``None``
+    when no row starts with padding."""
+    lead = (keep.cumsum(-1) == 0).sum(-1)  # (B,)
+    return None if all_true(lead == 0) else lead
 
 
 # ----------------------------------------------------------------------------- patterns from the config
@@ -390,10 +421,36 @@ def _resolve_spec(spec, where: str) -> P.Pattern:
         raise type(e)(f"{where} = {spec!r} is not a valid pattern: {e}") from e
 
 
+def _to_spec(spec, where: str):
+    """``spec``, with a :class:`~hf_sparse.patterns.Pattern` replaced by its ``to_dict()`` (what a config
+    can save); ``ValueError`` for a pattern that no spec describes."""
+    if not isinstance(spec, P.Pattern):
+        return spec
+    try:
+        return spec.to_dict()
+    except (TypeError, ValueError, NotImplementedError) as e:
+        raise ValueError(
+            f"{where} = {spec!r} has no spec, so the config could not be saved: {e}; use a pattern built from "
+            "its parameters (e.g. Global(indices=[...]) rather than Global.from_mask)"
+        ) from e
+
+
+def _decoder_layers(config) -> int | None:
+    """The decoder's number of layers of an encoder-decoder config (BART's ``decoder_layers``, T5's
+    ``num_decoder_layers``), else ``None``."""
+    if not getattr(config, "is_encoder_decoder", False):
+        return None
+    n = getattr(config, "decoder_layers", None)
+    n = getattr(config, "num_decoder_layers", None) if n is None else n
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
 def check_config(config) -> None:
     """Raise if ``config`` cannot drive ``attn_implementation="hf_sparse"``: ``attention_pattern``
-    missing or invalid, a per-layer list whose length differs from ``num_hidden_layers``, or a bad
-    ``attention_backend``/``attention_block_size``."""
+    missing or invalid, a per-layer list whose length differs from ``num_hidden_layers`` (an
+    encoder-decoder's: the larger of its encoder and decoder layer counts), or a bad
+    ``attention_backend``/``attention_block_size``. A :class:`~hf_sparse.patterns.Pattern` in
+    ``attention_pattern`` is replaced with its spec (``to_dict()``), so that the config saves as JSON."""
     spec = getattr(config, "attention_pattern", None)
     name = type(config).__name__
     if spec is None:
@@ -404,20 +461,47 @@ def check_config(config) -> None:
         )
     if isinstance(spec, (list, tuple)):
         n = getattr(config, "num_hidden_layers", None)
-        if n is not None and len(spec) != n:
+        n_dec = _decoder_layers(config)
+        if n is not None and n_dec is not None and len(spec) != max(n, n_dec):
+            raise ValueError(
+                f"config.attention_pattern has {len(spec)} per-layer specs but {name} has {n} encoder and {n_dec} "
+                f"decoder layers: entry i serves encoder layer i and decoder self-attention layer i, so give "
+                f"{max(n, n_dec)} specs (or one spec for every layer)"
+            )
+        if n is not None and n_dec is None and len(spec) != n:
             raise ValueError(
                 f"config.attention_pattern has {len(spec)} per-layer specs but config.num_hidden_layers is {n}"
             )
         for i, s in enumerate(spec):
             _resolve_spec(s, f"config.attention_pattern[{i}]")
+        config.attention_pattern = [_to_spec(s, f"config.attention_pattern[{i}]") for i, s in enumerate(spec)]
     else:
         _resolve_spec(spec, "config.attention_pattern")
+        config.attention_pattern = _to_spec(spec, "config.attention_pattern")
     backend = getattr(config, "attention_backend", None) or "auto"
     if backend not in BACKENDS:
         raise ValueError(f"config.attention_backend must be one of {BACKENDS}, got {backend!r}")
     block = getattr(config, "attention_block_size", None)
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block <= 0):
         raise ValueError(f"config.attention_block_size must be a positive int or None, got {block!r}")
+
+
+def _has_runtime_globals(pattern: P.Pattern) -> bool:
+    """Whether ``pattern`` has a ``Global()`` part, whose tokens come from ``global_attention_mask`` at call time."""
+    parts = getattr(pattern, "parts", None)
+    if parts:
+        return any(_has_runtime_globals(p) for p in parts)
+    return isinstance(pattern, P.Global) and pattern.runtime
+
+
+def _check_no_runtime_globals(pattern: P.Pattern, where: str, owner: str) -> None:
+    if _has_runtime_globals(pattern):
+        raise ValueError(
+            f"{where} = {pattern!r} takes global tokens from global_attention_mask at call time (Global()), which "
+            f"{owner} has no way to pass, so it would run without them; use fixed global tokens "
+            "(Global(indices=[0]) or Global(every=k), e.g. SlidingWindow(window) | Global(indices=[0])) or a "
+            "hf-sparse SparseTransformer (hf_sparse.conversion), which takes global_attention_mask"
+        )
 
 
 def pattern_for_module(module) -> P.Pattern:
@@ -442,7 +526,7 @@ def pattern_for_module(module) -> P.Pattern:
         if not 0 <= layer_idx < len(spec):
             raise ValueError(
                 f"config.attention_pattern has {len(spec)} per-layer specs, no entry for layer_idx={layer_idx} "
-                f"({type(module).__name__})"
+                f"({type(module).__name__}); an encoder-decoder needs max(encoder_layers, decoder_layers) entries"
             )
         return _resolve_spec(spec[layer_idx], f"config.attention_pattern[{layer_idx}]")
     return _resolve_spec(spec, "config.attention_pattern")
@@ -451,8 +535,25 @@ def pattern_for_module(module) -> P.Pattern:
 # ----------------------------------------------------------------------------- the attention function
 
 
-def _is_cross_attention(module) -> bool:
-    return bool(getattr(module, "is_cross_attention", False)) or "CrossAttention" in type(module).__name__
+def _is_cross_attention(module, info: SparseMask | None) -> bool:
+    """Whether this call of ``module`` is cross-attention (see the module docstring): the module says so, or
+    a decoder module (``is_decoder``) runs a layer that is not causal."""
+    if getattr(module, "is_cross_attention", False) or "CrossAttention" in type(module).__name__:
+        return True
+    causal = (
+        info.causal if info is not None and info.causal is not None else getattr(module, "is_causal", None)
+    )
+    if causal is None or causal:
+        return False
+    if hasattr(module, "is_decoder"):
+        return bool(module.is_decoder)
+    if getattr(getattr(module, "config", None), "is_encoder_decoder", False):
+        raise NotImplementedError(
+            f"attn_implementation='hf_sparse' cannot tell whether {type(module).__name__} (layer_idx="
+            f"{getattr(module, 'layer_idx', None)}) is the encoder's self-attention or the decoder's cross-attention "
+            "(it has no `is_decoder` or `is_cross_attention` attribute); use attn_implementation='sdpa' for this model"
+        )
+    return False
 
 
 def _mask_info(attention_mask, B: int, q_len: int, kv_len: int, module) -> SparseMask | None:
@@ -466,7 +567,10 @@ def _mask_info(attention_mask, B: int, q_len: int, kv_len: int, module) -> Spars
                 f"got {tuple(attention_mask.shape)}"
             )
         keep = attention_mask != 0
-        return SparseMask(None if all_true(keep) else keep, B, q_len, kv_len, q_offset=kv_len - q_len)
+        return SparseMask(
+            None if all_true(keep) else keep, B, q_len, kv_len, q_offset=kv_len - q_len,
+            row_offsets=_left_padding(keep),
+        )  # fmt: skip
     shape = tuple(getattr(attention_mask, "shape", ()))
     raise NotImplementedError(
         f"attn_implementation='hf_sparse' got a {type(attention_mask).__name__} attention mask of shape {shape} in "
@@ -517,7 +621,7 @@ def sparse_attention_forward(
     B, H, q_len, _ = query.shape
     kv_total = key.shape[2]
     info = _mask_info(attention_mask, B, q_len, kv_total, module)
-    pattern = info.pattern if info is not None and info.pattern is not None else pattern_for_module(module)
+    pattern = None if info is None else info.pattern  # set by a PatternMask (SparseTransformer models)
     backend = getattr(config, "attention_backend", None) or "auto"
     block_size = getattr(config, "attention_block_size", None)
     if info is not None and info.kv_length != kv_total:
@@ -554,14 +658,21 @@ def sparse_attention_forward(
             query, key, value, allowed, _scale(scale, query), dropout_p, output_attentions
         )
 
-    # ---- cross-attention: every non-padding key
-    if _is_cross_attention(module):
-        everything = P.SlidingWindow(window=2 * (q_len + kv_total) + 1)
+    # ---- cross-attention: every non-padding key (dense; the decoder may be longer than the encoder)
+    if _is_cross_attention(module, info):
         if output_attentions:
-            allowed = _allowed(query, key, everything, padding, module)
-            return _attend_materialised(query, key, value, allowed, _scale(scale, query), dropout_p, True)
-        out = sparse_attention(query, key, value, everything, padding, None, scale, dropout_p, backend)
-        return out.transpose(1, 2).contiguous(), None
+            _check_weights_size(q_len, kv_total, module)
+        keep = (
+            padding if padding is not None else torch.ones(B, kv_total, dtype=torch.bool, device=query.device)
+        )
+        allowed = keep[:, None, None, :]  # (B, 1, 1, kv)
+        return _attend_materialised(
+            query, key, value, allowed, _scale(scale, query), dropout_p, output_attentions
+        )
+    if pattern is None:  # a stock model: the pattern from its config, no call-time global tokens
+        pattern = pattern_for_module(module)
+        _check_no_runtime_globals(pattern, "config.attention_pattern", type(module).__name__)
+    layer_pattern = pattern  # before causality and the model's window are added
 
     # ---- causality and the model's own sliding window
     if info is not None and info.causal is not None:
@@ -601,17 +712,45 @@ def sparse_attention_forward(
         if w is not None and (kv_len - 1 >= w if causal else kv_len - 1 > w):  # the window can bite
             window = P.SlidingWindow(window=w, causal=True) if causal else P.SlidingWindow(2 * w + 1)
             pattern = pattern.derived(("& window", w, causal), lambda p=pattern: p & window)
+    if kv_len > q_len and not pattern.bound:
+        raise ValueError(
+            f"{layer_pattern!r} depends on the sequence length or on the queries and keys, so it cannot be decoded "
+            f"incrementally: layer {getattr(module, 'layer_idx', None)} ({type(module).__name__}) got {q_len} "
+            f"queries after {kv_len - q_len} cached keys, and would attend otherwise than without the cache; "
+            "run it with use_cache=False, or use a pattern fixed in advance (sliding window, dilated, fixed, "
+            "Global(indices=...))"
+        )
     g = None if info is None else info.global_tokens
+    rows = None if info is None or pattern.translation_invariant else info.row_offsets
+    if rows is not None and torch.compiler.is_exporting():
+        # the per-row calls below slice at data-dependent offsets, which torch.export cannot trace: the rule
+        # indexes them instead (PatternMask), materialised
+        if not pattern.bound:
+            raise NotImplementedError(
+                f"torch.export cannot run {layer_pattern!r} on left-padded rows (it is bound to each row's length "
+                "or content); export without an attention_mask, or with a pattern fixed in advance"
+            )
+        if q_len * kv_len > MAX_DENSE_ATTENTION_WEIGHTS:
+            raise ValueError(
+                f"attn_implementation='hf_sparse' materialises the attention mask here; q_len * kv_len = "
+                f"{q_len} * {kv_len} exceeds MAX_DENSE_ATTENTION_WEIGHTS = {MAX_DENSE_ATTENTION_WEIGHTS}"
+            )
+        positions = torch.arange(kv_len, device=query.device)
+        rule = PatternMask(pattern, kv_len - q_len, q_len, positions, padding, g, rows, key_start=0)
+        out, weights = _attend_materialised(
+            query, key, value, rule.dense(B, H), _scale(scale, query), dropout_p, output_attentions
+        )
+        if weights is not None and kv_total > kv_len:  # static cache: slots after the last query
+            weights = torch.nn.functional.pad(weights, (0, kv_total - kv_len))
+        return out, weights
     if output_attentions:
-        allowed = _allowed(query, key, with_runtime_globals(pattern, g), padding, module)
+        allowed = _allowed(query, key, with_runtime_globals(pattern, g), padding, module, rows)
         out, weights = _attend_materialised(query, key, value, allowed, _scale(scale, query), dropout_p, True)
         if kv_total > kv_len:  # static cache: slots after the last query are never attended
             weights = torch.nn.functional.pad(weights, (0, kv_total - kv_len))
         return out, weights
-    if info is not None and info.row_offsets is not None and not pattern.translation_invariant:
-        out = _per_row(
-            query, key, value, pattern, padding, g, info.row_offsets, scale, dropout_p, backend, block_size
-        )
+    if rows is not None:
+        out = _per_row(query, key, value, pattern, padding, g, rows, scale, dropout_p, backend, block_size)
     else:
         out = sparse_attention(
             query, key, value, pattern, padding, g, scale, dropout_p, backend, block_size=block_size
@@ -629,19 +768,37 @@ def _max_dense_pairs(module) -> tuple[int, str]:
     return length * length, "config.max_attention_weights_length ** 2"
 
 
-def _allowed(query, key, pattern, padding, module) -> torch.Tensor:
-    """(B, 1|H, q, kv) bool: ``pattern`` (queries aligned to the end of the keys) minus padding keys."""
-    B, H, q_len, _ = query.shape
-    kv_len = key.shape[2]
+def _check_weights_size(q_len: int, kv_len: int, module) -> None:
     limit, name = _max_dense_pairs(module)
     if q_len * kv_len > limit:
         raise ValueError(
             f"output_attentions=True with attn_implementation='hf_sparse' materialises the dense attention "
             f"weights; q_len * kv_len = {q_len} * {kv_len} exceeds {name} = {limit} (hf_sparse.attention.integration)"
         )
+
+
+def _allowed(query, key, pattern, padding, module, row_offsets=None) -> torch.Tensor:
+    """(B, 1|H, q, kv) bool: ``pattern`` (queries aligned to the end of the keys) minus padding keys; with
+    ``row_offsets``, each row from its first key on, as :func:`_per_row` runs it."""
+    B, H, q_len, _ = query.shape
+    kv_len = key.shape[2]
+    _check_weights_size(q_len, kv_len, module)
     rep = key if key.shape[1] == H else key.repeat_interleave(H // key.shape[1], dim=1)
-    bound = pattern.bind(q_len, kv_len, query=query, key=rep)
-    return allowed_mask(bound, B, H, q_len, kv_len, padding, device=query.device)
+    if row_offsets is None:
+        bound = pattern.bind(q_len, kv_len, query=query, key=rep)
+        return allowed_mask(bound, B, H, q_len, kv_len, padding, device=query.device)
+    out = torch.zeros(B, H, q_len, kv_len, dtype=torch.bool, device=query.device)
+    for b, off in enumerate(row_offsets.tolist()):
+        first_q = min(max(off - (kv_len - q_len), 0), q_len)  # queries sit at the end of the keys
+        if first_q == q_len or off >= kv_len:
+            continue
+        q, k = query[b : b + 1, :, first_q:], rep[b : b + 1, :, off:]
+        bound = pattern.bind(q.shape[2], k.shape[2], query=q, key=k)
+        valid = None if padding is None else padding[b : b + 1, off:]
+        out[b : b + 1, :, first_q:, off:] = allowed_mask(
+            bound, 1, H, q.shape[2], k.shape[2], valid, device=query.device
+        )
+    return out
 
 
 def _attend_materialised(query, key, value, allowed, scale, dropout_p, output_attentions):
@@ -714,6 +871,11 @@ def check_model(model) -> None:
     if getattr(config, "attention_pattern", None) is None and getattr(config, "sub_configs", None):
         return  # composite model: its sub-models check their own configs
     check_config(config)
+    if type(model).__module__.startswith("transformers."):  # a stock model: no global_attention_mask
+        spec = config.attention_pattern
+        for i, s in enumerate(spec) if isinstance(spec, list) else [(None, spec)]:
+            where = "config.attention_pattern" + ("" if i is None else f"[{i}]")
+            _check_no_runtime_globals(_resolve_spec(s, where), where, type(model).__name__)
 
 
 def _wrap_get_correct(original):

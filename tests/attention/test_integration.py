@@ -460,3 +460,215 @@ def test_returned_weights_are_on_the_output_path_in_bert():
     weights.retain_grad()
     out.last_hidden_state[0, 0, 0].backward()  # (a sum over a layer-normed vector is constant)
     assert weights.grad is not None and weights.grad.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- encoder-decoders
+
+SEQ2SEQ = ["Bart", "MBart", "Pegasus", "M2M100", "Blenderbot", "PLBart"]
+
+
+def make_seq2seq(family, pattern, encoder_layers=1, decoder_layers=1):
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=VOCAB, d_model=32, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    )  # fmt: skip
+    config.attention_pattern = pattern
+    torch.manual_seed(0)
+    return getattr(transformers, f"{family}ForConditionalGeneration")(config).eval()
+
+
+@pytest.mark.parametrize("family", SEQ2SEQ)
+def test_encoder_decoder_cross_attention_attends_every_unpadded_key(family, monkeypatch):
+    """BART-style models use one attention class for the decoder's self- and cross-attention: the pattern
+    applies to self-attention only, and a decoder longer than the encoder works."""
+    model = make_seq2seq(family, {"type": "sliding_window", "window": 2})
+    cross = {m for name, m in model.named_modules() if name.endswith("encoder_attn")}
+    assert cross and not any(hasattr(m, "is_cross_attention") for m in cross)
+
+    def reference(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        if module not in cross:
+            return reference_attention(module, query, key, value, attention_mask, scaling=scaling)
+        scores = query @ key.transpose(-1, -2) * scaling + attention_mask  # eager: every unpadded key
+        probs = torch.softmax(scores, dim=-1)
+        return (probs @ value).transpose(1, 2).contiguous(), probs
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "seq2seq_ref", reference)
+    monkeypatch.setitem(AttentionMaskInterface._global_mapping, "seq2seq_ref", eager_mask)
+    ids = torch.randint(3, VOCAB, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    for decoder_len in (4, 11):  # shorter and longer than the encoder
+        kw = dict(decoder_input_ids=torch.randint(3, VOCAB, (2, decoder_len)), output_attentions=True)
+        got = run(model, "hf_sparse", ids, mask, **kw)
+        want = run(model, "seq2seq_ref", ids, mask, **kw)
+        torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=0)
+        kernels = run(model, "hf_sparse", ids, mask, decoder_input_ids=kw["decoder_input_ids"]).logits
+        torch.testing.assert_close(kernels, want.logits, atol=1e-5, rtol=0)
+        weights = got.cross_attentions[0]  # (B, H, decoder_len, 7)
+        assert bool((weights[0] > 0).all()) and bool((weights[1, ..., :5] > 0).all())
+        assert not weights[1, ..., 5:].any()
+
+
+def test_encoder_decoder_generate_matches_eager_with_a_pattern_covering_everything():
+    model = make_seq2seq("Bart", {"type": "sliding_window", "window": 64}, decoder_layers=2)
+    ids = torch.randint(3, VOCAB, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    kw = dict(steps=12, min_new_tokens=12, num_beams=1)  # a decoder longer than the encoder
+    assert torch.equal(
+        generate(model, "hf_sparse", ids, mask, **kw), generate(model, "eager", ids, mask, **kw)
+    )
+
+
+def test_encoder_decoder_per_layer_patterns_cover_both_stacks():
+    window = {"type": "sliding_window", "window": 2}
+    with pytest.raises(
+        ValueError, match=r"2 per-layer specs but BartConfig has 2 encoder and 3 decoder layers.*give 3 specs"
+    ):
+        make_seq2seq("Bart", [window] * 2, encoder_layers=2, decoder_layers=3).set_attn_implementation(
+            "hf_sparse"
+        )
+    model = make_seq2seq("Bart", [window] * 3, encoder_layers=2, decoder_layers=3)
+    ids = torch.randint(3, VOCAB, (1, 7))
+    out = run(model, "hf_sparse", ids, None, decoder_input_ids=ids).logits
+    model.config.attention_pattern = window
+    torch.testing.assert_close(out, run(model, "hf_sparse", ids, None, decoder_input_ids=ids).logits)
+
+
+def test_encoder_decoder_without_a_decoder_flag_raises():
+    # Moonshine's encoder self-attention and decoder cross-attention are the same class with the same flags
+    config = transformers.MoonshineConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=32, encoder_num_hidden_layers=1,
+        decoder_num_hidden_layers=1, encoder_num_attention_heads=4, decoder_num_attention_heads=4,
+    )  # fmt: skip
+    config.attention_pattern = {"type": "sliding_window", "window": 2}
+    model = transformers.MoonshineModel(config).eval()
+    model.set_attn_implementation("hf_sparse")
+    with pytest.raises(NotImplementedError, match="cannot tell whether MoonshineAttention"):
+        with torch.no_grad():
+            model(input_values=torch.randn(1, 4000), decoder_input_ids=torch.randint(3, VOCAB, (1, 5)))
+
+
+# ----------------------------------------------------------------------------- patterns a stock model cannot run
+
+
+UNFIXED = {
+    "random|window": P.Random(block=2, num_blocks=1, seed=0) | P.SlidingWindow(window=3, causal=True),
+    "bigbird": P.BigBird(block=2, window_blocks=1, random_blocks=1, global_blocks=1, seed=0),
+    "lsh": P.LSH(bucket_size=4, num_hashes=1),
+    "topk": P.TopKBlocks(block=2, k=2),
+}
+
+
+@pytest.mark.parametrize("name", list(UNFIXED))
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")  # `cache` is new in transformers 5.24
+def test_length_or_content_dependent_pattern_with_a_cache_raises(name):
+    model = make_model("llama", UNFIXED[name].to_dict(), model_cls="LlamaForCausalLM")
+    model.set_attn_implementation("hf_sparse")
+    ids = torch.randint(3, VOCAB, (1, 9))
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=False)  # without a cache it runs
+        cache = transformers.DynamicCache(config=model.config)
+        model(input_ids=ids[:, :8], past_key_values=cache)  # the prompt: no cached keys yet
+        with pytest.raises(
+            ValueError, match=r"cannot be decoded incrementally: layer 0 .* 1 queries after 8"
+        ):
+            model(input_ids=ids[:, 8:], past_key_values=cache)
+    with pytest.raises(ValueError, match="cannot be decoded incrementally"):
+        generate(model, "hf_sparse", ids, None, steps=2)
+    generate(model, "hf_sparse", ids, None, steps=2, use_cache=False)
+
+
+def test_pattern_object_in_config_is_saved_as_its_spec(tmp_path):
+    pattern = P.SlidingWindow(window=4, causal=True) | P.Global(indices=[0])
+    config = make_config("llama", pattern)
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="hf_sparse").eval()
+    assert model.config.attention_pattern == pattern.to_dict()
+    ids = torch.randint(3, VOCAB, (1, 10))
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path)
+    reloaded = transformers.LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="hf_sparse").eval()
+    assert reloaded.config.attention_pattern == pattern.to_dict()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, want, atol=0, rtol=0)
+    # per layer, and set later
+    model = make_model("llama", model_cls="LlamaForCausalLM")
+    model.config.attention_pattern = [pattern, CAUSAL_WINDOW_4]
+    model.set_attn_implementation("hf_sparse")
+    assert model.config.attention_pattern == [pattern.to_dict(), CAUSAL_WINDOW_4]
+    assert "sliding_window" in repr(model.config)
+    model.config.attention_pattern = P.SlidingWindow(window=4) | P.Global.from_mask(torch.ones(1, 4))
+    with pytest.raises(ValueError, match=r"config.attention_pattern = .* has no spec.*Global\(indices="):
+        model.set_attn_implementation("hf_sparse")
+
+
+def test_call_time_global_tokens_raise_on_a_stock_model():
+    with pytest.raises(
+        ValueError, match=r"Global\(\)\), which BertModel has no way to pass.*Global\(indices=\[0\]\)"
+    ):
+        make_model("bert", P.Longformer(window=4).to_dict()).set_attn_implementation("hf_sparse")
+    per_layer = [{"type": "sliding_window", "window": 4}, P.Longformer(window=4).to_dict()]
+    with pytest.raises(ValueError, match=r"config.attention_pattern\[1\] = Longformer"):
+        make_model("bert", per_layer).set_attn_implementation("hf_sparse")
+    model = make_model("bert")  # fixed global tokens are fine
+    model.config.attention_pattern = (P.SlidingWindow(window=4) | P.Global(indices=[0])).to_dict()
+    run(model, "hf_sparse", *inputs(False))
+    model.config.attention_pattern = P.Longformer(window=4).to_dict()  # set behind the checks: the first call
+    with pytest.raises(ValueError, match="which BertSelfAttention has no way to pass"):
+        model(input_ids=torch.randint(3, VOCAB, (1, 5)))
+
+
+# ----------------------------------------------------------------------------- left padding
+
+POSITIONAL = {
+    "global0|window": P.SlidingWindow(window=4, causal=True) | P.Global(indices=[0]),
+    "fixed": P.Fixed(block=4, summary=1, causal=True),
+    "block_local": P.BlockLocal(block=4),
+    "random|window": UNFIXED["random|window"],
+}
+
+
+@pytest.mark.parametrize("name", list(POSITIONAL))
+def test_left_padded_rows_attend_as_alone(name):
+    """Positions count from each row's first token, so a left-padded prompt gives what it gives alone."""
+    model = make_model("llama", POSITIONAL[name].to_dict(), model_cls="LlamaForCausalLM")
+    model.set_attn_implementation("hf_sparse")
+    prompt = torch.randint(3, VOCAB, (1, 10))
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), prompt], 1)
+    mask = (padded != 0).long()
+    with torch.no_grad():
+        alone = model(input_ids=prompt, output_attentions=True)
+        left = model(
+            input_ids=padded, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            output_attentions=True,
+        )  # fmt: skip
+        torch.testing.assert_close(left.logits[:, 3:], alone.logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(left.attentions[1][..., 3:, 3:], alone.attentions[1], atol=1e-6, rtol=0)
+        without_weights = model(
+            input_ids=padded, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)
+        )
+        torch.testing.assert_close(without_weights.logits[:, 3:], alone.logits, atol=1e-5, rtol=0)
+    if POSITIONAL[name].bound:  # a batch of left-padded prompts generates what each generates alone
+        prompts = torch.randint(3, VOCAB, (2, 7))
+        mask = torch.ones_like(prompts)
+        mask[1, :3] = 0
+        batch = generate(model, "hf_sparse", prompts, mask, steps=6)
+        for b, start in ((0, 0), (1, 3)):
+            one = generate(model, "hf_sparse", prompts[b : b + 1, start:], None, steps=6)
+            assert torch.equal(batch[b, start:], one[0])
+
+
+def test_left_padded_rows_under_torch_export():
+    """torch.export cannot trace the per-row slices: the rule is materialised instead, with the same result."""
+    model = make_model("llama", POSITIONAL["fixed"].to_dict())
+    model.set_attn_implementation("hf_sparse")
+    ids, mask = inputs(True, n=12)
+    kw = dict(input_ids=ids, attention_mask=mask, use_cache=False)
+    exported = torch.export.export(model, (), kw)
+    valid = mask.bool()
+    with torch.no_grad():
+        want = model(**kw).last_hidden_state[valid]
+    torch.testing.assert_close(exported.module()(**kw).last_hidden_state[valid], want, atol=1e-5, rtol=0)
