@@ -232,6 +232,28 @@ def test_forward_rejects_mismatched_inputs(tok_fmt):
         selector(input_ids=trk["input_ids"], turn_positions=trk["turn_positions"])
 
 
+def test_forward_needs_exactly_one_of_input_ids_and_inputs_embeds(tok_fmt):
+    """Before: ``model()`` raised ``TypeError: 'NoneType' object is not subscriptable``."""
+    tokenizer, formatter = tok_fmt
+    model = tiny_model(tokenizer, formatter)
+    with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
+        model()
+    ids = torch.tensor([[tokenizer.cls_token_id, 7, 8]])
+    with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
+        model(input_ids=ids, inputs_embeds=model.get_input_embeddings()(ids))
+
+
+def test_from_pretrained_kwargs_are_checked(tmp_path, tok_fmt):
+    """``from_pretrained(path, key=value)`` sets attributes after ``__init__``; the model checks them as the config
+    does (before: loaded)."""
+    tokenizer, formatter = tok_fmt
+    tiny_model(tokenizer, formatter).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="turn_pooling must be one of"):
+        AutoModel.from_pretrained(tmp_path, turn_pooling="max")
+    with pytest.raises(ValueError, match="intent_labels must start with none_intent"):
+        AutoModel.from_pretrained(tmp_path, none_intent="OTHER")
+
+
 def test_resize_records_vocab_size_and_reloads(tmp_path, tok_fmt):
     tokenizer, formatter = tok_fmt
     model = tiny_model(tokenizer, formatter)

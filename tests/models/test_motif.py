@@ -333,3 +333,55 @@ def test_rotary_frequencies_are_recomputed_when_loading(tmp_path):
         loaded = (auto or type(model)).from_pretrained(folder)
         rotaries = [m for m in loaded.modules() if isinstance(m, RotaryEmbedding)]
         assert rotaries and all(torch.equal(m.inv_freq, m.compute_inv_freq()) for m in rotaries)
+
+
+def test_changing_motif_names_at_load_derives_the_tags_again(tmp_path):
+    """``from_pretrained(path, motif_names=[...], ignore_mismatched_sizes=True)``: before, id2label and the tagger kept
+    the old 5 tags while the presence head had 3 outputs."""
+    motif_model("sparse_transformer").save_pretrained(tmp_path / "old")
+    names = ["CTCF", "SP1", "REST"]
+    model = AutoModelForTokenClassification.from_pretrained(
+        tmp_path / "old", motif_names=names, ignore_mismatched_sizes=True
+    )
+    tags = ["O", "B-CTCF", "I-CTCF", "B-SP1", "I-SP1", "B-REST", "I-REST"]
+    assert list(model.config.id2label.values()) == tags
+    assert model.config.label2id == {t: i for i, t in enumerate(tags)}
+    assert model.token_classifier.out_features == 7 and model.sequence_head[-1].out_features == 3
+    model.save_pretrained(tmp_path / "new")
+    reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path / "new")
+    assert reloaded.config.motif_names == names and reloaded.token_classifier.out_features == 7
+    assert "_motif_tags" not in json.loads((tmp_path / "new" / "config.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"num_labels": 7}, {"id2label": {0: "O", 1: "B-X", 2: "I-X"}}], ids=["num_labels", "id2label"]
+)
+def test_labels_that_motif_names_do_not_give_are_refused(kwargs, tmp_path):
+    """Before: loaded with 7 / 3 tags while motif_names stayed [CTCF, SP1], and the saved folder failed to reload
+    ("You set `ignore_mismatched_sizes` to `False`") because the config derives id2label from motif_names."""
+    motif_model("sparse_transformer").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"does not match motif_names=\['CTCF', 'SP1'\].*change motif_names"):
+        AutoModelForTokenClassification.from_pretrained(tmp_path, ignore_mismatched_sizes=True, **kwargs)
+    config = motif_config()
+    config.id2label = {0: "O", 1: "B-X", 2: "I-X"}
+    with pytest.raises(ValueError, match="does not match motif_names"):
+        LongformerForMotifDetection(config)
+    assert AutoModelForTokenClassification.from_pretrained(tmp_path, num_labels=5).config.num_labels == 5
+
+
+@pytest.mark.parametrize("kw", [{"kmer_spectrum": 2, "pooling": "mean"}, {"kmer_embedding": 3}])
+def test_kmer_features_do_not_read_padding(kw):
+    """Padding holding base ids (a collator's choice) is no base: before, it changed the spectrum (sequence logits)
+    and the k-mer embedding of the last bases of a row without [SEP] (token logits by 0.17)."""
+    torch.manual_seed(0)
+    model = motif_model("sparse_transformer", base_token_ids=BASE_IDS, **kw)
+    bases = [BASE_IDS[i] for i in (0, 1, 2, 3, 0, 0, 1, 3, 2, 2)]
+    real = torch.tensor([[2] + bases])  # [CLS] 10 bases, no [SEP]
+    padded = torch.cat([real, torch.full((1, 6), BASE_IDS[0])], 1)  # padding slots hold A
+    mask = torch.tensor([[1] * 11 + [0] * 6])
+    with torch.no_grad():
+        alone, with_padding = model(real), model(padded, attention_mask=mask)
+    torch.testing.assert_close(with_padding.logits[:, :11], alone.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(with_padding.sequence_logits, alone.sequence_logits, atol=1e-5, rtol=1e-5)
+    if "kmer_spectrum" in kw:
+        torch.testing.assert_close(model.kmer_spectrum(padded, mask), model.kmer_spectrum(real))

@@ -97,6 +97,36 @@ def test_led_config_rejects(tok, kwargs, match):
         tiny_led_config(tok, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"global_attention": ["first", "sentences"]}, "needs sentence_token_id"),
+        ({"global_attention": ["query"]}, "needs query_separator_token_id"),
+        ({"global_attention": "first"}, "must be a list"),
+        ({"encoder_attention_backend": "fast"}, "encoder_attention_backend"),
+    ],
+)
+def test_led_from_pretrained_kwargs_are_checked(tok, tmp_path, kwargs, match):
+    """``from_pretrained(path, key=value)`` sets attributes after ``__init__``: before, the first two failed at the
+    first forward with an ``AttributeError`` ('bool' object has no attribute 'long'), and "first" loaded silently."""
+    tiny_led(tok).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("encoder_attention_pattern", [None, {"type": "longformer", "window": 8}])
+def test_led_input_past_the_position_table_is_a_clear_error(tok, encoder_attention_pattern):
+    """Before: a bare ``IndexError: index out of range in self``. LED pads to a multiple of the window first."""
+    model = tiny_led(tok, encoder_attention_pattern=encoder_attention_pattern)  # 512 positions, window 8
+    dec = torch.randint(10, len(tok), (1, 3))
+    with torch.no_grad():
+        model(input_ids=torch.randint(10, len(tok), (1, 512)), decoder_input_ids=dec)
+        with pytest.raises(
+            ValueError, match="out of range: max_encoder_position_embeddings is 512 .input of length 513"
+        ):
+            model(input_ids=torch.randint(10, len(tok), (1, 513)), decoder_input_ids=dec)
+
+
 def test_led_config_roundtrip_and_auto(tok, tmp_path):
     config = tiny_led_config(tok, global_attention=["sentences", "first"], sentence_token_id=SENT,
                              encoder_attention_pattern=P.BigBird(block=8, seed=1))  # fmt: skip

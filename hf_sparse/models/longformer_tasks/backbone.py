@@ -20,6 +20,11 @@ BACKBONES = {
 #: the encoder layer of each backbone: one FSDP unit / never split across devices (``_no_split_modules``)
 BACKBONE_LAYERS = {"longformer": "LongformerLayer", "sparse_transformer": "SparseTransformerLayer"}
 
+#: ``from_pretrained``'s ``key_mapping`` for a backbone checkpoint saved with a head (``LongformerForMaskedLM``, as
+#: ``allenai/longformer-base-4096``: ``longformer.*``; ``SparseTransformerFor*``: ``sparse_transformer.*``): its encoder
+#: is the task model's ``backbone``
+BACKBONE_KEY_MAPPING = {r"^longformer\.": "backbone.", r"^sparse_transformer\.": "backbone."}
+
 
 class BackboneConfigMixin:
     """Put before ``PretrainedConfig`` in a task config's bases: the backbone's size attributes read from (and
@@ -37,6 +42,11 @@ class BackboneConfigMixin:
             task = {k: kwargs.pop(k) for k in list(kwargs) if k in params and k not in ("self", "kwargs")}
             config_dict = {"backbone": dict(config_dict), **task}
         return super().from_dict(config_dict, **kwargs)
+
+    def validate_task(self) -> None:
+        """Run ``__init__``'s checks again on the current values (:func:`recheck_config`); the task models call it
+        before they build anything."""
+        recheck_config(self)
 
     @property
     def vocab_size(self) -> int | None:
@@ -74,9 +84,47 @@ def backbone_config(spec) -> PretrainedConfig:
     return BACKBONES[kind][0](**spec)
 
 
+def recheck_config(config: PretrainedConfig) -> PretrainedConfig:
+    """``config`` built again from its current values, ``type(config)(**config.to_dict())`` (what its saved
+    ``config.json`` reloads as), so that ``__init__``'s checks see what was set since: ``from_pretrained(path,
+    key=value)`` sets such attributes after ``__init__``, and so does ``config.key = value``. Raises ``__init__``'s
+    error naming the field; otherwise the arguments of ``__init__`` take the new config's normalised values, and the
+    new config is returned."""
+    fresh = type(config)(**config.to_dict())
+    for name in inspect.signature(type(config).__init__).parameters:
+        if name not in ("self", "kwargs") and name in fresh.__dict__:
+            setattr(config, name, getattr(fresh, name))
+    return fresh
+
+
+def check_positions(config: PretrainedConfig, input_ids=None, inputs_embeds=None) -> None:
+    """``ValueError`` when a Longformer backbone would look a position up past its table (it raises a bare
+    ``IndexError``). Its RoBERTa-style ids count the non-padding tokens of a row from ``pad_token_id + 1``;
+    ``inputs_embeds`` take one per position of the input padded to a multiple of ``attention_window``. A
+    SparseTransformer backbone checks its own positions. Skipped under ``torch.compile`` (a data-dependent check)."""
+    if config.model_type != "longformer" or torch.compiler.is_compiling():
+        return
+    pad, limit = config.pad_token_id or 0, config.max_position_embeddings
+    if input_ids is not None:
+        length = input_ids.shape[-1]
+        tokens = int((input_ids != pad).sum(-1).max()) if input_ids.numel() else 0
+    else:
+        length = tokens = inputs_embeds.shape[-2]
+        w = config.attention_window
+        w = int(max(w) if isinstance(w, (list, tuple)) else w)
+        tokens = -(-tokens // w) * w  # padded to a multiple of the window first
+    top = pad + tokens
+    if top >= limit:
+        raise ValueError(
+            f"position id {top} is out of range: max_position_embeddings is {limit} (input of length {length}; "
+            f"Longformer's positions start at pad_token_id + 1 = {pad + 1}); truncate the input"
+        )
+
+
 def build_backbone(config: PretrainedConfig, attn_implementation: str | None = None) -> torch.nn.Module:
     """The encoder without pooler. A SparseTransformer backbone runs ``attn_implementation`` where one was asked
-    for (``"eager"``, ``"sdpa"``, ``"hf_sparse"``), else its own default (``"hf_sparse"``); Longformer ignores it."""
+    for (``"eager"``, ``"sdpa"``, ``"hf_sparse"``), else its own default (``"hf_sparse"``); Longformer runs its own
+    attention (the task models take only ``"eager"`` for it: ``get_correct_attn_implementation``)."""
     if attn_implementation is not None and config.model_type == "sparse_transformer":
         config._attn_implementation = attn_implementation
     return BACKBONES[config.model_type][1](config, add_pooling_layer=False)
@@ -111,10 +159,13 @@ def every_k_global(input_ids, attention_mask, every: int | None, first: bool = T
 
 __all__ = [
     "BACKBONES",
+    "BACKBONE_KEY_MAPPING",
     "BACKBONE_LAYERS",
     "BackboneConfigMixin",
     "backbone_config",
     "block_multiple",
     "build_backbone",
+    "check_positions",
     "every_k_global",
+    "recheck_config",
 ]

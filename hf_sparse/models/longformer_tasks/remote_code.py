@@ -8,8 +8,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from ...attention.integration import ATTN_IMPLEMENTATION, check_config
 from ..sparse_transformer.modeling_sparse_transformer import ExportCodeMixin
-from .backbone import BACKBONE_LAYERS
+from .backbone import BACKBONE_KEY_MAPPING, BACKBONE_LAYERS, backbone_config, check_positions
 
 
 class LongformerTaskPreTrainedModel(ExportCodeMixin, PreTrainedModel):
@@ -21,19 +22,54 @@ class LongformerTaskPreTrainedModel(ExportCodeMixin, PreTrainedModel):
     supports_gradient_checkpointing = True
     # per model: the layer of its backbone (see post_init); a name not in the model makes FSDP's auto-wrap raise
     _no_split_modules = None
-    _supports_sdpa = False  # Longformer's and hf-sparse's own attention; no attn_implementation switch
+    # left unset, a task model runs its backbone's own attention (Longformer's; SparseTransformer's "hf_sparse"), never
+    # transformers' "sdpa" default; get_correct_attn_implementation takes "sdpa" for a SparseTransformer backbone
+    _supports_sdpa = False
     _supports_flash_attn = False
     # the heads average their own losses: the Trainer must divide them by the gradient-accumulation steps
     # (it guesses from forward(**kwargs) that the loss divides by its num_items_in_batch instead)
     accepts_loss_kwargs = False
 
+    def __init__(self, config, *inputs, **kwargs):
+        config.validate_task()  # what from_pretrained(path, key=value) or `config.key = value` changed since __init__
+        super().__init__(config, *inputs, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' ``from_pretrained``; the encoder of a backbone checkpoint saved with a head
+        (``LongformerForMaskedLM``, as ``allenai/longformer-base-4096``: ``longformer.*``;
+        ``SparseTransformerForMaskedLM``: ``sparse_transformer.*``) loads into ``backbone``
+        (:data:`~hf_sparse.models.longformer_tasks.backbone.BACKBONE_KEY_MAPPING`, before any ``key_mapping`` given),
+        and the task heads are reported missing."""
+        kwargs["key_mapping"] = {**BACKBONE_KEY_MAPPING, **(kwargs.get("key_mapping") or {})}
+        return super().from_pretrained(*args, **kwargs)
+
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
-        """With a SparseTransformer backbone, what is asked for is what the backbone runs (``build_backbone``); left
-        unset (None), the backbone keeps its own default, ``"hf_sparse"``, which the task config, having no
-        ``attention_pattern`` of its own, cannot carry. A Longformer backbone ignores the setting."""
-        if requested_attention is None and self.config.backbone.get("model_type") == "sparse_transformer":
+        """With a SparseTransformer backbone, what is asked for is what the backbone runs (``build_backbone``), checked
+        against the backbone's config (``"hf_sparse"`` needs its ``attention_pattern``); left unset (None), the
+        backbone keeps its own default, ``"hf_sparse"``, which the task config, having no ``attention_pattern`` of its
+        own, cannot carry. A Longformer backbone runs Longformer's own attention: ``"eager"`` (or unset) only."""
+        if self.config.backbone.get("model_type") != "sparse_transformer":
+            if requested_attention not in (None, "eager"):
+                raise ValueError(
+                    f"{type(self).__name__} with a Longformer backbone runs Longformer's own attention and takes "
+                    f"attn_implementation='eager' only, got {requested_attention!r}; a SparseTransformer backbone "
+                    "(backbone={'model_type': 'sparse_transformer', ...}) runs 'eager', 'sdpa' or 'hf_sparse'"
+                )
+            return "eager"
+        if requested_attention is None:
             return None
+        if requested_attention == ATTN_IMPLEMENTATION:  # the pattern is the backbone's, not the task config's
+            check_config(backbone_config(self.config.backbone))
+            return requested_attention
+        if requested_attention == "sdpa":  # SparseTransformer's _supports_sdpa
+            return requested_attention
         return super().get_correct_attn_implementation(requested_attention, is_init_check)
+
+    def check_positions(self, input_ids=None, inputs_embeds=None) -> None:
+        """``ValueError`` for an input past a Longformer backbone's position table (the encoder's own
+        ``IndexError`` names nothing); see :func:`~hf_sparse.models.longformer_tasks.backbone.check_positions`."""
+        check_positions(self.backbone.config, input_ids, inputs_embeds)
 
     def post_init(self):
         """transformers' ``post_init``, with ``_no_split_modules`` the backbone's layer (one FSDP unit each); the

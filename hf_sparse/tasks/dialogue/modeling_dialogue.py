@@ -98,6 +98,11 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
 
     Global attention: the caller's ``global_attention_mask`` (the formatter's: separators, the latest turn,
     ``[RSP]`` and the candidate), or else only the first token (``config.global_first_token``).
+
+    With transformers' ``Trainer``, name the label keys the batches carry: ``TrainingArguments(label_names=
+    ["labels"])`` for selection batches, ``["act_labels", "intent_labels"]`` (or the one of a single head) for
+    tracking batches. The Trainer's default is every ``*label*`` argument of ``forward``, all three, and a batch
+    without one of them is evaluated without ``eval_loss`` or ``label_ids``.
     """
 
     def __init__(self, config: LongformerDialogueConfig):
@@ -153,9 +158,9 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
         act_labels (`(batch, n_turns, n_acts)`): 0/1 per act, `-100` where no loss is taken.
         intent_labels (`(batch, n_turns)`): intent id per turn, `-100` where no loss is taken.
         """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("forward needs exactly one of input_ids or inputs_embeds")
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
-        if ref is None:
-            raise ValueError("forward needs input_ids or inputs_embeds")
         grouped = ref.dim() == 3  # (B, C, L): one sequence per (history, candidate) pair
         lead = ref.shape[:-1]
         if grouped:
@@ -174,7 +179,7 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
             ids = input_ids if input_ids is not None else inputs_embeds[..., 0]
             global_attention_mask = self.default_global_attention_mask(ids, attention_mask)
         output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
-
+        self.check_positions(input_ids, inputs_embeds)
         out = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -6,7 +6,7 @@ import math
 
 from transformers import PretrainedConfig
 
-from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
+from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config, recheck_config
 from ...utils.validation import check_fraction, check_int
 
 SEQUENCE_TASKS = ("motif_presence", "classification", None)
@@ -14,6 +14,7 @@ MAX_KMER_EMBEDDING = 8  # 4**8 = 65,536 rows
 MAX_KMER_SPECTRUM = 6  # 5,460 features
 SPAN_DECODINGS = ("bio", "fixed_length")
 POOLING = ("cls", "mean", "cls+mean")
+_DERIVED = "_motif_tags"  # attribute holding the id2label that motif_names last gave (not saved)
 
 
 def _check_motifs(motifs, motif_names: list[str]) -> dict[str, list[list[float]]] | None:
@@ -82,14 +83,14 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
             Bases per token of the matching `DNATokenizer` (1 = one token per nucleotide).
         kmer_embedding (`int`, *optional*, defaults to 0):
             With k > 0, every base token also gets a learned embedding of the overlapping k-mer centred
-            on it (bases `i - (k-1)//2 .. i + k//2`; k-mers running into a special token, `N` or the
-            sequence edge get a zero vector), added to its token embedding, as DNABERT's overlapping
+            on it (bases `i - (k-1)//2 .. i + k//2`; k-mers running into a special token, `N`, padding
+            (`attention_mask` 0) or the sequence edge get a zero vector), added to its token embedding, as DNABERT's overlapping
             k-mer tokens give, without changing the one-token-per-base layout the per-base tags need.
             Needs `kmer=1` and `base_token_ids`.
         kmer_spectrum (`int`, *optional*, defaults to 0):
             With K > 0 the sequence head also reads the sequence's k-mer spectrum: for every k-mer of length
             1..K, `log(1 + count) - log(1 + expected count)` (expected: uniform over the complete k-mers of
-            that length in the sequence), through dropout, a linear layer and GELU. Composition (CpG islands,
+            that length in the sequence; padding not counted), through dropout, a linear layer and GELU. Composition (CpG islands,
             GC content) is what tells promoters from background, and a bag of counts learns it from few
             examples. Needs `kmer=1`, `base_token_ids` and a sequence head.
         base_token_ids (`list[int]`, *optional*):
@@ -244,13 +245,43 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
         self.trained_length = check_int("trained_length", trained_length, 1, allow_none=True)
         if self.motif_names:
             tags = ["O"] + [f"{p}-{m}" for m in self.motif_names for p in ("B", "I")]
+            if kwargs.get("num_labels") not in (None, len(tags)):
+                raise ValueError(
+                    f"num_labels={kwargs['num_labels']} does not match motif_names={self.motif_names}: the "
+                    f"{len(tags)} BIO tags {tags} are derived from motif_names; change motif_names instead"
+                )
+            kwargs.pop("num_labels", None)
             kwargs["id2label"] = dict(enumerate(tags))
             kwargs["label2id"] = {t: i for i, t in enumerate(tags)}
         else:
             kwargs.pop("id2label", None)
             kwargs.pop("label2id", None)
             kwargs.setdefault("num_labels", 1)
+        kwargs.pop(_DERIVED, None)  # never from a saved config (to_dict leaves it out)
         super().__init__(**kwargs)
+        setattr(self, _DERIVED, dict(self.id2label))  # the tags motif_names gave: see validate_task
+
+    def validate_task(self) -> None:
+        """Run ``__init__``'s checks again on the current values (``from_pretrained(path, key=value)`` sets them after
+        ``__init__``, and so does ``config.key = value``) and derive ``id2label`` / ``label2id`` again from a changed
+        ``motif_names``. ``ValueError`` where ``id2label`` (or ``num_labels``) was changed to tags that
+        ``motif_names`` does not give: the model's heads, and the config a save reloads, follow ``motif_names``."""
+        fresh = recheck_config(self)
+        current = {int(i): t for i, t in self.id2label.items()}
+        if current != fresh.id2label:
+            if current != getattr(self, _DERIVED, None):
+                raise ValueError(
+                    f"id2label={current} (num_labels={len(current)}) does not match motif_names={self.motif_names}, "
+                    f"whose BIO tags are {list(fresh.id2label.values())}: the tags are derived from motif_names; "
+                    "change motif_names instead"
+                )
+            self.id2label, self.label2id = dict(fresh.id2label), dict(fresh.label2id)  # motif_names changed
+        setattr(self, _DERIVED, dict(self.id2label))
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        out.pop(_DERIVED, None)
+        return out
 
     @property
     def hidden_size(self) -> int:

@@ -46,6 +46,11 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
     ``config.global_every``-th position (real tokens only). With ``config.conv_kernel_size``,
     ``config.conv_layers`` residual convolutions run over the token embeddings (padding zeroed) before
     the encoder.
+
+    With transformers' ``Trainer``, name the label keys the batches carry, ``TrainingArguments(label_names=
+    ["labels", "sequence_labels"])`` (tags and sequence head), ``["labels"]`` (tags only) or ``["sequence_labels"]``
+    (sequence head only): the Trainer's default is every ``*label*`` argument of ``forward``, and a batch without
+    one of them is evaluated without ``eval_loss`` or ``label_ids``.
     """
 
     def __init__(self, config: LongformerMotifConfig):
@@ -93,25 +98,33 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             input_ids, attention_mask, self.config.global_every, self.config.global_first_token
         )
 
-    def kmer_ids(self, input_ids: torch.Tensor, k: int | None = None) -> torch.Tensor:
-        """(B, N) id of the k-mer centred on each position (``4**k`` where it is incomplete); k defaults to
-        ``config.kmer_embedding``."""
+    def kmer_ids(
+        self, input_ids: torch.Tensor, k: int | None = None, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, N) id of the k-mer centred on each position (``4**k`` where it is incomplete: it runs into a special
+        token, ``N``, the edge or a position where ``attention_mask`` is 0, whatever id the padding holds); k defaults
+        to ``config.kmer_embedding``."""
         k = k or self.config.kmer_embedding
         base = torch.full_like(input_ids, -1)  # (B, N): 0..3 for A C G T, -1 for specials, N, padding
         for i, token_id in enumerate(self.config.base_token_ids):
             base = base.masked_fill(input_ids == token_id, i)
+        if attention_mask is not None:
+            base = base.masked_fill(attention_mask == 0, -1)  # padding is no base
         left = (k - 1) // 2
         windows = F.pad(base, (left, k - 1 - left), value=-1).unfold(1, k, 1)  # (B, N, k)
         place = 4 ** torch.arange(k - 1, -1, -1, device=input_ids.device)
         ids = (windows.clamp(min=0) * place).sum(-1)
         return torch.where((windows >= 0).all(-1), ids, torch.full_like(ids, 4**k))
 
-    def kmer_spectrum(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def kmer_spectrum(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, F) ``log(1 + count) - log(1 + expected)`` of every k-mer of length 1..``config.kmer_spectrum``
-        (lengths in order, k-mers in id order; expected = complete k-mers of that length / 4**k)."""
+        (lengths in order, k-mers in id order; expected = complete k-mers of that length / 4**k), padding
+        (``attention_mask`` 0) not counted."""
         parts = []
         for k in range(1, self.config.kmer_spectrum + 1):
-            ids = self.kmer_ids(input_ids, k)
+            ids = self.kmer_ids(input_ids, k, attention_mask)
             counts = torch.zeros(ids.shape[0], 4**k + 1, device=ids.device).scatter_add_(
                 1, ids, torch.ones(ids.shape, device=ids.device)
             )[:, : 4**k]  # the last column counted incomplete k-mers
@@ -132,7 +145,7 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             inputs_embeds = self.get_input_embeddings()(input_ids)  # (B, N, H)
         x = inputs_embeds
         if self.kmer_embeddings is not None:
-            x = x + self.kmer_embeddings(self.kmer_ids(input_ids))
+            x = x + self.kmer_embeddings(self.kmer_ids(input_ids, attention_mask=attention_mask))
         keep = None if attention_mask is None else attention_mask.unsqueeze(-1).to(x.dtype)  # (B, N, 1)
         for conv in self.embedding_conv or ():
             if keep is not None:
@@ -170,8 +183,10 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(ref, attention_mask)
         output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
+        encoder_inputs = self.backbone_inputs(input_ids, inputs_embeds, attention_mask)
+        self.check_positions(encoder_inputs.get("input_ids"), encoder_inputs["inputs_embeds"])
         out = self.backbone(
-            **self.backbone_inputs(input_ids, inputs_embeds, attention_mask),
+            **encoder_inputs,
             attention_mask=attention_mask,
             global_attention_mask=global_attention_mask,
             output_attentions=output_attentions,
@@ -192,7 +207,7 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
                 mean = (hidden * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True).clamp(min=1)  # (B, H)
                 pooled = mean if self.config.pooling == "mean" else torch.cat([pooled, mean], -1)
             if self.spectrum is not None:
-                features = self.kmer_spectrum(input_ids).to(pooled.dtype)
+                features = self.kmer_spectrum(input_ids, attention_mask).to(pooled.dtype)
                 pooled = torch.cat([pooled, self.spectrum(features)], -1)
             seq_logits = self.sequence_head(self.dropout(pooled))
         loss = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import LEDConfig, PretrainedConfig
 
 from ...attention.dispatch import BACKENDS as ENCODER_BACKENDS
-from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config
+from ...models.longformer_tasks.backbone import BackboneConfigMixin, backbone_config, recheck_config
 from ...patterns import Pattern, from_dict
 from ...utils.validation import check_fraction
 from .data import SENTENCE_FEATURES
@@ -134,6 +134,12 @@ class LEDSummarizationConfig(LEDConfig):
                 f"encoder_attention_pattern has {len(specs)} entries but encoder_layers is {self.encoder_layers}; "
                 "give one pattern for all layers or exactly one per layer"
             )
+
+    def validate_task(self) -> None:
+        """Run ``__init__``'s checks again on the current values (:func:`recheck_config`: ``from_pretrained(path,
+        key=value)`` sets them after ``__init__``, and so does ``config.key = value``); the model calls it before it
+        builds anything."""
+        recheck_config(self)
 
     @property
     def supports_query(self) -> bool:

@@ -185,8 +185,27 @@ class LEDSummarizationEncoder(LEDEncoder):
             return 0, input_ids, attention_mask, inputs_embeds
         return super()._pad_to_window_size(input_ids, attention_mask, inputs_embeds, pad_token_id)
 
+    def check_positions(self, length: int) -> None:
+        """``ValueError`` for an input longer than the position table (LED's encoder raises a bare ``IndexError``):
+        positions run over the input padded to a multiple of ``attention_window`` (not with hf-sparse kernels)."""
+        limit = self.config.max_encoder_position_embeddings
+        padded = length
+        if not self.uses_sparse_kernels:
+            w = self.config.attention_window
+            w = int(w if isinstance(w, int) else max(w))
+            padded = -(-length // w) * w
+        if padded > limit:
+            how = f", padded to {padded}, a multiple of attention_window" if padded != length else ""
+            raise ValueError(
+                f"position id {padded - 1} is out of range: max_encoder_position_embeddings is {limit} "
+                f"(input of length {length}{how}); truncate the input"
+            )
+
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, inputs_embeds=None,
                 **kwargs):  # fmt: skip
+        ref = input_ids if input_ids is not None else inputs_embeds
+        if ref is not None:
+            self.check_positions(ref.shape[1])
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(
                 input_ids, attention_mask, inputs_embeds
@@ -215,6 +234,7 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
     )
 
     def __init__(self, config: LEDSummarizationConfig):
+        config.validate_task()  # what from_pretrained(path, key=value) or `config.key = value` changed since __init__
         super().__init__(config)
         # LED's post_init read config.gradient_checkpointing (what transformers' is_activation_checkpointing,
         # is_gradient_checkpointing before 5.24, reads)
@@ -403,6 +423,7 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
             global_attention_mask = self.default_global_attention_mask(input_ids, attention_mask)
         positions, valid = self.sentence_positions(input_ids, attention_mask)  # (B, S)
         output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
+        self.check_positions(input_ids)
         out = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
