@@ -12,7 +12,6 @@ positions, Longformer) is capped at its table: longer windows are a ``ValueError
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -261,27 +260,9 @@ def check_model_path(model_path, name: str = "model_path") -> None:
     Raises:
         FileNotFoundError: naming the argument, the value and the folder looked for.
     """
-    path = os.fspath(model_path)
-    folder = os.path.abspath(os.path.expanduser(path))
-    if os.path.isdir(folder):
-        return
-    if os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1 or "\\" in path:
-        raise FileNotFoundError(f"{name} {path}: folder not found: {folder}")
-    from ..hub.common import offline_reason
+    from ..hub.common import require_local_or_cached
 
-    if offline_reason() is None:
-        return
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
-    except ValueError:  # not a valid repo id either (huggingface_hub's HFValidationError)
-        cached = False
-    if not cached:
-        raise FileNotFoundError(
-            f"{name} {path}: neither a folder ({folder} not found) nor a Hub model in the local cache "
-            f"({offline_reason()})"
-        )
+    require_local_or_cached(f"{name} {model_path}", model_path)
 
 
 def load_scanner(model_path: str, device=None, **kwargs) -> GenomeScanner:

@@ -22,6 +22,39 @@ def offline_reason() -> str | None:
     return None
 
 
+def require_local_or_cached(label: str, name, files=("config.json",), hint: str = "") -> None:
+    """``name`` is a folder, or may be a Hub model id: a name that can only be a path (absolute, ``./``, ``../``,
+    ``~``, more than one ``/``) must be a folder; offline, any other name must be a folder or a Hub model in the
+    local cache holding one of ``files`` (transformers would report a missing folder as a bad repo id, or as
+    "couldn't connect to huggingface.co"). Online, a Hub id is left to transformers.
+
+    Raises:
+        FileNotFoundError: ``"<label>: folder not found: <folder>"`` or ``"<label>: <name> is neither a folder
+        ... nor a Hub model in the local cache (<why offline>)"``, then ``hint``.
+    """
+    folder = os.path.abspath(os.path.expanduser(os.fspath(name)))
+    if os.path.isdir(folder):
+        return
+    hint = f"; {hint}" if hint else ""
+    name = os.fspath(name)
+    if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name:
+        raise FileNotFoundError(f"{label}: folder not found: {folder}{hint}")
+    reason = offline_reason()
+    if reason is None:
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = any(isinstance(try_to_load_from_cache(name, f), str) for f in files)
+    except ValueError:  # not a valid repo id either (huggingface_hub's HFValidationError)
+        cached = False
+    if not cached:
+        raise FileNotFoundError(
+            f"{label}: {name!r} is neither a folder ({folder} not found) nor a Hub model in the local cache "
+            f"({reason}){hint}"
+        )
+
+
 def _version() -> str:
     from .. import __version__
 

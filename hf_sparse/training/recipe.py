@@ -144,33 +144,11 @@ def require_model(key: str, name, *, hint: str = "") -> None:
     Raises:
         FileNotFoundError: naming the key, the value, the folder looked for and ``hint``.
     """
+    from ..hub.common import require_local_or_cached
+
     if not name:
         return
-    name = os.fspath(name)
-    folder = os.path.abspath(os.path.expanduser(name))
-    if os.path.isdir(folder):
-        return
-    hint = f"; {hint}" if hint else ""
-    path_like = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
-    if path_like:
-        raise FileNotFoundError(f"{key}: folder not found: {folder}{hint}")
-    from ..hub.common import offline_reason
-
-    if offline_reason() is None:
-        return
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        cached = any(
-            isinstance(try_to_load_from_cache(name, f), str) for f in ("config.json", "tokenizer_config.json")
-        )
-    except ValueError:  # not a valid repo id either (huggingface_hub's HFValidationError)
-        cached = False
-    if not cached:
-        raise FileNotFoundError(
-            f"{key}: {name!r} is neither a folder ({folder} not found) nor a Hub model in the local cache "
-            f"(offline mode){hint}"
-        )
+    require_local_or_cached(key, name, files=("config.json", "tokenizer_config.json"), hint=hint)
 
 
 @dataclass

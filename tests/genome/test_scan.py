@@ -364,7 +364,7 @@ def test_script_reports_a_missing_model_folder_as_such(tmp_path, monkeypatch, ca
     )
     assert scan_genome.cli(["outputs/nosuchdir", *argv]) == 2  # a folder, or (offline) a cached Hub model
     assert capsys.readouterr().err.endswith(
-        f"error: MODEL outputs/nosuchdir: neither a folder ({tmp_path / 'outputs' / 'nosuchdir'} not found) nor a "
+        f"error: MODEL outputs/nosuchdir: 'outputs/nosuchdir' is neither a folder ({tmp_path / 'outputs' / 'nosuchdir'} not found) nor a "
         "Hub model in the local cache (offline mode is on: HF_HUB_OFFLINE=1)\n"
     )
     from hf_sparse.genome import load_scanner
