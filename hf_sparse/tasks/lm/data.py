@@ -46,21 +46,10 @@ def train_word_tokenizer(texts, *, min_frequency: int = 2, vocab_size: int | Non
     ``generate()`` and the ``text-generation`` pipeline continue after an ended document. :func:`lm_blocks`
     closes each training document with ``</s>``.
     """
-    from collections.abc import Iterable
-
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    check_positive_int("min_frequency", min_frequency)
-    check_positive_int("vocab_size", vocab_size, allow_none=True)
-    if isinstance(texts, str) or not isinstance(texts, Iterable):
-        raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
-
-    def checked():
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}")
-            yield text
+    from ..summarization.data import train_word_level
 
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
@@ -69,14 +58,7 @@ def train_word_tokenizer(texts, *, min_frequency: int = 2, vocab_size: int | Non
         pre_tokenizers.Punctuation("isolated"),  # "▁word." -> "▁word" "."
     ])  # fmt: skip
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never")  # every ▁ back to a space
-    trainer = trainers.WordLevelTrainer(
-        vocab_size=(vocab_size or 10**9) + len(SPECIAL_TOKENS),
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-    )
-    tok.train_from_iterator(checked(), trainer)
-    if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
-        raise ValueError("texts has no word seen min_frequency times: the vocabulary would be empty")
+    train_word_level(tok, texts, SPECIAL_TOKENS, min_frequency, vocab_size)
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 0)]
     )

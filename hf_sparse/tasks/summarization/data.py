@@ -155,6 +155,27 @@ def load_summarization_examples(path: str | os.PathLike, query_mode: str = "none
 # ---------------------------------------------------------------- tokenizers
 
 
+def train_word_level(tok, texts, special_tokens, min_frequency: int, vocab_size: int | None) -> None:
+    """Train ``tok``'s ``WordLevel`` vocabulary on ``texts`` (an iterable of str; arguments checked): the
+    ``special_tokens`` first, then every word seen ``min_frequency`` times, at most ``vocab_size`` of them.
+    ``ValueError`` if no word is frequent enough."""
+    from tokenizers import trainers
+
+    check_positive_int("min_frequency", min_frequency)
+    check_positive_int("vocab_size", vocab_size, allow_none=True)
+    if isinstance(texts, str) or not isinstance(texts, Iterable):
+        raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
+    checked = (_check_text(f"texts[{i}]", t, allow_empty=True) for i, t in enumerate(texts))
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=(vocab_size or 10**9) + len(special_tokens),
+        min_frequency=min_frequency,
+        special_tokens=list(special_tokens),
+    )
+    tok.train_from_iterator(checked, trainer)
+    if tok.get_vocab_size() <= len(special_tokens):
+        raise ValueError("texts has no word seen min_frequency times: the vocabulary would be empty")
+
+
 def train_summarization_tokenizer(
     texts: Iterable[str], *, min_frequency: int = 2, vocab_size: int | None = None, lowercase: bool = True
 ):
@@ -167,26 +188,14 @@ def train_summarization_tokenizer(
     ``min_frequency`` times, or beyond the ``vocab_size`` most frequent, become ``<unk>``. Encoding adds
     ``<s> ... </s>``. A word-level vocabulary keeps a small model's sequences short (one token per word).
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    check_positive_int("min_frequency", min_frequency)
-    check_positive_int("vocab_size", vocab_size, allow_none=True)
-    if isinstance(texts, str) or not isinstance(texts, Iterable):
-        raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
-    checked = (_check_text(f"texts[{i}]", t, allow_empty=True) for i, t in enumerate(texts))
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)  # joins words with spaces, tidies punctuation
-    trainer = trainers.WordLevelTrainer(
-        vocab_size=(vocab_size or 10**9) + len(SPECIAL_TOKENS),
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-    )
-    tok.train_from_iterator(checked, trainer)
-    if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
-        raise ValueError("texts has no word seen min_frequency times: the vocabulary would be empty")
+    train_word_level(tok, texts, SPECIAL_TOKENS, min_frequency, vocab_size)
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
     )
