@@ -158,6 +158,24 @@ def test_abstractive_truncation_is_reported(tok):
         encode_abstractive(tok, None, max_length=8)
 
 
+def test_query_truncation_is_reported(tok):
+    doc = "W1 w2 w3. W4 w5 w6."
+    query = "w7 w8 w9 w1 w2"
+    enc = encode_abstractive(
+        tok, doc, query, max_length=64, query_separator_token_id=QSEP, max_query_tokens=3
+    )
+    assert enc["truncated_query_tokens"] == 2 and not enc["truncated"]  # the document is whole
+    assert enc["input_ids"][:5] == [0, *tok.convert_tokens_to_ids(["w7", "w8", "w9"]), QSEP]
+    assert enc["num_tokens"] == len(enc["input_ids"]) + 2  # the length before truncation: the whole query
+    whole = encode_abstractive(tok, doc, query, max_length=64, query_separator_token_id=QSEP)
+    assert whole["truncated_query_tokens"] == 0 and whole["num_tokens"] == enc["num_tokens"]
+    assert encode_abstractive(tok, doc, max_length=64)["truncated_query_tokens"] == 0
+    chunks = encode_extractive(tok, split_sentences(doc), query, max_length=12, sentence_token_id=SENT,
+                               query_separator_token_id=QSEP, max_query_tokens=4)  # fmt: skip
+    assert len(chunks) == 2 and [c.cut_query_tokens for c in chunks] == [1, 1]
+    assert encode_extractive(tok, ["A b."], max_length=12, sentence_token_id=SENT)[0].cut_query_tokens == 0
+
+
 def test_literal_special_tokens_in_text_stay_text(tok):
     """ "<sent>", "<query_sep>", "</s>" typed in a document, query or summary are text, never markers."""
     from hf_sparse.tasks.summarization.task import abstractive_example

@@ -8,7 +8,7 @@ import pytest
 from rouge_score import rouge_scorer
 
 from hf_sparse.tasks.summarization.metrics import lead_k
-from hf_sparse.tasks.summarization.rouge import rouge, rouge_per_example, rouge_tokenize
+from hf_sparse.tasks.summarization.rouge import lsum_text, rouge, rouge_per_example, rouge_tokenize
 
 PRED = "The cats were sitting on the mat. Dogs ran away quickly."
 REF = "A cat sat on the mat. The dog ran away."
@@ -99,3 +99,50 @@ def test_lead3_on_scisummnet_is_sane(shared_data):
     out = rouge(preds, [r["summary"] for r in rows])
     assert 0.1 < out["rouge1"] < 0.6
     assert 0.0 < out["rouge2"] < out["rouge1"]
+
+
+@pytest.mark.parametrize(
+    "pred, ref",
+    [
+        # one sentence per line already, lowercase: every line stays a sentence (rouge_score's convention)
+        ("the cat sat on the mat.\nthe dog ran in the park.\na bird sang.",
+         "a bird sang.\nthe dog ran in the park.\nthe cat sat on the mat."),
+        ("The cat sat on the mat\nThe dog ran in the park", "the dog ran in the park\nthe cat sat on the mat"),
+    ],
+)  # fmt: skip
+def test_lsum_keeps_the_texts_line_breaks(pred, ref):
+    scorer = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
+    want = scorer.score(ref, pred)["rougeLsum"].fmeasure
+    assert rouge([pred], [ref])["rougeLsum"] == pytest.approx(want)
+    assert rouge([pred], [ref], sentence_split=False)["rougeLsum"] == pytest.approx(want)
+
+
+def test_lsum_splits_lowercased_sentences_within_a_line():
+    """A lowercased summary on one line ends a sentence at terminal punctuation whatever the next word's
+    case; abbreviations still do not end one."""
+    pred = "a bird sang . the dog ran in the park . the cat sat on the mat , e.g. the red one ."
+    ref = "The cat sat on the mat, e.g. the red one. The dog ran in the park. A bird sang."
+    assert lsum_text(pred).split("\n") == [
+        "a bird sang .", "the dog ran in the park .", "the cat sat on the mat , e.g. the red one ."
+    ]  # fmt: skip
+    scorer = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
+    want = scorer.score(ref.replace(". ", ".\n"), lsum_text(pred))["rougeLsum"].fmeasure
+    assert rouge([pred], [ref])["rougeLsum"] == pytest.approx(want)
+    assert rouge([pred], [ref])["rougeLsum"] != pytest.approx(rouge([pred], [ref])["rougeL"])
+
+
+def test_module_takes_references_mixing_lists_and_strings():
+    """The evaluate module reads a str reference next to lists as one reference (not as its characters)."""
+    import hf_sparse.metrics
+
+    metric = hf_sparse.metrics.load("rouge")
+    preds = ["The cat sat on the mat.", "A dog barked loudly."]
+    want = rouge(preds, [["The cat sat on the mat."], ["The dog barked."]])
+    for refs in ([["The cat sat on the mat."], "The dog barked."], ["The cat sat on the mat.", ["The dog barked."]],
+                 [["The cat sat on the mat."], ["x y", "The dog barked."]]):  # fmt: skip
+        assert metric.compute(predictions=preds, references=refs) == pytest.approx(want)
+    metric.add_batch(predictions=preds[:1], references=["The cat sat on the mat."])
+    metric.add_batch(predictions=preds[1:], references=[["The dog barked.", "x y"]])
+    metric.add(prediction=preds[0], reference="The cat sat on the mat.")
+    got = metric.compute()
+    assert got["rouge1"] == pytest.approx((2 * 1.0 + rouge(preds[1:], ["The dog barked."])["rouge1"]) / 3)

@@ -110,3 +110,30 @@ def test_linear_on_a_long_transcript():
     sents = split_sentences(text)
     assert time.perf_counter() - start < 2.0
     assert len(sents) == 10000
+
+
+LOWERCASED = {
+    "terminal_before_lowercase": (
+        "the cat sat. the dog ran! why? no.\nnew line",
+        ["the cat sat.", "the dog ran!", "why?", "no.", "new line"],
+    ),
+    "abbreviations_stay": (
+        "see e.g. the park and fig. 3 etc. the end. smith et al. (2019) agree.",
+        ["see e.g. the park and fig. 3 etc.", "the end.", "smith et al. (2019) agree."],
+    ),
+    "ellipsis_and_decimals": ("wait... then 3.5 km. ok", ["wait...", "then 3.5 km.", "ok"]),
+    "cased_text_unchanged_where_case_agrees": ("Dr. Smith left. He ran!", ["Dr. Smith left.", "He ran!"]),
+}
+
+
+@pytest.mark.parametrize("name", list(LOWERCASED))
+def test_split_sentences_of_lowercased_text(name):
+    text, expected = LOWERCASED[name]
+    assert split_sentences(text, case_sensitive=False) == expected
+    assert [text[s:e] for s, e in sentence_spans(text, case_sensitive=False)] == expected
+
+
+def test_case_sensitive_default_keeps_lowercase_continuations():
+    assert split_sentences("the cat sat. the dog ran.") == ["the cat sat. the dog ran."]
+    with pytest.raises(TypeError, match="case_sensitive must be a bool"):
+        split_sentences("a. b.", case_sensitive="no")

@@ -396,3 +396,53 @@ def test_sparse_backbone_with_absolute_positions_is_not_padded_past_its_table():
     assert_same_outputs(out, track([long, HISTORY], batch_size=1))
     select = DialogueResponseSelectionPipeline(model=model, tokenizer=tokenizer)
     assert len(select({**long, "candidates": CANDIDATES})["ranking"]) == len(CANDIDATES)
+
+
+def test_left_padding_tokenizer_gives_the_same_outputs(saved, select, track):
+    """Rows are padded on the right whatever the tokenizer's padding_side: candidate and turn positions,
+    global separators; the tokenizer keeps its own setting."""
+    from transformers import AutoModel, AutoTokenizer
+
+    left = AutoTokenizer.from_pretrained(saved)
+    left.padding_side = "left"
+    model = AutoModel.from_pretrained(saved)
+    dialogue = {**HISTORY, "candidates": CANDIDATES}  # candidates of different lengths share a forward pass
+    want = select(dialogue, batch_size=1)
+    assert_same_outputs(DialogueResponseSelectionPipeline(model=model, tokenizer=left)(dialogue), want)
+    short = {"turns": HISTORY["turns"][:1]}
+    want = [track(d) for d in (HISTORY, short)]
+    assert_same_outputs(DialogueStateTrackingPipeline(model=model, tokenizer=left)([HISTORY, short], batch_size=2),
+                        want)  # fmt: skip
+    assert left.padding_side == "left"
+
+
+def test_batch_size_is_kept_when_the_progress_bar_shows(saved, capsys):
+    """A list long enough for the automatic progress bar is still batched batch_size rows per forward pass."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model, tokenizer = AutoModel.from_pretrained(saved), AutoTokenizer.from_pretrained(saved)
+    rows = []
+    model.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    track = DialogueStateTrackingPipeline(model=model, tokenizer=tokenizer)
+    capsys.readouterr()
+    shown = track([HISTORY] * 20, batch_size=8)
+    assert rows == [8, 8, 4] and "0/20" in capsys.readouterr().err  # the bar over the dialogues
+    rows.clear()
+    assert track([HISTORY] * 20, batch_size=8, progress=False) == shown and rows == [8, 8, 4]
+    rows.clear()
+    select = DialogueResponseSelectionPipeline(model=model, tokenizer=tokenizer)
+    out = select([{**HISTORY, "candidates": CANDIDATES[:2]}] * 20)  # 40 pairs, 16 per pass by default
+    assert len(out) == 20 and rows == [16, 16, 8] and "0/20" in capsys.readouterr().err
+
+
+def test_long_candidate_is_reported_and_warned(select):
+    stem = "i found a restaurant in paris " * 6
+    candidates = [stem + "thanks bye", "goodbye", stem + "which city for the flight ?"]
+    cut = select.formatter.encode_candidates(HISTORY["speakers"], HISTORY["turns"], candidates)[
+        "truncated_candidate_tokens"
+    ]
+    assert cut[0] > 0 and cut[1] == 0 and cut[2] > 0
+    with pytest.warns(UserWarning, match=r"candidate\(s\) \[0, 2\] do not fit in max_length=40 tokens"):
+        out = select({**HISTORY, "candidates": candidates})
+    assert out["truncated_candidate_tokens"] == max(cut)
+    assert select({**HISTORY, "candidates": CANDIDATES})["truncated_candidate_tokens"] == 0

@@ -1,6 +1,8 @@
 """The long-document-summarization pipeline: extractive budgets and chunking, abstractive generation options,
 truncation warnings, plain LED, and clear errors for bad input."""
 
+import copy
+
 import pytest
 import torch
 from transformers import LEDConfig, LEDForConditionalGeneration, pipeline
@@ -214,3 +216,111 @@ def test_extractive_sparse_backbone_is_not_padded_past_its_position_table(tok):
     one = pipe(docs, batch_size=1)
     assert one[0]["num_sentences"] > one[1]["num_sentences"]
     assert_same_outputs(pipe(docs, batch_size=2), one)
+
+
+def test_num_return_sequences_keeps_each_documents_summaries(abstractive):
+    """generate_kwargs num_return_sequences=n: every document gets its own n summaries (a list of n dicts,
+    best first, as transformers' text2text-generation), batched exactly as one at a time."""
+    docs = _documents(3, seed=5)
+    gen = dict(
+        max_length=8, no_repeat_ngram_size=1, generate_kwargs={"num_return_sequences": 2, "num_beams": 2}
+    )
+    one = [abstractive(d, **gen) for d in docs]
+    assert all(isinstance(o, list) and len(o) == 2 for o in one)
+    best = [abstractive(d, max_length=8, no_repeat_ngram_size=1, num_beams=2)["summary_text"] for d in docs]
+    assert [o[0]["summary_text"] for o in one] == best
+    assert_same_outputs(abstractive(docs, batch_size=3, **gen), one)
+    assert isinstance(abstractive(DOC, max_length=4, generate_kwargs={"num_return_sequences": 1}), dict)
+
+
+def _plain_led(tok):
+    torch.manual_seed(0)
+    kw = dict(vocab_size=len(tok), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+              decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, attention_window=8,
+              max_encoder_position_embeddings=256, max_decoder_position_embeddings=32,
+              pad_token_id=tok.pad_token_id, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
+    return LEDForConditionalGeneration(LEDConfig(**kw)).eval()
+
+
+@pytest.mark.parametrize("kind", ["extractive", "abstractive", "plain_led"])
+def test_left_padding_tokenizer_gives_the_same_outputs(tok, kind):
+    """Rows are padded on the right whatever the tokenizer's padding_side (global first token, sentence
+    features), and the tokenizer keeps its own setting."""
+    torch.manual_seed(0)
+    model = {"extractive": lambda: tiny_extractive(tok, max_chunk_length=40), "abstractive": lambda: tiny_led(tok),
+             "plain_led": lambda: _plain_led(tok)}[kind]()  # fmt: skip
+    left = copy.deepcopy(tok)
+    left.padding_side = "left"
+    kw = {} if kind == "extractive" else {"max_length": 8, "no_repeat_ngram_size": 1}
+    docs = _documents(3, seed=4)
+    want = pipeline("long-document-summarization", model=model, tokenizer=tok)(docs, batch_size=1, **kw)
+    pipe = pipeline("long-document-summarization", model=model, tokenizer=left)
+    seen = []
+    if kind != "extractive":
+        model.led.encoder.layers[0].self_attn.longformer_self_attn.register_forward_pre_hook(
+            lambda m, a, kw: seen.append(kw["is_index_global_attn"].clone()), with_kwargs=True
+        )
+    assert_same_outputs(pipe(docs, batch_size=3, **kw), want, tol=1e-5)
+    assert_same_outputs([pipe(d, **kw) for d in docs], want, tol=1e-5)
+    assert left.padding_side == "left"
+    if seen:  # the first token of every row of the batch is global
+        assert seen[0].shape[0] == 3 and seen[0][:, 0].all()
+
+
+def test_long_query_is_reported_and_warned(abstractive, tok):
+    query = " ".join(["w1"] * 140)  # 140 tokens: the abstractive model reads 128
+    with pytest.warns(
+        UserWarning, match=r"query is longer than the model reads.*last 12 tokens were not read"
+    ):
+        out = abstractive(DOC, query=query, max_length=4)
+    assert out["truncated"] is True and out["truncated_query_tokens"] == 12
+    short = abstractive(DOC, query="w1", max_length=4)
+    assert short["truncated"] is False and short["truncated_query_tokens"] == 0
+    assert out["input_tokens"] == short["input_tokens"] + 139  # the whole query counted
+    model = tiny_extractive(tok, query_separator_token_id=QSEP)
+    pipe = pipeline("long-document-summarization", model=model, tokenizer=tok)
+    with pytest.warns(UserWarning, match=r"last 76 tokens were not read"):  # the extractive model reads 64
+        assert pipe(DOC, query=query)["truncated_query_tokens"] == 76
+    assert pipe(DOC, query="w1")["truncated_query_tokens"] == 0
+
+
+def test_default_input_limit_is_a_multiple_of_leds_window(tok):
+    """LED pads its input to a multiple of attention_window: the default limit rounds the position table
+    (100) down to one (96), so a long document is truncated, not a position error."""
+    torch.manual_seed(0)
+    pipe = pipeline("long-document-summarization", tokenizer=tok,
+                    model=tiny_led(tok, max_encoder_position_embeddings=100, attention_window=16))  # fmt: skip
+    assert pipe.max_input_tokens() == 96
+    long_doc = " ".join(_documents(6, seed=1))
+    with pytest.warns(UserWarning, match=r"max_input_length=96; it was truncated to its first 96 tokens"):
+        out = pipe(long_doc, max_length=4)
+    assert out["truncated"] is True and out["input_tokens"] > 100
+    with pytest.raises(ValueError, match="max_input_length must be <= 96"):
+        pipe(long_doc, max_input_length=100)
+    sparse = tiny_led(tok, max_encoder_position_embeddings=100, encoder_attention_pattern={"type": "longformer",
+                                                                                         "window": 8})  # fmt: skip
+    assert pipeline("long-document-summarization", model=sparse, tokenizer=tok).max_input_tokens() == 100
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            {"max_length": 66},
+            r"max_length=66 is past the decoder's position table .*=64\): max_length must be <= 65",
+        ),
+        ({"max_new_tokens": 65}, r"max_new_tokens=65 .*max_new_tokens must be <= 64"),
+        ({"generate_kwargs": {"max_new_tokens": 100}}, r"max_new_tokens=100 .* must be <= 64"),
+        ({"generate_kwargs": {"max_length": 100}}, r"max_length=100 .* must be <= 65"),
+    ],
+)
+def test_summary_past_the_decoder_position_table_is_a_value_error(abstractive, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        abstractive(DOC, **kwargs)
+
+
+def test_new_token_options_are_top_level_options(abstractive):
+    out = abstractive(DOC, max_new_tokens=3, min_new_tokens=1)
+    assert len(abstractive.tokenizer(out["summary_text"], add_special_tokens=False)["input_ids"]) <= 3
+    with pytest.raises(ValueError, match="max_new_tokens must be a positive int, got 0"):
+        abstractive(DOC, max_new_tokens=0)

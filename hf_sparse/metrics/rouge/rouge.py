@@ -10,17 +10,19 @@ _DESCRIPTION = """\
 ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures of Google's rouge_score, averaged over examples,
 without the Hub (evaluate.load("rouge") downloads its script). Several references per example: each
 ROUGE type keeps the reference with the highest F-measure (RougeScorer.score_multi). For ROUGE-Lsum both
-texts are put one sentence per line with hf_sparse's sentence splitter (no nltk punkt download).
+texts are put one sentence per line: every line break stays a sentence boundary and hf_sparse's sentence
+splitter splits within lines (no nltk punkt download).
 `hf_sparse.tasks.summarization.rouge.rouge` on the same inputs.
 """
 
 _KWARGS_DESCRIPTION = """
 Args:
     predictions: one summary (str) per example.
-    references: one reference (str) or a non-empty list of references per example.
+    references: one reference (str) or a non-empty list of references per example; one call (or batch) may
+        mix both: a str reference is read as a list of one.
     use_stemmer: Porter-stem words longer than 3 characters (default True).
-    sentence_split: for ROUGE-Lsum, split sentences with hf_sparse's splitter (default True); False uses the
-        texts' own line breaks.
+    sentence_split: for ROUGE-Lsum, split sentences with hf_sparse's splitter within the texts' lines (default
+        True); False uses the texts' own line breaks only.
     precision_recall: also return <type>_precision and <type>_recall (default False).
 Returns:
     rouge1, rouge2, rougeL, rougeLsum: fractions in [0, 1].
@@ -32,12 +34,29 @@ Examples:
 """
 
 
+def _as_list(reference):
+    """A str reference as a list of one, so that every example of a call takes the several-references
+    feature (evaluate picks one feature per call from the first example: a str after a list would be read
+    as a list of characters, a list after a str as its repr)."""
+    return [reference] if isinstance(reference, str) else reference
+
+
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Rouge(evaluate.Metric):
     def _info(self):
         text = datasets.Value("string")
         # several references per example, or one
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, text, datasets.Sequence(text), text)
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """``evaluate.Metric.add_batch`` with every str reference read as a list of one."""
+        if references is not None and not isinstance(references, str):
+            references = [_as_list(r) for r in references]
+        return super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction=None, reference=None, **kwargs):
+        """``evaluate.Metric.add`` with a str reference read as a list of one."""
+        return super().add(prediction=prediction, reference=_as_list(reference), **kwargs)
 
     def _compute(
         self, predictions, references, use_stemmer=True, sentence_split=True, precision_recall=False

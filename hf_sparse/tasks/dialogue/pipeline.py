@@ -10,7 +10,9 @@ in ``model.config.formatter``): speaker-tagged turns, each starting with its sep
 on the separators, the latest turn and the candidate. A history longer than ``formatter["max_length"]`` is
 **left-truncated**: the oldest turns are dropped whole, the newest turns are kept (and if the newest turn
 alone is too long, its oldest tokens are cut); outputs say how much was dropped (``truncated_turns``,
-``truncated_tokens``) and every per-turn output carries the turn's index in the input.
+``truncated_tokens``) and every per-turn output carries the turn's index in the input. A candidate too long to
+fit next to the newest turn keeps its first tokens: selection outputs say how many were cut
+(``truncated_candidate_tokens``) and a ``UserWarning`` names the candidates.
 
 Bad input raises ``TypeError``/``ValueError`` naming the field: no candidates, an empty history, ``speakers``
 and ``turns`` of different lengths, a turn or candidate that is not a str or is empty (blank), an unknown
@@ -25,13 +27,14 @@ dialogues share a pass) and one per dialogue for tracking; outputs do not depend
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
 from transformers.pipelines.base import ChunkPipeline, Pipeline
 
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
-from ...pipelines.batching import pad_to_multiple, right_padded
+from ...pipelines.batching import RightPaddedBatches, pad_to_multiple, right_padded
 from ...pipelines.progress import check_progress, progress_bar
 from ...pipelines.saving import SaveModelMixin
 from ...utils.validation import check_fraction
@@ -91,7 +94,7 @@ def _row(ids, mask, global_mask) -> dict[str, torch.Tensor]:
     }
 
 
-class _DialogueMixin(SaveModelMixin):
+class _DialogueMixin(SaveModelMixin, RightPaddedBatches):
     """Shared input checks, layout and saving; subclasses do the forward and the output."""
 
     _needs_candidates = False
@@ -118,11 +121,11 @@ class _DialogueMixin(SaveModelMixin):
             if not inputs:
                 raise ValueError("no dialogues: pass a dialogue (dict) or a non-empty list of them")
             bar = progress_bar(len(inputs), self.task or type(self).__name__, progress)
-            if bar is not None:  # one dialogue at a time, so the bar moves per dialogue
+            if bar is not None:  # the base batches a generator as a list (batch_size) and yields per dialogue
                 try:
                     results = []
-                    for dialogue in inputs:
-                        results.append(super().__call__(dialogue, *args, **kwargs))
+                    for result in super().__call__((d for d in inputs), *args, **kwargs):
+                        results.append(result)
                         bar.update(1)
                     return results
                 finally:
@@ -191,14 +194,17 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
     Input: ``{"turns": [...], "speakers": [...], "candidates": [...]}``. Output::
 
         {"ranking": [{"index": i, "candidate": str, "score": float, "probability": float}, ...],
-         "truncated_turns": int, "truncated_tokens": int}
+         "truncated_turns": int, "truncated_tokens": int, "truncated_candidate_tokens": int}
 
     ``ranking`` holds every candidate exactly once, best first (highest ``score``, the model's logit for the
     pair; ties keep input order); ``index`` is the candidate's position in the input, ``probability`` the
     softmax of the scores over the given candidates. Every candidate is scored against the same history: when
     it does not fit next to the longest candidate, the oldest turns are dropped for all (``truncated_turns``);
     ``truncated_tokens`` is the most tokens any candidate's pairing cut from the newest turn (only when that
-    turn alone is too long).
+    turn alone is too long). A candidate longer than the room left next to the newest turn's separator and
+    one of its tokens is scored on its first tokens: ``truncated_candidate_tokens`` is the most tokens cut
+    from any candidate, and a ``UserWarning`` names the candidates cut (they may tie with candidates that
+    differ only in the cut part).
 
     Call options: ``candidates``, ``speakers`` (instead of the dict keys), ``batch_size`` (pairs per forward
     pass, default :data:`DEFAULT_BATCH_SIZE`; ``candidate_batch_size`` is its older name; neither changes the
@@ -239,6 +245,16 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
         tokenize = self.formatter.tokenize_turns  # laid out as in training: pack_candidates
         encoded = pack_candidates(self.formatter, speakers, tokenize(turns), tokenize(candidates))
         truncated_turns, truncated_tokens = max(encoded["truncated_turns"]), max(encoded["truncated_tokens"])
+        cut = encoded["truncated_candidate_tokens"]
+        if any(cut):
+            warnings.warn(
+                f"dialogue-response-selection: candidate(s) {[i for i, n in enumerate(cut) if n]} do not fit in "
+                f"max_length={self.formatter.max_length} tokens next to the newest turn; they were scored on their "
+                f"first tokens (up to {max(cut)} cut, truncated_candidate_tokens in the output), so candidates "
+                "that differ only after the cut get the same score.",
+                UserWarning,
+                stacklevel=2,
+            )
         for k, candidate in enumerate(candidates):
             row = _row(
                 encoded["input_ids"][k], encoded["attention_mask"][k], encoded["global_attention_mask"][k]
@@ -251,6 +267,7 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
                 "candidate": candidate,
                 "truncated_turns": truncated_turns,
                 "truncated_tokens": truncated_tokens,
+                "truncated_candidate_tokens": max(cut),
                 "is_last": k == len(candidates) - 1,
             }
 
@@ -262,7 +279,7 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
             global_attention_mask=batch["global_attention_mask"],
             candidate_positions=batch["candidate_positions"],  # (B,)
         )
-        meta = ("candidate", "truncated_turns", "truncated_tokens", "is_last")
+        meta = ("candidate", "truncated_turns", "truncated_tokens", "truncated_candidate_tokens", "is_last")
         return {"scores": out.selection_logits.float(), **{k: model_inputs[k] for k in meta}}  # scores (B,)
 
     def postprocess(self, model_outputs):
@@ -282,6 +299,7 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
             "ranking": ranking,
             "truncated_turns": int(model_outputs[0]["truncated_turns"]),
             "truncated_tokens": int(model_outputs[0]["truncated_tokens"]),
+            "truncated_candidate_tokens": int(model_outputs[0]["truncated_candidate_tokens"]),
         }
 
 

@@ -17,6 +17,8 @@ Long documents are never cut silently:
 
 - :func:`encode_abstractive` truncates the *document* tokens (the query is kept whole, up to
   ``max_query_tokens``) and reports it: ``num_tokens`` (before truncation) and ``truncated``.
+- A query longer than ``max_query_tokens`` keeps its first tokens; both encoders report how many were cut
+  (``truncated_query_tokens`` / ``ExtractiveChunk.cut_query_tokens``).
 - :func:`encode_extractive` splits the document into *chunks* of whole sentences, each at most
   ``max_length`` tokens with the prefix (and the query) repeated, so every sentence is scored. A
   sentence longer than ``max_sentence_tokens`` is represented by its first ``max_sentence_tokens``
@@ -229,18 +231,22 @@ def add_summarization_tokens(tokenizer, sentences: bool = True, query: bool = Tr
 
 def _affixes(
     tokenizer, query: str | None, query_separator_token_id: int | None, max_query_tokens: int
-) -> tuple[list[int], list[int]]:
-    """The token ids before the body (prefix token, then the query and its separator when ``query`` is
-    given) and after it (suffix token) of a sequence (see the module docstring)."""
+) -> tuple[list[int], list[int], int]:
+    """The token ids before the body (prefix token, then the query's first ``max_query_tokens`` tokens and
+    its separator when ``query`` is given) and after it (suffix token) of a sequence (see the module
+    docstring), and the number of query tokens cut."""
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
     end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
     prefix = [start] if start is not None else []
+    cut = 0
     if query is not None:
         if query_separator_token_id is None:
             raise ValueError("a query needs query_separator_token_id (the model has no query support)")
-        prefix += _token_ids(tokenizer, [_check_text("query", query)])[0][:max_query_tokens]
+        query_ids = _token_ids(tokenizer, [_check_text("query", query)])[0]
+        cut = max(len(query_ids) - max_query_tokens, 0)
+        prefix += query_ids[:max_query_tokens]
         prefix.append(query_separator_token_id)
-    return prefix, ([end] if end is not None else [])
+    return prefix, ([end] if end is not None else []), cut
 
 
 def _token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -310,11 +316,13 @@ def sentence_features(
 @dataclass
 class ExtractiveChunk:
     """One encoded chunk of a document: ``input_ids`` and the document indices of its sentences (one
-    :data:`SENTENCE_TOKEN` each, in order)."""
+    :data:`SENTENCE_TOKEN` each, in order); ``cut_sentences`` counts its sentences represented by their
+    first tokens only, ``cut_query_tokens`` the query tokens cut (past ``max_query_tokens``)."""
 
     input_ids: list[int]
     sentence_indices: list[int]
     cut_sentences: int = 0
+    cut_query_tokens: int = 0
 
 
 def encode_extractive(
@@ -342,7 +350,7 @@ def encode_extractive(
     check_positive_int("max_query_tokens", max_query_tokens)
     if isinstance(sentences, str) or not sentences:
         raise ValueError("sentences must be a non-empty list of str")
-    prefix, end = _affixes(tokenizer, query, query_separator_token_id, max_query_tokens)
+    prefix, end, cut_query = _affixes(tokenizer, query, query_separator_token_id, max_query_tokens)
     room = max_length - len(prefix) - len(end)
     if room < 2:
         raise ValueError(
@@ -356,12 +364,12 @@ def encode_extractive(
     for i, ids in enumerate(_token_ids(tokenizer, list(sentences))):
         piece = [sentence_token_id] + ids[: min(max_sentence_tokens, room - 1)]
         if body and len(body) + len(piece) > room:
-            chunks.append(ExtractiveChunk(prefix + body + end, indices, cut))
+            chunks.append(ExtractiveChunk(prefix + body + end, indices, cut, cut_query))
             body, indices, cut = [], [], 0
         cut += len(ids) > len(piece) - 1
         body += piece
         indices.append(i)
-    chunks.append(ExtractiveChunk(prefix + body + end, indices, cut))
+    chunks.append(ExtractiveChunk(prefix + body + end, indices, cut, cut_query))
     return chunks
 
 
@@ -378,12 +386,14 @@ def encode_abstractive(
     """Encode a document (and a query) for an encoder-decoder (layout: module docstring).
 
     With ``sentence_token_id`` every sentence starts with that marker. Returns ``input_ids`` (at most
-    ``max_length`` tokens), ``num_tokens`` (the length before truncation) and ``truncated`` (True when
-    document tokens were cut from the end).
+    ``max_length`` tokens), ``num_tokens`` (the length before truncation, the whole query included),
+    ``truncated`` (True when document tokens were cut from the end) and ``truncated_query_tokens`` (the
+    query tokens cut past ``max_query_tokens``).
     """
     check_positive_int("max_length", max_length)
+    check_positive_int("max_query_tokens", max_query_tokens)
     _check_text("document", document)
-    prefix, end = _affixes(tokenizer, query, query_separator_token_id, max_query_tokens)
+    prefix, end, cut_query = _affixes(tokenizer, query, query_separator_token_id, max_query_tokens)
     if sentence_token_id is not None:
         body = [
             t for ids in _token_ids(tokenizer, split_sentences(document)) for t in [sentence_token_id, *ids]
@@ -393,11 +403,12 @@ def encode_abstractive(
     room = max_length - len(prefix) - len(end)
     if room < 1:
         raise ValueError(f"max_length={max_length} leaves no room for the document after the query")
-    num_tokens = len(prefix) + len(body) + len(end)
+    num_tokens = len(prefix) + cut_query + len(body) + len(end)
     return {
         "input_ids": prefix + body[:room] + end,
         "num_tokens": num_tokens,
         "truncated": len(body) > room,
+        "truncated_query_tokens": cut_query,
     }
 
 

@@ -7,11 +7,15 @@ works with three kinds of model:
   encoded as in training (``hf_sparse.tasks.summarization.data.encode_abstractive``: sentence markers and a query
   prefix when the model's config uses them) and ``generate`` writes the summary. Global attention is built
   by the model itself (for a plain LED the pipeline passes ``global_attention_mask`` on the first token).
-  Generation options: ``num_beams``, ``min_length``, ``max_length``, ``no_repeat_ngram_size``,
-  ``length_penalty`` (anything else through ``generate_kwargs``); defaults come from the model's
-  ``generation_config``.
+  Generation options: ``num_beams``, ``min_length``, ``max_length``, ``min_new_tokens``, ``max_new_tokens``,
+  ``no_repeat_ngram_size``, ``length_penalty`` (anything else through ``generate_kwargs``); defaults come from
+  the model's ``generation_config``. A summary longer than the decoder's position table
+  (``max_new_tokens`` > ``max_decoder_position_embeddings``, or ``max_length`` past it plus the decoder start
+  token) is a ``ValueError``. With ``generate_kwargs={"num_return_sequences": n}`` (n > 1) each input gives a
+  list of ``n`` output dicts (best first), as transformers' ``text2text-generation`` does.
   **Long input**: a document longer than ``max_input_length`` tokens (default: the model's encoder
-  limit, ``max_encoder_position_embeddings``) is *truncated*: its first tokens (after the query) are kept,
+  limit, ``max_encoder_position_embeddings``, rounded down to a multiple of ``attention_window`` for LED's own
+  attention, which pads to it) is *truncated*: its first tokens (after the query) are kept,
   a ``UserWarning`` says how many tokens were dropped, and the output has ``truncated: True`` and
   ``input_tokens`` (the length before truncation).
 - **extractive** (``LongformerForExtractiveSummarization``): every sentence is scored; the summary is the
@@ -19,17 +23,23 @@ works with three kinds of model:
   **Long input** is encoded in *chunks* of whole sentences (``encode_extractive``), so every sentence is
   scored and nothing is truncated; ``chunks`` in the output says how many.
 
+A query longer than the model reads (128 tokens abstractive, 64 extractive: ``encode_abstractive`` /
+``encode_extractive``'s ``max_query_tokens``) keeps its first tokens: a ``UserWarning`` says so and the output
+has ``truncated_query_tokens`` (the number cut, 0 when none; for an abstractive model ``truncated`` is then
+True too).
+
 Inputs: a string, ``{"text": ..., "query": ...}``, or a list of those; ``query=`` in the call applies to
-every input. Outputs: ``{"summary_text": str, ...}`` (one dict per input). ``progress`` (None: when there
-are many; True; False) shows a progress bar over the documents of a list and the chunks of a long document.
+every input. Outputs: ``{"summary_text": str, ...}`` (one dict per input; a list of ``n`` dicts with
+``num_return_sequences=n > 1``). ``progress`` (None: when there are many; True; False) shows a progress bar
+over the documents of a list and the chunks of a long document.
 
 Batching is transformers' ``ChunkPipeline`` base's: ``batch_size=`` (constructor or call) is the number of
 model rows per forward pass (chunks of one or several documents for extractive models, documents for
 abstractive ones); outputs do not depend on it beyond float rounding.
 
 Errors (raised before any model call): a non-string text or query (``TypeError``), an empty text, a text
-without sentences, a query for a model without query support, a budget ``<= 0``, an option of the other
-model kind, or an unknown option (``ValueError`` naming it).
+without sentences, a query for a model without query support, a budget ``<= 0``, a summary length past the
+decoder's position table, an option of the other model kind, or an unknown option (``ValueError`` naming it).
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ import torch
 from transformers.pipelines.base import ChunkPipeline
 
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
-from ...pipelines.batching import pad_to_multiple
+from ...pipelines.batching import RightPaddedBatches, pad_to_multiple
 from ...pipelines.progress import check_progress, progress_bar
 from ...pipelines.saving import SaveModelMixin
 from ...utils.validation import check_int, check_positive_int
@@ -52,12 +62,26 @@ from .sentences import split_sentences
 
 ABSTRACTIVE_TYPES = ("led_summarization", "led")
 EXTRACTIVE_TYPES = ("longformer_extractive_summarization",)
-GENERATION_OPTIONS = ("num_beams", "min_length", "max_length", "no_repeat_ngram_size", "length_penalty")
+GENERATION_OPTIONS = (
+    "num_beams", "min_length", "max_length", "min_new_tokens", "max_new_tokens", "no_repeat_ngram_size",
+    "length_penalty",
+)  # fmt: skip
 BUDGET_OPTIONS = ("max_sentences", "max_words")
 DEFAULT_MAX_SENTENCES = 3
 
 
-class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
+def _warn_query_cut(cut: int) -> None:
+    """A query longer than the model reads (``max_query_tokens``) lost its last ``cut`` tokens: say so."""
+    if cut:
+        warnings.warn(
+            f"long-document-summarization: the query is longer than the model reads; it was truncated (its last "
+            f"{cut} tokens were not read, truncated_query_tokens in the output). Use a shorter query.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+class LongDocumentSummarizationPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipeline):
     """Summarize long documents (see the module docstring for inputs, options, outputs and long input).
 
     Example:
@@ -95,12 +119,24 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
     def supports_query(self) -> bool:
         return getattr(self.model.config, "query_separator_token_id", None) is not None
 
+    def _window_multiple(self) -> int | None:
+        """The multiple an abstractive input is padded to: LED's own attention reads a multiple of its
+        ``attention_window`` (None with hf-sparse kernels, ``encoder_attention_pattern``)."""
+        cfg = self.model.config
+        if getattr(cfg, "encoder_attention_pattern", None) is not None:
+            return None
+        window = cfg.attention_window
+        return int(max(window) if isinstance(window, (list, tuple)) else window)
+
     def max_input_tokens(self) -> int:
-        """The longest input (tokens) the model reads in one pass: one chunk for extractive models."""
+        """The longest input (tokens) the model reads in one pass: one chunk for extractive models; for
+        abstractive ones the encoder's position table, rounded down to the window multiple it is padded to."""
         cfg = self.model.config
         if self.kind == "extractive":
             return cfg.chunk_length
-        return cfg.max_encoder_position_embeddings
+        limit = cfg.max_encoder_position_embeddings
+        multiple = self._window_multiple()
+        return limit - limit % multiple if multiple else limit
 
     def __call__(self, inputs, *args, progress=None, **kwargs):
         check_progress(progress)
@@ -163,10 +199,10 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
                     f"max_input_length must be <= {limit} (the model's encoder limit), got {value}"
                 )
             pre["max_input_length"] = value
-        for name in ("num_beams", "max_length"):
+        for name in ("num_beams", "max_length", "max_new_tokens"):
             if generation.get(name) is not None:
                 fwd[name] = check_positive_int(name, generation[name])
-        for name in ("min_length", "no_repeat_ngram_size"):
+        for name in ("min_length", "min_new_tokens", "no_repeat_ngram_size"):
             if generation.get(name) is not None:
                 fwd[name] = check_int(name, generation[name], 0)
         if generation.get("length_penalty") is not None:
@@ -183,7 +219,23 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
             if not isinstance(generate_kwargs, Mapping):
                 raise TypeError(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
             fwd.update(generate_kwargs)
+        self._check_decoder_limit(fwd)
         return pre, fwd, post
+
+    def _check_decoder_limit(self, generate_kwargs: Mapping) -> None:
+        """A summary longer than the decoder's position table is a ValueError naming the option (``generate``
+        would fail with an IndexError only after decoding that far)."""
+        positions = getattr(self.model.config, "max_decoder_position_embeddings", None)
+        if positions is None:
+            return
+        # the decoder reads the start token and every summary token but the last: at most `positions` new ones
+        for name, limit in (("max_new_tokens", positions), ("max_length", positions + 1)):
+            value = generate_kwargs.get(name)
+            if isinstance(value, int) and value > limit:
+                raise ValueError(
+                    f"{name}={value} is past the decoder's position table (max_decoder_position_embeddings="
+                    f"{positions}): {name} must be <= {limit}"
+                )
 
     # --------------------------------------------------------------------------------- stages
 
@@ -228,18 +280,22 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
             sentence_token_id=cfg.sentence_token_id if "sentences" in uses else None,
             query_separator_token_id=getattr(cfg, "query_separator_token_id", None),
         )  # fmt: skip
+        query_cut = encoded["truncated_query_tokens"]
+        _warn_query_cut(query_cut)
         if encoded["truncated"]:
+            read = encoded["num_tokens"] - query_cut  # the input with the query as read
             warnings.warn(
-                f"long-document-summarization: the input has {encoded['num_tokens']} tokens, more than "
+                f"long-document-summarization: the input has {read} tokens, more than "
                 f"max_input_length={limit}; it was truncated to its first {limit} tokens (the last "
-                f"{encoded['num_tokens'] - limit} were not read). Use an extractive model to score every "
+                f"{read - limit} were not read). Use an extractive model to score every "
                 "sentence, or a model with a longer encoder.",
                 UserWarning,
                 stacklevel=2,
             )
         ids = torch.tensor([encoded["input_ids"]])  # (1, n)
         yield {"input_ids": ids, "attention_mask": torch.ones_like(ids), "num_tokens": encoded["num_tokens"],
-               "truncated": encoded["truncated"], "is_last": True}  # fmt: skip
+               "truncated": encoded["truncated"] or query_cut > 0, "truncated_query_tokens": query_cut,
+               "is_last": True}  # fmt: skip
 
     def _chunks(self, text, query, progress):
         cfg = self.model.config
@@ -251,6 +307,7 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
             sentence_token_id=cfg.sentence_token_id, query_separator_token_id=cfg.query_separator_token_id,
             max_sentence_tokens=cfg.max_sentence_tokens,
         )  # fmt: skip
+        _warn_query_cut(chunks[0].cut_query_tokens)
         feats = sentence_features(sentences, query, cfg.sentence_features) if cfg.sentence_features else None
         bar = progress_bar(len(chunks), f"long-document-summarization ({len(chunks)} chunks)", progress)
         try:
@@ -262,7 +319,7 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
                         np.asarray(feats[chunk.sentence_indices], dtype=np.float32)
                     )[None]
                 yield {**row, "sentence_indices": list(chunk.sentence_indices), "sentences": sentences,
-                       "is_last": k == len(chunks) - 1}  # fmt: skip
+                       "truncated_query_tokens": chunk.cut_query_tokens, "is_last": k == len(chunks) - 1}  # fmt: skip
                 if bar is not None:  # the chunk was consumed (forward done) before the next is asked for
                     bar.update(1)
         finally:
@@ -272,20 +329,17 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
     def _forward(self, model_inputs, **generate_kwargs):
         if self.kind == "extractive":
             return self._score(model_inputs)
-        cfg = self.model.config
-        multiple = None
-        if getattr(cfg, "encoder_attention_pattern", None) is None:  # LED's own attention: pad to its window
-            window = cfg.attention_window
-            multiple = int(max(window) if isinstance(window, (list, tuple)) else window)
-        batch = pad_to_multiple(model_inputs, multiple, self.tokenizer.pad_token_id)
+        batch = pad_to_multiple(model_inputs, self._window_multiple(), self.tokenizer.pad_token_id)
         kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}  # (B, n)
-        if cfg.model_type == "led":  # a plain LED does not build its global mask
+        if self.model.config.model_type == "led":  # a plain LED does not build its global mask
             g = torch.zeros_like(kwargs["input_ids"])
             g[:, 0] = 1
             kwargs["global_attention_mask"] = g
-        out = self.model.generate(**kwargs, **generate_kwargs)  # (B, generated)
-        return {"generated": out, "num_tokens": model_inputs["num_tokens"], "truncated": model_inputs["truncated"],
-                "is_last": model_inputs["is_last"]}  # fmt: skip
+        out = self.model.generate(**kwargs, **generate_kwargs)  # (B * num_return_sequences, generated)
+        rows = kwargs["input_ids"].shape[0]
+        meta = ("num_tokens", "truncated", "truncated_query_tokens", "is_last")
+        return {"generated": out.reshape(rows, -1, out.shape[-1]),  # (B, num_return_sequences, generated)
+                **{k: model_inputs[k] for k in meta}}  # fmt: skip
 
     def _score(self, model_inputs):
         cfg = self.model.config
@@ -297,14 +351,19 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
             attention_mask=batch["attention_mask"],
             sentence_features=batch.get("sentence_features"),  # (B, sentences, features)
         ).logits  # (B, sentences)
-        meta = ("sentence_indices", "sentences", "is_last")
+        meta = ("sentence_indices", "sentences", "truncated_query_tokens", "is_last")
         return {"logits": logits.float(), **{k: model_inputs[k] for k in meta}}
 
     def postprocess(self, model_outputs, max_sentences=None, max_words=None):
         if self.kind == "abstractive":
             (out,) = model_outputs
-            text = self.tokenizer.decode(out["generated"][0], skip_special_tokens=True).strip()
-            return {"summary_text": text, "input_tokens": out["num_tokens"], "truncated": out["truncated"]}
+            results = [
+                {"summary_text": self.tokenizer.decode(ids, skip_special_tokens=True).strip(),
+                 "input_tokens": out["num_tokens"], "truncated": out["truncated"],
+                 "truncated_query_tokens": out["truncated_query_tokens"]}
+                for ids in out["generated"][0]  # (num_return_sequences, generated)
+            ]  # fmt: skip
+            return results[0] if len(results) == 1 else results  # several: a list, as text2text-generation
         sentences = model_outputs[0]["sentences"]
         scores = np.zeros(len(sentences), dtype=np.float64)
         for out in model_outputs:  # one chunk each
@@ -321,6 +380,7 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, ChunkPipeline):
             "scores": [round(float(scores[i]), 4) for i in picked],
             "num_sentences": len(sentences),
             "chunks": len(model_outputs),
+            "truncated_query_tokens": model_outputs[0]["truncated_query_tokens"],
         }
 
 

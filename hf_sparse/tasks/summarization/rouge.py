@@ -3,8 +3,11 @@
 Scores are those of ``rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"],
 use_stemmer=...)``: lowercase, non-alphanumerics become spaces, Porter stemming of words longer than
 3 characters. ``rougeLsum`` in ``rouge_score`` treats each line as a sentence, so both texts are first
-split with :func:`~hf_sparse.tasks.summarization.sentences.split_sentences` and re-joined with ``"\\n"`` (inner
-line breaks of a sentence become spaces); pass ``sentence_split=False`` to use the texts' own lines.
+put one sentence per line (:func:`lsum_text`): every line break of the text stays a sentence boundary (a
+text already one sentence per line is scored as it is), and each line is split further with
+:func:`~hf_sparse.tasks.summarization.sentences.split_sentences` with ``case_sensitive=False`` (terminal
+punctuation and whitespace end a sentence whatever the next word's case, as in lowercased summaries; the
+splitter's abbreviation rules stay). Pass ``sentence_split=False`` to use the texts' own lines only.
 
 Several references per example (SQuALITY has 4): each ROUGE type is scored against every reference
 and the reference with the highest F-measure is kept, per type and per example (``max``, the
@@ -76,8 +79,15 @@ def rouge_tokenize(text: str, use_stemmer: bool = True) -> list[str]:
 
 
 def lsum_text(text: str) -> str:
-    """``text`` as ``rougeLsum`` wants it: one sentence per line (our splitter, inner newlines -> spaces)."""
-    return "\n".join(" ".join(s.split()) for s in split_sentences(text))
+    r"""``text`` as ``rougeLsum`` wants it: one sentence per line. Every line of ``text`` ends a sentence;
+    within a line, :func:`split_sentences` (``case_sensitive=False``) splits further.
+
+    Example:
+        >>> lsum_text("the cat sat. the dog ran!\nA bird sang. See e.g. the park.")
+        'the cat sat.\nthe dog ran!\nA bird sang.\nSee e.g. the park.'
+    """
+    sentences = (s for line in text.split("\n") for s in split_sentences(line, case_sensitive=False))
+    return "\n".join(" ".join(s.split()) for s in sentences)
 
 
 def _check_inputs(predictions, references) -> list[list[str]]:
@@ -126,8 +136,9 @@ def rouge_per_example(
         predictions: one generated summary per example.
         references: one reference per example, or a non-empty list of references per example.
         use_stemmer: Porter-stem words longer than 3 characters (``rouge_score``'s option).
-        sentence_split: for ``rougeLsum``, put one sentence per line with :func:`split_sentences`;
-            ``False`` uses the texts' own line breaks.
+        sentence_split: for ``rougeLsum``, put one sentence per line with :func:`lsum_text` (the texts'
+            line breaks and :func:`split_sentences` within lines); ``False`` uses the texts' own line breaks
+            only.
     """
     refs = _check_inputs(predictions, references)
     scorer = _scorer(bool(use_stemmer), ("rouge1", "rouge2", "rougeL"))

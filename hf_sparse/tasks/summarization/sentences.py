@@ -33,6 +33,12 @@ whitespace after it: ``3.5``, ``e.g.,``, ``U.S.-based``, ``example.com`` are unt
         ``SENTENCE_OPENERS``): ``J. Smith``, ``U.S. Army``, ``et al. (2019)`` do not split,
         ``Apple Inc. The company`` and ``Smith et al. We`` do;
      c. a list marker that is the first token of a sentence (``1.``, ``iv.``, ``A.``).
+
+Lowercased text (``case_sensitive=False``, e.g. a lowercasing tokenizer's decoded summaries, which ROUGE
+scores): a lowercase next word carries no information there, so every next word is read as if it were
+capitalised: terminal punctuation followed by whitespace ends a sentence whatever the next word's case, and
+so does a single line break. The abbreviation rules (5a-c) still apply: ``e.g. the`` does not split,
+``etc. the`` does (``the`` read as ``The``, a sentence opener).
 """
 
 from __future__ import annotations
@@ -91,6 +97,12 @@ def _starts_lowercase(word: str) -> bool:
     return bool(stripped) and stripped[0].islower()
 
 
+def _capitalised(word: str) -> str:
+    """``word`` with its first letter (after opening quotes/brackets) in uppercase."""
+    stripped = word.lstrip(_OPENERS)
+    return word[: len(word) - len(stripped)] + stripped[:1].upper() + stripped[1:]
+
+
 def _period_ends_sentence(token: str, next_word: str, first_token: bool) -> bool:
     """Rule 5: does the period closing ``token`` (e.g. ``"(Fig."``) end a sentence before ``next_word``?"""
     core = token.lstrip(_OPENERS)
@@ -108,11 +120,12 @@ def _period_ends_sentence(token: str, next_word: str, first_token: bool) -> bool
     return True
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
+def sentence_spans(text: str, case_sensitive: bool = True) -> list[tuple[int, int]]:
     """Character offsets ``(start, end)`` of the sentences of ``text`` (end exclusive).
 
     ``text[start:end]`` is a sentence stripped of surrounding whitespace; spans are in order,
-    non-overlapping and non-empty. The rules are in this module's docstring.
+    non-overlapping and non-empty. The rules are in this module's docstring; ``case_sensitive=False``
+    reads ``text`` as lowercased (every next word as if capitalised).
 
     Example:
         >>> sentence_spans("Dr. Smith left. He ran!")
@@ -120,6 +133,8 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not isinstance(case_sensitive, bool):
+        raise TypeError(f"case_sensitive must be a bool, got {type(case_sensitive).__name__}")
     cuts = []  # positions where a sentence ends (the following text starts a new one)
     candidates = []
     for m in _NEWLINE_RUN_RE.finditer(text):
@@ -133,10 +148,14 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         if kind == "newline":
             line_end = text.find("\n", end)
             next_line = text[end : line_end if line_end >= 0 else len(text)]
+            if not case_sensitive:
+                next_line = _capitalised(next_line)
             is_cut = info >= 2 or not _starts_lowercase(next_line) or bool(_SPEAKER_RE.match(next_line))
             cut_at = start
         else:
             nxt = _next_word(text, end)
+            if not case_sensitive:
+                nxt = _capitalised(nxt)
             punct = info.rstrip(_CLOSERS)
             cut_at = end
             if nxt and _starts_lowercase(nxt):
@@ -169,14 +188,15 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def split_sentences(text: str) -> list[str]:
-    """The sentences of ``text`` (``text[start:end]`` for each span of :func:`sentence_spans`).
+def split_sentences(text: str, case_sensitive: bool = True) -> list[str]:
+    """The sentences of ``text`` (``text[start:end]`` for each span of :func:`sentence_spans`;
+    ``case_sensitive=False`` for lowercased text, see the module docstring).
 
     Example:
         >>> split_sentences("See Fig. 3 for details. Results (i.e. scores) improved... Why?")
         ['See Fig. 3 for details.', 'Results (i.e. scores) improved...', 'Why?']
     """
-    return [text[s:e] for s, e in sentence_spans(text)]
+    return [text[s:e] for s, e in sentence_spans(text, case_sensitive)]
 
 
 __all__ = ["sentence_spans", "split_sentences"]
