@@ -129,6 +129,21 @@ def test_batched_equals_unbatched(kind, sequence_task):
     assert_same_outputs(built(seqs[4]), one[4])  # one sequence's windows are batched too
 
 
+def test_left_padding_tokenizer_gives_the_same_outputs():
+    """Batched windows are padded on the right whatever the tokenizer's padding side (each window's bases are
+    read from the start of its row), and the user's tokenizer keeps its setting."""
+    torch.manual_seed(0)
+    model = motif_model(max_tokens=66, motif_names=["CTCF", "SP1"], sequence_task="motif_presence")
+    with torch.no_grad():
+        for p in model.token_classifier.parameters():
+            p.normal_(0.0, 2.0)
+    seqs = [random_seq(n, seed=n) for n in (7, 64, 150, 33)]
+    one = make_pipe(model, DNATokenizer())(seqs, batch_size=1, min_score=0.0)
+    left = DNATokenizer(padding_side="left")
+    assert_same_outputs(make_pipe(model, left)(seqs, batch_size=4, min_score=0.0), one)
+    assert left.padding_side == "left"
+
+
 def test_sequence_scores_and_strand():
     model = rule_model()
     pipe = make_pipe(model)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from transformers.pipelines.base import ChunkPipeline
 
+from ...pipelines.batching import RightPaddedBatches
 from ...pipelines.progress import check_progress, progress_bar
 from ...pipelines.saving import SaveModelMixin
 from ...tokenization_dna import normalize_sequence, reverse_complement
@@ -98,7 +99,7 @@ def strand_of(seq: str, counts) -> str | None:
     return "+" if score(seq) >= score(reverse_complement(seq)) else "-"
 
 
-class DNAMotifDetectionPipeline(SaveModelMixin, ChunkPipeline):
+class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipeline):
     """DNA sequence in; ``{"spans": [{motif, start, end, strand, score}], "sequence_scores": {...},
     "windows": n}`` out (plus ``"label"`` for a classification head). ``start``/``end`` are 0-based
     base positions (end exclusive) in the input with whitespace removed; ``score`` is the mean
