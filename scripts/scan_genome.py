@@ -34,7 +34,7 @@ if REPO not in sys.path:
 
 from hf_sparse.genome.fasta_index import FastaFile  # noqa: E402
 from hf_sparse.genome.pwm_scan import DEFAULT_THRESHOLD, pwm_scan, select_motifs  # noqa: E402
-from hf_sparse.genome.tracks import write_bed, write_gff3  # noqa: E402
+from hf_sparse.genome.tracks import bed_line, write_bed, write_gff3  # noqa: E402
 from hf_sparse.genome.windows import DEFAULT_SKIP_N  # noqa: E402
 from hf_sparse.tasks.motif.data import read_motifs  # noqa: E402
 from hf_sparse.utils.io import atomic_open, atomic_write  # noqa: E402
@@ -117,6 +117,21 @@ def parse_args(argv=None) -> argparse.Namespace:
         folder = os.path.dirname(os.path.abspath(path or "."))
         if path and not os.path.isdir(folder):
             p.error(f"--{flag.replace('_', '-')} {path}: no such folder {folder}")
+    # one file each: a second would overwrite the first (the FASTA: replaced by an output once the scan ends)
+    seen = {os.path.realpath(args.inputs[-1]): "the FASTA"}
+    for flag in ("out", "gff", "pwm_out", "summary"):
+        path, name = getattr(args, flag), f"--{flag.replace('_', '-')}"
+        if path and os.path.realpath(path) in seen:
+            p.error(f"{seen[os.path.realpath(path)]} and {name} name the same file {path}")
+        if path:
+            seen[os.path.realpath(path)] = name
+    if args.device is not None:  # now, not after the model is loaded
+        import torch
+
+        try:
+            torch.empty(0, device=args.device)
+        except (RuntimeError, AssertionError) as e:  # a bad name; a device this torch build or host lacks
+            p.error(f"--device {args.device}: {str(e).strip().splitlines()[0]}")
     if len(args.inputs) > 2:
         p.error(f"give [MODEL] FASTA, got {len(args.inputs)} positional arguments")
     args.model, args.fasta = (None, args.inputs[0]) if len(args.inputs) == 1 else args.inputs
@@ -175,13 +190,18 @@ def _raise_on_sigterm(signum, frame):
 
 
 def _write(path: str, hits, gff: str | None, fasta: FastaFile, source: str) -> int:
-    hits = list(hits) if gff else hits
+    """Write ``hits`` as BED (and GFF3) in one pass over them: memory does not grow with their number."""
     with atomic_open(path) as f:
-        n = write_bed(hits, f)
-        if gff:  # inside: a failed GFF leaves no BED either
-            with atomic_open(gff) as g:
-                write_gff3(hits, g, source, [(r.name, r.length) for r in fasta.records])
-    return n
+        if not gff:
+            return write_bed(hits, f)
+        with atomic_open(gff) as g:  # inside: a failed GFF leaves no BED either
+
+            def to_bed(hits):  # each hit goes to the BED as the GFF3 writer takes it
+                for hit in hits:
+                    f.write(bed_line(hit))
+                    yield hit
+
+            return write_gff3(to_bed(hits), g, source, [(r.name, r.length) for r in fasta.records])
 
 
 def main(argv=None) -> dict:

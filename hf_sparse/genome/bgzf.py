@@ -6,7 +6,8 @@ block sizes make random access possible: the ``.gzi`` index (htslib's format, li
 the number of entries, then ``(compressed offset, uncompressed offset)`` of every block start but the
 first, which is ``(0, 0)``) maps an uncompressed offset to the block that holds it. When no ``.gzi`` is
 there, one is built by walking the block headers (no decompression: each header gives the block size
-and each block ends with its uncompressed size).
+and each block ends with its uncompressed size). A file that does not end with the end-of-file member was
+cut short (:func:`check_eof`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ def is_bgzf(path: PathLike) -> bool:
     except ValueError:
         return False
     return True
+
+
+def check_eof(path: PathLike) -> None:
+    """``ValueError`` naming ``path`` when a BGZF file does not end with the end-of-file block (a download or
+    copy cut short: the blocks before the cut read as a shorter file; htslib warns, we stop)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(f.tell() - len(EOF_BLOCK), 0))
+        if f.read() != EOF_BLOCK:
+            raise ValueError(
+                f"{os.fspath(path)}: truncated: the BGZF end-of-file marker is missing (an interrupted download "
+                "or copy?); fetch or compress the file again"
+            )
 
 
 def iter_blocks(path: PathLike) -> Iterator[tuple[int, int]]:
@@ -152,7 +166,10 @@ class BgzfReader:
         size, header_len = _block_size(head, f"{self.path} (byte {coffset})")
         self._file.seek(coffset)
         raw = self._file.read(size)
-        data = zlib.decompress(raw[header_len:-8], -15)
+        try:
+            data = zlib.decompress(raw[header_len:-8], -15)
+        except zlib.error as e:
+            raise ValueError(f"{self.path} (byte {coffset}): corrupt or truncated BGZF block ({e})") from e
         self._cached = (coffset, data, size)
         return data, size
 
@@ -177,6 +194,7 @@ __all__ = [
     "BgzfReader",
     "EOF_BLOCK",
     "build_gzi",
+    "check_eof",
     "is_bgzf",
     "iter_blocks",
     "read_gzi",

@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from ..tasks.motif.pipeline import decode_spans, strand_of
+from ..tasks.motif.pipeline import check_span_decoding, decode_spans, span_tags, strand_of
 from .windows import Window
 
 MAX_PENDING = 1 << 20
@@ -80,9 +80,7 @@ class SpanDecoder:
     def __init__(self, config, start: int, span_decoding: str | None = None, min_score: float = 0.0,
                  max_pending: int = MAX_PENDING):  # fmt: skip
         self.config = config
-        self.how = span_decoding or getattr(config, "span_decoding", "bio")
-        if self.how not in ("bio", "fixed_length"):
-            raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {self.how!r}")
+        self.how = check_span_decoding(config, span_decoding)
         self.min_score, self.max_pending = min_score, max_pending
         self.o = int(config.label2id["O"])
         names = sorted({t[2:] for t in config.label2id if t[:2] in ("B-", "I-")})
@@ -125,8 +123,7 @@ class SpanDecoder:
         probs, bases = self.probs[off : off + b - a], self.bases[off : off + b - a]
         spans = []
         for motif, s, e in decode_spans(probs, cfg, self.how):
-            tags = [cfg.label2id["B-" + motif]] + [cfg.label2id["I-" + motif]] * (e - s - 1)
-            score = float(probs[np.arange(s, e), tags].mean())
+            score = float(probs[np.arange(s, e), span_tags(probs, cfg, self.how, motif, s, e)].mean())
             if score < self.min_score:
                 continue
             counts = (cfg.motifs or {}).get(motif)

@@ -19,7 +19,10 @@ does; otherwise the index is built in one pass that also checks the file (below)
 - sequence lines hold only IUPAC nucleotide codes (``ACGTN`` and ``RYSWKMBDHV``, either case);
 - within a record every line has the same length except the last, which may be shorter (the rule that makes
   ``.fai`` offsets computable); blank lines only at the end of a record;
-- lines end in LF or CRLF: a CR not followed by LF (old Mac line endings) is an error.
+- lines end in LF or CRLF, alike within a record: a CR not followed by LF (old Mac line endings) is an error;
+- a compressed file must be whole: a gzip stream cut short or corrupt, or a BGZF file without its
+  end-of-file block (cut at a block boundary, which would otherwise read as a shorter genome), is an error
+  naming the file.
 
 Lines are read in pieces of at most :data:`PIECE` bytes, so a record on one line (an unwrapped FASTA) is
 never held whole either.
@@ -29,15 +32,17 @@ Coordinates are 0-based, half-open; sequences come back with their case as in th
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import numbers
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
 from ..utils.io import atomic_write
-from .bgzf import BgzfReader, build_gzi, is_bgzf, read_gzi, write_gzi
+from .bgzf import BgzfReader, build_gzi, check_eof, is_bgzf, read_gzi, write_gzi
 
 PathLike = str | os.PathLike
 
@@ -164,7 +169,13 @@ def parse_lines(
         nbytes = column + len(data) + (len(eol) or 1)
         if line_bases == 0:
             line_bases, line_bytes = n, nbytes
-        elif short or n > line_bases or (n == line_bases and eol and nbytes != line_bytes):
+        elif not short and n == line_bases and eol and nbytes != line_bytes:
+            here, first = ("CRLF", "LF") if eol == b"\r\n" else ("LF", "CRLF")
+            raise ValueError(
+                f"{where}:{lineno}: record {name!r} mixes line endings ({here} here, {first} on its first "
+                "line); all lines must end alike for the index (convert the file, e.g. with dos2unix)"
+            )
+        elif short or n > line_bases:
             raise ValueError(
                 f"{where}:{lineno}: record {name!r} has lines of different lengths ({n} bases here, "
                 f"{line_bases} on its first line); all lines but the last must be equally long for the index"
@@ -218,6 +229,16 @@ def write_fai(records: list[FaiRecord], path: PathLike) -> None:
     )
 
 
+@contextlib.contextmanager
+def _decompressing(path: str) -> Iterator[None]:
+    """A gzip stream of ``path`` cut short or corrupt: one ``ValueError`` naming the file, not a raw
+    ``EOFError``/``zlib.error``/``gzip.BadGzipFile``."""
+    try:
+        yield
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"{path}: truncated or corrupt gzip file ({e})") from e
+
+
 def _open_stream(path: str, kind: str) -> IO[bytes]:
     return gzip.open(path, "rb") if kind in ("gzip", "bgzf") else open(path, "rb")
 
@@ -252,11 +273,13 @@ class FastaFile:
         with open(self.path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
         self.kind = ("bgzf" if is_bgzf(self.path) else "gzip") if gz else "plain"
+        if self.kind == "bgzf":
+            check_eof(self.path)
         fai = os.fspath(index_path) if index_path is not None else self.path + ".fai"
         if self.kind != "gzip" and _is_fresh(fai, self.path):
             self.records = read_fai(fai)
         else:
-            with _open_stream(self.path, self.kind) as stream:
+            with _open_stream(self.path, self.kind) as stream, _decompressing(self.path):
                 self.records = build_fai(stream, self.path)
             if write_index and self.kind != "gzip":
                 write_fai(self.records, fai)
@@ -344,7 +367,7 @@ class FastaFile:
                 for start in range(0, rec.length, size):
                     yield rec.name, start, self.fetch(rec.name, start, min(start + size, rec.length))
             return
-        with _open_stream(self.path, "gzip") as stream:
+        with _open_stream(self.path, "gzip") as stream, _decompressing(self.path):
             name, start, held = None, 0, bytearray()  # held: fewer than size + PIECE bases
             for kind, value, _, _, _ in parse_lines(stream, self.path):
                 if kind == "record":

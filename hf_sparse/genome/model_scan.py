@@ -23,7 +23,7 @@ import torch
 
 from ..pipelines.progress import check_progress, wants_progress
 from ..tokenization_dna import AMBIGUITY_CODES
-from .decode import SpanDecoder, WindowMerger
+from .decode import SpanDecoder, WindowMerger, check_span_decoding
 from .fasta_index import DEFAULT_CHUNK, FastaFile, MemoryFasta
 from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
 
@@ -132,7 +132,8 @@ class GenomeScanner:
         self.skip_n = check_positive("skip_n", skip_n)
         if isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or not 0 <= min_score <= 1:
             raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
-        self.min_score, self.span_decoding = float(min_score), span_decoding
+        self.min_score = float(min_score)
+        self.span_decoding = check_span_decoding(cfg, span_decoding)
         self.model, self.tokenizer = model.eval(), tokenizer
         if attention_backend is not None:
             from ..attention.dispatch import BACKENDS

@@ -2,7 +2,7 @@
 
 The same rule as the motif recipes' labels (:func:`hf_sparse.tasks.motif.data.scan`, as ``pipelines/motif/ctcf.yaml``
 uses it with ``scan_threshold: 0.85``): a site passes iff ``(score - min) / (max - min) >= threshold``, scores
-in bits of log-odds against a uniform background, N scoring 0. The genome is read in pieces of ``chunk``
+in bits of log-odds against a uniform background, N scoring 0 (a window made only of N is not a site). The genome is read in pieces of ``chunk``
 bases that overlap by the longest motif less one, over the same segments (N runs skipped) as the model
 scan; each site is reported once, by the piece in which it starts. Vectorised over positions
 (:func:`~hf_sparse.tasks.motif.data.scan` sums the motif's columns over whole arrays).

@@ -121,12 +121,19 @@ class _Cursor:
         self._name, self._start, self._buf = None, 0, ""
 
     def read(self, name: str, start: int, end: int) -> str:
+        """Bases ``[start, end)`` of ``name``, holding fewer than ``end - start`` plus one chunk of bases:
+        what lies before ``start`` is dropped, before and while the chunks that reach ``end`` are read."""
+        if self._name == name and start >= self._start:
+            cut = min(start - self._start, len(self._buf))
+            self._buf, self._start = self._buf[cut:], self._start + cut
         while self._name != name or self._start + len(self._buf) < end:
             rec, s, bases = next(self._chunks)
             if rec != self._name or s != self._start + len(self._buf):
                 self._name, self._start, self._buf = rec, s, bases
             else:
                 self._buf += bases
+            if rec != name or self._start + len(self._buf) <= start:  # a skipped N run or all-N record
+                self._start, self._buf = self._start + len(self._buf), ""
         if start < self._start:
             raise ValueError(f"cursor moved backwards in {name!r}: {start} < {self._start}")
         cut = start - self._start

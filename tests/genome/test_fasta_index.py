@@ -14,7 +14,7 @@ import pytest
 
 from hf_sparse.data.fasta import read_fasta
 from hf_sparse.genome import fasta_index
-from hf_sparse.genome.bgzf import BgzfReader, build_gzi, is_bgzf, read_gzi, write_bgzf, write_gzi
+from hf_sparse.genome.bgzf import BgzfReader, build_gzi, is_bgzf, iter_blocks, read_gzi, write_bgzf, write_gzi
 from hf_sparse.genome.fasta_index import (
     FaiRecord,
     FastaFile,
@@ -247,6 +247,14 @@ def test_plain_gzip_streams_but_has_no_random_access(tmp_path):
         (">a desc\rACGT\rAC\r", r"g\.fa:1: carriage return not followed by a newline"),
         (">a\nAC\rGT\n", r"g\.fa:2: carriage return not followed by a newline"),
         (">a\nACGT\r", r"g\.fa:2: carriage return not followed by a newline"),
+        (
+            ">a\nACG\r\nACG\nA\n",
+            r"g\.fa:3: record 'a' mixes line endings \(LF here, CRLF on its first line\)",
+        ),
+        (
+            ">a\nACG\nACG\r\nA\n",
+            r"g\.fa:3: record 'a' mixes line endings \(CRLF here, LF on its first line\)",
+        ),
     ],
 )
 @pytest.mark.parametrize("kind", ["plain", "gzip", "bgzf"])
@@ -255,6 +263,53 @@ def test_bad_fasta_names_file_and_line(tmp_path, text, match, kind):
     match = match.replace(r"g\.fa", {"plain": r"g\.fa", "gzip": r"g\.fa\.gz", "bgzf": r"g\.fa\.bgz"}[kind])
     with pytest.raises(ValueError, match=match):
         FastaFile(path)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bgzf"])
+@pytest.mark.parametrize("cut", ["half", "block boundary", "end of file", "corrupt"])
+def test_a_compressed_file_cut_short_or_corrupt_is_an_error_naming_it(tmp_path, kind, cut):
+    """A download cut anywhere (BGZF: also exactly at a block boundary, which gzip readers take for the end
+    of a shorter file) or a flipped byte is one ValueError naming the file, never a shorter genome."""
+    rng = random.Random(3)
+    text = fasta_text([("a", "".join(rng.choices("ACGT", k=150_000))), ("b", "ACGT" * 100)], width=60)
+    path = write_all(tmp_path, text)[kind]
+    data = path.read_bytes()
+    keep = {"half": len(data) // 2, "block boundary": len(data) - 8, "end of file": len(data) - 4}
+    if kind == "bgzf":
+        blocks = [offset for offset, _ in iter_blocks(path)]
+        assert len(blocks) >= 4  # 3 of data, the end-of-file block
+        keep["block boundary"], keep["end of file"] = (
+            blocks[-2],
+            blocks[-1],
+        )  # a data block lost; the EOF block
+    data = data[: keep.get(cut, len(data))]
+    if cut == "corrupt":
+        data = data[:200] + bytes([data[200] ^ 0xFF]) + data[201:]
+    path.write_bytes(data)
+    if kind == "bgzf" and cut != "corrupt":
+        match = "truncated: the BGZF end-of-file marker is missing"
+    else:
+        match = "truncated or corrupt gzip file"
+    with pytest.raises(ValueError, match=f"^{path}: {match}"):
+        with FastaFile(path) as fa:
+            for _ in fa.iter_chunks():
+                pass
+
+
+def test_a_corrupt_bgzf_block_read_through_a_fresh_index_names_the_file(tmp_path):
+    path = write_all(tmp_path, fasta_text([("a", "ACGT" * 40_000)], width=60))["bgzf"]
+    FastaFile(path, write_index=True).close()  # .fai and .gzi: the file is not decompressed as a stream
+    second = build_gzi(path)[1][0]
+    data = bytearray(path.read_bytes())
+    data[second + 30] ^= 0xFF  # inside the second block's deflate data
+    stat = os.stat(path)
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the indexes stay fresh
+    with (
+        FastaFile(path) as fa,
+        pytest.raises(ValueError, match=rf"^{path} \(byte {second}\): corrupt or truncated BGZF"),
+    ):
+        fa.fetch("a")
 
 
 def test_bad_arguments_are_clear_errors(tmp_path):

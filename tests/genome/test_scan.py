@@ -32,18 +32,21 @@ G = DNATokenizer().convert_tokens_to_ids("G")
 CTCF = builtin_motifs(["CTCF"])[0]
 
 
-def rule_model():
-    """Tags every G as CTCF (B- on the first G of a run in the window, I- after): the spans are G runs."""
-    model = motif_model(max_tokens=130)
+def rule_model(first_tag=1, **kwargs):
+    """Tags every G as CTCF (``first_tag`` on the first G of a run in the window, 1: B-, 2: I-; I- after):
+    the spans are G runs."""
+    model = motif_model(max_tokens=130, **kwargs)
 
     def forward(input_ids=None, attention_mask=None, **_):
         is_g = input_ids == G
         prev = torch.cat([torch.zeros_like(is_g[:, :1]), is_g[:, :-1]], 1)
         logits = torch.full((*input_ids.shape, 5), -5.0)
         logits[..., 0] = 5.0
-        logits[is_g & ~prev] = torch.tensor([-5.0, 5.0, -5.0, -5.0, -5.0])
+        first = torch.full((5,), -5.0)
+        first[first_tag] = 5.0
+        logits[is_g & ~prev] = first
         logits[is_g & prev] = torch.tensor([-5.0, -5.0, 5.0, -5.0, -5.0])
-        return type("Out", (), {"logits": logits})()
+        return type("Out", (), {"logits": logits, "sequence_logits": None})()
 
     model.forward = forward
     return model
@@ -111,20 +114,50 @@ def test_every_planted_run_found_once_across_windows_and_record_boundaries(tmp_p
     assert [(h["chrom"], h["start"], h["end"]) for h in hits] == expected  # each exactly once, in order
 
 
-def test_scan_equals_the_pipeline_on_each_segment(tmp_path):
+@pytest.mark.parametrize("how, min_score", [("fixed_length", 0.0), ("bio", 0.22)])
+def test_scan_equals_the_pipeline_on_each_segment(tmp_path, how, min_score):
+    """The random model's bio spans (scores about 0.2-0.24, many started by an I- tag) straddle min_score."""
     motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
-    model = motif_model(max_tokens=130, motifs=motifs, span_decoding="fixed_length")
+    model = motif_model(max_tokens=130, motifs=motifs, span_decoding=how)
     records = planted_genome(seed=1)
     path = write_fasta(tmp_path, records)["bgzf"]
-    hits = list(GenomeScanner(model, DNATokenizer(), window=96, stride=70, batch_size=3).scan(path))
+    scanner = GenomeScanner(model, DNATokenizer(), window=96, stride=70, batch_size=3, min_score=min_score)
+    hits = list(scanner.scan(path))
     pipe = pipeline("dna-motif-detection", model=model, tokenizer=DNATokenizer())
     expected = []
     for rec, a, b in find_segments(FastaFile(path)):
-        for s in pipe(dict(records)[rec][a:b], window=96, stride=70, progress=False)["spans"]:
+        seg = dict(records)[rec][a:b]
+        for s in pipe(seg, window=96, stride=70, min_score=min_score, progress=False)["spans"]:
             expected.append((rec, a + s["start"], a + s["end"], s["motif"], s["strand"], s["score"]))
     assert len(expected) > 10
     got = [(h["chrom"], h["start"], h["end"], h["motif"], h["strand"], h["score"]) for h in hits]
     assert got == expected
+
+
+@pytest.mark.parametrize("first_tag", [1, 2])
+def test_bio_spans_started_by_an_i_tag_score_as_in_the_pipeline(first_tag):
+    """A span whose first base is tagged I- (no B- before it) is scored with the I- probability there, as
+    the pipeline scores it; min_score then keeps or drops the same spans (1-base ones included)."""
+    model = rule_model(first_tag, span_decoding="bio")
+    seq = "ACTAT" * 4 + "GGGG" + "ACTTA" * 4 + "G" + "ACTTA" * 3 + "GG" + "TTA"
+    pipe = pipeline("dna-motif-detection", model=model, tokenizer=DNATokenizer())
+    for min_score in (0.0, 0.5):
+        expected = pipe(seq, window=64, min_score=min_score, progress=False)["spans"]
+        got = GenomeScanner(model, DNATokenizer(), window=64, min_score=min_score).scan_sequence(seq)
+        assert [(s["start"], s["end"]) for s in expected] == [(20, 24), (44, 45), (60, 62)]
+        assert [s["score"] for s in expected] == [0.9998] * 3
+        assert [{k: v for k, v in h.items() if k != "chrom"} for h in got] == expected
+
+
+def test_span_decoding_is_checked_when_the_scanner_is_made():
+    no_lengths = motif_model(max_tokens=130)  # no motif PWMs: no motif lengths
+    with pytest.raises(
+        ValueError, match=r"fixed-length decoding needs the length of every motif; missing \['CTCF', 'SP1'\]"
+    ):
+        GenomeScanner(no_lengths, DNATokenizer(), window=64, span_decoding="fixed_length")
+    with pytest.raises(ValueError, match="span_decoding must be 'bio' or 'fixed_length', got 'viterbi'"):
+        GenomeScanner(no_lengths, DNATokenizer(), window=64, span_decoding="viterbi")
+    assert GenomeScanner(no_lengths, DNATokenizer(), window=64).span_decoding == "bio"  # the model's
 
 
 def test_ids_are_the_tokenizers():
@@ -222,6 +255,20 @@ def test_pwm_scan_scores_each_matrix_with_its_own_range():
     assert len(alone) > 30
     assert [h for h in both if h["matrix_id"] == "MA0139.2"] == alone
     assert all(0.85 <= h["score"] <= 1 for h in both)
+
+
+def test_pwm_scan_reports_no_site_made_only_of_n():
+    """N scores 0 bits, a relative 0.774 for CTCF: a short N run (kept, below skip_n) passes threshold 0.75
+    but holds no site; windows with some bases still count (N scoring 0)."""
+    seq = "ACGTTGCA" * 5 + "N" * 50 + "TTGACCAT" * 5 + "n" * 10 + CTCF.consensus[5:] + "RYN" * 4
+    hits = list(pwm_scan(MemoryFasta([("chr1", seq)]), [CTCF], threshold=0.75, progress=False))
+    assert hits and all(set(seq[h["start"] : h["end"]].upper()) - set("NRY") for h in hits)
+    assert any("N" in seq[h["start"] : h["end"]] for h in hits)  # partly N: still scanned
+    assert any(h["end"] > len(seq) - 12 for h in hits) and hits[-1]["end"] < len(
+        seq
+    )  # the ambiguity-code tail
+    assert scan("N" * 40, CTCF, min_score=-1.0) == []
+    assert len(scan("A" + "N" * 39, CTCF, min_score=-20.0)) == 2  # the one window with a base, both strands
 
 
 def write_jaspar(path, motifs):
@@ -349,6 +396,14 @@ def test_script_input_errors_are_one_line_and_exit_2(tmp_path, capsys):
                                                              "ACGTN RYSWKMBDHV, either case)")  # fmt: skip
     assert scan_genome.cli([str(tmp_path / "none.fa")] + argv[1:]) == 2
     assert "error: no such FASTA file" in capsys.readouterr().err
+    cut = tmp_path / "cut.fa.gz"  # an interrupted download
+    cut.write_bytes(gzip.compress((">a\n" + "ACGT" * 1000 + "\n").encode())[:-6])
+    assert scan_genome.cli([str(cut)] + argv[1:]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        f" error: {cut}: truncated or corrupt gzip file (Compressed file ended before the end-of-stream marker "
+        "was reached)"
+    )
     with pytest.raises(ValueError, match="invalid character"):
         scan_genome.cli(argv + ["--debug"])
     assert not os.path.exists(tmp_path / "x.bed")
@@ -469,6 +524,65 @@ def test_script_leaves_no_partial_output_when_a_run_fails(tmp_path, monkeypatch,
         signal.signal(signal.SIGTERM, before)
     assert stop != "sigterm" or e.value.code == 128 + signal.SIGTERM
     assert sorted(os.listdir(tmp_path)) == ["g.fa", "g.fa.bgz", "g.fa.gz", "m.jaspar"]
+
+
+def test_script_writes_bed_and_gff3_in_one_pass_over_the_hits(tmp_path, monkeypatch):
+    """With --gff no hit is held: each is written before the next is scanned (memory does not grow with the
+    number of hits), and the BED is the one written without --gff."""
+    path = write_fasta(tmp_path, planted_genome())["plain"]
+    jaspar = str(write_jaspar(tmp_path / "m.jaspar", [CTCF]))
+    argv = [str(path), "--pwm", jaspar, "--motif-ids", "MA0139.2", "--no-progress"]
+    scan_genome.main(argv + ["--out", str(tmp_path / "alone.bed")])
+    held, written = [], [0]
+
+    def counted_scan(*args, **kwargs):
+        for k, hit in enumerate(pwm_scan(*args, **kwargs)):
+            held.append(k - written[0])  # hits scanned but not yet written
+            yield hit
+
+    def counted_gff3(hits, out, *args):
+        def each():
+            for hit in hits:
+                yield hit
+                written[0] += 1
+
+        return write_gff3(each(), out, *args)
+
+    monkeypatch.setattr(scan_genome, "pwm_scan", counted_scan)
+    monkeypatch.setattr(scan_genome, "write_gff3", counted_gff3)
+    summary = scan_genome.main(
+        argv + ["--out", str(tmp_path / "pwm.bed"), "--gff", str(tmp_path / "pwm.gff3")]
+    )
+    assert summary["pwm"]["hits"] == len(held) == written[0] > 30 and max(held) == 0
+    assert (tmp_path / "pwm.bed").read_text() == (tmp_path / "alone.bed").read_text()
+    gff = [line for line in (tmp_path / "pwm.gff3").read_text().splitlines() if not line.startswith("#")]
+    assert len(gff) == len(held)
+
+
+def test_script_rejects_two_outputs_at_one_path_and_a_bad_device(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["model", "g.fa", "--out", "x.bed"]
+    for extra, message in [
+        (["--gff", "x.bed"], "--out and --gff name the same file x.bed"),
+        (["--gff", "./sub/../x.bed"], "--out and --gff name the same file ./sub/../x.bed"),
+        (
+            ["--pwm", "m.txt", "--pwm-out", str(tmp_path / "x.bed")],
+            f"--out and --pwm-out name the same file {tmp_path / 'x.bed'}",
+        ),
+        (["--gff", "y.gff3", "--summary", "y.gff3"], "--gff and --summary name the same file y.gff3"),
+        (["--summary", "g.fa"], "the FASTA and --summary name the same file g.fa"),
+        (["--device", "nosuch"], "--device nosuch: Expected one of cpu, cuda"),
+    ]:
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        with pytest.raises(SystemExit) as e:
+            scan_genome.parse_args(base + extra)
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert e.value.code == 2 and f": error: {message}" in last
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            scan_genome.parse_args(base + ["--device", "cuda"])
+        assert "error: --device cuda: " in capsys.readouterr().err
+    assert scan_genome.parse_args(base + ["--gff", "x.gff3", "--device", "cpu"]).device == "cpu"
 
 
 def test_script_help_and_argument_errors(capsys):

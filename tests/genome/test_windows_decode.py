@@ -10,6 +10,7 @@ import pytest
 from hf_sparse.genome.decode import SpanDecoder, WindowMerger
 from hf_sparse.genome.fasta_index import MemoryFasta
 from hf_sparse.genome.windows import (
+    _Cursor,
     find_segments,
     iter_windows,
     n_runs,
@@ -56,6 +57,27 @@ def test_windows_cover_each_segment_and_settle_each_base_once():
         settled += [(w.record, p) for p in range(w.start, w.final)]
     expected = [(r, p) for r, a, b in segs for p in range(a, b)]
     assert settled == expected
+
+
+def test_the_cursor_holds_one_window_and_one_chunk_across_a_skipped_n_run():
+    seq = "ACGT" * 25 + "N" * 5_000 + "ACGT" * 25
+    fa = MemoryFasta([("a", seq), ("gap", "N" * 300), ("b", "ACG" * 40)])
+    held = []
+
+    def chunks():
+        for chunk in fa.iter_chunks(7):
+            held.append(len(cursor._buf))  # what the cursor holds when it asks for one more chunk
+            yield chunk
+
+    cursor = _Cursor(chunks())
+    windows = list(plan_windows(find_segments(fa, skip_n=100), window=32, stride=24))
+    for w in windows:
+        assert (
+            cursor.read(w.record, w.start, w.end)
+            == dict([("a", seq), ("b", "ACG" * 40)])[w.record][w.start : w.end]
+        )
+    assert len(windows) == 13 and len(held) > 700
+    assert max(held) < 32 + 7
 
 
 def test_bad_window_arguments():

@@ -74,14 +74,37 @@ def fixed_length_spans(
     return spans[::-1]
 
 
+def check_span_decoding(config, span_decoding: str | None = None) -> str:
+    """The span decoding to use (``span_decoding``, default the config's), checked against the config:
+    ``ValueError`` for a name other than ``"bio"``/``"fixed_length"``, or for ``"fixed_length"`` when a
+    motif has no length in ``config.motif_lengths`` (the pipeline's errors)."""
+    how = span_decoding or getattr(config, "span_decoding", "bio")
+    if how not in ("bio", "fixed_length"):
+        raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {how!r}")
+    if how == "fixed_length":
+        names = sorted({t[2:] for t in config.id2label.values() if t[:2] in ("B-", "I-")})
+        missing = [n for n in names if n not in (getattr(config, "motif_lengths", None) or {})]
+        if missing:
+            raise ValueError(f"fixed-length decoding needs the length of every motif; missing {missing}")
+    return how
+
+
+def span_tags(probs: np.ndarray, config, how: str, motif: str, start: int, end: int) -> list[int]:
+    """Tag ids a span ``[start, end)`` is scored by (its score: their mean probability), as the
+    ``dna-motif-detection`` pipeline scores it: ``I-X`` on its first base when ``bio`` decoding started it
+    at an ``I-X`` (no ``B-X`` before it), else ``B-X``; ``I-X`` on the others."""
+    inside = config.label2id["I-" + motif]
+    first = config.label2id["B-" + motif]
+    if how == "bio" and int(probs[start].argmax()) == inside:
+        first = inside
+    return [first] + [inside] * (end - start - 1)
+
+
 def decode_spans(probs: np.ndarray, config, span_decoding: str | None = None) -> list[tuple[str, int, int]]:
     """Spans ``(motif, start, end)`` from per-base tag probabilities ``(n, tags)`` with the config's
     ``span_decoding`` (or the one given): ``"bio"`` (argmax tags) or ``"fixed_length"``."""
-    how = span_decoding or getattr(config, "span_decoding", "bio")
-    if how == "fixed_length":
+    if check_span_decoding(config, span_decoding) == "fixed_length":
         return fixed_length_spans(np.log(np.clip(probs, 1e-12, None)), config.id2label, config.motif_lengths)
-    if how != "bio":
-        raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {how!r}")
     return spans_from_bio([config.id2label[int(i)] for i in probs.argmax(-1)])
 
 
@@ -280,11 +303,7 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
                 margin[pos[take]] = m[take]
             how = span_decoding or getattr(cfg, "span_decoding", "bio")
             for motif, a, b in decode_spans(probs, cfg, how):
-                first = cfg.label2id["B-" + motif]
-                if how == "bio" and int(probs[a].argmax()) == cfg.label2id["I-" + motif]:
-                    first = cfg.label2id["I-" + motif]  # an I- with no B- before it started the span
-                tags = [first] + [cfg.label2id["I-" + motif]] * (b - a - 1)
-                score = float(probs[np.arange(a, b), tags].mean())  # mean probability of the span's tags
+                score = float(probs[np.arange(a, b), span_tags(probs, cfg, how, motif, a, b)].mean())
                 if score < min_score:
                     continue
                 counts = (cfg.motifs or {}).get(motif)
@@ -311,4 +330,11 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
         return result
 
 
-__all__ = ["DNAMotifDetectionPipeline", "decode_spans", "fixed_length_spans", "strand_of"]
+__all__ = [
+    "DNAMotifDetectionPipeline",
+    "check_span_decoding",
+    "decode_spans",
+    "fixed_length_spans",
+    "span_tags",
+    "strand_of",
+]

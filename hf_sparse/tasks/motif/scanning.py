@@ -49,9 +49,10 @@ def scan(
       ``(score - min) / (max - min) >= threshold``, with ``min``/``max`` the lowest/highest possible scores; or
     - absolute (``min_score``): a window passes iff ``score >= min_score``.
 
-    Passing both is a ``ValueError``. Comparisons allow 1e-9 bits of rounding. With ``both_strands`` the reverse
-    strand is scanned too; its hits are reported in forward coordinates with strand ``"-"`` (a palindromic site
-    gives one hit per strand).
+    Passing both is a ``ValueError``. Comparisons allow 1e-9 bits of rounding. A window made only of N (and
+    other ambiguity codes) is never reported: it scores 0 bits, which a low cut-off would pass (a relative
+    0.774 for CTCF), though it holds no site. With ``both_strands`` the reverse strand is scanned too; its
+    hits are reported in forward coordinates with strand ``"-"`` (a palindromic site gives one hit per strand).
 
     Returns:
         ``[{"motif": name, "start": int, "end": int, "strand": "+" | "-", "score": float}]`` sorted by start,
@@ -79,10 +80,13 @@ def scan(
             )
         cutoff = worst + t * (best - worst)
     hits: list[dict[str, Any]] = []
+    n_before = np.concatenate([[0], np.cumsum(codes == 4)])  # (len + 1,) N/ambiguity codes before each base
+    L = lo.shape[1]
+    some_base = n_before[L:] - n_before[: max(len(n_before) - L, 0)] < L  # (windows,) not all N
     strands = [("+", lo), ("-", lo[::-1, ::-1])] if both_strands else [("+", lo)]
     for strand, matrix in strands:
         scores = _window_scores(codes, matrix)
-        for s in np.flatnonzero(scores >= cutoff - _SCORE_TOLERANCE):
+        for s in np.flatnonzero((scores >= cutoff - _SCORE_TOLERANCE) & some_base):
             hits.append(
                 {
                     "motif": motif.name,
