@@ -4,9 +4,12 @@ format its extension names (``.png``, ``.pdf``, ``.svg``, ``.jpg``, ...; PNG wit
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
+
+from .utils.io import atomic_open
 
 
 def pyplot():
@@ -37,11 +40,18 @@ def _save(fig, path):
             raise ValueError(
                 f"cannot save a figure as {path!r}: matplotlib writes {', '.join('.' + f for f in sorted(formats))}"
             )
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = path + ".tmp"
-        fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)  # atomic: never a half-written file
+        with atomic_open(path, "wb") as f:  # never a half-written file, no temporary file left on an error
+            fig.savefig(f, format=fmt, dpi=120, bbox_inches="tight")
     return fig
+
+
+def _percent(fraction: float) -> str:
+    """``fraction`` as a percentage with one decimal (13.6%), or two significant digits of its distance to 0%
+    or 100% where one decimal would round it to 0.0% or 100.0% (SlidingWindow(64) at 200k positions:
+    0.032%)."""
+    rest = min(fraction, 1 - fraction) * 100
+    digits = 1 if rest <= 0 or rest >= 0.1 else 1 - math.floor(math.log10(rest))
+    return f"{fraction:.{digits}%}"
 
 
 def _check_head(pattern, head, shape) -> int:
@@ -121,6 +131,12 @@ def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, 
     if not isinstance(n, int) or n <= 0:
         raise ValueError(f"n must be a positive int, got {n!r}")
     bound = pattern.bind(n) if not pattern.content_based else pattern
+    lengths = getattr(bound, "bound_lengths", None)  # a content-based pattern bound to queries and keys
+    if lengths is not None and tuple(lengths) != (n, n):
+        raise ValueError(
+            f"n={n}, but {pattern.__name__} was bound to {lengths[0]} queries and {lengths[1]} keys: plot it at "
+            f"n={lengths[1]}, or bind it to queries and keys of length {n}"
+        )
     if n <= PLOT_CELLS:
         mask = bound.dense_mask(n)
         heads = _check_head(pattern, head, mask.shape)
@@ -140,7 +156,7 @@ def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, 
         ax.set_ylim(n - 0.5, -0.5)
     which = f"head {head}: " if heads > 1 else ""
     pooled = f" ({cell}x{cell} positions a cell)" if cell > 1 else ""
-    ax.set_title(f"{title or pattern.__name__}\n{which}{density:.1%} of pairs{pooled}", fontsize=9)
+    ax.set_title(f"{title or pattern.__name__}\n{which}{_percent(density)} of pairs{pooled}", fontsize=9)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     return _save(fig, path)
@@ -158,7 +174,9 @@ def show_heatmaps(
     """Grid of heatmaps (as in d2l's ``show_heatmaps``).
 
     ``matrices``: (rows, cols, queries, keys), e.g. (layers, heads, q, k) attention weights; a 2-D or
-    3-D tensor is promoted to one row.
+    3-D tensor is promoted to one row. ``titles``: one per column (the same in every row), or one list of
+    titles per row. Every panel shares one colour scale (the range of all the finite values), which the
+    colorbar shows.
     """
     plt = pyplot()
     m = torch.as_tensor(matrices).detach().float().cpu()
@@ -169,21 +187,27 @@ def show_heatmaps(
     while m.dim() < 4:
         m = m.unsqueeze(0)
     rows, cols = m.shape[:2]
+    nested = titles is not None and len(titles) > 0 and isinstance(titles[0], (list, tuple))
+    if titles is not None and (
+        len(titles) != (rows if nested else cols) or nested and any(len(t) != cols for t in titles)
+    ):
+        want = f"{rows} lists of {cols} titles (one per row)" if nested else f"{cols} titles (one per column)"
+        raise ValueError(f"titles must hold {want} for matrices of shape {tuple(m.shape)}, got {titles!r}")
+    finite = m[torch.isfinite(m)]
+    norm = plt.Normalize(finite.min().item(), finite.max().item()) if finite.numel() else plt.Normalize()
     fig, axes = plt.subplots(
         rows, cols, figsize=(figsize[0] * cols, figsize[1] * rows), sharex=True, sharey=True, squeeze=False
     )
     for i in range(rows):
         for j in range(cols):
             ax = axes[i][j]
-            pcm = ax.imshow(m[i, j].numpy(), cmap=cmap, interpolation="nearest")
+            pcm = ax.imshow(m[i, j].numpy(), cmap=cmap, norm=norm, interpolation="nearest")
             if i == rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
                 ax.set_ylabel(ylabel)
             if titles is not None:
-                ax.set_title(
-                    titles[j] if rows == 1 or not isinstance(titles[0], (list, tuple)) else titles[i][j]
-                )
+                ax.set_title(titles[i][j] if nested else titles[j])
     fig.colorbar(pcm, ax=axes, shrink=0.6)
     return _save(fig, path)
 

@@ -1,7 +1,7 @@
 """Pattern gallery (``make gallery``): a heatmap of every pattern family and a quick benchmark.
 
 Writes outputs/gallery/*.png (one heatmap per pattern + a grid), outputs/gallery/patterns.md
-(rule, density at 4k and 16k tokens, kept tiles), and outputs/bench/attention.{md,json,png}.
+(rule, density at 4k and 16k tokens), and outputs/bench/attention.{md,json,png}.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def table_row(*cells: str) -> str:
 
 
 def gallery(n=128):
+    from hf_sparse.utils.io import atomic_write
     from hf_sparse.viz import _save, plot_pattern, pyplot
 
     out = os.path.join(OUT, "gallery")
@@ -86,8 +87,7 @@ def gallery(n=128):
         ax.axis("off")
     fig.tight_layout()
     _save(fig, os.path.join(out, "gallery.png"))
-    with open(os.path.join(out, "patterns.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    atomic_write(os.path.join(out, "patterns.md"), "\n".join(lines) + "\n")
     print(f"gallery: {len(items)} patterns -> {out}/gallery.png, {out}/patterns.md")
 
 

@@ -169,3 +169,125 @@ def test_gallery_table_escapes_the_pipes_in_its_cells(tmp_path, monkeypatch):
     cells = [re.split(r"(?<!\\)\|", row.strip().strip("|")) for row in rows]  # GFM splits at unescaped pipes
     assert [len(c) for c in cells] == [4, 4, 4]  # header, rule, the union's row
     assert cells[2][0].strip() == "`SlidingWindow(32) \\| Global(every=40)`"
+
+
+def test_show_heatmaps_panels_share_one_colour_scale():
+    """Each panel was scaled on its own while the one colorbar showed the last panel's scale."""
+    a, b = torch.zeros(4, 4), torch.zeros(4, 4)
+    a[0, 0], b[0, 0], b[1, 1] = 1.0, 0.01, -0.5
+    fig = show_heatmaps(torch.stack([a, b])[None], titles=["max 1.0", "max 0.01"])
+    images = [im for ax in fig.axes for im in ax.get_images()]
+    assert len(images) == 2
+    assert [im.get_clim() for im in images] == [(-0.5, 1.0), (-0.5, 1.0)]
+    (colorbar,) = [ax for ax in fig.axes if not ax.get_images()]
+    assert colorbar.get_ylim() == (-0.5, 1.0)
+    fig = show_heatmaps(
+        torch.tensor([[float("nan"), 2.0], [0.5, 1.0]])
+    )  # NaN cells are left out of the scale
+    assert fig.axes[0].get_images()[0].get_clim() == (0.5, 2.0)
+
+
+@pytest.mark.parametrize(
+    "shape, titles, match",
+    [
+        (
+            (1, 3, 4, 4),
+            ["a"],
+            r"titles must hold 3 titles \(one per column\) for matrices of shape \(1, 3, 4, 4\)",
+        ),
+        ((2, 2, 4, 4), ["a", "b", "c"], r"titles must hold 2 titles \(one per column\)"),
+        ((2, 2, 4, 4), [["a", "b"], ["c"]], r"titles must hold 2 lists of 2 titles \(one per row\)"),
+        ((2, 2, 4, 4), [["a", "b"]], r"titles must hold 2 lists of 2 titles"),
+    ],
+)
+def test_show_heatmaps_titles_must_fit_the_grid(shape, titles, match):
+    with pytest.raises(ValueError, match=match):
+        show_heatmaps(torch.rand(shape), titles=titles)
+
+
+def test_show_heatmaps_titles_per_column_or_per_panel():
+    fig = show_heatmaps(torch.rand(2, 2, 4, 4), titles=[["a", "b"], ["c", "d"]])
+    assert [ax.get_title() for ax in fig.axes if ax.get_images()] == ["a", "b", "c", "d"]
+    fig = show_heatmaps(torch.rand(2, 2, 4, 4), titles=["h0", "h1"])
+    assert [ax.get_title() for ax in fig.axes if ax.get_images()] == ["h0", "h1", "h0", "h1"]
+
+
+def test_save_leaves_no_temporary_file_and_shares_no_temporary_name(tmp_path):
+    """The figure went to '<path>.tmp', left behind when the rename failed, and shared by concurrent writers."""
+    target = tmp_path / "fig.png"
+    target.mkdir()  # the rename onto it fails
+    with pytest.raises(OSError):
+        show_heatmaps(torch.rand(3, 3), path=target)
+    assert [p.name for p in tmp_path.iterdir()] == ["fig.png"]
+    other = tmp_path / "other.png"
+    (tmp_path / "other.png.tmp").mkdir()  # the old fixed temporary name is taken
+    show_heatmaps(torch.rand(3, 3), path=other)
+    assert other.read_bytes().startswith(PNG)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "other.png", "other.png.tmp"]
+
+
+def test_density_in_the_title_keeps_two_significant_digits():
+    from hf_sparse.viz import _percent
+
+    assert [_percent(x) for x in (0.136, 0.0, 1.0, 0.001, 0.00025, 0.999975, 1.2e-7)] == [
+        "13.6%",
+        "0.0%",
+        "100.0%",
+        "0.1%",
+        "0.025%",
+        "99.9975%",
+        "0.000012%",
+    ]
+    n, pattern = 20_000, P.SlidingWindow(window=2)  # 3 keys a query: 0.015% of pairs, shown as 0.0%
+    title = plot_pattern(pattern, n).axes[0].get_title()
+    assert pattern.density(n) == pytest.approx(0.00015, rel=1e-3)
+    assert title.splitlines()[1].startswith("0.015% of pairs")
+
+
+@pytest.mark.parametrize("n", [32, 100, 2048])
+@pytest.mark.parametrize("name", ["lsh", "topk_blocks"])
+def test_plot_of_a_content_based_pattern_bound_at_another_length_raises(name, n):
+    """It plotted a crop of the bound mask (n < 64), invented rows (clamped indices) or failed in a reshape."""
+    x = torch.randn(1, 1, 64, 16, generator=torch.Generator().manual_seed(0))
+    pattern = P.LSH(bucket_size=16) if name == "lsh" else P.TopKBlocks(block=16, k=2)
+    bound = pattern.bind(64, query=x, key=x)
+    with pytest.raises(
+        ValueError, match=rf"n={n}, but {pattern.__name__} was bound to 64 queries and 64 keys"
+    ):
+        bound.plot(n)
+    assert bound.plot(64).axes[0].get_images()[0].get_array().shape == (64, 64)
+    if name == "lsh":
+        with pytest.raises(
+            ValueError, match=rf"was bound to 64 queries and 64 keys, got q_len={n}, kv_len={n}"
+        ):
+            bound.dense_mask(n)
+        torch.testing.assert_close(
+            bound.dense_mask(1, 64), bound.dense_mask(64)[..., -1:, :]
+        )  # the last query
+
+
+def test_gallery_keeps_the_previous_table_when_writing_it_fails(tmp_path, monkeypatch):
+    """patterns.md was truncated before it was written: an error while writing lost the previous table."""
+    from tests.script_loader import load_script
+
+    gallery = load_script("gallery")
+
+    class Undecodable(P.SlidingWindow):
+        pass
+
+    Undecodable.__doc__ = "A rule that UTF-8 cannot encode: \ud800."  # its row of the table
+
+    import hf_sparse.viz as viz
+
+    monkeypatch.setattr(viz, "_save", lambda fig, path: fig)  # the table only
+    monkeypatch.setattr(gallery, "OUT", str(tmp_path))
+    monkeypatch.setattr(gallery, "content_examples", lambda n: {})
+    monkeypatch.setattr(gallery, "gallery_patterns", lambda: {"SlidingWindow(4)": P.SlidingWindow(window=4)})
+    gallery.gallery(n=16)
+    table = tmp_path / "gallery" / "patterns.md"
+    before = table.read_text()
+    monkeypatch.setattr(gallery, "gallery_patterns", lambda: {"SlidingWindow(4)": Undecodable(window=4)})
+    with pytest.raises(UnicodeEncodeError):
+        gallery.gallery(n=16)
+    assert table.read_text() == before
+    assert not [p.name for p in table.parent.iterdir() if p.name.endswith(".tmp")]

@@ -48,11 +48,14 @@ def load(name: str, config_name: str | None = None, **kwargs):
     """``evaluate.load`` of the shipped module ``name`` (offline: a local path), kept in memory.
 
     ``config_name`` picks a module's configuration (``dialogue_act_f1``: ``"multilabel"`` for 0/1 rows);
-    other keywords go to ``evaluate.load``.
+    other keywords go to ``evaluate.load``. With ``num_process > 1`` (evaluate's distributed mode: each process
+    adds its examples, process 0 computes over all) the inputs go through cache files in ``cache_dir``, which
+    every process must share, with one ``experiment_id``; it is not kept in memory there.
     """
     import evaluate
 
-    kwargs.setdefault("keep_in_memory", True)  # no cache file or lock: safe in every Trainer process
+    if kwargs.get("num_process", 1) == 1:
+        kwargs.setdefault("keep_in_memory", True)  # no cache file or lock: safe in every Trainer process
     return evaluate.load(module_path(name), config_name, **kwargs)
 
 

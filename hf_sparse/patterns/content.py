@@ -16,6 +16,7 @@ from .base import (
     Pattern,
     Plan,
     check_bool,
+    check_lengths,
     check_positive_int,
     check_seed,
     register_pattern,
@@ -108,6 +109,22 @@ class LSHBuckets(Pattern):
         qi = (i - off).clamp(min=0, max=hq.shape[0] - 1)
         jj = j.clamp(min=0, max=hk.shape[0] - 1)
         return (hq[qi][..., rounds] == hk[jj][..., rounds]).any(-1)
+
+    @property
+    def bound_lengths(self) -> tuple[int, int]:
+        """The (query, key) lengths the buckets were computed for."""
+        return self.hq.shape[2], self.hk.shape[2]
+
+    def dense_mask(self, q_len, kv_len=None, device=None):
+        # positions past the buckets would read the last bucket (the indices are clamped): refuse other lengths
+        q_len, kv_len = check_lengths(q_len, kv_len)
+        bound_q, bound_kv = self.bound_lengths
+        if kv_len != bound_kv or q_len > bound_q:
+            raise ValueError(
+                f"{self.__name__} was bound to {bound_q} queries and {bound_kv} keys, got q_len={q_len}, "
+                f"kv_len={kv_len}: bind it to queries and keys of the length wanted"
+            )
+        return super().dense_mask(q_len, kv_len, device)
 
     def varies(self):
         return self.hq.shape[0] > 1, self.hq.shape[1] > 1
@@ -250,7 +267,9 @@ class TopKBlocks(Pattern):
 
     def bind(self, q_len, kv_len=None, *, query=None, key=None):
         _check_qk(self, query, key)
-        return BlockSet(self.block, self.select(query, key).cpu(), causal=self.causal, source=self)
+        bound = BlockSet(self.block, self.select(query, key).cpu(), causal=self.causal, source=self)
+        bound.bound_lengths = (query.shape[-2], key.shape[-2])  # what a plot checks its n against
+        return bound
 
     def _params(self):
         return {"block": self.block, "k": self.k, "causal": self.causal}

@@ -101,6 +101,137 @@ def test_dialogue_act_f1_multilabel_configuration_equals_act_names():
 
 
 @pytest.mark.parametrize(
+    "rows",
+    [
+        [[2, 0]],  # a count
+        [[1, -100]],  # label padding
+        [[0.7, 0.2]],  # probabilities (an int feature truncated them to 0)
+        [[-3.2, 1.5]],  # logits (bool() made them 1)
+        [[1, 0], [0.5, 1]],  # in a later row
+    ],
+)
+@pytest.mark.parametrize("column", ["predictions", "references"])
+def test_dialogue_act_f1_multilabel_rejects_values_other_than_0_and_1(rows, column):
+    inputs = {"predictions": [[1, 0]] * len(rows), "references": [[1, 0]] * len(rows), column: rows}
+    bad = next(i for i, row in enumerate(rows) if row != [1, 0])
+    with pytest.raises(
+        ValueError, match=rf"{column}\[{bad}\] must contain only 0 and 1 \(or booleans\), got \["
+    ):
+        metrics.load("dialogue_act_f1", "multilabel").compute(**inputs, labels=["INFORM", "REQUEST"])
+
+
+def test_dialogue_act_f1_multilabel_takes_bools_floats_and_tensors_of_0_and_1():
+    import torch
+
+    metric = metrics.load("dialogue_act_f1", "multilabel")
+    want = metric.compute(predictions=[[1, 0], [0, 1]], references=[[1, 1], [0, 1]])
+    assert want["micro"] == pytest.approx(0.8)
+    for predictions in ([[True, False], [False, True]], [[1.0, 0.0], [0.0, 1.0]], torch.eye(2)):
+        assert metric.compute(predictions=predictions, references=[[1, 1], [0, 1]]) == want
+    with pytest.raises(ValueError, match=r"predictions\[1\] has 3 columns, predictions\[0\] has 2"):
+        metric.compute(predictions=[[1, 0], [0, 1, 0]], references=[[1, 1], [0, 1]])
+
+
+_STR_ROW = {  # (module, good row, the same row as one str: evaluate split it into characters)
+    "dialogue_act_f1": (["REQUEST"], "REQUEST"),
+    "per_base_f1": (["O", "O"], "OO"),
+    "span_f1": ([{"type": "A", "start": 0, "end": 2}], "A02"),
+    "ranking": ([0.1, 0.9], "19"),
+}
+
+
+@pytest.mark.parametrize("name", list(_STR_ROW))
+@pytest.mark.parametrize("column", ["predictions", "references"])
+def test_a_str_where_a_list_is_expected_raises_naming_its_row(name, column):
+    """evaluate checks only a column's first row: a str in a later one was split into characters."""
+    if name == "ranking" and column == "references":
+        pytest.skip("ranking's references are indices")
+    good, bad = _STR_ROW[name]
+    refs = [0, 1] if name == "ranking" else [good, good]
+    inputs = {"predictions": [good, good], "references": refs}
+    inputs[column] = [good, bad]
+    with pytest.raises(TypeError, match=rf"{column}\[1\] must be a list.*, got '{bad}'"):
+        metrics.load(name).compute(**inputs)
+    metric = metrics.load(name)  # in a later batch, and with add()
+    metric.add_batch(**{k: v[:1] for k, v in inputs.items()})
+    with pytest.raises(TypeError, match=rf"{column}\[0\] must be a list.*, got '{bad}'"):
+        metric.add_batch(**{k: v[1:] for k, v in inputs.items()})
+    with pytest.raises(TypeError, match=rf"{column[:-1]} must be a list.*, got '{bad}'"):
+        metric.add(**{k[:-1]: v[1] for k, v in inputs.items()})
+
+
+def test_rows_of_the_wrong_type_raise_naming_them():
+    with pytest.raises(TypeError, match=r"predictions\[1\]\[1\] must be a str, got 5"):
+        metrics.load("per_base_f1").compute(predictions=[["O"], ["O", 5]], references=[["O"], ["O", "O"]])
+    with pytest.raises(TypeError, match=r"references\[1\] must be an int, got 1.5"):
+        metrics.load("ranking").compute(predictions=[[0.1, 0.2], [0.1, 0.2]], references=[0, 1.5])
+
+
+def _span(start=3, end=9, **fields):
+    return {"type": "CTCF", "start": start, "end": end, **fields}
+
+
+@pytest.mark.parametrize("name", ["span_f1", "span_overlap_f1"])
+def test_span_modules_match_on_strand_as_the_task_functions_do(name):
+    from hf_sparse.tasks.motif import metrics as motif
+
+    cases = [
+        ([_span(strand="+")], [_span(strand="+")]),
+        ([_span(strand="-")], [_span(strand="+")]),
+        ([_span()], [_span(strand="+")]),
+        ([_span(strand="+"), _span(20, 30)], [_span(4, 9, strand="+"), _span(21, 30)]),
+    ]
+    for predictions, references in cases:
+        got = metrics.load(name).compute(predictions=[predictions], references=[references])
+        tuples = [[tuple(s.values()) for s in spans] for spans in (references, predictions)]
+        assert got == getattr(motif, name)(*tuples)
+    assert metrics.load(name).compute(predictions=[cases[1][0]], references=[cases[1][1]])["f1"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "span, error, match",
+    [
+        (_span(end=9.7), TypeError, r"predictions\[0\]\[0\]\['end'\] must be an int, got 9.7"),
+        (_span(start=True), TypeError, r"predictions\[0\]\[0\]\['start'\] must be an int, got True"),
+        ({"type": "CTCF", "start": 3}, ValueError, r"predictions\[0\]\[0\] has no 'end' field"),
+        (_span(score=0.9), ValueError, r"predictions\[0\]\[0\] has unknown field 'score'"),
+        (_span(strand=1), TypeError, r"predictions\[0\]\[0\]\['strand'\] must be a str, got 1"),
+        (("CTCF", 3, 9), TypeError, r"predictions\[0\]\[0\] must be a span dict"),
+    ],
+)
+def test_span_modules_reject_bad_span_fields_naming_them(span, error, match):
+    with pytest.raises(error, match=match):
+        metrics.load("span_f1").compute(predictions=[[span]], references=[[_span()]])
+
+
+def test_load_in_evaluate_distributed_mode(tmp_path):
+    """num_process=2: each process adds its examples to a cache file, process 0 computes over all (here the two
+    processes are threads). load kept every module in memory, which evaluate refuses with num_process > 1."""
+    import threading
+
+    inputs = {0: ([[_span(0, 2)]], [[_span(0, 2)]]), 1: ([[_span(5, 7)]], [[_span(1, 3)]])}
+    out = {}
+
+    def process(rank):
+        metric = metrics.load(
+            "span_f1", num_process=2, process_id=rank, cache_dir=str(tmp_path), experiment_id="t"
+        )
+        predictions, references = inputs[rank]
+        metric.add_batch(predictions=predictions, references=references)
+        out[rank] = metric.compute()
+
+    threads = [threading.Thread(target=process, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    want = metrics.load("span_f1").compute(
+        predictions=inputs[0][0] + inputs[1][0], references=inputs[0][1] + inputs[1][1]
+    )
+    assert out == {0: want, 1: None} and want["f1"] == 0.5
+
+
+@pytest.mark.parametrize(
     "call, error, match",
     [
         (lambda: metrics.load("bleu"), ValueError, "unknown hf-sparse metric 'bleu'"),
@@ -126,8 +257,8 @@ def test_dialogue_act_f1_multilabel_configuration_equals_act_names():
             lambda: metrics.load("intent_accuracy").compute(
                 predictions=["a"], references=[["a"]], seen_intents=["a"]
             ),
-            ValueError,
-            "don't match the expected format",
+            TypeError,
+            r"references\[0\] must be a str, got \['a'\]",
         ),
         (
             lambda: metrics.load("span_f1").compute(

@@ -2,7 +2,9 @@
 
 import datasets
 import evaluate
+import numpy as np
 
+from hf_sparse.metrics import info
 from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.dialogue.metrics import dialogue_act_f1
 
@@ -12,7 +14,8 @@ occur in the references or the predictions) and the F1 of each act (nan for an a
 neither). `hf_sparse.tasks.dialogue.metrics.dialogue_act_f1` on the same inputs.
 
 Configurations: "default" takes the act names of each turn; "multilabel" takes one 0/1 row per turn
-(columns in the order of `labels`).
+(columns in the order of `labels`; a value other than 0 or 1, e.g. a probability, a logit or a -100
+padding, is a ValueError).
 """
 
 _KWARGS_DESCRIPTION = """
@@ -32,13 +35,26 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class DialogueActF1(evaluate.Metric):
+class DialogueActF1(info.CheckedMetric):
     def _info(self):
-        value = datasets.Value("int32" if self.config_name == "multilabel" else "string")
+        # "multilabel" rows are stored as floats: an int feature would truncate a probability to 0
+        value = datasets.Value("float64" if self.config_name == "multilabel" else "string")
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Sequence(value))
 
     def _compute(self, predictions, references, labels=None):
         if self.config_name == "multilabel":
-            predictions = [[bool(v) for v in row] for row in predictions]
-            references = [[bool(v) for v in row] for row in references]
+            predictions, references = (
+                _indicator("predictions", predictions),
+                _indicator("references", references),
+            )
         return dialogue_act_f1(references, predictions, labels=labels)
+
+
+def _indicator(name: str, rows) -> np.ndarray:
+    """The 0/1 rows of ``name`` as one (turns, acts) matrix; ValueError naming a row of other values or width."""
+    for i, row in enumerate(rows):
+        if len(row) != len(rows[0]):
+            raise ValueError(f"{name}[{i}] has {len(row)} columns, {name}[0] has {len(rows[0])}")
+        if not all(v in (0, 1) for v in row):
+            raise ValueError(f"{name}[{i}] must contain only 0 and 1 (or booleans), got {row!r}")
+    return np.asarray(rows, dtype=bool).reshape(len(rows), len(rows[0]) if rows else 0)

@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics import info
 from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.dialogue.metrics import intent_accuracy
 
@@ -29,16 +30,11 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class IntentAccuracy(evaluate.Metric):
+class IntentAccuracy(info.CheckedMetric):
+    none_ok = True  # a None reference: a turn not to score
+
     def _info(self):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Value("string"))
-
-    def _enforce_nested_string_type(self, schema, obj):
-        # evaluate checks only the first value of a column against Value("string"): let a None reference
-        # (a turn not to score) through there too, as everywhere else in the column
-        if obj is None:
-            return None
-        return super()._enforce_nested_string_type(schema, obj)
 
     def _compute(self, predictions, references, seen_intents=None):
         if seen_intents is None:

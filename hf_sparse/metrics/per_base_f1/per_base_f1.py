@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics import info
 from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.motif.metrics import per_base_f1
 
@@ -31,7 +32,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class PerBaseF1(evaluate.Metric):
+class PerBaseF1(info.CheckedMetric):
     def _info(self):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Sequence(datasets.Value("string")))
 

@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics import info
 from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.dialogue.ranking import ranking_metrics
 
@@ -29,7 +30,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Ranking(evaluate.Metric):
+class Ranking(info.CheckedMetric):
     def _info(self):
         scores, true_index = datasets.Sequence(datasets.Value("float64")), datasets.Value("int64")
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, scores, true_index)

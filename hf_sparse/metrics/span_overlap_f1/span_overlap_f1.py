@@ -2,14 +2,15 @@
 
 import evaluate
 
+from hf_sparse.metrics import spans
 from hf_sparse.metrics.info import metric_info
 from hf_sparse.metrics.spans import SPAN_FEATURES, SPAN_INPUTS_DESCRIPTION, span_tuples
 from hf_sparse.tasks.motif.metrics import span_overlap_f1
 
 _DESCRIPTION = """\
-Relaxed span scores: a predicted and a reference span match when their types are equal and their
-[start, end) intervals share at least one position. Precision = fraction of predicted spans that match
-some reference span, recall = fraction of reference spans matched by some predicted span, F1 their
+Relaxed span scores: a predicted and a reference span match when their types (and strands) are equal and
+their [start, end) intervals share at least one position. Precision = fraction of predicted spans that
+match some reference span, recall = fraction of reference spans matched by some predicted span, F1 their
 harmonic mean; micro over types and per type. `hf_sparse.tasks.motif.metrics.span_overlap_f1` on the
 same inputs.
 """
@@ -27,7 +28,7 @@ _KWARGS_DESCRIPTION = (
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class SpanOverlapF1(evaluate.Metric):
+class SpanOverlapF1(spans.SpanMetric):
     def _info(self):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, [SPAN_FEATURES])
 
