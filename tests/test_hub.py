@@ -145,6 +145,28 @@ def test_content_based_pattern_has_no_fixed_density():
     assert "**" not in card.text.split("## Attention pattern")[1].split("## Evaluation")[0]
 
 
+def test_a_per_layer_pattern_is_described_layer_by_layer():
+    """``config.attention_pattern`` may hold one pattern per layer: each layer, its density, their mean."""
+    layers = [P.SlidingWindow(window=8, causal=True)] * 2 + [P.Strided(stride=4, causal=True)]
+    card = _card(pattern=[p.to_dict() for p in layers])
+    text = card.text
+    section = text.split("## Attention pattern")[1].split("## Evaluation")[0]
+    for i, p in enumerate(layers):
+        assert f"    {p!r},  # layer {i}: {100 * p.density(512):.2f}% of the pairs at 512 tokens" in section
+    assert json.dumps([p.to_dict() for p in layers], indent=2) in section
+    mean = sum(p.density(512) for p in layers) / 3
+    assert f"**{100 * mean:.2f}%**" in section
+    assert (
+        "| Attention | per layer: layers 0-1: sliding_window(window=8, causal=true) · "
+        "layer 2: strided(stride=4, causal=true) |"
+    ) in text
+    assert "beltagy2020longformer" in text and "child2019sparse" in text  # every pattern's paper
+    with pytest.raises(ValueError, match=r"pattern\[1\] \{'type': 'nope'\} is not an hf_sparse pattern"):
+        _card(pattern=[layers[0], {"type": "nope"}])
+    with pytest.raises(ValueError, match="one pattern per layer, got an empty list"):
+        _card(pattern=[])
+
+
 @pytest.mark.parametrize(
     "pattern, key",
     [
@@ -556,6 +578,69 @@ def test_folder_validation(tmp_path):
     with pytest.raises(ValueError, match=r"has no config\.json") as info:
         hub.push_to_hub(tmp_path, "user/name")
     assert str(tmp_path) in str(info.value)
+
+
+@pytest.fixture
+def fake_upload(online, monkeypatch):
+    """HfApi mocked: what create_branch and upload_folder were called with."""
+    calls = {}
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    monkeypatch.setattr("huggingface_hub.HfApi.create_repo", lambda self, *a, **k: None)
+    monkeypatch.setattr(
+        "huggingface_hub.HfApi.create_branch", lambda self, *a, **k: calls.setdefault("branch", k)
+    )
+
+    def upload_folder(self, **k):
+        calls["upload"] = k
+        return type("Info", (), {"repo_url": "https://huggingface.co/someone/tiny"})()
+
+    monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", upload_folder)
+    return calls
+
+
+@pytest.mark.parametrize("shard", [None, "20KB"])
+def test_variant_weights_are_pushed(tmp_path, fake_upload, shard):
+    """save_pretrained(variant="fp16"): model.fp16.safetensors, or shards and model.safetensors.index.fp16.json."""
+    from transformers import AutoModelForMaskedLM
+
+    from tests.models.tiny import tiny_config
+
+    folder = tmp_path / "model"
+    kwargs = {"max_shard_size": shard} if shard else {}
+    AutoModelForMaskedLM.from_config(tiny_config()).save_pretrained(folder, variant="fp16", **kwargs)
+    weights = sorted(p.name for p in folder.iterdir() if "safetensors" in p.name)
+    assert weights and all(".fp16" in n for n in weights)
+    assert len(weights) > 2 if shard else weights == ["model.fp16.safetensors"]
+    hub.push_to_hub(folder, "someone/tiny")
+    sent = fake_upload["upload"]["allow_patterns"]
+    assert [n for n in sent if "safetensors" in n] == weights  # every shard and the index
+    assert "config.json" in sent
+
+
+def test_a_folder_without_weights_is_not_pushed(model_dir, fake_upload):
+    (model_dir / "model.safetensors").unlink()
+    (model_dir / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ValueError, match="holds no weights to push") as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny")
+    assert "left out: pytorch_model.bin" in str(info.value) and "Nothing was uploaded" in str(info.value)
+    assert "upload" not in fake_upload
+    assert hub_push.main([str(model_dir), "someone/motif-tiny"]) == 2  # the command line: one error line
+
+
+def test_an_adapter_folder_is_pushed(tmp_path, fake_upload):
+    """A LoRA run with merge_lora: false saves the adapter alone in output_dir (no config.json)."""
+    folder = tmp_path / "adapter_only"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (folder / "adapter_model.safetensors").write_bytes(os.urandom(64))
+    (folder / "tokenizer.json").write_text("{}")
+    hub.push_to_hub(folder, "someone/tiny", revision="dev")
+    assert fake_upload["upload"]["allow_patterns"] == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tokenizer.json",
+    ]
+    assert fake_upload["branch"]["branch"] == "dev" and fake_upload["upload"]["revision"] == "dev"
 
 
 def _run(args, env_extra=None, **kw):

@@ -243,8 +243,31 @@ def _environment(extra_dirs: Iterable[Path] = ()) -> jinja2.Environment:
     return env
 
 
+def _build_pattern(pattern, where: str):
+    from .. import patterns
+
+    try:
+        return patterns.from_dict(pattern)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where} {pattern!r} is not an hf_sparse pattern or spec: {e}") from e
+
+
+def _layer_runs(summaries: list[str]) -> str:
+    """``layers 0-2: a · layer 3: b``: the per-layer summaries, consecutive equal layers merged."""
+    runs: list[list] = []  # [first, last, summary]
+    for layer, summary in enumerate(summaries):
+        if runs and runs[-1][2] == summary:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer, summary])
+    return " · ".join(f"layer {a}: {s}" if a == b else f"layers {a}-{b}: {s}" for a, b, s in runs)
+
+
 def _pattern_facts(pattern, pattern_density, density_length, training_config):
-    """(repr, spec JSON, one-line summary, spec types, density, length, note) of the pattern."""
+    """(repr, spec JSON, one-line summary, spec types, density, length, note) of the pattern, or of a
+    per-layer list of patterns (``config.attention_pattern`` with one entry per layer): then the repr
+    lists the layers with their densities, and the density is their mean (the fraction of all layers'
+    pairs that is computed)."""
     if pattern_density is not None:
         pattern_density = _number("pattern_density", pattern_density)
         if not 0.0 <= pattern_density <= 1.0:
@@ -255,13 +278,15 @@ def _pattern_facts(pattern, pattern_density, density_length, training_config):
         raise ValueError(f"density_length must be a positive int, got {density_length!r}")
     if pattern is None:
         return None, None, None, [], pattern_density, density_length, None
-    from .. import patterns
-
-    try:
-        p = patterns.from_dict(pattern)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"pattern {pattern!r} is not an hf_sparse pattern or spec: {e}") from e
-    spec = p.to_dict()
+    per_layer = isinstance(pattern, (list, tuple))
+    if per_layer and not pattern:
+        raise ValueError("pattern must hold one pattern per layer, got an empty list")
+    built = (
+        [_build_pattern(q, f"pattern[{i}]") for i, q in enumerate(pattern)]
+        if per_layer
+        else [_build_pattern(pattern, "pattern")]
+    )
+    specs = [p.to_dict() for p in built]
     note = None
     if density_length is None:
         for key in _LENGTH_KEYS:
@@ -272,13 +297,37 @@ def _pattern_facts(pattern, pattern_density, density_length, training_config):
         else:
             density_length = 4096
     density = pattern_density
-    if density is None:
-        if p.content_based:
-            note = "content-based pattern: the kept pairs depend on the input, so there is no fixed density."
-        else:
-            density = float(p.density(density_length))
-    summary = _spec_summary(spec)
-    return repr(p), json.dumps(spec, indent=2), summary, _spec_types(spec), density, density_length, note
+    if density is None or per_layer:
+        densities = [None if p.content_based else float(p.density(density_length)) for p in built]
+        content = [i for i, d in enumerate(densities) if d is None]
+        if density is None and content:
+            where = f" (layer {', '.join(map(str, content))})" if per_layer else ""
+            note = (
+                f"content-based pattern{where}: the kept pairs depend on the input, so there is no fixed "
+                "density."
+            )
+        elif density is None:
+            density = sum(densities) / len(densities)  # per layer: the fraction of all layers' pairs computed
+    types = _spec_types(specs)
+    if not per_layer:
+        spec = specs[0]
+        return (
+            repr(built[0]),
+            json.dumps(spec, indent=2),
+            _spec_summary(spec),
+            types,
+            density,
+            density_length,
+            note,
+        )
+    mean = "; the density below is their mean" if density is not None and pattern_density is None else ""
+    lines = [f"[  # attention_pattern: one pattern per layer, {len(built)} layers{mean}"]
+    for i, (p, d) in enumerate(zip(built, densities)):
+        kept = "content-based" if d is None else f"{100 * d:.2f}% of the pairs at {density_length} tokens"
+        lines.append(f"    {p!r},  # layer {i}: {kept}")
+    lines.append("]")
+    summary = "per layer: " + _layer_runs([_spec_summary(sp) for sp in specs])
+    return "\n".join(lines), json.dumps(specs, indent=2), summary, types, density, density_length, note
 
 
 def render_model_card(
@@ -319,8 +368,9 @@ def render_model_card(
             dropped from the metric type) and a row of the metrics table. Needs ``dataset_name`` or
             ``datasets`` to say what was evaluated.
         dataset_name: readable name of the evaluation data; its type is ``datasets[0]`` if given.
-        pattern: an hf_sparse pattern, spec dict or registered name; the card shows its ``repr``,
-            its spec and its density.
+        pattern: an hf_sparse pattern, spec dict or registered name, or a list of them, one per layer
+            (a per-layer ``config.attention_pattern``); the card shows its ``repr``, its spec and its
+            density (per layer: each layer's pattern and density, and their mean).
         pattern_density: a precomputed density (fraction of pairs kept) used instead of
             ``pattern.density(density_length)``.
         training_config: settings for the training table (nested dicts are flattened with dots).

@@ -1,10 +1,11 @@
 """What the hub modules (and the recipes) share: atomic writes that follow the umask, the package version, repo
-ids, offline mode."""
+ids, offline mode, the command line that pushes a folder."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 
 from ..utils.io import atomic_write as _atomic_write
 
@@ -55,6 +56,34 @@ def require_local_or_cached(label: str, name, files=("config.json",), hint: str 
         )
 
 
+PUSH_COMMAND = "python -m hf_sparse.hub"
+_COMMIT_MESSAGE = "Upload hf-sparse model"
+
+
+def push_command(
+    folder,
+    repo_id,
+    private=False,
+    revision=None,
+    token_env="HF_TOKEN",
+    commit_message=_COMMIT_MESSAGE,
+    endpoint=None,
+) -> str:
+    """The command line that repeats a push of ``folder`` (every option that differs from its default)."""
+    cmd = f"{PUSH_COMMAND} {shlex.quote(str(folder))} {shlex.quote(repo_id)}"
+    if private:
+        cmd += " --private"
+    if revision:
+        cmd += f" --revision {shlex.quote(revision)}"
+    if token_env != "HF_TOKEN":
+        cmd += f" --token-env {shlex.quote(token_env)}"
+    if commit_message != _COMMIT_MESSAGE:
+        cmd += f" --commit-message {shlex.quote(commit_message)}"
+    if endpoint:
+        cmd += f" --endpoint {shlex.quote(endpoint)}"
+    return cmd
+
+
 def _version() -> str:
     from .. import __version__
 
@@ -82,4 +111,4 @@ def _check_repo_id(repo_id) -> str:
     return repo_id
 
 
-__all__ = ["_atomic_write", "_check_repo_id", "_version"]
+__all__ = ["PUSH_COMMAND", "_atomic_write", "_check_repo_id", "_version", "push_command"]

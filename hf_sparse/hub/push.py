@@ -13,19 +13,16 @@ import json
 import logging
 import os
 import re
-import shlex
 import socket
 import sys
 from pathlib import Path
 
 from .bundle import BUNDLE_MANIFEST
-from .common import _check_repo_id
+from .common import _COMMIT_MESSAGE, PUSH_COMMAND, _check_repo_id
 from .common import offline_reason as _offline_reason
+from .common import push_command as _push_command
 
 logger = logging.getLogger(__name__)
-
-PUSH_COMMAND = "python -m hf_sparse.hub"
-_COMMIT_MESSAGE = "Upload hf-sparse model"
 
 
 class HubError(RuntimeError):
@@ -47,8 +44,9 @@ _UPLOAD_NAMES = frozenset(
         # model
         "config.json",
         "generation_config.json",
-        "model.safetensors",
-        "model.safetensors.index.json",
+        # a PEFT adapter saved at the top (a recipe run with lora: true, merge_lora: false)
+        "adapter_config.json",
+        "adapter_model.safetensors",
         # tokenizer / processor
         "tokenizer.json",
         "tokenizer_config.json",
@@ -71,7 +69,12 @@ _UPLOAD_NAMES = frozenset(
         "log_history.json",
     }
 )
-_UPLOAD_PATTERNS = (re.compile(r"^model-\d+-of-\d+\.safetensors$"), re.compile(r"^[\w.-]+\.png$"))
+# Model weights as ``save_pretrained`` names them: ``model.safetensors``, shards
+# ``model-00001-of-00003.safetensors`` and their ``model.safetensors.index.json``; with ``variant="fp16"``:
+# ``model.fp16.safetensors``, ``model.fp16-00001-of-00003.safetensors``, ``model.safetensors.index.fp16.json``.
+_WEIGHTS = re.compile(r"^model(\.[\w-]+)?(-\d+-of-\d+)?\.safetensors$")
+_WEIGHTS_INDEX = re.compile(r"^model\.safetensors\.index(\.[\w-]+)?\.json$")
+_UPLOAD_PATTERNS = (_WEIGHTS, _WEIGHTS_INDEX, re.compile(r"^[\w.-]+\.png$"))
 _UPLOAD_ADAPTER = frozenset({"adapter_config.json", "adapter_model.safetensors", "README.md"})
 _BINARY_SUFFIXES = (".safetensors", ".png", ".model")
 
@@ -123,12 +126,14 @@ def _lora_run(folder: Path) -> bool:
 def upload_file_list(folder: str | os.PathLike) -> list[str]:
     """The files :func:`push_to_hub` sends from ``folder`` (paths relative to it, sorted).
 
-    An allow-list: the model (``config.json``, safetensors weights), tokenizer and processor files,
-    the card ``README.md``, the remote-code bundle (the ``.py`` files its manifest or ``auto_map``
-    names, and the manifest), results (``all_results.json``, ``log_history.json``, ``*.png``) and a
-    LoRA adapter in ``adapter/`` (unless ``all_results.json`` says the model was trained without LoRA:
-    then ``adapter/`` is an earlier run's). Everything else stays local: ``checkpoint-*/``, ``runs/``,
-    ``training_args.bin`` and any other pickle, temporary and hidden files.
+    An allow-list: the model (``config.json``, safetensors weights, sharded or not, with or without a
+    ``variant``), a PEFT adapter saved in the folder itself (``adapter_config.json``,
+    ``adapter_model.safetensors``), tokenizer and processor files, the card ``README.md``, the
+    remote-code bundle (the ``.py`` files its manifest or ``auto_map`` names, and the manifest), results
+    (``all_results.json``, ``log_history.json``, ``*.png``) and a LoRA adapter in ``adapter/`` (unless
+    ``all_results.json`` says the model was trained without LoRA: then ``adapter/`` is an earlier run's).
+    Everything else stays local: ``checkpoint-*/``, ``runs/``, ``training_args.bin`` and any other
+    pickle, temporary and hidden files.
     """
     folder = Path(folder)
     code = _remote_code_files(folder)
@@ -162,28 +167,29 @@ def _check_no_secrets(folder: Path, files: list[str], token: str | None) -> None
 
 
 def _check_folder(folder) -> Path:
+    """A saved model (``config.json``) or PEFT adapter (``adapter_config.json``) folder."""
     path = Path(folder)
     if not path.is_dir():
         raise ValueError(f"folder {str(folder)!r} does not exist or is not a directory")
-    if not (path / "config.json").is_file():
-        raise ValueError(f"folder {str(folder)!r} has no config.json; save the model there first")
+    if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+        raise ValueError(
+            f"folder {str(folder)!r} has no config.json (nor adapter_config.json); save the model there first"
+        )
     return path
 
 
-def _push_command(folder, repo_id, private, revision, token_env, commit_message, endpoint) -> str:
-    """The command line that repeats this push (every option that differs from its default)."""
-    cmd = f"{PUSH_COMMAND} {shlex.quote(str(folder))} {shlex.quote(repo_id)}"
-    if private:
-        cmd += " --private"
-    if revision:
-        cmd += f" --revision {shlex.quote(revision)}"
-    if token_env != "HF_TOKEN":
-        cmd += f" --token-env {shlex.quote(token_env)}"
-    if commit_message != _COMMIT_MESSAGE:
-        cmd += f" --commit-message {shlex.quote(commit_message)}"
-    if endpoint:
-        cmd += f" --endpoint {shlex.quote(endpoint)}"
-    return cmd
+def _check_weights(folder: Path, files: list[str]) -> None:
+    """Refuse an upload without weights (a model's or an adapter's): the repository would not load."""
+    names = [f.rsplit("/", 1)[-1] for f in files]
+    if any(_WEIGHTS.match(n) or n == "adapter_model.safetensors" for n in names):
+        return
+    suffixes = (".safetensors", ".bin", ".pt", ".pth")
+    left = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in suffixes)
+    raise ValueError(
+        f"folder {str(folder)!r} holds no weights to push (model*.safetensors or adapter_model.safetensors)"
+        + (f"; left out: {', '.join(left)} (pickles and unknown names are not pushed)" if left else "")
+        + "; save the model there with save_pretrained first. Nothing was uploaded."
+    )
 
 
 def _scrub(text: str, token: str | None) -> str:
@@ -234,7 +240,8 @@ def push_to_hub(
     """Create ``repo_id`` (if needed) and upload ``folder`` to it; return the repo URL.
 
     Args:
-        folder: a saved model folder (must contain ``config.json``); it is only read.
+        folder: a saved model folder (``config.json``, or ``adapter_config.json`` for a PEFT adapter, and
+            weights); it is only read.
         repo_id: ``"user/name"`` or ``"org/name"``.
         token: a Hub token with write access. Default: the environment variable ``token_env``,
             then huggingface_hub's own lookup (``HF_TOKEN``, the token saved by ``hf auth login``).
@@ -246,7 +253,8 @@ def push_to_hub(
         endpoint: Hub URL (default: ``HF_ENDPOINT`` or https://huggingface.co).
 
     Raises:
-        ValueError: a malformed ``repo_id``, or a ``folder`` that is missing or has no config.json.
+        ValueError: a malformed ``repo_id``, or a ``folder`` that is missing, has no config.json (nor
+            adapter_config.json) or no weights to upload.
         HubUnavailableError: the Hub cannot be reached (``HF_HUB_OFFLINE=1``, no network, DNS
             failure, timeout, 5xx); the message names the intact local folder and the command that
             pushes it later.
@@ -255,6 +263,8 @@ def push_to_hub(
     """
     repo_id = _check_repo_id(repo_id)
     path = _check_folder(folder)
+    files = upload_file_list(path)
+    _check_weights(path, files)
     if revision is not None and (not isinstance(revision, str) or not revision.strip()):
         raise ValueError(f"revision must be a branch name, got {revision!r}")
     if not isinstance(token_env, str) or not token_env:
@@ -283,7 +293,6 @@ def push_to_hub(
             f"or run `hf auth login`; {intact}"
         )
 
-    files = upload_file_list(path)
     _check_no_secrets(path, files, token)
     api = HfApi(endpoint=endpoint, token=token)
     network_errors = _network_error_types()
@@ -336,7 +345,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="push_to_hub",
         description="Upload a saved hf-sparse model folder to the Hugging Face Hub.",
     )
-    parser.add_argument("folder", help="saved model folder (with config.json); it is only read")
+    parser.add_argument(
+        "folder", help="saved model folder (with config.json, or adapter_config.json); it is only read"
+    )
     parser.add_argument("repo_id", help="target repository, 'user/name' or 'org/name'")
     parser.add_argument("--private", action="store_true", help="create the repository private")
     parser.add_argument(

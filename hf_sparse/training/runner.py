@@ -20,9 +20,10 @@ What ``output_dir`` holds at the end (written by the main process only):
 - ``log_history.json`` (kept current during training), ``loss.png`` (``plots``), ``runs/``
   (TensorBoard), ``README.md`` (``model_card``, via ``hf_sparse.hub``).
 
-With ``push_to_hub: true`` the folder is pushed once at the end through ``hf_sparse.hub.push_to_hub``
-(the Trainer's own per-save pushing is switched off); if the Hub is unreachable, :class:`HubPushError`
-is raised *after* everything local is written.
+With ``push_to_hub: true`` the folder is pushed once at the end through ``hf_sparse.hub.push_to_hub``, to
+the branch ``hub_revision`` if set (the Trainer's own per-save pushing is switched off, and a ``hub_strategy``
+other than ``end`` is an error before training); if the push fails (the Hub unreachable, or anything else),
+:class:`HubPushError` is raised *after* everything local is written.
 """
 
 from __future__ import annotations
@@ -206,26 +207,31 @@ def _training_config(recipe_args, training_args) -> dict[str, Any]:
 
 def _write_model_card(task, task_args, recipe_args, training_args, results, output_dir, model) -> str | None:
     """README.md via ``hf_sparse.hub``; skipped with a warning if that module is unavailable or the
-    card cannot be rendered (the error is recorded as ``model_card_error`` in the results)."""
+    card cannot be rendered (the error is recorded as ``model_card_error`` in the results). A metric that
+    is not finite (e.g. AUROC NaN on a split holding one class) is left out of the card, which names it."""
     try:
         from hf_sparse import hub
     except ImportError as e:
         logger.warning("model card skipped: hf_sparse.hub is not available (%s)", e)
         return None
-    metrics = {
-        k: v
-        for k, v in results.items()
-        if k.startswith(("eval_", "test_"))
-        and not k.endswith(("_runtime", "_per_second"))
-        and isinstance(v, (int, float))
-        and not isinstance(v, bool)
-    }
+    metrics, undefined = {}, {}
+    for k, v in results.items():
+        if (
+            k.startswith(("eval_", "test_"))
+            and not k.endswith(("_runtime", "_per_second"))
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+        ):
+            (metrics if math.isfinite(v) else undefined)[k] = v
+    if undefined:
+        listed = ", ".join(f"{k}={v}" for k, v in undefined.items())
+        logger.warning("model card: metrics left out because they are not finite: %s", listed)
     pattern = getattr(getattr(model, "config", None), "attention_pattern", None)
     kwargs = {
         "model_name": recipe_args.model_name or training_args.hub_model_id or Path(output_dir).name,
         "metrics": metrics,
         "dataset_name": f"{task.name} evaluation data",
-        "pattern": pattern if isinstance(pattern, (str, dict)) else None,
+        "pattern": pattern if isinstance(pattern, (str, dict, list)) else None,  # a list: one per layer
         "training_config": _training_config(recipe_args, training_args),
     }
     start = getattr(task_args, "model_name_or_path", None)
@@ -236,6 +242,11 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
     if training_args.hub_model_id:
         kwargs["repo_id"] = training_args.hub_model_id
     kwargs.update(task.card_info(task_args, metrics) or {})
+    if undefined:
+        kwargs["extra"] = {
+            **(kwargs.get("extra") or {}),
+            "metrics left out (not finite)": ", ".join(f"{k} = {v}" for k, v in undefined.items()),
+        }
     try:
         card = hub.render_model_card(task.descriptor or "sparse_transformer", **kwargs)
     except (ValueError, TypeError) as e:
@@ -246,29 +257,50 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
 
 
 def _check_push(recipe_args, training_args) -> None:
-    """Before training: a push needs a ``user/name`` hub_model_id (hf_sparse.hub requires the namespace)."""
+    """Before training: a push needs a ``user/name`` hub_model_id (hf_sparse.hub requires the namespace), a
+    hub_revision that names a branch, and no hub_strategy other than ``end``: the run pushes the final folder
+    once, at the end (never checkpoints during training)."""
+    src = recipe_args.source
     repo_id = training_args.hub_model_id
     if not repo_id or repo_id.count("/") != 1:
+        raise RecipeError(f"{src}: push_to_hub: true needs hub_model_id: 'user/name' (got {repo_id!r})")
+    revision = training_args.hub_revision
+    if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+        raise RecipeError(f"{src}: hub_revision must be a branch name, got {revision!r}")
+    strategy = (recipe_args.values or {}).get("hub_strategy")  # set by the recipe or an override
+    strategy = getattr(strategy, "value", strategy)
+    if strategy is not None and strategy != "end":
         raise RecipeError(
-            f"{recipe_args.source}: push_to_hub: true needs hub_model_id: 'user/name' (got {repo_id!r})"
+            f"{src}: hub_strategy={strategy!r} is not supported: the run pushes output_dir once when it ends "
+            "(checkpoints stay local); drop hub_strategy or set it to 'end'"
         )
 
 
 def _push(output_dir, recipe_args, training_args, token=None) -> str:
-    """Push ``output_dir`` with ``hf_sparse.hub.push_to_hub``; HubPushError with a one-line message."""
+    """Push ``output_dir`` with ``hf_sparse.hub.push_to_hub`` (to the branch ``hub_revision``, created if
+    missing); any failure is a HubPushError with a one-line message (the cause chained, for ``--debug``)."""
     try:
         from hf_sparse import hub
+        from hf_sparse.hub.common import push_command
     except ImportError as e:
         raise HubPushError(
             f"push_to_hub needs hf_sparse.hub, which cannot be imported ({e}); the local output at "
             f"{output_dir} is intact"
         ) from e
+    repo_id, revision = training_args.hub_model_id, training_args.hub_revision
     private = recipe_args.hub_private or bool(training_args.hub_private_repo)
     try:
-        return hub.push_to_hub(output_dir, training_args.hub_model_id, token=token, private=private)
+        return hub.push_to_hub(output_dir, repo_id, token=token, private=private, revision=revision)
     except hub.HubError as e:  # unreachable (HubUnavailableError), rejected credentials, refusal
         lines = str(e).strip().splitlines()
         raise HubPushError(lines[0] if lines else type(e).__name__) from e
+    except Exception as e:  # the folder cannot be pushed as it is (ValueError), or an unexpected failure
+        reason = " ".join(redact(f"{type(e).__name__}: {e}", [token] if token else []).split())
+        command = push_command(output_dir, repo_id, private, revision)
+        raise HubPushError(
+            f"pushing {output_dir} to {repo_id} failed ({reason}); the local output at {output_dir} is intact; "
+            f"push it later with: {command}"
+        ) from e
 
 
 def _take_secrets(training_args) -> dict[str, Any]:

@@ -200,6 +200,88 @@ def test_push_with_the_hub_unreachable(tmp_path, finetune, capsys):
     assert results["global_step"] == 2
 
 
+@pytest.fixture
+def hub_calls(monkeypatch):
+    """Online, with a token, and HfApi's create_repo/create_branch/upload_folder recorded instead of sent."""
+    from huggingface_hub import constants
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", "hf_FaKeToKeN0123456789abcdefXYZ")
+    calls = {}
+    monkeypatch.setattr("huggingface_hub.HfApi.create_repo", lambda self, repo_id, **k: None)
+    monkeypatch.setattr(
+        "huggingface_hub.HfApi.create_branch", lambda self, repo_id, branch, **k: calls.update(branch=branch)
+    )
+
+    def upload_folder(self, **k):
+        calls["upload"] = k
+        return type("Info", (), {"repo_url": "https://huggingface.co/someone/toy"})()
+
+    monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", upload_folder)
+    return calls
+
+
+def _push_recipe(out, **values):
+    return toy_recipe(
+        out, push_to_hub=True, hub_model_id="someone/toy", max_steps=1, eval_strategy="no",
+        save_strategy="no", plots=False, num_test=0, **values,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_push_goes_to_hub_revision(tmp_path, hub_calls):
+    run(_push_recipe(tmp_path / "out", hub_revision="dev"))
+    assert hub_calls["branch"] == "dev"  # created if missing (exist_ok)
+    assert hub_calls["upload"]["revision"] == "dev"
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_an_unmerged_lora_adapter_is_pushed(tmp_path, hub_calls):
+    """lora: true, merge_lora: false: output_dir holds the adapter alone (no config.json); it is pushed."""
+    out = tmp_path / "out"
+    results = run(_push_recipe(out, lora=True, merge_lora=False))
+    assert not (out / "config.json").exists()
+    sent = hub_calls["upload"]["allow_patterns"]
+    assert "adapter_config.json" in sent and "adapter_model.safetensors" in sent
+    assert results["hub_url"] == "https://huggingface.co/someone/toy"
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_any_push_failure_exits_3_with_one_line(tmp_path, hub_calls, finetune, monkeypatch, capsys):
+    """Not only an unreachable Hub: whatever the push raises, the run ends with one error line and exit code 3."""
+
+    def upload_folder(self, **k):
+        raise RuntimeError("something unexpected\nin two lines")
+
+    monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", upload_folder)
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", _push_recipe(out, hub_revision="dev"))
+    assert finetune.main([str(recipe)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("error")]
+    assert errors == [err[-1]] and "Traceback" not in "\n".join(err), err
+    assert "RuntimeError: something unexpected in two lines" in errors[0]
+    assert f"the local output at {out} is intact" in errors[0]
+    assert errors[0].endswith(f"push it later with: python -m hf_sparse.hub {out} someone/toy --revision dev")
+    assert (out / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("strategy", ["every_save", "checkpoint", "all_checkpoints"])
+def test_a_hub_strategy_the_run_does_not_honour_is_an_error_before_training(tmp_path, strategy):
+    from hf_sparse.training.runner import _check_push
+
+    out = tmp_path / "out"
+    with pytest.raises(RecipeError, match=f"hub_strategy='{strategy}' is not supported: the run pushes"):
+        run(_push_recipe(out, hub_strategy=strategy))
+    assert not out.exists() or not any(out.iterdir())  # nothing trained
+    recipe_args, _, training_args = load_recipe(_push_recipe(out, hub_strategy="end"))
+    _check_push(recipe_args, training_args)  # the one it honours: push once at the end
+    with pytest.raises(RecipeError, match="hub_revision must be a branch name, got ' '"):
+        run(_push_recipe(out, hub_revision=" "))
+
+
 def test_push_needs_a_namespaced_repo_id(tmp_path):
     with pytest.raises(RecipeError, match="hub_model_id: 'user/name'"):
         run(toy_recipe(tmp_path, push_to_hub=True))
@@ -233,3 +315,45 @@ def test_model_card_names_the_hub_base_model_and_no_local_path(recipe, overrides
     for path in (task_args.data_dir, str(tmp_path), str(REPO), os.path.dirname(task_args.data_dir)):
         assert path not in text, path
     assert os.path.basename(task_args.data_dir) in meta["model-index"][0]["results"][0]["dataset"]["name"]
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_a_metric_that_is_not_finite_is_left_out_of_the_card_not_the_card(tmp_path, caplog):
+    """AUROC of a split holding one class is NaN: the card is written without it, and says so."""
+    from hf_sparse.training.runner import _write_model_card
+
+    recipe_args, task_args, training_args = load_recipe(toy_recipe(tmp_path))
+    task = get_task(recipe_args.task)()
+    results = {"eval_accuracy": 0.5, "eval_auroc": float("nan"), "test_loss": float("inf")}
+    with caplog.at_level("WARNING"):
+        path = _write_model_card(task, task_args, recipe_args, training_args, results, str(tmp_path), None)
+    assert path == str(tmp_path / "README.md") and "model_card_error" not in results
+    text = (tmp_path / "README.md").read_text()
+    assert "| eval_accuracy | 0.5 |" in text
+    assert "| metrics left out (not finite) | eval_auroc = nan, test_loss = inf |" in text
+    meta = yaml.safe_load(text.split("---")[1])
+    assert [r["type"] for r in meta["model-index"][0]["results"][0]["metrics"]] == ["accuracy"]
+    assert "metrics left out because they are not finite: eval_auroc=nan, test_loss=inf" in caplog.text
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_a_per_layer_attention_pattern_reaches_the_card(tmp_path):
+    from types import SimpleNamespace
+
+    from hf_sparse import patterns as P
+    from hf_sparse.training.runner import _write_model_card
+    from tests.models.tiny import tiny_decoder_config
+
+    config = tiny_decoder_config([P.SlidingWindow(window=8, causal=True), P.Strided(stride=4, causal=True)])
+    assert isinstance(config.attention_pattern, list)
+    recipe_args, task_args, training_args = load_recipe(toy_recipe(tmp_path))
+    task = get_task(recipe_args.task)()
+    model = SimpleNamespace(config=config)
+    path = _write_model_card(task, task_args, recipe_args, training_args, {}, str(tmp_path), model)
+    text = Path(path).read_text()
+    assert "No attention pattern was recorded" not in text
+    assert (
+        "per layer: layer 0: sliding_window(window=8, causal=true) · layer 1: strided(stride=4, causal=true)"
+        in text
+    )
+    assert "# layer 1: " in text and "child2019sparse" in text
