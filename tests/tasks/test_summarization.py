@@ -82,6 +82,44 @@ def test_extractive_on_scisummnet_papers(shared_data, tmp_path):
     assert len(summary["sentences"]) == 2 and summary["chunks"] > 1  # 512-token chunks: a paper needs several
 
 
+def test_abstractive_backend_without_pattern_is_an_error(tmp_path):
+    """LED's own attention has no backend to choose: a recipe's attention_backend would be ignored."""
+    with pytest.raises(ValueError, match="attention_backend='blocked' has no effect without attention_pattern"):
+        AbstractiveArguments(data_dir=str(tmp_path), attention_backend="blocked")
+    AbstractiveArguments(data_dir=str(tmp_path), attention_backend="blocked", attention_pattern={"type": "causal"})
+
+
+def test_abstractive_pattern_and_backend_reach_a_saved_model(tmp_path):
+    """A recipe that starts from a saved LEDForSummarization with attention_pattern/attention_backend runs its
+    encoder on them (they were ignored: the saved model kept LED's own attention)."""
+    data = copy_data(tmp_path / "data", 4)
+    small = {k: v for k, v in SMALL.items() if k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                      "intermediate_size")}  # fmt: skip
+    common = dict(attention_window=8, max_source_length=32, max_target_length=8, max_decoder_positions=16,
+                  decoder_layers=1, vocab_min_frequency=1, **small)  # fmt: skip
+    task = get_task("abstractive-summarization")()
+    args = AbstractiveArguments(data_dir=data, **common)
+    tokenizer = task.build_tokenizer(args)
+    task.build_model(args, tokenizer).save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    pattern = {"type": "sliding_window", "window": 4}
+    again = AbstractiveArguments(data_dir=data, model_name_or_path=str(tmp_path / "saved"), attention_pattern=pattern,
+                                 attention_backend="blocked", **common)  # fmt: skip
+    model = task.build_model(again, tokenizer)
+    assert {**model.config.encoder_attention_pattern, "causal": False} == {**pattern, "causal": False}
+    assert model.config.encoder_attention_backend == "blocked"
+    assert model.get_encoder().uses_sparse_kernels
+    from transformers import LEDConfig, LEDForConditionalGeneration  # a plain LED checkpoint: from_led
+
+    led = LEDConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64,
+                    decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2, attention_window=8,
+                    max_encoder_position_embeddings=32, max_decoder_position_embeddings=16)  # fmt: skip
+    LEDForConditionalGeneration(led).save_pretrained(tmp_path / "led")
+    again.model_name_or_path = str(tmp_path / "led")
+    model = task.build_model(again, tokenizer)
+    assert model.config.encoder_attention_backend == "blocked" and model.get_encoder().uses_sparse_kernels
+
+
 def test_abstractive_run_reports_generation_rouge_and_truncation(tmp_path):
     data = copy_data(tmp_path / "data", 32)
     results = run(

@@ -206,6 +206,12 @@ class AbstractiveArguments(SummarizationArguments):
             raise ValueError(f"global_attention entries must be 'first', 'sentences' or 'query', got {bad}")
         if self.query_mode != "none" and "query" not in self.global_attention:
             raise ValueError(f"query_mode={self.query_mode!r} needs 'query' in global_attention")
+        if self.attention_pattern is None and self.attention_backend != "auto":  # LED's own attention: unused
+            raise ValueError(
+                f"attention_backend={self.attention_backend!r} has no effect without attention_pattern: the "
+                "encoder then runs LED's own sliding-window attention; give attention_pattern for hf-sparse "
+                "kernels, or remove attention_backend"
+            )
 
 
 # --------------------------------------------------------------------------------------- shared
@@ -566,8 +572,11 @@ class AbstractiveSummarizationTask(_SummarizationTask):
 
         path = args.model_name_or_path
         ids = add_summarization_tokens(tokenizer, *self._uses(args))
-        if self._saved(path):
-            model = LEDForSummarization.from_pretrained(path)
+        if self._saved(path):  # the recipe's pattern and backend, when given, replace the saved ones
+            given = {"encoder_attention_pattern": args.attention_pattern} if args.attention_pattern else {}
+            if args.attention_pattern:
+                given["encoder_attention_backend"] = args.attention_backend
+            model = LEDForSummarization.from_pretrained(path, **given)
         elif path:
             kind = AutoConfig.from_pretrained(path).model_type
             if kind != "led":
@@ -576,7 +585,7 @@ class AbstractiveSummarizationTask(_SummarizationTask):
                 )
             model = LEDForSummarization.from_led(
                 path, tokenizer=tokenizer, global_attention=args.global_attention,
-                encoder_attention_pattern=args.attention_pattern,
+                encoder_attention_pattern=args.attention_pattern, encoder_attention_backend=args.attention_backend,
             )  # fmt: skip
         else:
             config = LEDSummarizationConfig(
