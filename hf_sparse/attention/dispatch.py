@@ -182,6 +182,21 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
         )
 
 
+def check_not_jit_tracing() -> None:
+    """Under ``torch.jit.trace``, raise a clear error (instead of a ``TypeError`` on a length that is a tensor
+    there): the trace runs the Python once and keeps only the tensor operations, so the padding check, backend
+    choice and block plan made here in Python would be fixed to the example input (a trace made without padding
+    would ignore the padding of later inputs). ``torch.export`` traces these calls; so does ``torch.jit.trace``
+    with ``attn_implementation="sdpa"`` or ``"eager"``."""
+    if torch.jit.is_tracing():
+        raise NotImplementedError(
+            "torch.jit.trace cannot trace hf-sparse attention (attn_implementation='hf_sparse', "
+            "sparse_attention): its padding check, backend choice and block plan run in Python and would be fixed "
+            "to the example input; export with torch.export.export(model, ...), or trace with "
+            "model.set_attn_implementation('sdpa') (or 'eager')"
+        )
+
+
 def pick_backend(backend: str, query, dropout_p: float, pairs: int) -> str:
     """The backend that runs a call (``pairs``: its query-key pairs, batch and heads included): ``backend``, or
     for ``"auto"`` the measured rule above. On CPU: ``"sdpa"`` for at most ``SDPA_CPU_MAX_PAIRS`` pairs without
@@ -246,6 +261,7 @@ def sparse_attention(
 
     Returns: ``(batch, heads, q_len, head_dim)``. A query with no allowed key gets zeros.
     """
+    check_not_jit_tracing()
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_tensor(name, t)
     if backend not in BACKENDS:
@@ -398,6 +414,7 @@ def _check_flex(pattern, query, needs_grad, dropout_p):
 __all__ = [
     "BACKENDS",
     "check_exportable",
+    "check_not_jit_tracing",
     "choose_block",
     "resolve_pattern",
     "sparse_attention",

@@ -95,7 +95,7 @@ from transformers.utils import logging
 from .. import patterns as P
 from . import fused
 from .dense import all_true, allowed_mask, dense_weights, sdpa_attention
-from .dispatch import BACKENDS, resolve_pattern, sparse_attention, with_runtime_globals
+from .dispatch import BACKENDS, check_not_jit_tracing, resolve_pattern, sparse_attention, with_runtime_globals
 
 logger = logging.get_logger(__name__)
 
@@ -611,6 +611,7 @@ def sparse_attention_forward(
 
     Returns: ``(attn_output (batch, q_len, heads, head_dim), attn_weights (batch, heads, q_len, kv_len) or None)``.
     """
+    check_not_jit_tracing()
     for name in _UNSUPPORTED_KWARGS:
         if kwargs.get(name) is not None:
             raise NotImplementedError(

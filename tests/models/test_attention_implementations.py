@@ -240,6 +240,27 @@ def test_torch_export_says_what_it_cannot_trace(case, impl, backend, match):
         torch.export.export(model, (), kwargs=_inputs(model), strict=False)
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
+def test_torch_jit_trace_refuses_hf_sparse_and_traces_sdpa():
+    """torch.jit.trace would fix hf_sparse's padding check, backend and block plan (Python) to the example input:
+    a clear error that names the alternatives (not a TypeError on a length); "sdpa" traces, padding included."""
+    model = _model("window_6", return_dict=False)  # jit.trace takes tuple outputs
+    inputs = _inputs(model)
+    args = (inputs["input_ids"], inputs["attention_mask"])
+    match = (
+        r"torch.jit.trace cannot trace hf-sparse attention.*torch.export.*set_attn_implementation\('sdpa'\)"
+    )
+    with pytest.raises(NotImplementedError, match=match):
+        torch.jit.trace(model, args, check_trace=False)
+    q = torch.randn(1, 2, 16, 8)
+    with pytest.raises(NotImplementedError, match="torch.jit.trace cannot trace hf-sparse attention"):
+        torch.jit.trace(lambda q: hf_sparse.sparse_attention(q, q, q, P.SlidingWindow(window=4)), (q,))
+    model.set_attn_implementation("sdpa")
+    traced = torch.jit.trace(model, args, check_trace=False)
+    with torch.no_grad():
+        torch.testing.assert_close(traced(*args)[0], model(*args)[0], rtol=0, atol=1e-5)
+
+
 def test_a_remote_code_copy_imported_later_leaves_the_package_registered(tmp_path):
     """Loading a saved folder with trust_remote_code imports its own copy of the attention functions, which
     registers under "hf_sparse" only where the installed package has not: the package's functions keep serving

@@ -160,6 +160,30 @@ def test_output_attentions_and_hidden_states():
         model(**_inputs("base", cfg, n=80), output_attentions=True)
 
 
+@pytest.mark.parametrize("impl", ["hf_sparse", "eager", "sdpa"])
+def test_output_attentions_of_global_rows_are_the_global_projections_weights(impl):
+    """With global_projections the global tokens' outputs come from query/key/value_global: their returned
+    weights are those (weights @ value_global gives the layer's context), not the local projections'."""
+    cfg = tiny_config(attention_pattern=P.Longformer(window=8), global_projections=True, num_hidden_layers=1)
+    torch.manual_seed(0)
+    model = AutoModel.from_config(cfg, attn_implementation=impl).eval()
+    inputs = _inputs("base", cfg, n=20)
+    glob = torch.zeros_like(inputs["input_ids"])
+    glob[:, [0, 7]] = 1
+    sa = model.encoder.layer[0].attention.self
+    seen = {}
+    sa.register_forward_hook(lambda mod, args, res: seen.update(hidden=args[0], context=res[0]))
+    with torch.no_grad():
+        w = model(**inputs, global_attention_mask=glob, output_attentions=True).attentions[0]  # (B, H, n, n)
+        value_global = sa._heads(sa.value_global(seen["hidden"]))  # (B, H, n, D)
+        context = seen["context"].view(2, 20, cfg.num_attention_heads, -1).transpose(1, 2)  # (B, H, n, D)
+        torch.testing.assert_close(w[:, :, [0, 7]] @ value_global, context[:, :, [0, 7]])
+        sa.query_global.weight.mul_(5.0)
+        again = model(**inputs, global_attention_mask=glob, output_attentions=True).attentions[0]
+    assert not torch.allclose(again[:, :, [0, 7]], w[:, :, [0, 7]], atol=1e-4)
+    torch.testing.assert_close(again[:, :, 1:7], w[:, :, 1:7])  # local rows: the local projections'
+
+
 def test_gradient_checkpointing_gives_the_same_gradients():
     cfg = tiny_config(attention_pattern=P.Longformer(window=8))
     torch.manual_seed(0)
@@ -253,9 +277,11 @@ def test_peft_lora_default_targets_and_a_training_step():
 
 
 def test_peft_prompt_tuning_trains_and_generates_and_prefix_tuning_is_refused():
-    """Prompt tuning (virtual token embeddings) works; prefix tuning hands the model keys computed outside
-    it, which an encoder would drop and a pattern cache cannot place: a TypeError naming it, never a run
-    without them."""
+    """Prompt tuning (virtual token embeddings) trains, and generates with the cache the tokens of a greedy loop
+    over [virtual tokens; ids] (PEFT 0.21 looks for the cache as ``past_key_values``, which transformers 5.24 no
+    longer passes: without it the virtual tokens were prepended again at every step); prefix tuning hands the
+    model keys computed outside it, which an encoder would drop and a pattern cache cannot place: a TypeError
+    naming it, never a run without them."""
     from transformers import DynamicCache
 
     from hf_sparse.models.sparse_transformer import (
@@ -268,16 +294,34 @@ def test_peft_prompt_tuning_trains_and_generates_and_prefix_tuning_is_refused():
     ids = torch.randint(2, 97, (2, 12))
     mask = torch.ones_like(ids)
 
-    def decoder():
-        return SparseTransformerForCausalLM(tiny_decoder_config(P.SlidingWindow(window=6, causal=True)))
+    def decoder(**kw):
+        return SparseTransformerForCausalLM(tiny_decoder_config(P.SlidingWindow(window=6, causal=True), **kw))
 
     prompt = peft.get_peft_model(
-        decoder(), peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
+        decoder(initializer_range=0.3), peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
     )
     prompt(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
     assert prompt.prompt_encoder.default.embedding.weight.grad.abs().sum() > 0
-    generated = prompt.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, pad_token_id=0)
-    assert generated.shape == (2, 15)
+    prompt.eval()
+    with torch.no_grad():
+        prompt.prompt_encoder.default.embedding.weight.normal_()  # virtual tokens that change the output
+    mask[1, :3] = 0  # left padding
+    generated = prompt.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0
+    )
+    base, seq, seq_mask = prompt.get_base_model(), ids, mask
+    with torch.no_grad():  # greedy over [virtual tokens; ids], no cache
+        for _ in range(6):
+            embeds = torch.cat([prompt.get_prompt(batch_size=2), base.get_input_embeddings()(seq)], 1)
+            full_mask = torch.cat([torch.ones(2, 4, dtype=mask.dtype), seq_mask], 1)
+            logits = base(inputs_embeds=embeds, attention_mask=full_mask, use_cache=False).logits
+            seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], 1)
+            seq_mask = torch.cat([seq_mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
+    assert generated.tolist() == seq.tolist()
+    no_cache = prompt.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0, use_cache=False
+    )
+    assert no_cache.tolist() == seq.tolist()
 
     cases = [
         (
@@ -345,7 +389,6 @@ def _lm_head_model(head, tie):
     with torch.no_grad():  # non-zero biases, so that a bias lost on the way shows in the logits
         model.lm_head.bias.normal_()
         if not tie:
-            model.lm_head.decoder.bias.normal_()
             model.lm_head.decoder.weight.normal_()
     return model
 
@@ -355,7 +398,7 @@ def _lm_head_model(head, tie):
 def test_lm_heads_round_trip_exactly(head, tie, tmp_path):
     model = _lm_head_model(head, tie)
     emb, dec = model.get_input_embeddings().weight, model.lm_head.decoder
-    assert (dec.weight is emb) == tie and (dec.bias is model.lm_head.bias) == tie
+    assert (dec.weight is emb) == tie and dec.bias is model.lm_head.bias  # one bias, tied or not
     inputs = _inputs(head, model.config)
     with torch.no_grad():
         before = model(**inputs).logits
@@ -371,7 +414,7 @@ def test_lm_heads_round_trip_exactly(head, tie, tmp_path):
 
 @pytest.mark.parametrize(
     "tie, dropped",
-    [(False, "lm_head.decoder.bias"), (False, "lm_head.decoder.weight"), (True, "lm_head.dense.weight")],
+    [(False, "lm_head.bias"), (False, "lm_head.decoder.weight"), (True, "lm_head.dense.weight")],
 )
 def test_a_checkpoint_missing_a_real_parameter_is_reported_missing(tie, dropped, tmp_path):
     from safetensors.torch import load_file, save_file
@@ -383,6 +426,60 @@ def test_a_checkpoint_missing_a_real_parameter_is_reported_missing(tie, dropped,
     save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
     _, info = AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
     assert dropped in info["missing_keys"]
+
+
+@pytest.mark.parametrize("head", ["masked_lm", "causal_lm"])
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_lm_heads_have_one_bias_through_resize_save_and_reload(head, tie, tmp_path):
+    """Untied, the head once kept an ``lm_head.bias`` next to the ``decoder.bias`` the logits used: without a
+    gradient (plain DDP fails on it), not resized by resize_token_embeddings, so the saved model did not load."""
+    model = _lm_head_model(head, tie).train()
+    inputs = _inputs(head, model.config)
+    model(**inputs, labels=inputs["input_ids"]).loss.backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []
+    model.eval().resize_token_embeddings(120)
+    head_ = model.lm_head
+    assert head_.decoder.bias is head_.bias and head_.bias.shape == (120,)
+    inputs["input_ids"][0, 0] = 119  # a new token
+    with torch.no_grad():
+        unshifted = model(**inputs).logits
+        head_.bias[100:] += 5.0  # the new rows' bias reaches the logits
+        before = model(**inputs).logits
+    torch.testing.assert_close(before - unshifted, (torch.arange(120) >= 100).float().expand_as(before) * 5)
+    model.save_pretrained(tmp_path)
+    again, info = HEADS[head].from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert again.lm_head.decoder.bias is again.lm_head.bias
+    with torch.no_grad():
+        torch.testing.assert_close(again.eval()(**inputs).logits, before, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["masked_lm", "causal_lm"])
+def test_an_untied_checkpoint_with_both_bias_keys_loads_the_decoder_bias(head, tmp_path, caplog, monkeypatch):
+    """Earlier releases saved an untied head's unused ``lm_head.bias`` next to ``lm_head.decoder.bias``: such a
+    checkpoint loads, silently, with the bias its logits used."""
+    import logging
+
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.setattr(logging.getLogger("transformers"), "propagate", True)  # to caplog
+
+    model = _lm_head_model(head, tie=False)
+    inputs = _inputs(head, model.config)
+    with torch.no_grad():
+        before = model(**inputs).logits
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["lm_head.decoder.bias"] = weights["lm_head.bias"]
+    # the old layout: lm_head.bias saved too, unused (never trained)
+    weights["lm_head.bias"] = torch.zeros_like(weights["lm_head.bias"])
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with caplog.at_level("WARNING"):
+        again, info = HEADS[head].from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert "will NOT tie" not in caplog.text and again.lm_head.decoder.bias is again.lm_head.bias
+    with torch.no_grad():
+        torch.testing.assert_close(again.eval()(**inputs).logits, before, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", ["auto", "blocked"])

@@ -12,6 +12,7 @@ interface of the same name. Decoders cache only the keys their pattern can still
 """
 
 import dataclasses
+import inspect
 import json
 import os
 
@@ -172,9 +173,9 @@ class SparseTransformerPooler(nn.Module):
 
 class SparseTransformerLMHead(nn.Module):
     """dense -> ``config.lm_head_act`` -> layer norm -> vocabulary projection (RoBERTa's head with gelu, BERT's
-    with its ``hidden_act``). With ``tie_word_embeddings`` the projection's weight is the input embedding matrix
-    and its bias is ``lm_head.bias`` (declared in ``_tied_weights_keys``, tied by ``PreTrainedModel.tie_weights``);
-    untied, ``decoder.weight`` and ``decoder.bias`` are parameters of their own, saved and loaded as such."""
+    with its ``hidden_act``). The projection has one bias, tied or not: ``decoder.bias`` is ``lm_head.bias``
+    (saved as ``lm_head.bias``; see :class:`_LMHeadMixin`). With ``tie_word_embeddings`` the projection's weight
+    is the input embedding matrix; untied, ``decoder.weight`` is a parameter of its own, saved and loaded as such."""
 
     def __init__(self, config):
         super().__init__()
@@ -182,7 +183,7 @@ class SparseTransformerLMHead(nn.Module):
         self.act = ACT2FN[config.lm_head_act]
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))  # decoder.bias once tied (post_init)
 
     def forward(self, features):
         return self.decoder(self.layer_norm(self.act(self.dense(features))))
@@ -624,12 +625,40 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         )
 
 
-class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
+class _LMHeadMixin:
+    """The LM heads' one bias: ``lm_head.decoder.bias`` is tied to ``lm_head.bias`` whether or not the word
+    embeddings are (transformers ties the pair only with ``tie_word_embeddings``, which left an untied head with a
+    bias that the logits never used, a parameter without gradient that plain DDP rejects, and that
+    ``resize_token_embeddings`` did not resize). Checkpoints keep ``lm_head.bias``; from an untied head's checkpoint
+    of earlier releases, which holds both keys, ``lm_head.decoder.bias`` (the one its logits used) is loaded."""
+
     _tied_weights_keys = {
         "lm_head.decoder.weight": "sparse_transformer.embeddings.word_embeddings.weight",
         "lm_head.decoder.bias": "lm_head.bias",
     }
 
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new):
+        self.lm_head.decoder = new
+        self.lm_head.bias = new.bias  # resize_token_embeddings makes a new projection: keep the one bias
+
+    def get_expanded_tied_weights_keys(self, all_submodels=False):
+        keys = super().get_expanded_tied_weights_keys(all_submodels)
+        if not all_submodels:  # all_submodels asks each PreTrainedModel, this one included, for its own
+            keys.setdefault("lm_head.decoder.bias", "lm_head.bias")
+        return keys
+
+    def tie_weights(self, missing_keys=None, recompute_mapping=True):
+        head = self.lm_head
+        if missing_keys is not None and not {"lm_head.bias", "lm_head.decoder.bias"} & set(missing_keys):
+            # both keys in the checkpoint: an earlier release's untied head, whose lm_head.bias went unused
+            head.bias = head.decoder.bias
+        super().tie_weights(missing_keys=missing_keys, recompute_mapping=recompute_mapping)
+
+
+class SparseTransformerForMaskedLM(_LMHeadMixin, SparseTransformerPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
         self.sparse_transformer = SparseTransformerModel(config, add_pooling_layer=False)
@@ -637,12 +666,6 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
         self.post_init()
 
     accepts_loss_kwargs = property(_token_loss_accepts_loss_kwargs)
-
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new):
-        self.lm_head.decoder = new
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
@@ -669,13 +692,8 @@ class SparseTransformerForMaskedLM(SparseTransformerPreTrainedModel):
         return _return(return_dict, res, self.config)
 
 
-class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationMixin):
+class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedModel, GenerationMixin):
     """Decoder language model (``is_decoder=True``, causal patterns) with pattern-aware caching."""
-
-    _tied_weights_keys = {
-        "lm_head.decoder.weight": "sparse_transformer.embeddings.word_embeddings.weight",
-        "lm_head.decoder.bias": "lm_head.bias",
-    }
 
     def __init__(self, config):
         if not config.is_decoder:
@@ -689,11 +707,20 @@ class SparseTransformerForCausalLM(SparseTransformerPreTrainedModel, GenerationM
 
     accepts_loss_kwargs = property(_token_loss_accepts_loss_kwargs)
 
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
+    def prepare_inputs_for_generation(self, *args, **kwargs):
+        """transformers' inputs, with the cache also as ``past_key_values`` where transformers passes it as
+        ``cache`` (5.24): PEFT's prompt learning (0.21) looks for it there to tell the first step from the next
+        ones, and without it prepended the virtual tokens again at every step (wrong tokens, silently).
+        ``forward`` takes the one cache under either name."""
+        inputs = super().prepare_inputs_for_generation(*args, **kwargs)
+        if CACHE_FIELD == "cache" and inputs.get("cache") is not None:
+            inputs.setdefault("past_key_values", inputs["cache"])
+        return inputs
 
-    def set_output_embeddings(self, new):
-        self.lm_head.decoder = new
+    # generate() reads these parameters (whether inputs_embeds are forwarded, which keywords are the model's)
+    prepare_inputs_for_generation.__signature__ = inspect.signature(
+        GenerationMixin.prepare_inputs_for_generation
+    )
 
     def _prepare_cache_for_generation(
         self, generation_config, model_kwargs, generation_mode, *args, **kwargs
