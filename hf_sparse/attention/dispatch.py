@@ -323,7 +323,7 @@ def sparse_attention(
     if effective.length_dependent and not effective.content_based:  # seeded: the same blocks every call
         bound = effective.derived(("bind", q_len, kv_len), lambda: effective.bind(q_len, kv_len))
     elif effective.content_based:
-        bound = _bind_to_content(effective, q_len, kv_len, query, key)
+        bound = _bind_to_content(effective, q_len, kv_len, query, key, key_valid)
     else:
         bound = effective.bind(q_len, kv_len, query=query, key=key)
     block = choose_block(bound, kv_len, block_size)
@@ -353,10 +353,12 @@ def sparse_attention(
 
 
 @torch.compiler.disable
-def _bind_to_content(pattern, q_len, kv_len, query, key):
+def _bind_to_content(pattern, q_len, kv_len, query, key, key_valid=None):
     """LSH buckets and top-k blocks, chosen from q and k eagerly inside ``torch.compile``d code (the hashing runs
-    in the compiled CPU kernel, which dynamo cannot trace)."""
-    return pattern.bind(q_len, kv_len, query=query, key=key)
+    in the compiled CPU kernel, which dynamo cannot trace), from the real tokens only (``key_valid``: the
+    padding, so a padded row selects as it would alone). Bound anew on every call: never kept on the pattern
+    (``Pattern.derived``), since the selection depends on the queries, keys and padding."""
+    return P.base.bind_part(pattern, q_len, kv_len, query=query, key=key, key_valid=key_valid)
 
 
 def _seed(seed: int | None, dropout_p: float) -> int:

@@ -786,7 +786,7 @@ def _allowed(query, key, pattern, padding, module, row_offsets=None) -> torch.Te
     _check_weights_size(q_len, kv_len, module)
     rep = key if key.shape[1] == H else key.repeat_interleave(H // key.shape[1], dim=1)
     if row_offsets is None:
-        bound = pattern.bind(q_len, kv_len, query=query, key=rep)
+        bound = P.base.bind_part(pattern, q_len, kv_len, query=query, key=rep, key_valid=padding)
         return allowed_mask(bound, B, H, q_len, kv_len, padding, device=query.device)
     out = torch.zeros(B, H, q_len, kv_len, dtype=torch.bool, device=query.device)
     for b, off in enumerate(row_offsets.tolist()):
@@ -794,8 +794,8 @@ def _allowed(query, key, pattern, padding, module, row_offsets=None) -> torch.Te
         if first_q == q_len or off >= kv_len:
             continue
         q, k = query[b : b + 1, :, first_q:], rep[b : b + 1, :, off:]
-        bound = pattern.bind(q.shape[2], k.shape[2], query=q, key=k)
         valid = None if padding is None else padding[b : b + 1, off:]
+        bound = P.base.bind_part(pattern, q.shape[2], k.shape[2], query=q, key=k, key_valid=valid)
         out[b : b + 1, :, first_q:, off:] = allowed_mask(
             bound, 1, H, q.shape[2], k.shape[2], valid, device=query.device
         )

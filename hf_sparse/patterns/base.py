@@ -547,18 +547,23 @@ def check_lengths(q_len, kv_len=None, q_name: str = "q_len") -> tuple[int, int]:
     return q_len, kv_len
 
 
-def bind_part(part, q_len, kv_len=None, *, query=None, key=None, causal: bool = False):
-    """``part.bind(...)`` for a part of a combination or a head of ``PerHead``, told whether the pattern holding
-    it is causal; a pattern whose ``bind`` takes no ``causal`` keyword is bound without it."""
-    if causal and _bind_takes_causal(type(part)):
-        return part.bind(q_len, kv_len, query=query, key=key, causal=True)
-    return part.bind(q_len, kv_len, query=query, key=key)
+def bind_part(part, q_len, kv_len=None, *, query=None, key=None, causal: bool = False, key_valid=None):
+    """``part.bind(...)`` for a part of a combination or a head of ``PerHead`` (and for a whole pattern, which
+    dispatch binds the same way), told whether the pattern holding it is causal and which keys are padding
+    (``key_valid``, see :meth:`Pattern.bind`); a pattern whose ``bind`` takes no ``causal`` or ``key_valid``
+    keyword (one written before them) is bound without it."""
+    kw = {}
+    if causal and _bind_takes(type(part), "causal"):
+        kw["causal"] = True
+    if key_valid is not None and _bind_takes(type(part), "key_valid"):
+        kw["key_valid"] = key_valid
+    return part.bind(q_len, kv_len, query=query, key=key, **kw)
 
 
 @functools.cache
-def _bind_takes_causal(cls) -> bool:
+def _bind_takes(cls, name: str) -> bool:
     params = inspect.signature(cls.bind).parameters
-    return "causal" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class Pattern:
@@ -625,13 +630,23 @@ class Pattern:
         return _to_device(self, torch.device(device), {})
 
     def bind(
-        self, q_len: int, kv_len: int | None = None, *, query=None, key=None, causal: bool = False
+        self,
+        q_len: int,
+        kv_len: int | None = None,
+        *,
+        query=None,
+        key=None,
+        causal: bool = False,
+        key_valid: torch.Tensor | None = None,
     ) -> Pattern:
         """The pattern with its data-dependent parts (random blocks, buckets) fixed for this input.
 
         ``causal``: the pattern is bound as a part of a causal pattern (combinations and ``PerHead`` pass
         ``causal or self.is_causal`` on to their parts through :func:`bind_part`), where positions past the
-        input are the future positions of a decoder (``Global(indices=...)`` raises only outside one)."""
+        input are the future positions of a decoder (``Global(indices=...)`` raises only outside one).
+        ``key_valid``: ``(batch, kv_len)`` bool, False at padding keys (None: no padding), what
+        ``sparse_attention`` gets as ``attention_mask``; content-based patterns choose from the real tokens only
+        (so a padded row selects as it would alone), the others ignore it (padding keys are masked anyway)."""
         return self
 
     # -- execution ------------------------------------------------------------------------------

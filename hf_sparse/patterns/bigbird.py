@@ -46,7 +46,7 @@ class BigBird(Pattern):
         last = list(range(max(nb - self.global_blocks // 2, 0), nb))
         return sorted(set(first + last))
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, key_valid=None):
         q_len, kv_len = check_lengths(q_len, kv_len)
         nb = max(math.ceil(kv_len / self.block), 1)
         glob = self.global_block_ids(nb)

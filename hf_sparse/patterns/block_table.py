@@ -139,7 +139,7 @@ class Random(Pattern):
         self.seed = check_seed(seed)
         self.geometry = (self.block,)
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, key_valid=None):
         q_len, kv_len = check_lengths(q_len, kv_len)
         nb = max(math.ceil(kv_len / self.block), 1)
         gen = torch.Generator().manual_seed(self.seed)

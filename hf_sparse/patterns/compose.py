@@ -68,15 +68,18 @@ class _Combination(Pattern):
                 f"per-head patterns combined with | or & must have the same number of heads, got {sizes}"
             )
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False, key_valid=None):
         # the parts of a causal pattern: positions past the input are a decoder's positions still to come
         causal = causal or self.is_causal
         split = self._per_head_split() if self.content_based else None
         if split is not None:  # a content-based part selects per head: from that head's queries and keys
-            out = split.bind(q_len, kv_len, query=query, key=key, causal=causal)
+            out = split.bind(q_len, kv_len, query=query, key=key, causal=causal, key_valid=key_valid)
             out._source = self
             return out
-        bound = [bind_part(p, q_len, kv_len, query=query, key=key, causal=causal) for p in self.parts]
+        bound = [
+            bind_part(p, q_len, kv_len, query=query, key=key, causal=causal, key_valid=key_valid)
+            for p in self.parts
+        ]
         if all(b is p for b, p in zip(bound, self.parts)):
             return self
         out = type(self)(*bound)

@@ -36,6 +36,28 @@ def _check_qk(pattern, query, key):
         )
 
 
+def _check_key_valid(pattern, key_valid, key):
+    """``key_valid`` (see :meth:`Pattern.bind`) checked against ``key`` (batch, heads, kv_len, head_dim), on its
+    device; None stays None."""
+    if key_valid is None:
+        return None
+    name = type(pattern).__name__
+    if not isinstance(key_valid, torch.Tensor):
+        raise TypeError(
+            f"{name}.bind: key_valid must be a (batch, kv_len) bool tensor or None, got {type(key_valid).__name__}"
+        )
+    if key_valid.dtype != torch.bool:
+        raise TypeError(
+            f"{name}.bind: key_valid must be a bool tensor (True = token, False = padding), got dtype {key_valid.dtype}"
+        )
+    want = (key.shape[0], key.shape[-2])
+    if tuple(key_valid.shape) != want:
+        raise ValueError(
+            f"{name}.bind: key_valid must have shape (batch, kv_len) = {want}, got {tuple(key_valid.shape)}"
+        )
+    return key_valid.to(key.device)
+
+
 # The compiled kernel's hash, ``fn(x, rot, rounds) -> bucket ids`` or None where it does not run (product and
 # argmax in cache, same ids): ``hf_sparse.attention.fused`` installs it when imported, so that patterns
 # import nothing from attention.
@@ -49,8 +71,9 @@ order_kernel = None
 class LSH(Pattern):
     """Reformer-style LSH attention: query i attends key j iff, in some hashing round, they fall in
     the same angular-LSH bucket (random rotations seeded with ``seed``; about ``seq / bucket_size``
-    buckets); with ``causal`` also ``j <= i``. Executed exactly: positions are sorted by bucket and
-    each bucket becomes a contiguous block-diagonal run."""
+    buckets, ``seq`` the number of real keys of the row where ``bind`` gets ``key_valid``, so a padded row
+    hashes as it would alone); with ``causal`` also ``j <= i``. Executed exactly: positions are sorted by
+    bucket and each bucket becomes a contiguous block-diagonal run."""
 
     content_based = True
 
@@ -82,10 +105,21 @@ class LSH(Pattern):
         lo, lo_at = proj.min(-1)
         return torch.where(hi >= -lo, hi_at, lo_at + nb // 2)
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, key_valid=None):
         _check_qk(self, query, key)
         kv_len = key.shape[-2] if kv_len is None else kv_len
-        return LSHBuckets(self.hash(query, kv_len), self.hash(key, kv_len), self.causal, source=self)
+        key_valid = _check_key_valid(self, key_valid, key)
+        if key_valid is None or key.shape[0] == 0:
+            return LSHBuckets(self.hash(query, kv_len), self.hash(key, kv_len), self.causal, source=self)
+        # the number of buckets follows each row's real keys, not the padded length (padding keys, hashed
+        # too, are masked by the kernels)
+        real = key_valid.sum(-1)  # (B,)
+        hq, hk = [None] * key.shape[0], [None] * key.shape[0]
+        for n in real.unique().tolist():
+            rows = (real == n).nonzero().flatten()
+            for b, q_ids, k_ids in zip(rows.tolist(), self.hash(query[rows], n), self.hash(key[rows], n)):
+                hq[b], hk[b] = q_ids, k_ids
+        return LSHBuckets(torch.stack(hq), torch.stack(hk), self.causal, source=self)
 
     def _params(self):
         return {
@@ -230,7 +264,9 @@ class TopKBlocks(Pattern):
     attends its own block and the ``k - 1`` other key blocks whose mean key has the largest dot
     product with the block's mean query (``k`` blocks in all, fewer if there are fewer); with
     ``causal`` only key blocks at or before the query block, and ``j <= i``. Query i attends key j
-    iff ``j // block`` is selected for ``i // block``. The selection is not differentiated."""
+    iff ``j // block`` is selected for ``i // block``. The selection is not differentiated. Bound with
+    ``key_valid`` (padding), the means are over real positions only and a key block of padding only is
+    never selected (other than as a query block's own), so a right-padded row selects as it would alone."""
 
     content_based = True
 
@@ -241,21 +277,40 @@ class TopKBlocks(Pattern):
         self.is_causal = self.causal
         self.geometry = (self.block,)
 
-    def select(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        """(B, H, num position blocks, k) selected key blocks (ascending, -1 = none)."""
+    def select(
+        self, query: torch.Tensor, key: torch.Tensor, key_valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, H, num position blocks, k) selected key blocks (ascending, -1 = none).
+
+        ``key_valid`` (B, kv_len) bool, False at padding keys: block means over the real keys and queries
+        only, and key blocks without a real key left out (see the class). The queries are taken to be the
+        last ``q_len`` positions of the keys' sequence (self-attention, the library's convention), so query
+        i is real iff ``key_valid[:, kv_len - q_len + i]``."""
         q_len, kv_len = query.shape[-2], key.shape[-2]
         p = self.block
         nb = max(math.ceil(kv_len / p), 1)
         B, H, _, D = query.shape
         dev = query.device
+        key_valid = _check_key_valid(self, key_valid, key)
 
-        def block_mean(x, offset):
+        def block_mean(x, offset, real):  # real: (B, len) bool or None; -> (B, H, nb, D), (B|1, nb) counts
             blk = torch.div(torch.arange(offset, offset + x.shape[-2], device=dev), p, rounding_mode="floor")
-            s = torch.zeros(B, H, nb, D, device=dev).index_add_(2, blk, x.detach().float())
-            cnt = torch.zeros(nb, device=dev).index_add_(0, blk, torch.ones(x.shape[-2], device=dev))
-            return s / cnt.clamp(min=1)[:, None]
+            x = x.detach().float()
+            if real is None:
+                weight = torch.ones(1, x.shape[-2], device=dev)
+            else:
+                weight = real.float()
+                x = x.masked_fill(~real[:, None, :, None], 0.0)  # not x * 0: padding may hold inf or nan
+            s = torch.zeros(B, H, nb, D, device=dev).index_add_(2, blk, x)
+            cnt = torch.zeros(weight.shape[0], nb, device=dev).index_add_(1, blk, weight)
+            return s / cnt.clamp(min=1)[:, None, :, None], cnt
 
-        scores = block_mean(query, kv_len - q_len) @ block_mean(key, 0).transpose(-1, -2)  # (B, H, nb, nb)
+        real_q = None if key_valid is None else key_valid[:, kv_len - q_len :]
+        q_mean, _ = block_mean(query, kv_len - q_len, real_q)
+        k_mean, k_count = block_mean(key, 0, key_valid)
+        scores = q_mean @ k_mean.transpose(-1, -2)  # (B, H, nb, nb)
+        if key_valid is not None:  # a block of padding only is never another block's choice
+            scores = scores.masked_fill((k_count == 0)[:, None, None, :], float("-inf"))
         qb = torch.arange(nb, device=dev)
         if self.causal:
             scores = scores.masked_fill(qb[None, :] > qb[:, None], float("-inf"))
@@ -265,9 +320,11 @@ class TopKBlocks(Pattern):
         idx = torch.where(val == float("-inf"), torch.full_like(idx, nb), idx).sort(-1).values
         return torch.where(idx >= nb, torch.full_like(idx, -1), idx)
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, key_valid=None):
         _check_qk(self, query, key)
-        bound = BlockSet(self.block, self.select(query, key).cpu(), causal=self.causal, source=self)
+        bound = BlockSet(
+            self.block, self.select(query, key, key_valid).cpu(), causal=self.causal, source=self
+        )
         bound.bound_lengths = (query.shape[-2], key.shape[-2])  # what a plot checks its n against
         return bound
 

@@ -97,11 +97,12 @@ class Global(Pattern):
                 f"{kv_len} tokens (positions 0..{kv_len - 1}), so no token would be global"
             )
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False, key_valid=None):
         """Checks the indices against the input (see :meth:`_check_in_range`). A part of a causal pattern
         (``causal=True``, e.g. ``(SlidingWindow(3) | Global(indices=[4])) & Causal()``) takes any length: a
         decoder's prompt, or its left-padded rows, may end before the first global position, which is
-        then still to come; bound there, it is a copy that makes no token global yet."""
+        then still to come; bound there, it is a copy that makes no token global yet. ``key_valid`` (padding)
+        is ignored: global positions do not depend on it."""
         kv_len = q_len if kv_len is None else kv_len
         if not causal or not self.indices or self.indices[0] < kv_len:
             self._check_in_range(kv_len)

@@ -37,7 +37,7 @@ class PerHead(Pattern):
     def over_heads(self, patterns):
         return PerHead(patterns)
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False, key_valid=None):
         bound = []
         for h, p in enumerate(self.patterns):
             qh = None if query is None else query[:, h : h + 1]
@@ -50,6 +50,7 @@ class PerHead(Pattern):
                     query=qh if p.content_based else None,
                     key=kh if p.content_based else None,
                     causal=causal or self.is_causal,
+                    key_valid=key_valid,
                 )
             )
         if all(b is p for b, p in zip(bound, self.patterns)):

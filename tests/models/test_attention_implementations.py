@@ -181,7 +181,8 @@ def test_output_attentions_of_patterns_fixed_per_input(name, monkeypatch):
     assert len(out.attentions) == len(calls) == model.config.num_hidden_layers
     for (q, k, mask), weights in zip(calls, out.attentions):
         rule = pattern | P.Global.from_mask(mask.global_tokens)
-        allowed = rule.bind(N, query=q, key=k).dense_mask(N)  # (q, kv), (H, q, kv) or (B, H, q, kv)
+        # (q, kv), (H, q, kv) or (B, H, q, kv), bound to the real tokens as the kernels bind it
+        allowed = rule.bind(N, query=q, key=k, key_valid=mask.padding).dense_mask(N)
         allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
         allowed = allowed & mask.padding[:, None, None, :]  # (B, H, q, kv)
         scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
