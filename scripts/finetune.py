@@ -9,12 +9,14 @@ Examples::
     accelerate launch --config_file configs/accelerate/cpu_ddp.yaml scripts/finetune.py pipelines/motif/tiny.yaml
 
 Exit codes: 0 success; 2 a user error (invalid command line, recipe, override or value; a data
-folder or file that does not exist; output_dir already holding checkpoints; a corrupt checkpoint on
---resume), printed as one ``error:`` line without a traceback (``--debug`` shows it); 3 trained and
-saved locally, but the push to the Hub failed; 1 anything unexpected (with its traceback).
+folder or file that does not exist; output_dir already holding checkpoints or a trained model; a corrupt
+checkpoint on --resume, or one that does not fit the recipe's model), printed as one ``error:`` line without a
+traceback (``--debug`` shows it); 3 trained and saved locally, but the push to the Hub failed; 1 anything
+unexpected (with its traceback).
 
-A rerun over an output_dir that holds checkpoints stops before anything is deleted: pass --resume to
-continue, or --overwrite_output_dir to delete them and start over (the deletion is printed).
+A rerun over an output_dir that holds checkpoints or a trained model stops before anything is deleted: pass
+--resume to continue from the latest checkpoint, or --overwrite_output_dir to delete them (and the earlier
+run's card, plots and results) and start over (the deletion is printed).
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite_output_dir",
         action="store_true",
-        help="Delete the checkpoints already in output_dir and start from step 0 (without it, and "
-        "without --resume, such an output_dir is an error and nothing is deleted).",
+        help="Delete the checkpoints and the trained model (with its card, plots and results) already in "
+        "output_dir and start from step 0 (without it, and without --resume, such an output_dir is an error and "
+        "nothing is deleted).",
     )
     parser.add_argument(
         "--debug",

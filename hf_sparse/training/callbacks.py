@@ -8,7 +8,7 @@ from transformers import TrainerCallback
 
 from .checkpoints import write_json_atomic
 
-__all__ = ["LogHistoryCallback", "loss_series"]
+__all__ = ["BestMetricCheckCallback", "LogHistoryCallback", "RestoreLogStateCallback", "loss_series"]
 
 
 def loss_series(log_history) -> dict[str, list[tuple[int, float]]]:
@@ -57,3 +57,57 @@ class LogHistoryCallback(TrainerCallback):
     def series(self, state) -> dict[str, list[tuple[int, float]]]:
         """Loss points for the plot, from the Trainer state (see :func:`loss_series`)."""
         return loss_series(state.log_history)
+
+
+class BestMetricCheckCallback(TrainerCallback):
+    """At the first evaluation during training, checks that ``metric_for_best_model`` is one of its metrics.
+
+    A task's metric names are known only once its metric function has run (they may depend on the data, e.g.
+    one ``span_f1_<motif>`` per motif), so this is the earliest check: one
+    :class:`~hf_sparse.training.recipe.RecipeError` listing the metrics, raised before that step's checkpoint is
+    saved, instead of the ``KeyError`` transformers raises there. As in transformers, a name without the
+    ``eval_`` prefix gets it.
+    """
+
+    def __init__(self, source: str | None = None):
+        self.source = source
+        self.training = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False  # the final evaluations (eval_ and test_ prefixes) are not checked
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        name = args.metric_for_best_model
+        if not self.training or name is None or metrics is None:
+            return
+        self.training = False  # once
+        key = name if name.startswith("eval_") else f"eval_{name}"
+        if key not in metrics:
+            from .recipe import RecipeError
+
+            found = ", ".join(
+                sorted(
+                    k
+                    for k in metrics
+                    if k.startswith("eval_") and not k.endswith(("_runtime", "_per_second"))
+                )
+            )
+            raise RecipeError(
+                f"{self.source}: metric_for_best_model={name!r} is not a metric of this task's evaluation "
+                f"(it reports {found}); set metric_for_best_model to one of them"
+            )
+
+
+class RestoreLogStateCallback(TrainerCallback):
+    """Calls :meth:`~hf_sparse.training.checkpoints.AtomicCheckpointMixin._restore_log_state` of ``trainer`` at
+    ``on_train_begin``: the first event after the Trainer has reset its logging state, before the first step
+    (transformers 5.10 to 5.24). Added by the mixin to a run that resumes."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer._restore_log_state()

@@ -266,30 +266,49 @@ class AtomicCheckpointMixin:
 
     _staging_run_dir: str | None = None
     _loss_sum_before: float = 0.0  # sum of per-step train losses up to the checkpoint resumed from
+    _log_state: dict | None = None  # the loss not logged yet at that checkpoint, restored at on_train_begin
 
-    def _loss_sum_so_far(self) -> float | None:
-        """Sum of the per-step training losses from step 0 to now (collective under DDP)."""
+    def _loss_state(self) -> dict | None:
+        """What a resume needs to report the losses of an uninterrupted run (collective under DDP):
+        ``train_loss_sum``, the sum of the per-step training losses from step 0 to now; ``pending_loss_sum``, the
+        part of it since the last logged loss; ``last_logged_step``, the step of that log. None before training.
+        """
         total = getattr(self, "_total_loss_scalar", None)
         if total is None:
             return None
+        state = {"train_loss_sum": self._loss_sum_before + total}
         pending = getattr(self, "_tr_loss", None)  # steps since the last log (transformers >= 5)
         if pending is not None:
             from transformers.trainer_pt_utils import nested_gather
 
-            total += nested_gather(pending.detach().clone(), self.args.parallel_mode).mean().item()
-        return self._loss_sum_before + total
+            pending = nested_gather(pending.detach().clone(), self.args.parallel_mode).mean().item()
+            state["train_loss_sum"] += pending
+            last = getattr(self, "_globalstep_last_logged", None)
+            if isinstance(last, int):
+                state.update(pending_loss_sum=pending, last_logged_step=last)
+        return state
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        """``Trainer.train``; after a resume, ``train_loss`` covers every step, not only this run's.
+        """``Trainer.train``; after a resume, the logged losses and ``train_loss`` are those of an uninterrupted run.
 
         transformers reports this ``train()`` call's loss sum (``_total_loss_scalar``) over its own steps
-        (5.24) or over every step (5.10); the loss sum up to a checkpoint is saved in it
-        (``hf_sparse_state.json``) and added back here.
+        (5.24) or over every step (5.10), and its first logged loss after a resume averages only the steps
+        since the resume. Each checkpoint saves the loss sum up to it, the part not logged yet and the step of
+        the last log (``hf_sparse_state.json``); here the sum is added back to ``train_loss``, and the unlogged
+        part is handed back to the Trainer when training begins (:meth:`_restore_log_state`), so the first log
+        averages over the same steps as without the interruption.
         """
-        self._loss_sum_before = 0.0
+        self._loss_sum_before, self._log_state = 0.0, None
         start = 0
         if isinstance(resume_from_checkpoint, str):
-            self._loss_sum_before, start = _loss_sum_of_checkpoint(resume_from_checkpoint)
+            saved = _loss_state_of_checkpoint(resume_from_checkpoint)
+            self._loss_sum_before, start = saved["train_loss_sum"], saved["global_step"]
+            if "pending_loss_sum" in saved:
+                self._log_state = saved
+                from .callbacks import RestoreLogStateCallback
+
+                if not any(isinstance(c, RestoreLogStateCallback) for c in self.callback_handler.callbacks):
+                    self.add_callback(RestoreLogStateCallback(self))
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         if not start or "train_loss" not in output.metrics:
             return output
@@ -303,6 +322,26 @@ class AtomicCheckpointMixin:
                 entry["train_loss"] = train_loss
                 break
         return TrainOutput(output.global_step, train_loss, metrics)
+
+    def _restore_log_state(self) -> None:
+        """At ``on_train_begin`` of a resumed run (the Trainer has just zeroed its logging state): the loss of the
+        steps after the checkpoint's last log is pending again, and the next log averages from that log's step.
+        Left alone (the first log then averages only the resumed steps, as in transformers) if the Trainer's
+        logging state is not the one this was written for."""
+        saved, self._log_state = self._log_state, None
+        pending = getattr(self, "_tr_loss", None)
+        last = saved and saved.get("last_logged_step")
+        if (
+            saved is None
+            or not isinstance(last, int)
+            or not 0 <= last <= self.state.global_step
+            or getattr(self, "_globalstep_last_logged", None) != self.state.global_step
+            or getattr(pending, "ndim", None) != 0
+        ):
+            return
+        pending += float(saved["pending_loss_sum"])  # in place: the tensor the training loop adds to
+        self._globalstep_last_logged = last
+        self._loss_sum_before -= float(saved["pending_loss_sum"])  # counted when the Trainer logs it
 
     def _init_training_state(
         self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
@@ -318,12 +357,13 @@ class AtomicCheckpointMixin:
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
         if resume_from_checkpoint is not None and self.state.global_step >= max_steps:
-            logger.warning(
-                "%s is at step %d of %d: nothing left to train",
-                resume_from_checkpoint,
-                self.state.global_step,
-                max_steps,
-            )
+            if self.is_world_process_zero():
+                logger.warning(
+                    "%s is at step %d of %d: nothing left to train",
+                    resume_from_checkpoint,
+                    self.state.global_step,
+                    max_steps,
+                )
             return num_train_epochs, 0
         return epochs_trained, steps_trained
 
@@ -343,7 +383,7 @@ class AtomicCheckpointMixin:
             shutil.rmtree(staging_run_dir)  # left over by a run killed while saving this step
         self.accelerator.wait_for_everyone()
 
-        loss_sum = self._loss_sum_so_far()  # collective: before any process-0-only branch
+        loss_state = self._loss_state()  # collective: before any process-0-only branch
         self._staging_run_dir = staging_run_dir
         try:
             super()._save_checkpoint(model, trial)
@@ -353,10 +393,10 @@ class AtomicCheckpointMixin:
 
         if self.args.should_save:
             staged = os.path.join(staging_run_dir, name)
-            if loss_sum is not None:
+            if loss_state is not None:
                 write_json_atomic(
                     os.path.join(staged, _HF_SPARSE_STATE),
-                    {"global_step": self.state.global_step, "train_loss_sum": loss_sum},
+                    {"global_step": self.state.global_step, **loss_state},
                 )
             best = self.state.best_model_checkpoint
             if best is not None and os.path.abspath(best).startswith(os.path.abspath(staging_run_dir)):
@@ -376,17 +416,25 @@ class AtomicCheckpointMixin:
         self.accelerator.wait_for_everyone()
 
 
-def _loss_sum_of_checkpoint(folder: str) -> tuple[float, int]:
-    """``(sum of the per-step training losses up to the checkpoint, its global step)``.
+def _loss_state_of_checkpoint(folder: str) -> dict:
+    """The loss bookkeeping saved with a checkpoint: ``global_step``, ``train_loss_sum`` (the sum of the per-step
+    training losses up to it) and, where saved, ``pending_loss_sum`` and ``last_logged_step`` (see
+    :meth:`AtomicCheckpointMixin._loss_state`).
 
-    From ``hf_sparse_state.json``; for a checkpoint without it (written by another tool), estimated
-    from the logged losses in ``trainer_state.json`` (each a mean over its logging interval; the
-    steps after the last log count at the last logged mean).
+    From ``hf_sparse_state.json``; for a checkpoint without it (written by another tool), the sum is estimated
+    from the logged losses in ``trainer_state.json`` (each a mean over its logging interval; the steps after
+    the last log count at the last logged mean).
     """
     try:
         with open(os.path.join(folder, _HF_SPARSE_STATE), encoding="utf-8") as f:
             saved = json.load(f)
-        return float(saved["train_loss_sum"]), int(saved["global_step"])
+        state = {"train_loss_sum": float(saved["train_loss_sum"]), "global_step": int(saved["global_step"])}
+        if "pending_loss_sum" in saved and "last_logged_step" in saved:
+            state.update(
+                pending_loss_sum=float(saved["pending_loss_sum"]),
+                last_logged_step=int(saved["last_logged_step"]),
+            )
+        return state
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
@@ -394,7 +442,7 @@ def _loss_sum_of_checkpoint(folder: str) -> tuple[float, int]:
             state = json.load(f)
         step = int(state["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
-        return 0.0, 0
+        return {"train_loss_sum": 0.0, "global_step": 0}
     total, last_step, last_loss = 0.0, 0, None
     for entry in state.get("log_history", ()):
         if "loss" in entry and isinstance(entry.get("step"), int) and entry["step"] <= step:
@@ -402,7 +450,7 @@ def _loss_sum_of_checkpoint(folder: str) -> tuple[float, int]:
             last_step, last_loss = entry["step"], float(entry["loss"])
     if last_loss is not None:
         total += last_loss * (step - last_step)
-    return total, step
+    return {"train_loss_sum": total, "global_step": step}
 
 
 def atomic_trainer_class(base=None) -> type:

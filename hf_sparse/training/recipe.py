@@ -162,15 +162,17 @@ class RecipeArguments:
         default=False,
         metadata={
             "help": "Resume from the latest checkpoint-N in output_dir (validated first; a run with no "
-            "checkpoint yet starts from scratch with a warning)."
+            "checkpoint yet starts from scratch with a warning, an output_dir holding a trained model but no "
+            "checkpoint is an error). resume_from_checkpoint: PATH resumes from that checkpoint instead."
         },
     )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Start a fresh run even if output_dir already holds checkpoints (they are deleted, and "
-            "the deletion is printed). Without it (and without resume) such an output_dir is an error. "
-            "Meant for the command line (finetune.py --overwrite_output_dir), not for a recipe file."
+            "help": "Start a fresh run even if output_dir already holds checkpoints or a trained model (they "
+            "are deleted, with the earlier run's card, plots and results, and the deletion is printed). Without "
+            "it (and without resume) such an output_dir is an error. Meant for the command line "
+            "(finetune.py --overwrite_output_dir), not for a recipe file."
         },
     )
     lora: bool = field(

@@ -13,6 +13,9 @@ What ``output_dir`` holds at the end (written by the main process only):
   alone is in ``output_dir/adapter``; with ``merge_lora: false`` (or under FSDP, where sharded
   weights cannot be merged in place) ``output_dir`` holds the adapter only;
 - ``checkpoint-N/`` folders (saved atomically, see :mod:`~hf_sparse.training.checkpoints`);
+  a rerun over an ``output_dir`` holding checkpoints or a trained model is an error unless it resumes
+  (``resume``, ``resume_from_checkpoint``) or sets ``overwrite_output_dir``, which deletes them and the
+  earlier run's other outputs (model, card, plots, results; printed) before training;
 - ``all_results.json``: train/eval/test metrics (flat ``train_*``, ``eval_*``, ``test_*`` keys as in
   the HF example scripts), ``wall_time_s``, ``world_size``, ``distributed_type``,
   ``num_parameters``, ``num_trainable_parameters``, ``global_step``, ``start_step``,
@@ -30,15 +33,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from .callbacks import LogHistoryCallback, loss_series
+from .callbacks import BestMetricCheckCallback, LogHistoryCallback, loss_series
 from .checkpoints import (
     atomic_trainer_class,
     latest_checkpoint,
@@ -74,27 +79,90 @@ def _count_parameters(model, trainable_only: bool = False) -> int:
 def _resume_checkpoint(recipe_args, training_args) -> str | None:
     """The validated checkpoint to resume from, or None; applies ``overwrite_output_dir``.
 
-    Runs on every process without collectives, so a user error is raised by all of them alike.
+    ``resume_from_checkpoint: PATH`` resumes from that folder, ``resume`` from the latest ``checkpoint-N`` in
+    ``output_dir``; a fresh run needs an ``output_dir`` without an earlier run's checkpoints or trained model
+    (:func:`_clear_output_dir`). Runs on every process without collectives (but the wait after a deletion), so
+    a user error is raised by all of them alike; what is resumed is printed by the main process.
     """
     output_dir = training_args.output_dir
+    main = training_args.process_index == 0
+    given = training_args.resume_from_checkpoint
+    if given is not None:
+        src = recipe_args.source
+        if recipe_args.resume:
+            raise RecipeError(
+                f"{src}: resume (the latest checkpoint in output_dir) and resume_from_checkpoint={given!r} are "
+                "both set; give one"
+            )
+        checkpoint = os.path.abspath(os.path.expanduser(given))
+        if not os.path.isdir(checkpoint):
+            raise RecipeError(
+                f"{src}: resume_from_checkpoint={given!r}: folder not found ({checkpoint}); give a checkpoint-N "
+                "folder, or --resume to continue from the latest one in output_dir"
+            )
+        inside = os.path.commonpath([os.path.realpath(checkpoint), os.path.realpath(output_dir)]) == (
+            os.path.realpath(output_dir)
+        )
+        if inside and recipe_args.overwrite_output_dir:
+            raise RecipeError(
+                f"{src}: overwrite_output_dir would delete {checkpoint}, the resume_from_checkpoint to resume from; "
+                "drop one of them"
+            )
+        state = validate_checkpoint(checkpoint)
+        if not inside:  # another run's checkpoint: output_dir is this run's, as for a fresh run
+            _clear_output_dir(recipe_args, training_args)
+        if main:
+            logger.warning("resuming from %s (step %s)", checkpoint, state.get("global_step"))
+        return checkpoint
     if recipe_args.resume:
         latest = latest_checkpoint(output_dir)  # transformers' get_last_checkpoint
         if latest is None:
-            logger.warning("resume: no checkpoint in %s yet; training from scratch", output_dir)
+            trained = _trained_model_files(output_dir)
+            if trained:
+                raise RecipeError(
+                    f"output_dir {output_dir} holds a trained model ({', '.join(trained)}) but no checkpoint-N to "
+                    "resume from; nothing was deleted. Pass --overwrite_output_dir instead of --resume to delete it "
+                    "and train again from step 0 (or choose another --output_dir)"
+                )
+            if main:
+                logger.warning("resume: no checkpoint in %s yet; training from scratch", output_dir)
             return None
         state = validate_checkpoint(latest)
-        logger.warning("resuming from %s (step %s)", latest, state.get("global_step"))
+        if main:
+            logger.warning("resuming from %s (step %s)", latest, state.get("global_step"))
         return latest
-    existing = list_checkpoints(output_dir)
-    if existing and not recipe_args.overwrite_output_dir:
-        names = ", ".join(os.path.basename(p) for p in existing)
-        raise RecipeError(
-            f"output_dir {output_dir} already holds checkpoints ({names}); nothing was deleted. Pass --resume "
-            f"to continue from {os.path.basename(existing[-1])}, or --overwrite_output_dir to delete them and "
-            "start over (or choose another --output_dir)"
-        )
-    if existing:
-        if training_args.should_save:
+    _clear_output_dir(recipe_args, training_args)
+    return None
+
+
+def _clear_output_dir(recipe_args, training_args) -> None:
+    """The ``output_dir`` of a run that starts from step 0 (or from another run's checkpoint).
+
+    Checkpoints or a trained model of an earlier run there are an error naming them (nothing is deleted)
+    unless ``overwrite_output_dir`` is set; then they are deleted, with everything else that run left behind
+    (:func:`_previous_run_files`), and what was deleted is printed. A killed overwriting run thus never leaves
+    the earlier run's model, card or ``all_results.json`` looking like its own.
+    """
+    output_dir = training_args.output_dir
+    if not recipe_args.overwrite_output_dir:
+        existing = list_checkpoints(output_dir)
+        if existing:
+            names = ", ".join(os.path.basename(p) for p in existing)
+            raise RecipeError(
+                f"output_dir {output_dir} already holds checkpoints ({names}); nothing was deleted. Pass --resume "
+                f"to continue from {os.path.basename(existing[-1])}, or --overwrite_output_dir to delete them and "
+                "start over (or choose another --output_dir)"
+            )
+        trained = _trained_model_files(output_dir)
+        if trained:
+            raise RecipeError(
+                f"output_dir {output_dir} already holds a trained model ({', '.join(trained)}); nothing was "
+                "deleted. Pass --overwrite_output_dir to delete it and train again (or choose another --output_dir)"
+            )
+        return
+    if training_args.should_save:
+        existing = list_checkpoints(output_dir)
+        if existing:
             names = ", ".join(os.path.basename(p) for p in existing)
             for path in existing:
                 shutil.rmtree(path)
@@ -104,10 +172,146 @@ def _resume_checkpoint(recipe_args, training_args) -> str | None:
                 output_dir,
                 names,
             )
-        from accelerate import PartialState
+        previous = _previous_run_files(output_dir)
+        if previous:
+            for name in previous:
+                path = os.path.join(output_dir, name)
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+            code = [n for n in previous if n.endswith(".py")]  # the remote-code bundle: dozens of files
+            shown = [n for n in previous if n not in code] + (
+                [f"{len(code)} .py files of its remote code"] if code else []
+            )
+            logger.warning(
+                "overwrite_output_dir: deleted the previous run's outputs in %s (%s)",
+                output_dir,
+                ", ".join(shown),
+            )
+    from accelerate import PartialState
 
-        PartialState().wait_for_everyone()
-    return None
+    PartialState().wait_for_everyone()  # on every process alike: none starts before the deletion is done
+
+
+# Weights next to a config.json (or adapter_config.json) that make output_dir hold a trained model.
+_MODEL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+_ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+# What a run writes besides the files hf_sparse.hub pushes: transformers' save_metrics / save_state names.
+_RESULT_FILE = re.compile(r"^(all_results|[\w.-]+_results|trainer_state|log_history)\.json$")
+
+
+def _trained_model_files(output_dir) -> list[str]:
+    """The files that show an earlier run's trained model in ``output_dir``: ``all_results.json`` (a finished
+    run), a ``config.json`` with model weights, an ``adapter_config.json`` with adapter weights; [] if none."""
+
+    def present(names):
+        return [n for n in names if os.path.isfile(os.path.join(output_dir, n))]
+
+    found = present(["all_results.json"])
+    for config, weights in (("config.json", _MODEL_WEIGHTS), ("adapter_config.json", _ADAPTER_WEIGHTS)):
+        if present([config]) and present(weights):
+            found += [config, present(weights)[0]]
+    return found
+
+
+def _previous_run_files(output_dir) -> list[str]:
+    """What an earlier run left in ``output_dir`` besides its checkpoints (names in it, sorted): the files
+    ``hf_sparse.hub`` would push from it (model or adapter, tokenizer, card, remote code, results, plots), the
+    result files (``all_results.json``, ``*_results.json``, ``trainer_state.json``, ``log_history.json``) and the
+    LoRA ``adapter/`` folder. Other files (the user's), ``runs/`` (TensorBoard: one folder per run) and hidden
+    files stay."""
+    from hf_sparse.hub.push import upload_file_list
+
+    if not os.path.isdir(output_dir):
+        return []
+    names = {name.split("/", 1)[0] for name in upload_file_list(output_dir)}  # adapter/x: the folder
+    for entry in os.scandir(output_dir):
+        if entry.is_file() and _RESULT_FILE.match(entry.name):
+            names.add(entry.name)
+    if os.path.isfile(os.path.join(output_dir, "adapter", "adapter_config.json")):
+        names.add("adapter")
+    return sorted(names)
+
+
+# config.json keys that say nothing about the weights' shapes (bookkeeping written at save time, runtime flags)
+_CONFIG_BOOKKEEPING = (
+    "transformers_version",
+    "architectures",
+    "_name_or_path",
+    "dtype",
+    "torch_dtype",
+    "auto_map",
+    "use_cache",  # switched off by the Trainer for training
+)
+
+
+def _checkpoint_shapes(folder: str) -> dict[str, tuple] | None:
+    """``{tensor name: shape}`` of a checkpoint's safetensors weights (read from the headers), or None for
+    weights in another format."""
+    from safetensors import safe_open
+
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):  # sharded
+        with open(index, encoding="utf-8") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = [
+            n
+            for n in ("model.safetensors", "adapter_model.safetensors")
+            if os.path.isfile(os.path.join(folder, n))
+        ]
+    if not files:
+        return None
+    shapes = {}
+    for name in files:
+        with safe_open(os.path.join(folder, name), framework="pt") as f:
+            for key in f.keys():
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    return shapes
+
+
+def _check_checkpoint_fits(model, checkpoint: str, recipe_args) -> None:
+    """Before training: the checkpoint's weights have the shapes of the recipe's model (else the Trainer's
+    ``load_state_dict`` fails with a page of size mismatches). One error naming the ``config.json`` keys that
+    differ between the checkpoint and the model (the recipe changed since), or the first tensor that does not fit."""
+    saved = _checkpoint_shapes(checkpoint)
+    if saved is None:
+        return
+    if hasattr(model, "peft_config"):  # the adapter file holds the adapter's tensors, under peft's names
+        from peft import get_peft_model_state_dict
+
+        expected = get_peft_model_state_dict(model)
+    else:
+        expected = model.state_dict()
+    misfits = [k for k in saved if k in expected and saved[k] != tuple(expected[k].shape)]
+    if not misfits:
+        return
+    config = getattr(model.get_base_model() if hasattr(model, "get_base_model") else model, "config", None)
+    try:
+        with open(os.path.join(checkpoint, "config.json"), encoding="utf-8") as f:
+            before = json.load(f)
+    except (OSError, ValueError):
+        before = {}
+    now = json.loads(config.to_json_string(use_diff=False)) if config is not None else {}
+    differing = [
+        f"{k}={before[k]!r} in the checkpoint, {now.get(k)!r} now"
+        for k in sorted(before)
+        if k not in _CONFIG_BOOKKEEPING and before[k] != now.get(k)
+    ]
+    name = misfits[0]
+    what = "; ".join(differing) or (
+        f"{name} is {list(saved[name])} in the checkpoint, {list(expected[name].shape)} in the model"
+    )
+    raise RecipeError(
+        f"{recipe_args.source}: cannot resume from {checkpoint}: its weights do not fit the recipe's model ({what}); "
+        "resume with the settings it was trained with, or start over with --overwrite_output_dir"
+    )
 
 
 def _apply_lora(task, model, recipe_args, training_args):
@@ -364,8 +568,20 @@ def _check_launch(source, fsdp=False, deepspeed=False) -> None:
             )
 
 
+# TrainingArguments flags of the HF example scripts that a run cannot honour when false: what to do instead.
+_UNUSED_FLAGS = {
+    "do_train": "a recipe run always trains, then evaluates; drop do_train (the metrics of a finished run are in "
+    "its all_results.json)",
+    "do_eval": "the validation split is always evaluated at the end; drop do_eval (eval_strategy: 'no' skips the "
+    "evaluations during training, max_eval_samples shortens the split)",
+    "do_predict": "the test split is evaluated at the end when the task has one; drop do_predict "
+    "(max_test_samples shortens the split)",
+}
+
+
 def _check_training_values(recipe_args, training_args) -> None:
-    """Values ``TrainingArguments`` accepts but that train nothing or nonsense: one clear error."""
+    """Values ``TrainingArguments`` accepts but that train nothing or nonsense, or that a run would ignore
+    (``do_train: false`` and the like): one clear error."""
     src = recipe_args.source
     if training_args.max_steps == 0 or (
         training_args.max_steps < 0 and not training_args.num_train_epochs > 0
@@ -395,6 +611,14 @@ def _check_training_values(recipe_args, training_args) -> None:
         value = getattr(training_args, steps, None)
         if mode == "steps" and value is not None and value <= 0:
             raise RecipeError(f"{src}: {steps}={value!r} must be positive with {strategy}: steps")
+    for key in ("seed", "data_seed"):  # numpy's seed range (set_seed seeds numpy too)
+        value = getattr(training_args, key, None)
+        if value is not None and not 0 <= value <= 2**32 - 1:
+            raise RecipeError(f"{src}: {key}={value!r} must be in 0 .. 2**32 - 1")
+    values = recipe_args.values or {}
+    for key, instead in _UNUSED_FLAGS.items():  # set to false in the recipe or an override
+        if values.get(key) is False:
+            raise RecipeError(f"{src}: {key}=false is not supported: {instead}")
 
 
 def _check_report_to(recipe_args, training_args) -> None:
@@ -478,14 +702,17 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         recipe: path of a YAML recipe, or a dict with the same keys.
         overrides: ``"key=value"`` strings applied on top of the recipe.
         resume: overrides the recipe's ``resume`` (True: continue from the latest valid
-            ``checkpoint-N`` in ``output_dir``).
+            ``checkpoint-N`` in ``output_dir``). ``resume_from_checkpoint: PATH`` (a recipe key) continues
+            from that checkpoint instead, with the same checks.
 
     Returns:
         The results dict (on every process of a distributed run).
 
     Raises:
-        RecipeError: invalid recipe/overrides, or an ``output_dir`` that already holds checkpoints
-            while neither ``resume`` nor ``overwrite_output_dir`` is set.
+        RecipeError: invalid recipe/overrides (also a value the model's config rejects, a
+            ``metric_for_best_model`` the first evaluation does not report), an ``output_dir`` that already
+            holds checkpoints or a trained model while neither ``resume`` nor ``overwrite_output_dir`` is set,
+            or a checkpoint whose weights do not fit the recipe's model.
         CheckpointError: the checkpoint to resume from is incomplete or corrupt.
         HubPushError: ``push_to_hub`` failed (everything local was written first).
         TrainingDivergedError: NaN predictions at an evaluation (a :class:`RecipeError`); at the final
@@ -527,8 +754,13 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     set_seed(training_args.seed)
 
     # --- task: tokenizer, model, data ---
-    tokenizer = task.build_tokenizer(task_args)
-    model = task.build_model(task_args, tokenizer)
+    try:  # a value the model's config rejects (e.g. a max_length shorter than the attention pattern's reach)
+        tokenizer = task.build_tokenizer(task_args)
+        model = task.build_model(task_args, tokenizer)
+    except RecipeError:
+        raise
+    except ValueError as e:
+        raise RecipeError(f"{recipe_args.source}: {e}") from e
     with training_args.main_process_first(desc=f"{task.name} datasets"):
         datasets = dict(task.build_datasets(task_args, tokenizer))
     if datasets.get("train") is None:
@@ -554,6 +786,8 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     num_parameters = _count_parameters(model)
     if recipe_args.lora:
         model = _apply_lora(task, model, recipe_args, training_args)
+    if checkpoint is not None:
+        _check_checkpoint_fits(model, checkpoint, recipe_args)
 
     # --- train ---
     log_callback = LogHistoryCallback(output_dir)
@@ -565,7 +799,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         processing_class=tokenizer,
         data_collator=task.data_collator(task_args, tokenizer),
         compute_metrics=task.compute_metrics(task_args),
-        callbacks=[log_callback],
+        callbacks=[log_callback, BestMetricCheckCallback(recipe_args.source)],
     )
     trainer.compute_metrics = _checked_metrics(trainer, recipe_args)
     if task.model_accepts_loss_kwargs is not None:  # see Task.model_accepts_loss_kwargs

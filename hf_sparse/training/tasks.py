@@ -191,7 +191,7 @@ class Task:
 
         The returned keys are keyword arguments of ``hf_sparse.hub.render_model_card`` and override
         the runner's defaults (``model_name``, ``metrics``, ``training_config``, ``dataset_name``,
-        ``pattern`` from ``model.config.attention_pattern`` when it is a single spec, ``base_model`` from
+        ``pattern`` from ``model.config.attention_pattern``, a spec or a per-layer list, ``base_model`` from
         ``args.model_name_or_path`` when that is a Hub id, not a local folder). The card is public: no
         local paths (a data folder's name, not its path).
         """

@@ -306,3 +306,15 @@ def test_lora_trains_adapters_and_the_new_modules_and_saves_a_merged_model(tmp_p
 
     merged = AutoModel.from_pretrained(out)  # a plain model: adapters merged into the weights
     assert not any("lora" in name for name, _ in merged.named_parameters())
+
+
+def test_card_info_passes_a_per_layer_pattern_through():
+    """A backbone with one attention pattern per layer: the card gets the list (it describes each layer), not
+    None ("no attention pattern was recorded")."""
+    from tests.models.motif_tiny import motif_config
+
+    layers = [{"type": "sliding_window", "window": 16}, {"type": "strided", "stride": 4}]
+    task = MotifTask()
+    task.config = motif_config(backbone_overrides={"attention_pattern": layers})
+    info = task.card_info(MotifArguments(), {})
+    assert [p["type"] for p in info["pattern"]] == ["sliding_window", "strided"]

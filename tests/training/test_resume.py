@@ -113,3 +113,29 @@ def test_resuming_from_the_last_checkpoint_trains_nothing_more(tmp_path):
         assert b[key] == pytest.approx(a[key], rel=1e-6), key
     wa, wb = load_file(finished / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_the_first_logged_loss_after_a_resume_covers_the_whole_logging_interval(tmp_path):
+    """logging_steps=4, checkpoint-2 resumed: the loss logged at step 4 is the mean over steps 1-4, as in the
+    uninterrupted run (transformers alone logs the mean over steps 3-4 there)."""
+    values = dict(max_steps=8, logging_steps=4, save_strategy="steps", save_steps=2, eval_strategy="no", num_test=0,
+                  plots=False)  # fmt: skip
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert (
+        load_finetune_module().main([str(write_recipe(tmp_path / "a.yaml", toy_recipe(straight, **values)))])
+        == 0
+    )
+    shutil.copytree(straight / "checkpoint-2", resumed / "checkpoint-2")  # as left by a kill after it
+    recipe = write_recipe(tmp_path / "b.yaml", toy_recipe(resumed, **values))
+    assert load_finetune_module().main([str(recipe), "--resume"]) == 0
+
+    def losses(out):
+        history = json.loads((out / "log_history.json").read_text())
+        return [(e["step"], e["loss"]) for e in history if "loss" in e], [
+            e["train_loss"] for e in history if "train_loss" in e
+        ]
+
+    (logged_a, train_a), (logged_b, train_b) = losses(straight), losses(resumed)
+    assert [s for s, _ in logged_b] == [s for s, _ in logged_a] == [4, 8]
+    assert [v for _, v in logged_b] == pytest.approx([v for _, v in logged_a], rel=1e-5)
+    assert train_b == pytest.approx(train_a, rel=1e-5)

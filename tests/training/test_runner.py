@@ -357,3 +357,6 @@ def test_a_per_layer_attention_pattern_reaches_the_card(tmp_path):
         in text
     )
     assert "# layer 1: " in text and "child2019sparse" in text
+    # the spec is a list: from_dict rebuilds one layer from each entry, not the pattern from the list
+    assert "one entry per layer (`hf_sparse.patterns.from_dict(entry)` rebuilds that layer's pattern)" in text
+    assert "from_dict(spec)` rebuilds the pattern" not in text

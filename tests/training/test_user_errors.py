@@ -87,6 +87,22 @@ def _one_error_line(err: str, *needles: str) -> str:
             ["model_kwargs={num_experts: 4, num_experts_per_tok: 8}"],
             ["num_experts_per_tok", "8"],
         ),
+        ("motif/tiny.yaml", ["seed=-1"], ["seed=-1", "2**32 - 1"]),
+        ("motif/tiny.yaml", ["data_seed=4294967296"], ["data_seed=4294967296", "2**32 - 1"]),
+        (
+            "motif/tiny.yaml",
+            ["max_length=10"],
+            ["tiny.yaml: ", "max_position_embeddings=10"],
+        ),  # the model's check
+        # flags of the HF example scripts a run cannot honour: an error saying what to do instead, not ignored
+        ("motif/tiny.yaml", ["do_train=false"], ["do_train=false is not supported", "always trains"]),
+        ("motif/tiny.yaml", ["do_eval=false"], ["do_eval=false is not supported", "eval_strategy"]),
+        ("motif/tiny.yaml", ["do_predict=false"], ["do_predict=false is not supported", "max_test_samples"]),
+        (
+            "motif/tiny.yaml",
+            ["resume_from_checkpoint=/nonexistent/checkpoint-6"],
+            ["resume_from_checkpoint='/nonexistent/checkpoint-6'", "folder not found", "--resume"],
+        ),
     ],
 )
 def test_user_errors_are_one_line_exit_2(recipe, overrides, needles, finetune, tmp_path, capsys):
@@ -271,3 +287,122 @@ def test_a_diverged_run_without_a_metric_function_is_an_error_too(finetune, tmp_
     assert finetune.main([str(write_recipe(tmp_path / "r.yaml", toy_recipe(out, **values)))]) == 2
     _one_error_line(capsys.readouterr().err, "training diverged", "eval_loss = NaN", "learning_rate=1e+30")
     assert (out / "model.safetensors").is_file() and not (out / "all_results.json").exists()
+
+
+def _toy_argv(tmp_path, out, name="r.yaml", **values) -> list[str]:
+    return [str(write_recipe(tmp_path / name, toy_recipe(out, **values)))]
+
+
+def test_overwrite_deletes_the_previous_runs_outputs_not_the_users(finetune, tmp_path, caplog):
+    """A LoRA run with a merged model, card and plots, then --overwrite_output_dir with an adapter-only run
+    without card or plots: none of the first run's model, adapter, card, plots or results are left to be
+    pushed or loaded with the new one; a file of the user's stays; the deletion is printed."""
+    from hf_sparse.hub.push import upload_file_list
+
+    out = tmp_path / "out"
+    first = dict(max_steps=2, save_strategy="steps", save_steps=2, eval_strategy="no", num_test=0, lora=True,
+                 model_card=True)  # fmt: skip
+    assert finetune.main(_toy_argv(tmp_path, out, **first)) == 0
+    assert {"model.safetensors", "loss.png", "all_results.json", "adapter"} <= {p.name for p in out.iterdir()}
+    (out / "notes.txt").write_text("mine")
+    second = dict(max_steps=1, save_strategy="no", eval_strategy="no", num_test=0, lora=True, merge_lora=False,
+                  plots=False, model_card=False)  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="hf_sparse"):
+        assert finetune.main([*_toy_argv(tmp_path, out, **second), "--overwrite_output_dir"]) == 0
+    err = caplog.text
+    assert f"deleted 1 old checkpoint(s) in {out} (checkpoint-2)" in err
+    assert f"deleted the previous run's outputs in {out} (" in err and "model.safetensors" in err
+    names = {p.name for p in out.iterdir()}
+    for stale in ("model.safetensors", "config.json", "adapter", "loss.png", "checkpoint-2"):
+        assert stale not in names, stale
+    assert "hf-sparse" not in (out / "README.md").read_text()  # peft's adapter card, not the first run's card
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "all_results.json").read_text())["global_step"] == 1
+    assert sorted(f for f in upload_file_list(out) if not f.startswith("tokenizer")) == [
+        "README.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "all_results.json",
+        "log_history.json",
+    ]
+
+
+def test_a_failed_overwrite_leaves_no_finished_looking_run(finetune, tmp_path, capsys):
+    """The earlier run's results are gone before the new run starts: a run that stops (here: a value the model
+    rejects) leaves no all_results.json or model of another run behind it."""
+    out = tmp_path / "out"
+    values = dict(max_steps=1, save_strategy="no", eval_strategy="no", num_test=0, plots=False)
+    assert finetune.main(_toy_argv(tmp_path, out, **values)) == 0
+    argv = [*_toy_argv(tmp_path, out, **values), "--overwrite_output_dir", "--override", "hidden_size=33"]
+    assert finetune.main(argv) == 2
+    _one_error_line(capsys.readouterr().err, "hidden size (33)")
+    assert not {"all_results.json", "model.safetensors", "config.json"} & {p.name for p in out.iterdir()}
+
+
+def test_a_rerun_over_a_trained_model_without_checkpoints_keeps_it(finetune, tmp_path, capsys):
+    """save_strategy: no leaves no checkpoint: the finished model alone stops a rerun, and --resume too."""
+    out = tmp_path / "out"
+    values = dict(max_steps=1, save_strategy="no", eval_strategy="no", num_test=0, plots=False)
+    assert finetune.main(_toy_argv(tmp_path, out, **values)) == 0
+    weights = (out / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert finetune.main([*_toy_argv(tmp_path, out, **values), "--override", "seed=1"]) == 2
+    _one_error_line(capsys.readouterr().err, f"output_dir {out} already holds a trained model",
+                    "all_results.json, config.json, model.safetensors", "--overwrite_output_dir")  # fmt: skip
+    assert finetune.main([*_toy_argv(tmp_path, out, **values), "--resume"]) == 2
+    _one_error_line(capsys.readouterr().err, "no checkpoint-N to resume from", "--overwrite_output_dir")
+    assert (out / "model.safetensors").read_bytes() == weights
+
+
+def test_resume_from_checkpoint_resumes_from_that_folder(saved_run, finetune, tmp_path, capsys):
+    """resume_from_checkpoint (the HF example scripts' key) was accepted and ignored: it trained from step 0."""
+    out = tmp_path / "out"
+    checkpoint = saved_run / "checkpoint-2"
+    values = dict(max_steps=4, eval_strategy="no", num_test=0, plots=False, save_strategy="no")
+    argv = [*_toy_argv(tmp_path, out, **values), "--override", f"resume_from_checkpoint={checkpoint}"]
+    assert finetune.main(argv) == 0
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["resumed_from"] == str(checkpoint)
+    assert (results["start_step"], results["steps_this_run"], results["global_step"]) == (2, 2, 4)
+    assert finetune.main([*argv, "--resume"]) == 2  # the latest in output_dir, or that one: which?
+    _one_error_line(capsys.readouterr().err, "resume", "resume_from_checkpoint=", "give one")
+
+
+def test_resume_from_a_checkpoint_of_another_model_size_is_one_error(saved_run, finetune, tmp_path, capsys):
+    """The recipe changed since the checkpoint: one line naming the keys, not load_state_dict's size mismatches."""
+    copy = tmp_path / "out"
+    shutil.copytree(saved_run / "checkpoint-4", copy / "checkpoint-4")
+    argv = _toy_argv(tmp_path, copy, max_steps=6, eval_strategy="no", num_test=0, hidden_size=64)
+    assert finetune.main([*argv, "--resume"]) == 2
+    _one_error_line(capsys.readouterr().err, f"cannot resume from {copy / 'checkpoint-4'}",
+                    "hidden_size=32 in the checkpoint, 64 now", "intermediate_size=64 in the checkpoint, 128 now",
+                    "--overwrite_output_dir")  # fmt: skip
+
+
+def test_a_metric_for_best_model_the_task_does_not_report_is_one_error(finetune, tmp_path, capsys):
+    """Raised at the first evaluation (the task's metric names are known once its metric function ran), as a
+    RecipeError listing them, not transformers' KeyError with a traceback."""
+    out = tmp_path / "out"
+    values = dict(max_steps=4, eval_strategy="steps", eval_steps=1, save_strategy="steps", save_steps=1, num_test=0,
+                  metric_for_best_model="nope", load_best_model_at_end=True, disable_tqdm=True)  # fmt: skip
+    assert finetune.main(_toy_argv(tmp_path, out, **values)) == 2
+    _one_error_line(
+        capsys.readouterr().err, "metric_for_best_model='nope'", "(it reports eval_accuracy, eval_loss)"
+    )
+    assert not list(out.glob("checkpoint-*"))  # stopped before the first checkpoint
+
+
+def test_what_is_resumed_is_printed_by_the_main_process_only(saved_run, caplog):
+    """Every process of a distributed run validates the checkpoint; rank 0 alone prints it."""
+    from types import SimpleNamespace
+
+    from hf_sparse.training.runner import _resume_checkpoint
+
+    recipe_args = SimpleNamespace(resume=True, overwrite_output_dir=False, source="r.yaml")
+    for rank in (1, 0):
+        training_args = SimpleNamespace(
+            output_dir=str(saved_run), resume_from_checkpoint=None, process_index=rank
+        )
+        with caplog.at_level(logging.INFO, logger="hf_sparse"):
+            assert _resume_checkpoint(recipe_args, training_args) == str(saved_run / "checkpoint-4")
+        assert ("resuming from" in caplog.text) == (rank == 0), rank

@@ -741,10 +741,8 @@ class MotifTask(Task):
         pattern = (
             {"type": "longformer", "window": int(np.max(bb["attention_window"]))}
             if bb["model_type"] == "longformer"
-            else bb.get("attention_pattern")
+            else bb.get("attention_pattern")  # a spec, or one per layer (the card shows a list too)
         )
-        if isinstance(pattern, list):
-            pattern = pattern[0] if all(p == pattern[0] for p in pattern) else None
         extra = {"backbone": bb["model_type"], "motifs": ", ".join(cfg.motif_names) or "none",
                  "sequence head": cfg.sequence_task or "none", "tokens": "single nucleotides"
                  if cfg.kmer == 1 else f"non-overlapping {cfg.kmer}-mers"}  # fmt: skip
