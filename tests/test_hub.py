@@ -1310,7 +1310,8 @@ def test_push_command_line_runs_as_a_module():
 
 @pytest.mark.parametrize("results, pushed", [(None, True), ({"lora": True}, True), ({"lora": False}, False)])
 def test_an_adapter_of_an_earlier_lora_run_is_not_pushed(model_dir, results, pushed):
-    """A full fine-tune rerun into a LoRA run's output_dir (--overwrite_output_dir) leaves its adapter/ there."""
+    """An adapter/ that all_results.json does not claim (a LoRA run's, left in a folder a later full fine-tune
+    wrote into: the runner's --overwrite_output_dir now deletes it, but a folder filled by hand may hold one)."""
     (model_dir / "adapter").mkdir()
     (model_dir / "adapter" / "adapter_config.json").write_text("{}")
     (model_dir / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(64))
