@@ -84,9 +84,13 @@ def test_extractive_on_scisummnet_papers(shared_data, tmp_path):
 
 def test_abstractive_backend_without_pattern_is_an_error(tmp_path):
     """LED's own attention has no backend to choose: a recipe's attention_backend would be ignored."""
-    with pytest.raises(ValueError, match="attention_backend='blocked' has no effect without attention_pattern"):
+    with pytest.raises(
+        ValueError, match="attention_backend='blocked' has no effect without attention_pattern"
+    ):
         AbstractiveArguments(data_dir=str(tmp_path), attention_backend="blocked")
-    AbstractiveArguments(data_dir=str(tmp_path), attention_backend="blocked", attention_pattern={"type": "causal"})
+    AbstractiveArguments(
+        data_dir=str(tmp_path), attention_backend="blocked", attention_pattern={"type": "causal"}
+    )
 
 
 def test_abstractive_pattern_and_backend_reach_a_saved_model(tmp_path):
