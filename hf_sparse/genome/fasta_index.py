@@ -175,12 +175,18 @@ def parse_lines(
                 f"{where}:{lineno}: record {name!r} mixes line endings ({here} here, {first} on its first "
                 "line); all lines must end alike for the index (convert the file, e.g. with dos2unix)"
             )
-        elif short or n > line_bases:
+        elif short:  # the line before was shorter than the first, yet not the record's last
+            short_line, short_n = short
+            raise ValueError(
+                f"{where}:{short_line}: record {name!r} has lines of different lengths ({short_n} bases here, "
+                f"{line_bases} on its first line); all lines but the last must be equally long for the index"
+            )
+        elif n > line_bases:
             raise ValueError(
                 f"{where}:{lineno}: record {name!r} has lines of different lengths ({n} bases here, "
                 f"{line_bases} on its first line); all lines but the last must be equally long for the index"
             )
-        short = n < line_bases
+        short = (lineno, n) if n < line_bases else False
         yield "bases", data, lineno, offset, nbytes
     if not names:
         raise ValueError(f"{where}: no FASTA records ({'empty file' if lineno == 0 else 'no > header'})")

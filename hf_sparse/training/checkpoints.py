@@ -309,19 +309,27 @@ class AtomicCheckpointMixin:
 
                 if not any(isinstance(c, RestoreLogStateCallback) for c in self.callback_handler.callbacks):
                     self.add_callback(RestoreLogStateCallback(self))
+        self._resumed_at = start
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         if not start or "train_loss" not in output.metrics:
             return output
         from transformers.trainer_utils import TrainOutput
 
-        steps = self.state.global_step
-        train_loss = (self._loss_sum_before + self._total_loss_scalar) / max(steps, 1)
-        metrics = {**output.metrics, "train_loss": train_loss}
-        for entry in reversed(self.state.log_history):  # the summary the Trainer logged at the end
-            if "train_loss" in entry:
-                entry["train_loss"] = train_loss
-                break
-        return TrainOutput(output.global_step, train_loss, metrics)
+        train_loss = self._train_loss_of_every_step()
+        return TrainOutput(output.global_step, train_loss, {**output.metrics, "train_loss": train_loss})
+
+    _resumed_at = 0  # the step this train() call resumed from (0: not a resume)
+
+    def _train_loss_of_every_step(self) -> float:
+        return (self._loss_sum_before + self._total_loss_scalar) / max(self.state.global_step, 1)
+
+    def log(self, logs, *args, **kwargs):
+        """``Trainer.log``; the summary logged at the end of a resumed run (printed, kept in ``log_history``) gets
+        the ``train_loss`` of every step, not transformers' figure for this call's steps (after a resume from the
+        last checkpoint it divided by 0.001 steps: 1,000 times too large)."""
+        if self._resumed_at and "train_loss" in logs:
+            logs = {**logs, "train_loss": self._train_loss_of_every_step()}
+        return super().log(logs, *args, **kwargs)
 
     def _restore_log_state(self) -> None:
         """At ``on_train_begin`` of a resumed run (the Trainer has just zeroed its logging state): the loss of the

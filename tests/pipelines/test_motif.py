@@ -260,7 +260,7 @@ def test_empty_list_and_unknown_options_are_clear_errors():
     pipe = make_pipe(rule_model())
     with pytest.raises(ValueError, match="no sequences"):
         pipe([])
-    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['windw'\]"):
+    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['windw'\].*'batch_size', 'num_workers'\]"):
         pipe("ACGT", windw=10)
     with pytest.raises(ValueError, match="progress must be"):
         pipe("ACGT", progress="yes")

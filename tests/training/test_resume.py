@@ -92,7 +92,7 @@ def test_killed_run_resumes_from_its_latest_checkpoint(tmp_path):
     assert summary and summary[-1]["train_loss"] == results["train_loss"]
 
 
-def test_resuming_from_the_last_checkpoint_trains_nothing_more(tmp_path):
+def test_resuming_from_the_last_checkpoint_trains_nothing_more(tmp_path, capsys):
     """A run killed after its last checkpoint (during the final evaluation or save), or a finished run, resumed:
     nothing more is trained and the results equal the uninterrupted run's. The final step (5) is not a multiple
     of the epoch length (3 steps), where transformers would skip 2 batches and train a 6th step."""
@@ -104,10 +104,14 @@ def test_resuming_from_the_last_checkpoint_trains_nothing_more(tmp_path):
     resumed = tmp_path / "resumed"
     shutil.copytree(finished / "checkpoint-5", resumed / "checkpoint-5")  # as left by a kill after it
     recipe = write_recipe(tmp_path / "resumed.yaml", toy_recipe(resumed, **values))
+    capsys.readouterr()
     assert load_finetune_module().main([str(recipe), "--resume"]) == 0
+    printed = capsys.readouterr()
 
     a = json.loads((finished / "all_results.json").read_text())
     b = json.loads((resumed / "all_results.json").read_text())
+    # the summary the Trainer prints says so too (it printed 1,000 times the loss: this call trained 0 steps)
+    assert f"'train_loss': '{a['train_loss']:.4g}'" in printed.out + printed.err
     assert b["global_step"] == 5 and b["start_step"] == 5 and b["steps_this_run"] == 0
     for key in ("epoch", "train_loss", "eval_loss", "eval_accuracy", "test_loss", "test_accuracy"):
         assert b[key] == pytest.approx(a[key], rel=1e-6), key

@@ -158,7 +158,7 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
         if unknown or args:
             raise TypeError(
                 f"dna-motif-detection got unknown argument(s) {unknown or list(args)}; the call options are "
-                f"{list(self._CALL_OPTIONS[:5])}"
+                f"{list(self._CALL_OPTIONS)}"
             )
         if isinstance(inputs, (list, tuple)):
             if not inputs:
