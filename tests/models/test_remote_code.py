@@ -235,3 +235,22 @@ def test_a_remote_code_model_resaves_with_its_pipeline_code(tmp_path):
     assert "saved without custom_pipelines" in orphan and "hf_sparse_bundle.json" in orphan
     orphan_config = json.loads((tmp_path / "orphan_resaved" / "config.json").read_text())
     assert "custom_pipelines" not in orphan_config and orphan_config["auto_map"]
+
+
+def test_bundle_rewrites_the_saved_config_atomically(tmp_path):
+    """The config rewrite after ``save_pretrained`` (here: ``custom_pipelines`` dropped, as the bundle's files
+    cannot be found) replaces config.json with a new file, never rewrites it in place (an interrupted save left a
+    truncated config.json), keeps the umask's mode and leaves no temporary file."""
+    from tests.models.motif_tiny import motif_model
+
+    model = motif_model("sparse_transformer")
+    model.save_pretrained(tmp_path)
+    config_file = tmp_path / "config.json"
+    assert "custom_pipelines" in json.loads(config_file.read_text())
+    before, mode = os.stat(config_file).st_ino, os.stat(config_file).st_mode
+    (tmp_path / "hf_sparse_bundle.json").unlink()  # where the bundle's manifest would be found
+    with pytest.warns(UserWarning, match="saved without custom_pipelines"):
+        model._copy_bundle(tmp_path)
+    assert "custom_pipelines" not in json.loads(config_file.read_text())
+    assert os.stat(config_file).st_ino != before and os.stat(config_file).st_mode == mode
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

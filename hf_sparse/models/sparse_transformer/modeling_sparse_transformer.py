@@ -259,7 +259,6 @@ class ExportCodeMixin:
         left out, from the folder of this class's module or else from the folder or Hub repo the model was
         loaded from (``name_or_path``); drop ``custom_pipelines`` from the saved config where any is missing."""
         import re
-        import shutil
         import sys
         import warnings
         from pathlib import Path
@@ -298,7 +297,7 @@ class ExportCodeMixin:
             if src is None:
                 missing.append(str(name))
             elif not (folder / name).exists() or not os.path.samefile(src, folder / name):
-                shutil.copyfile(src, folder / name)
+                _replace_file(folder / name, src.read_bytes())
         config_file = folder / "config.json"
         if not config_file.is_file():
             return
@@ -310,7 +309,7 @@ class ExportCodeMixin:
             config["auto_map"] = {**(config.get("auto_map") or {}), **bundle["auto_map"]}
         dropped = bool(missing) and config.pop("custom_pipelines", None) is not None
         if json.dumps(config, sort_keys=True) != saved:
-            config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            _replace_file(config_file, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         if dropped:
             warnings.warn(
                 f"{folder}: saved without custom_pipelines (pipeline() would look for code that is not there): "
@@ -318,6 +317,28 @@ class ExportCodeMixin:
                 f"found next to {type(self).__module__} or in {source!r}",
                 stacklevel=3,
             )
+
+
+def _replace_file(path, data: bytes) -> None:
+    """``path`` replaced by ``data`` atomically: a temporary file in its folder, renamed over it (an interrupted save
+    leaves the old file whole, never a truncated ``config.json``), with the mode a plain ``open()`` gives. Here,
+    not ``hf_sparse.utils.io``: the remote-code bundle cannot import the package."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(os.path.abspath(path)), prefix=".hf_sparse.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)  # mkstemp makes 0600
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 class SparseTransformerPreTrainedModel(ExportCodeMixin, PreTrainedModel):
