@@ -33,8 +33,16 @@ def _median(fn, repeats=3):
     return sorted(times)[len(times) // 2]
 
 
+def key_span(c: int) -> tuple[int, int]:
+    """(L, pad) for query blocks of ``c`` tokens: the keys padded by ``pad`` (the window's half rounded up to
+    whole blocks) on each side, and the ``L = c + 2 * pad`` keys each query block computes, which hold every key
+    of its queries' windows."""
+    pad = -(-HALF // c) * c
+    return c + 2 * pad, pad
+
+
 def roofline(c: int, gflops: float) -> None:
-    L, nqb, pad = (2 * (HALF // c) + 1) * c, N // c, (HALF // c) * c
+    (L, pad), nqb = key_span(c), N // c
     q, k, v, d_out = (torch.randn(H, N, D) for _ in range(4))
     kp, vp = F.pad(k, (0, 0, pad, pad)), F.pad(v, (0, 0, pad, pad))
 
@@ -96,11 +104,24 @@ def roofline(c: int, gflops: float) -> None:
     )
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--block", type=int, nargs="+", default=[128, 64, 32], help="Query block sizes.")
+    parser.add_argument(
+        "--block",
+        type=int,
+        nargs="+",
+        default=[128, 64, 32],
+        help=f"Query block sizes (divisors of n = {N}).",
+    )
     parser.add_argument("--gflops", type=float, default=128.0, help="Matmul rate of the FLOP bound.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    for c in args.block:
+        if c < 1 or N % c:
+            parser.error(
+                f"--block {c}: a query block must be a positive divisor of n = {N} (e.g. 32, 64, 128)"
+            )
+    if args.gflops <= 0:
+        parser.error(f"--gflops must be > 0, got {args.gflops}")
     torch.manual_seed(0)
     for c in args.block:
         roofline(c, args.gflops)

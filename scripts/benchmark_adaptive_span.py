@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from hf_sparse.attention.adaptive_span import adaptive_span_attention, span_reach
+from hf_sparse.utils.io import atomic_open, atomic_write
 
 
 def parse_args(argv=None):
@@ -41,7 +42,11 @@ def parse_args(argv=None):
     )
     p.add_argument("--model", default=None, help="trained adaptive-span model directory: plot its spans")
     p.add_argument("--skip-timing", action="store_true", help="only the spans plot (with --model)")
-    p.add_argument("--out", default="benchmarks/adaptive_span", help="output prefix (.json, .md, _spans.png)")
+    p.add_argument(
+        "--out",
+        default="benchmarks/adaptive_span",
+        help="output prefix: PREFIX.json, PREFIX.md, PREFIX_spans.png",
+    )
     args = p.parse_args(argv)
     try:
         args.spans = [int(s) for s in args.spans.split(",")]
@@ -150,7 +155,8 @@ def plot_spans(spans, spec, path):
     ax.set_title(f"learned spans (tokens; max_span={spec['max_span']}, ramp={spec['ramp']})")
     fig.colorbar(im, ax=ax, label="span")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
 
 
@@ -198,7 +204,8 @@ def main(argv=None):
         spans, spec = model_spans(args.model)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {}
+    json_path, md_path = Path(f"{out}.json"), Path(f"{out}.md")  # a prefix: run_v1.5 -> run_v1.5.json
+    old = json.loads(json_path.read_text()) if json_path.exists() else {}
     result = dict(old)
     rows = None
     if not args.skip_timing:
@@ -228,9 +235,9 @@ def main(argv=None):
         spans = old["learned_spans"]["spans"]
         args.model = old["learned_spans"]["model"]
         args.span_spec = old["learned_spans"]["adaptive_span"]
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(args, rows, spans))
-    print(out.with_suffix(".md").read_text())
+    atomic_write(json_path, json.dumps(result, indent=2) + "\n")
+    atomic_write(md_path, markdown(args, rows, spans))
+    print(md_path.read_text())
 
 
 if __name__ == "__main__":

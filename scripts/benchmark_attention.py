@@ -28,8 +28,12 @@ import time
 
 from benchmark_models import NO_MMAP_ENV  # scripts/ is on sys.path when run as a script
 
+from hf_sparse.utils.io import atomic_write
+
 H, D, WINDOW = 12, 64, 512
 SIZES = [1024, 4096, 16384, 32768, 65536]
+QUICK_SIZES = [1024, 4096]  # --quick (make gallery), with QUICK_BUDGET_S
+BUDGET_S, QUICK_BUDGET_S = 20.0, 1.0
 HEADLINE = 16384
 OUT = "benchmarks"  # the committed results of a full run
 MAX_RATE_MOVE = 0.10  # a kernel whose runs saw the matmul rate move by more than this is repeated
@@ -387,6 +391,11 @@ def _cpu_name():
 # ----------------------------------------------------------------------------- reports
 
 
+def size_label(n: int) -> str:
+    """A sequence length as the tables name it: whole multiples of 1024 as ``16k``, others as they are (``512``)."""
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
 def _get(results, kernel, n, mode, key="time_s"):
     for r in results["records"]:
         if r["kernel"] == kernel and r["n"] == n and r["mode"] == mode:
@@ -478,20 +487,19 @@ def _targets(results, n) -> list[tuple]:
         for mode in ("fwd", "fwd+bwd"):
             a, b = _get(results, k, n, mode), _get(results, k, 2 * n, mode)
             ratio = None if not (a and b) else b / a
-            add(
-                f"{name} {mode} t({2 * n // 1024}k)/t({n // 1024}k)", ratio, "<= 2.1", lambda x: x <= 2.1, [k]
-            )
+            step = f"t({size_label(2 * n)})/t({size_label(n)})"
+            add(f"{name} {mode} {step}", ratio, "<= 2.1", lambda x: x <= 2.1, [k])
             if abs(growth - 2) > 0.05:
                 add(
-                    f"{name} {mode} t({2 * n // 1024}k)/t({n // 1024}k) / pair growth ({growth:.2f})",
+                    f"{name} {mode} {step} / pair growth ({growth:.2f})",
                     None if ratio is None else ratio / growth,
                     "<= 1.05",
                     lambda x: x <= 1.05,
                     [k],
                 )
-    big = max(SIZES)
+    big = max(SIZES)  # the issue's target is at 64k, whichever sizes ran
     add(
-        f"SlidingWindow(512) fwd+bwd peak memory at {big // 1024}k (MB)",
+        f"SlidingWindow(512) fwd+bwd peak memory at {size_label(big)} (MB)",
         _get(results, sw, big, "fwd+bwd", "peak_mb"),
         "<= 1090",
         lambda x: x <= 1090,
@@ -590,19 +598,20 @@ def write_markdown(results, path):
             layer, proj = _get(results, kernel, n, mode), _get(results, kernel, n, mode, "projections_s")
             if layer is not None:
                 lines.append(f"- {kernel}, {mode}: layer {layer:.3f} s, projections {proj:.3f} s")
+    sizes = sorted({r["n"] for r in results["records"]})  # the sizes this run measured
     lines += [
         "",
         "## Scaling: t(next n) / t(n)",
         "",
         "| kernel | mode | "
-        + " | ".join(f"{a // 1024}k->{b // 1024}k" for a, b in zip(SIZES, SIZES[1:]))
+        + " | ".join(f"{size_label(a)}->{size_label(b)}" for a, b in zip(sizes, sizes[1:]))
         + " | matmul (GFLOP/s) |",
-        "|---|---|" + "---|" * len(SIZES),
+        "|---|---|" + "---|" * len(sizes),
     ]
     for kernel in dict.fromkeys(r["kernel"] for r in results["records"]):
         for mode in ("fwd", "fwd+bwd"):
             cells = []
-            for a, b in zip(SIZES, SIZES[1:]):
+            for a, b in zip(sizes, sizes[1:]):
                 ta = _get(results, kernel, a, mode, "core_s" if kernel.startswith("Longformer") else "time_s")
                 tb = _get(results, kernel, b, mode, "core_s" if kernel.startswith("Longformer") else "time_s")
                 cells.append("—" if not (ta and tb) else f"{tb / ta:.2f}")
@@ -622,9 +631,7 @@ def write_markdown(results, path):
                 "nan", "—"
             )
         )
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def write_plot(results, path):
@@ -673,19 +680,23 @@ def main(argv=None):
         help=f"folder for attention.json/.md/.png (default {OUT}, the committed results of a full run; a "
         "partial run, with --only, --sizes or --quick, must name its own folder)",
     )
-    ap.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="sequence lengths")
-    ap.add_argument("--quick", action="store_true", help="1k and 4k only, fewer kernels (for make gallery)")
+    ap.add_argument("--sizes", type=int, nargs="+", help=f"sequence lengths (default {SIZES})")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"defaults for make gallery: sizes {QUICK_SIZES}, --budget-s {QUICK_BUDGET_S}, two kernels "
+        "(--sizes, --budget-s and --only still apply)",
+    )
     ap.add_argument(
         "--only",
         nargs="+",
         help=f"run kernels whose name contains one of these strings (from {'; '.join(KERNELS)})",
     )
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cpu or cuda")
     ap.add_argument(
         "--budget-s",
         type=float,
-        default=20.0,
-        help="time budget for the timed repetitions of one measurement",
+        help=f"time budget for the timed repetitions of one measurement (default {BUDGET_S})",
     )
     ap.add_argument(
         "--max-call-s", type=float, default=60.0, help="skip sizes whose projected single call exceeds this"
@@ -714,22 +725,26 @@ def main(argv=None):
     unmatched = [s for s in args.only or [] if not any(s in k for k in KERNELS)]
     if unmatched:
         ap.error(f"--only {' '.join(unmatched)} matches no kernel; choose from {'; '.join(KERNELS)}")
-    if args.out is None and (args.only or args.quick or args.sizes != SIZES):
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error(
+                f"--device cuda: torch {torch.__version__} sees no CUDA device here (a CPU-only build or no GPU)"
+            )
+    if args.out is None and (args.only or args.quick or args.sizes not in (None, SIZES)):
         ap.error(
             f"--only, --sizes and --quick write a partial table: give --out (the default, {OUT}, holds the "
             "full run's results)"
         )
     out = args.out or OUT
-    if args.quick:
-        args.sizes = [1024, 4096]
+    if args.quick:  # defaults only: what the user gave stands
         args.only = args.only or ["blocked SlidingWindow", "Longformer layer (0"]
-        args.budget_s = 1.0
+    args.sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    args.budget_s = args.budget_s if args.budget_s is not None else QUICK_BUDGET_S if args.quick else BUDGET_S
     results = run_all(args)
     results["malloc_no_mmap"] = args.malloc_no_mmap
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "attention.json.tmp"), "w") as f:
-        json.dump(results, f, indent=1)
-    os.replace(os.path.join(out, "attention.json.tmp"), os.path.join(out, "attention.json"))
+    atomic_write(os.path.join(out, "attention.json"), json.dumps(results, indent=1))
     write_markdown(results, os.path.join(out, "attention.md"))
     write_plot(results, os.path.join(out, "attention.png"))
     print(f"wrote {out}/attention.json, attention.md, attention.png")

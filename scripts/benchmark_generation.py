@@ -14,7 +14,10 @@ time by (weight bytes + stored key/value bytes) / the host's read rate (``torch.
 before and after each n, as the 4096^2 matmul rate is).
 
     python scripts/benchmark_generation.py               # -> benchmarks/generation.{json,md}
-    python scripts/benchmark_generation.py --sizes 8192 --steps 16
+    python scripts/benchmark_generation.py --sizes 8192 --steps 16 --out outputs/bench
+
+A partial run (``--sizes``) must name its folder with ``--out``: the default, benchmarks/, holds the committed
+results of a full run.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import time
 from benchmark_attention import matmul_gflops  # scripts/ is on sys.path when run as a script
 from benchmark_models import SHAPE
 
+from hf_sparse.utils.io import atomic_write
+
+OUT = "benchmarks"  # the committed results of a full run
 SIZES = [1024, 8192, 32768]
 PATTERNS = {
     "Causal": lambda P: P.Causal(),
@@ -54,20 +60,18 @@ def read_gbs() -> float:
     return x.numel() * 4 / statistics.median(times) / 1e9
 
 
-def build(name: str, n: int):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def config(name: str, n: int):
+    """The config of model ``name`` for an ``n``-token prompt (``ValueError`` where its pattern does not fit)."""
+    from transformers import LlamaConfig
 
-    from hf_sparse import SparseTransformerConfig, SparseTransformerForCausalLM
+    from hf_sparse import SparseTransformerConfig
     from hf_sparse import patterns as P
 
-    torch.manual_seed(0)
     if name == LLAMA:
-        cfg = LlamaConfig(
+        return LlamaConfig(
             **SHAPE, num_key_value_heads=SHAPE["num_attention_heads"], max_position_embeddings=2 * n
         )
-        return LlamaForCausalLM(cfg).eval()
-    cfg = SparseTransformerConfig(
+    return SparseTransformerConfig(
         **SHAPE,
         attention_pattern=PATTERNS[name](P),
         max_position_embeddings=2 * n,
@@ -75,7 +79,17 @@ def build(name: str, n: int):
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    return SparseTransformerForCausalLM(cfg).eval()
+
+
+def build(name: str, n: int):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from hf_sparse import SparseTransformerForCausalLM
+
+    torch.manual_seed(0)
+    cls = LlamaForCausalLM if name == LLAMA else SparseTransformerForCausalLM
+    return cls(config(name, n)).eval()
 
 
 def _stored_bytes(cache) -> int:
@@ -173,11 +187,31 @@ def report(results) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="benchmarks", help="folder for generation.json and generation.md")
-    ap.add_argument("--sizes", type=int, nargs="*", default=SIZES, help="prompt lengths")
+    ap.add_argument(
+        "--out",
+        help=f"folder for generation.json and generation.md (default {OUT}, the committed results of a full run; "
+        "a partial run, with --sizes, must name its own folder)",
+    )
+    ap.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="prompt lengths")
     ap.add_argument("--steps", type=int, default=32, help="tokens per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per model and n")
     args = ap.parse_args(argv)
+    for flag in ("steps", "repeats"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    for n in args.sizes:
+        if n < 1:
+            ap.error(f"--sizes must be >= 1, got {n}")
+        for name in PATTERNS:  # before measuring anything: each pattern must fit the model's positions
+            try:
+                config(name, n)
+            except ValueError as e:
+                ap.error(f"--sizes {n} is too short for {name} (the models hold 2 x n positions): {e}")
+    if args.out is None and args.sizes != SIZES:
+        ap.error(
+            f"--sizes writes a partial table: give --out (the default, {OUT}, holds the full run's results)"
+        )
+    out = args.out or OUT
     import torch
     import transformers
 
@@ -193,12 +227,9 @@ def main(argv=None):
         transformers=transformers.__version__, threads=torch.get_num_threads(), steps=args.steps,
         repeats=args.repeats, wall_s=time.time() - t0, rows=rows,
     )  # fmt: skip
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "generation.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, "generation.md"), "w") as f:
-        f.write(report(results))
-    print(f"wrote {args.out}/generation.md in {time.time() - t0:.0f} s")
+    atomic_write(os.path.join(out, "generation.json"), json.dumps(results, indent=1))
+    atomic_write(os.path.join(out, "generation.md"), report(results))
+    print(f"wrote {out}/generation.md in {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":

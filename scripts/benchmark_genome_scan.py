@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark genome scanning: write benchmarks/genome_scan.md and benchmarks/genome_scan.json.
+"""Benchmark genome scanning: write benchmarks/genome_scan.json and the tables of benchmarks/genome_scan.md.
 
 Every scan runs ``scripts/scan_genome.py`` in a subprocess under ``/usr/bin/time -v`` (wall time and peak
 resident memory of the whole process, imports included), with the load average before and after:
@@ -12,9 +12,14 @@ resident memory of the whole process, imports included), with the load average b
 - **E. coli** (``ecoli``): the whole genome from its gzip FASTA to BED (model), checked: sorted, in bounds,
   strands, and against the issue's targets (<= 5 minutes, <= 2 GB peak); ``ecoli-pwm`` the PWM track.
 
+Each run adds its parts to ``--out``'s genome_scan.json (the parts it did not run stay as they were) and writes
+genome_scan.md from all of them: the tables, also printed. The committed benchmarks/genome_scan.md is these tables
+with the analysis written around them by hand: a run into benchmarks/ replaces that file with the tables alone
+(carry the analysis over from git).
+
 The E. coli model row alone (the 5-minute target), e.g. to re-time it on an idle host::
 
-    python scripts/benchmark_genome_scan.py --model outputs/motif-ctcf --parts ecoli
+    python scripts/benchmark_genome_scan.py --model outputs/motif-ctcf --parts ecoli --out outputs/bench-genome
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ if REPO not in sys.path:
 
 from hf_sparse.genome.fasta_index import FastaFile  # noqa: E402
 from hf_sparse.genome.tracks import compare_tracks, read_bed, resolve_overlaps  # noqa: E402
+from hf_sparse.utils.io import atomic_write  # noqa: E402
 
 GENOMICS = os.path.join(REPO, "..", "shared", "data", "genomics")
 CHR22 = os.path.join(GENOMICS, "human_chr22_fragment", "22_20-21M.fa")
@@ -53,7 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--model", required=True, help="The CTCF recipe model folder (scripts/finetune.py output)."
     )
     p.add_argument("--work", default=os.path.join(REPO, "outputs", "bench-genome"), help="BED files go here.")
-    p.add_argument("--out", default=os.path.join(REPO, "benchmarks"), help="Where genome_scan.md/json go.")
+    p.add_argument(
+        "--out",
+        default=os.path.join(REPO, "benchmarks"),
+        help="Folder of genome_scan.json (merged: parts not run keep their figures) and genome_scan.md (its tables).",
+    )
     p.add_argument(
         "--window", type=int, default=None, help="Model window for chr22 and E. coli (default: the script's)."
     )
@@ -192,9 +202,20 @@ def markdown(results: dict) -> str:
     return "\n".join(out)
 
 
+def write_results(results: dict, out: str) -> None:
+    """genome_scan.json and genome_scan.md (a heading and :func:`markdown`'s tables) in ``out``, each replaced
+    whole."""
+    atomic_write(os.path.join(out, "genome_scan.json"), json.dumps(results, indent=1))
+    head = ["# Genome-scale motif scanning", "",
+            f"Tables of `genome_scan.json` (model `{results['model']}`), written by `scripts/benchmark_genome_scan.py`; "
+            "every command, time, CPU time, memory and load average is in the json.", "", "## Results", ""]  # fmt: skip
+    atomic_write(os.path.join(out, "genome_scan.md"), "\n".join([*head, markdown(results)]) + "\n")
+
+
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)  # now: a folder that cannot be made fails before minutes of scans
     path = os.path.join(args.out, "genome_scan.json")
     results = json.load(open(path)) if os.path.isfile(path) else {}
     results["model"] = os.path.relpath(args.model, REPO)
@@ -206,7 +227,7 @@ def main(argv=None):
         )
         results["chr22"] = {"pwm": pwm, "model": model, "vs_pwm": agreement(w("chr22_pwm.bed"), w("chr22_model.bed")),
                             "bed": check_bed(w("chr22_model.bed"), CHR22)}  # fmt: skip
-        json.dump(results, open(path, "w"), indent=1)
+        write_results(results, args.out)
     if "windows" in args.parts:
         fa = FastaFile(CHR22)
         name = fa.records[0].name
@@ -222,7 +243,7 @@ def main(argv=None):
                                                       read_bed(w(f"slice_w{win}.bed")))  # fmt: skip
             rows[win] = run
             results["windows"] = {"slice": args.slice, **{str(k): v for k, v in rows.items()}}
-            json.dump(results, open(path, "w"), indent=1)
+            write_results(results, args.out)
     if "ecoli" in args.parts:
         model = scan(
             args, ECOLI, w("ecoli_model.bed"), model=True, window=args.window, backend=args.attention_backend
@@ -232,14 +253,14 @@ def main(argv=None):
             "model": model,
             "bed": check_bed(w("ecoli_model.bed"), ECOLI),
         }
-        json.dump(results, open(path, "w"), indent=1)
+        write_results(results, args.out)
         print(f"E. coli model run {verdict(model)}", file=sys.stderr)
     if "ecoli-pwm" in args.parts:
         results["ecoli"] = {
             **results.get("ecoli", {}),
             "pwm": scan(args, ECOLI, w("ecoli_pwm.bed"), model=False),
         }
-        json.dump(results, open(path, "w"), indent=1)
+        write_results(results, args.out)
     print(markdown(results))
 
 

@@ -11,7 +11,10 @@ bf16 autocast) of SparseTransformerForMaskedLM vs LongformerForMaskedLM (hidden 
 window 512) in tokens/s, without and with attention dropout 0.1.
 
     python scripts/benchmark_gpu.py --out benchmarks        # -> attention_gpu.{json,md}
-    python scripts/benchmark_gpu.py --sizes 4096 --only flex   # a quick look
+    python scripts/benchmark_gpu.py --sizes 4096 --only flex --out outputs/bench-gpu   # a quick look
+
+A partial run (``--only``, ``--models``, ``--sizes``, ``--model-sizes``, ``--device cpu``) must name its folder with
+``--out``: the default, benchmarks/, holds the committed results.
 """
 
 from __future__ import annotations
@@ -25,8 +28,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmark_attention import size_label  # noqa: E402  (scripts/ is on sys.path when run as a script)
+
+from hf_sparse.utils.io import atomic_write  # noqa: E402
+
 H, D, WINDOW = 12, 64, 512
+OUT = "benchmarks"  # the committed results
 SIZES = [4096, 16384, 32768, 65536]
+MODEL_SIZES = [4096, 16384]
 PATTERNS = {
     "SlidingWindow(512)": {"type": "sliding_window", "window": WINDOW},
     "SlidingWindow(512, causal)": {"type": "sliding_window", "window": WINDOW, "causal": True},
@@ -389,7 +398,7 @@ def write_markdown(res: dict, path: str):
     ]
     sizes = sorted({r["n"] for r in res["kernels"]})
     for mode in ("fwd", "fwd+bwd"):
-        lines += [f"## {mode}", "", "| kernel | " + " | ".join(f"{n // 1024}k" for n in sizes) + " |"]
+        lines += [f"## {mode}", "", "| kernel | " + " | ".join(size_label(n) for n in sizes) + " |"]
         lines.append("|---" * (len(sizes) + 1) + "|")
         for name in dict.fromkeys(r["kernel"] for r in res["kernels"]):
             row = {r["n"]: r for r in res["kernels"] if (r["kernel"], r["mode"]) == (name, mode)}
@@ -420,19 +429,27 @@ def write_markdown(res: dict, path: str):
         lines.append("")
     if res["notes"]:
         lines += ["## Notes", ""] + [f"- {n}" for n in res["notes"]]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks", help="folder for attention_gpu.{json,md}")
-    ap.add_argument("--sizes", type=int, nargs="+", default=SIZES)
-    ap.add_argument("--model-sizes", type=int, nargs="*", default=[4096, 16384], help="none: no model steps")
+    ap.add_argument(
+        "--out",
+        help=f"folder for attention_gpu.{{json,md}} (default {OUT}, the committed results; a partial run must "
+        "name its own folder)",
+    )
+    ap.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="sequence lengths of the kernels")
+    ap.add_argument("--model-sizes", type=int, nargs="*", default=MODEL_SIZES, help="none: no model steps")
     ap.add_argument("--only", nargs="*", help="kernels whose name contains one of these strings")
     ap.add_argument("--models", nargs="*", help="models whose name contains one of these strings")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per figure")
-    ap.add_argument("--device", default="cuda", help="cuda; cpu only to dry-run this script at small sizes")
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="cuda; cpu only to dry-run this script at small sizes",
+    )
     ap.add_argument(
         "--deadline", type=float, default=float("inf"), help="stop starting new figures after this many s"
     )
@@ -442,19 +459,29 @@ def main():
         metavar="JSON",
         help="write --out from earlier runs' attention_gpu.json (a run's, or an earlier merge's)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    out = args.out or OUT
     if args.merge:
         res = merge_runs(args.merge)
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "attention_gpu.json"), "w") as f:
-            json.dump(res, f, indent=1)
-        write_markdown(res, os.path.join(args.out, "attention_gpu.md"))
+        atomic_write(os.path.join(out, "attention_gpu.json"), json.dumps(res, indent=1))
+        write_markdown(res, os.path.join(out, "attention_gpu.md"))
         return
-    global DEVICE
-    DEVICE = args.device
-
     import torch
     import transformers
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error(
+            f"--device cuda: torch {torch.__version__} sees no CUDA device here (a CPU-only build or no GPU); "
+            "--device cpu dry-runs the script"
+        )
+    partial = args.only or args.models or args.sizes != SIZES or args.model_sizes != MODEL_SIZES
+    if args.out is None and (partial or args.device != "cuda"):
+        ap.error(
+            f"--only, --models, --sizes, --model-sizes and --device cpu write a partial table: give --out (the "
+            f"default, {OUT}, holds the committed results)"
+        )
+    global DEVICE
+    DEVICE = args.device
 
     torch._dynamo.config.recompile_limit = 256  # one compile per pattern x size x grad mode, never eager
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -481,7 +508,7 @@ def main():
                     rec = {"model": model, "n": n, "error": f"{type(e).__name__}: {str(e)[:200]}"}
                 _free()
                 res["models"].append(rec)
-                save(res, args.out)
+                save(res, out)
                 print(json.dumps(rec), flush=True)
     names = [k for k in _kernels() if not args.only or any(s in k for s in args.only)]
     for name in names:
@@ -513,10 +540,10 @@ def main():
                     res["notes"].append(f"{name} at n={n} ({rec['mode']}): {msg}")
                 _free()
                 res["kernels"].append(rec)
-                save(res, args.out)
+                save(res, out)
                 print(json.dumps(rec), flush=True)
-    save(res, args.out)
-    print(open(os.path.join(args.out, "attention_gpu.md")).read())
+    save(res, out)
+    print(open(os.path.join(out, "attention_gpu.md")).read())
 
 
 def save(res: dict, out: str):
@@ -527,9 +554,7 @@ def save(res: dict, out: str):
     res["env"].update(
         tflops_min=min(rates, default=float("nan")), tflops_max=max(rates, default=float("nan"))
     )
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "attention_gpu.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    atomic_write(os.path.join(out, "attention_gpu.json"), json.dumps(res, indent=1))
     write_markdown(res, os.path.join(out, "attention_gpu.md"))
 
 

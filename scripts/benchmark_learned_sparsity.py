@@ -136,7 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--save-dir", default=None,
                         help="Save each trained model to SAVE_DIR/<variant> (e.g. for the adaptive-span plot).")  # fmt: skip
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "learned_sparsity"),
-                        help="Output path without suffix (.json and .md).")  # fmt: skip
+                        help="Output prefix: PREFIX.json and PREFIX.md.")  # fmt: skip
     args = parser.parse_args(argv)
     for name in ("train_documents", "eval_documents", "eval_blocks", "steps", "batch_size"):
         if getattr(args, name) < 1:
@@ -302,6 +302,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
+    from hf_sparse.utils.io import atomic_write
+
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.time()
@@ -334,11 +336,10 @@ def main(argv=None) -> int:
         "load_before": round(load_before, 1),
         "load_after": round(os.getloadavg()[0], 1),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(rows, meta))
-    print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.json')}")
+    json_path, md_path = f"{args.out}.json", f"{args.out}.md"  # a prefix: run_v1.5 -> run_v1.5.json
+    atomic_write(json_path, json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    atomic_write(md_path, markdown(rows, meta))
+    print(f"wrote {md_path} and {json_path}")
     return 0
 
 

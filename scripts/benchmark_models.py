@@ -18,7 +18,10 @@ measured before and after each (model, n) (one where it moved by more than ``MAX
 where the time goes: matmuls, the attention kernels, copies, the rest (elementwise).
 
     python scripts/benchmark_models.py            # -> benchmarks/models.{json,md}
-    python scripts/benchmark_models.py --sizes 16384 --only SparseTransformerForMaskedLM Longformer
+    python scripts/benchmark_models.py --sizes 16384 --only SparseTransformerForMaskedLM Longformer --out outputs/bench
+
+A partial run (``--only``, ``--sizes``) must name its folder with ``--out``: the default, benchmarks/, holds the
+committed results of a full run.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ import subprocess
 import sys
 import time
 
+from hf_sparse.utils.io import atomic_write
+
 SIZES = [4096, 16384]
+OUT = "benchmarks"  # the committed results of a full run
 MODELS = [
     "SparseTransformerForMaskedLM",
     "SparseTransformerForMaskedLM (converted Longformer)",
@@ -93,15 +99,18 @@ def matmul_gflops() -> float:
     return 2 * 4096**3 / times[len(times) // 2] / 1e9
 
 
-def step_flops(name: str, model, n: int) -> dict:
-    """Forward FLOPs a step must do: linear layers (each nn.Linear over n tokens) and attention
-    (4 * allowed pairs * head_dim per head and layer); forward+backward is 3x the sum."""
+def step_flops(name: str, model, n: int, num_global: int = 1) -> dict:
+    """Forward FLOPs a step must do: linear layers (each nn.Linear over the n tokens, ``query_global`` over the
+    ``num_global`` global tokens it runs on) and attention (4 * allowed pairs * head_dim per head and layer);
+    forward+backward is 3x the sum."""
     import torch
 
     from hf_sparse import patterns as P
 
     linear = sum(
-        2 * n * m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)
+        2 * (num_global if key.endswith("query_global") else n) * m.in_features * m.out_features
+        for key, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear)
     )
     H, L = SHAPE["num_attention_heads"], SHAPE["num_hidden_layers"]
     D = SHAPE["hidden_size"] // H
@@ -190,12 +199,6 @@ def _status(key):
     return float("nan")
 
 
-def _write(path, text):
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
 def _measure(name: str, n: int, budget_s: float, env=None) -> dict:
     """One (model, n) in a fresh process, between two measurements of the matmul rate; its FLOP bound at
     the mean of the two."""
@@ -225,54 +228,17 @@ def _measure(name: str, n: int, budget_s: float, env=None) -> dict:
     return rec
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks", help="folder for models.json and models.md")
-    ap.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="sequence lengths")
-    ap.add_argument("--budget-s", type=float, default=60.0, help="time budget for the timed repetitions")
-    ap.add_argument("--only", nargs="*", help="run models whose name contains one of these strings")
-    ap.add_argument("--attempts", type=int, default=3, help="runs of a (model, n) whose matmul rate moved")
-    ap.add_argument(
-        "--malloc-no-mmap",
-        action="store_true",
-        help=f"run every model with glibc's {' '.join(f'{k}={v}' for k, v in NO_MMAP_ENV.items())} (see NO_MMAP_ENV)",
-    )
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.attempts < 1:
-        raise ValueError(f"--attempts must be >= 1, got {args.attempts}")
-    if args.worker:
-        name, n, budget = json.loads(args.worker)
-        print(json.dumps(worker(name, n, budget)))
-        return
-    records, started = [], time.perf_counter()
-    env = dict(os.environ, **NO_MMAP_ENV) if args.malloc_no_mmap else None
-    models = [m for m in MODELS if not args.only or any(s in m for s in args.only)]
-    for n in args.sizes:
-        for name in models:
-            for attempt in range(1, args.attempts + 1):
-                rec = _measure(name, n, args.budget_s, env)
-                moved = rec["matmul_after"] / rec["matmul_before"] - 1
-                if abs(moved) <= MAX_RATE_MOVE or attempt == args.attempts or "error" in rec:
-                    break
-                print(f"{name} n={n}: the matmul rate moved by {moved:+.0%}: repeating", flush=True)
-            if abs(moved) > MAX_RATE_MOVE:
-                rec["rate_moved"] = moved
-            records.append(rec)
-    rate_before, rate_after = records[0]["matmul_before"], records[-1]["matmul_after"]
-    os.makedirs(args.out, exist_ok=True)
-    wall = time.perf_counter() - started
-    command = "python scripts/benchmark_models.py " + " ".join(sys.argv[1:])
-    _write(os.path.join(args.out, "models.json"), json.dumps({"shape": SHAPE, "window": WINDOW, "command": command,
-                                                              "wall_s": wall, "matmul_gflops_before": rate_before,
-                                                              "matmul_gflops_after": rate_after, "records": records}, indent=1))  # fmt: skip
+def report(results: dict) -> str:
+    """models.md from the results (``models.json``)."""
+    shape, window, command, wall = results["shape"], results["window"], results["command"], results["wall_s"]
+    rate_before, rate_after, records = results["matmul_gflops_before"], results["matmul_gflops_after"], results["records"]  # fmt: skip
     lines = [
         "# Masked-LM training throughput (forward + backward)",
         "",
-        f"`{command.strip()}` ({wall / 60:.0f} min); {os.cpu_count()} CPU cores.",
+        f"`{command.strip()}` ({wall / 60:.0f} min); {results['cpu_count']} CPU cores.",
         "",
-        f"B=1, hidden {SHAPE['hidden_size']}, {SHAPE['num_attention_heads']} heads, FFN {SHAPE['intermediate_size']}, "
-        f"{SHAPE['num_hidden_layers']} layers, vocabulary {SHAPE['vocab_size']}, window {WINDOW}, first token global, float32, CPU. "
+        f"B=1, hidden {shape['hidden_size']}, {shape['num_attention_heads']} heads, FFN {shape['intermediate_size']}, "
+        f"{shape['num_hidden_layers']} layers, vocabulary {shape['vocab_size']}, window {window}, first token global, float32, CPU. "
         "Each (model, n) ran in a fresh process; median step time. No dropout except in the rows marked "
         f"`{DROPOUT.strip()}`, which are compared with the Longformer of that setting. See the script's docstring for "
         "why the vocabulary is small.",
@@ -283,7 +249,7 @@ def main():
                 + ", ".join(f"`{k}={v}`" for k, v in NO_MMAP_ENV.items())
                 + " (`--malloc-no-mmap`): large allocations reuse heap memory instead of fresh mmaps.",
             ]
-            if args.malloc_no_mmap
+            if results["malloc_no_mmap"]
             else []
         ),
         "",
@@ -297,7 +263,7 @@ def main():
         "| model | n | tokens/s | s/step | x FLOP bound | matmul (GFLOP/s) | peak RSS (MB) | speed-up vs LongformerForMaskedLM | profile (s) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for n in args.sizes:
+    for n in dict.fromkeys(r["n"] for r in records):  # the sizes, in the order they ran
         timed = {r["model"]: r for r in records if r["n"] == n and "tokens_per_s" in r}
         for r in (r for r in records if r["n"] == n):
             if "tokens_per_s" in r:  # against the Longformer of the same dropout setting
@@ -313,8 +279,63 @@ def main():
                 )
             else:
                 lines.append(f"| {r['model']} | {n:,} | — | — | — | — | — | {r['error']} | — |")
-    _write(os.path.join(args.out, "models.md"), "\n".join(lines) + "\n")
-    print(f"wrote {args.out}/models.json and models.md")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--out",
+        help=f"folder for models.json and models.md (default {OUT}, the committed results of a full run; a "
+        "partial run, with --only or --sizes, must name its own folder)",
+    )
+    ap.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="sequence lengths")
+    ap.add_argument("--budget-s", type=float, default=60.0, help="time budget for the timed repetitions")
+    ap.add_argument("--only", nargs="*", help="run models whose name contains one of these strings")
+    ap.add_argument("--attempts", type=int, default=3, help="runs of a (model, n) whose matmul rate moved")
+    ap.add_argument(
+        "--malloc-no-mmap",
+        action="store_true",
+        help=f"run every model with glibc's {' '.join(f'{k}={v}' for k, v in NO_MMAP_ENV.items())} (see NO_MMAP_ENV)",
+    )
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.attempts < 1:
+        raise ValueError(f"--attempts must be >= 1, got {args.attempts}")
+    if args.worker:
+        name, n, budget = json.loads(args.worker)
+        print(json.dumps(worker(name, n, budget)))
+        return
+    unmatched = [s for s in args.only or [] if not any(s in m for m in MODELS)]
+    if unmatched:
+        ap.error(f"--only {' '.join(unmatched)} matches no model; choose from {'; '.join(MODELS)}")
+    if args.out is None and (args.only or args.sizes != SIZES):
+        ap.error(
+            f"--only and --sizes write a partial table: give --out (the default, {OUT}, holds the full run's results)"
+        )
+    out = args.out or OUT
+    records, started = [], time.perf_counter()
+    env = dict(os.environ, **NO_MMAP_ENV) if args.malloc_no_mmap else None
+    models = [m for m in MODELS if not args.only or any(s in m for s in args.only)]
+    for n in args.sizes:
+        for name in models:
+            for attempt in range(1, args.attempts + 1):
+                rec = _measure(name, n, args.budget_s, env)
+                moved = rec["matmul_after"] / rec["matmul_before"] - 1
+                if abs(moved) <= MAX_RATE_MOVE or attempt == args.attempts or "error" in rec:
+                    break
+                print(f"{name} n={n}: the matmul rate moved by {moved:+.0%}: repeating", flush=True)
+            if abs(moved) > MAX_RATE_MOVE:
+                rec["rate_moved"] = moved
+            records.append(rec)
+    command = "python scripts/benchmark_models.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = {"shape": SHAPE, "window": WINDOW, "command": command, "wall_s": time.perf_counter() - started,
+               "cpu_count": os.cpu_count(), "malloc_no_mmap": args.malloc_no_mmap,
+               "matmul_gflops_before": records[0]["matmul_before"], "matmul_gflops_after": records[-1]["matmul_after"],
+               "records": records}  # fmt: skip
+    atomic_write(os.path.join(out, "models.json"), json.dumps(results, indent=1))
+    atomic_write(os.path.join(out, "models.md"), report(results))
+    print(f"wrote {out}/models.json and models.md")
 
 
 if __name__ == "__main__":

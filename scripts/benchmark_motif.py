@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from hf_sparse.utils.io import atomic_write
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = {"promoters": ("test_accuracy", 0.85), "tiny": ("test_span_f1", 0.90)}
 METRICS = {
@@ -91,8 +93,7 @@ def run_recipe(name: str, args) -> dict:
         record["process_wall_time_s"] = round(time.perf_counter() - started, 1)
         record["cpu_time_s"] = round(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime, 1)
         record["load_after"] = _load()
-        with open(run_file, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
+        atomic_write(run_file, json.dumps(record, indent=2))
     elif os.path.isfile(run_file):
         with open(run_file, encoding="utf-8") as f:
             record.update(json.load(f))
@@ -154,8 +155,7 @@ def write_markdown(records: dict, machine: dict, path: str) -> None:
         "and the peak-vs-shuffled accuracy/AUROC whether it tells real peaks from composition-matched",
         "shuffles.",
     ]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def main(argv=None) -> int:
@@ -172,10 +172,10 @@ def main(argv=None) -> int:
         "invocation": shlex.join(["python", os.path.relpath(sys.argv[0], REPO), *(argv or sys.argv[1:])]),
     }
     records = {name: run_recipe(name, args) for name in args.recipes}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "motif.json"), "w", encoding="utf-8") as f:
-        json.dump({"machine": machine, "runs": records}, f, indent=2)
-        f.write("\n")
+    atomic_write(
+        os.path.join(args.out, "motif.json"),
+        json.dumps({"machine": machine, "runs": records}, indent=2) + "\n",
+    )
     write_markdown(records, machine, os.path.join(args.out, "motif.md"))
     print(open(os.path.join(args.out, "motif.md"), encoding="utf-8").read())
     return 0

@@ -27,6 +27,8 @@ import time
 
 from benchmark_attention import _backward, _cpu_name, _measure, matmul_gflops  # scripts/ is on sys.path
 
+from hf_sparse.utils.io import atomic_write
+
 H, D = 12, 64
 N = 16384
 OUT = "benchmarks"  # the committed results of a full run
@@ -216,6 +218,8 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(*json.loads(args.worker))))
         return
+    if args.attempts < 1:
+        ap.error(f"--attempts must be >= 1, got {args.attempts}")
     unmatched = [s for s in args.only or [] if not any(s in p for p in PATTERNS)]
     if unmatched:
         ap.error(f"--only {' '.join(unmatched)} matches no pattern; choose from {'; '.join(PATTERNS)}")
@@ -227,11 +231,8 @@ def main(argv=None):
     out = args.out or OUT
     t0 = time.time()
     results = run(names, args.budget_s, args.attempts)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "patterns.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(out, "patterns.md"), "w") as f:
-        f.write(report(results))
+    atomic_write(os.path.join(out, "patterns.json"), json.dumps(results, indent=1))
+    atomic_write(os.path.join(out, "patterns.md"), report(results))
     print(f"wrote {out}/patterns.md in {time.time() - t0:.0f} s")
 
 

@@ -84,7 +84,12 @@ def _set_path(path: str, original, ref_module=None):
     os.environ["HF_SPARSE_FUSED"] = {"fallback": "0", "new": "auto"}.get(path, "all")
     dispatch.blocked_attention = ref_module.blocked_attention if path == "ref" else blocked.blocked_attention
     if path == "tables":
-        blocked._fused_kind = lambda p, q, g: None if original(p, q, g) == "band" else original(p, q, g)
+
+        def tables(*args):  # the dispatch's own arguments, whatever they are
+            kind = original(*args)
+            return None if kind == "band" else kind
+
+        blocked._fused_kind = tables
     else:
         blocked._fused_kind = original
 
@@ -97,7 +102,7 @@ def _run_once(q, k, v, pattern, kw: dict, forward: bool) -> None:
         sparse_attention(q, k, v, pattern, backend="blocked", **kw).sum().backward()
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--patterns", nargs="+", default=["sliding_window", "bigbird", "strided"], choices=SPECS)
     ap.add_argument("--sizes", nargs="+", type=int, default=[8192, 16384], help="sequence lengths")
@@ -111,7 +116,7 @@ def main():
         default=None,
         help="torch threads (1 on a shared host: a 2-thread run of many small ops waits on descheduled threads)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.reps < 1:
         raise ValueError(f"--reps must be >= 1, got {args.reps}")
     if args.threads is not None:

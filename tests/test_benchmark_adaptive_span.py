@@ -49,3 +49,32 @@ def test_model_without_adaptive_span_is_refused_before_the_timing(tmp_path):
         bench.main(["--seq-len", "64", "--spans", "0", "--repeats", "1", "--model", str(tmp_path / "model"),
                     "--out", str(out)])  # fmt: skip
     assert not (tmp_path / "bench").exists()  # nothing timed, nothing written
+
+
+def test_a_dotted_out_prefix_keeps_its_whole_name(tmp_path):
+    """--out is a prefix: run_v1.5 gives run_v1.5.json / .md (a suffix replaced would write run_v1.json)."""
+    bench = load_script("benchmark_adaptive_span")
+    bench.main(["--seq-len", "64", "--heads", "1", "--head-dim", "8", "--spans", "0,16", "--repeats", "1",
+                "--block-size", "32", "--out", str(tmp_path / "run_v1.5")])  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_v1.5.json", "run_v1.5.md"]
+    assert [r["span"] for r in json.loads((tmp_path / "run_v1.5.json").read_text())["timing"]["rows"]] == [
+        0,
+        16,
+    ]
+
+
+def test_an_interrupted_write_replaces_nothing(tmp_path, monkeypatch):
+    bench = load_script("benchmark_adaptive_span")
+    out = tmp_path / "adaptive_span"
+    argv = ["--seq-len", "64", "--heads", "1", "--head-dim", "8", "--spans", "0", "--repeats", "1",
+            "--block-size", "32", "--out", str(out)]  # fmt: skip
+    bench.main(argv)
+    written = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def rename_fails(src, dst):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr("os.replace", rename_fails)
+    with pytest.raises(OSError, match="no space left"):
+        bench.main(argv)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == written

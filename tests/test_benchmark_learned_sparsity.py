@@ -74,3 +74,32 @@ def test_timed_steps_run_in_training_mode(bench, data_dir, tmp_path, monkeypatch
     monkeypatch.setattr(SparseTransformerForCausalLM, "forward", spy)
     bench.interleaved_step_times([row], [timing], 2)
     assert modes == [True, True] and row["step_time_s"] > 0
+
+
+def test_a_dotted_out_prefix_keeps_its_whole_name(bench, data_dir, tmp_path):
+    """--out is a prefix: ls_v1.5 gives ls_v1.5.json / .md (a suffix replaced would write ls_v1.json)."""
+    argv = ["--data-dir", str(data_dir), "--train-documents", "2", "--eval-documents", "1", "--eval-blocks", "2",
+            "--steps", "2", "--warmup-steps", "0", "--timing-rounds", "1", "--batch-size", "2", "--variants", "dense",
+            "--out", str(tmp_path / "out" / "ls_v1.5")]  # fmt: skip
+    assert bench.main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ls_v1.5.json", "ls_v1.5.md"]
+    assert [r["variant"] for r in json.loads((tmp_path / "out" / "ls_v1.5.json").read_text())["rows"]] == [
+        "dense"
+    ]
+
+
+def test_an_interrupted_write_replaces_nothing(bench, data_dir, tmp_path, monkeypatch):
+    argv = ["--data-dir", str(data_dir), "--train-documents", "2", "--eval-documents", "1", "--eval-blocks", "2",
+            "--steps", "2", "--warmup-steps", "0", "--timing-rounds", "1", "--batch-size", "2", "--variants", "dense",
+            "--out", str(tmp_path / "out" / "ls")]  # fmt: skip
+    (tmp_path / "out").mkdir()
+    for name in ("ls.json", "ls.md"):
+        (tmp_path / "out" / name).write_text("old")
+
+    def rename_fails(src, dst):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr("os.replace", rename_fails)
+    with pytest.raises(OSError, match="no space left"):
+        bench.main(argv)
+    assert {p.name: p.read_text() for p in (tmp_path / "out").iterdir()} == {"ls.json": "old", "ls.md": "old"}

@@ -42,3 +42,32 @@ def test_a_subset_needs_its_own_out_folder(tmp_path, monkeypatch, capsys):
     bench.main(["--only", "LSH", "--out", "subset"])
     assert (tmp_path / "subset" / "patterns.md").read_text() == "table\n"
     assert not (tmp_path / "benchmarks").exists()
+
+
+def test_zero_attempts_is_an_error_before_any_measurement(tmp_path, monkeypatch, capsys):
+    bench = load_script("benchmark_patterns")
+    monkeypatch.setattr(bench, "_spawn", lambda *a: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--only", "LSH", "--attempts", "0", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "--attempts must be >= 1, got 0" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_an_interrupted_write_leaves_the_previous_tables_whole(tmp_path, monkeypatch):
+    """The files are replaced whole (written aside, then renamed): a write that fails replaces nothing."""
+    bench = load_script("benchmark_patterns")
+    for name in ("patterns.json", "patterns.md"):
+        (tmp_path / name).write_text("old")
+    monkeypatch.setattr(bench, "run", lambda names, *a: {"names": names, "rows": []})
+    monkeypatch.setattr(bench, "report", lambda results: "table\n")
+
+    def rename_fails(src, dst):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr("os.replace", rename_fails)
+    with pytest.raises(OSError, match="no space left"):
+        bench.main(["--only", "LSH", "--out", str(tmp_path)])
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {
+        "patterns.json": "old",
+        "patterns.md": "old",
+    }
