@@ -172,7 +172,14 @@ def _clear_output_dir(recipe_args, training_args) -> None:
                 output_dir,
                 names,
             )
-        previous = _previous_run_files(output_dir)
+        # an earlier run's outputs, only where one ran here (checkpoints, a trained model, its log): a folder
+        # without any is the user's, whose README.md, images or tokenizer files are not a run's to delete
+        ran = (
+            existing
+            or _trained_model_files(output_dir)
+            or os.path.isfile(os.path.join(output_dir, "log_history.json"))
+        )
+        previous = _previous_run_files(output_dir) if ran else []
         if previous:
             for name in previous:
                 path = os.path.join(output_dir, name)
@@ -611,10 +618,11 @@ def _check_training_values(recipe_args, training_args) -> None:
         value = getattr(training_args, steps, None)
         if mode == "steps" and value is not None and value <= 0:
             raise RecipeError(f"{src}: {steps}={value!r} must be positive with {strategy}: steps")
-    for key in ("seed", "data_seed"):  # numpy's seed range (set_seed seeds numpy too)
+    # seed: numpy's range (set_seed seeds numpy too); data_seed only seeds torch generators (up to 2**64 - 1)
+    for key, bits in (("seed", 32), ("data_seed", 64)):
         value = getattr(training_args, key, None)
-        if value is not None and not 0 <= value <= 2**32 - 1:
-            raise RecipeError(f"{src}: {key}={value!r} must be in 0 .. 2**32 - 1")
+        if value is not None and not 0 <= value <= 2**bits - 1:
+            raise RecipeError(f"{src}: {key}={value!r} must be in 0 .. 2**{bits} - 1")
     values = recipe_args.values or {}
     for key, instead in _UNUSED_FLAGS.items():  # set to false in the recipe or an override
         if values.get(key) is False:
