@@ -8,7 +8,7 @@ from transformers import TrainerCallback
 
 from .checkpoints import write_json_atomic
 
-__all__ = ["BestMetricCheckCallback", "LogHistoryCallback", "RestoreLogStateCallback", "loss_series"]
+__all__ = ["BestMetricCheckCallback", "LogHistoryCallback", "loss_series"]
 
 
 def loss_series(log_history) -> dict[str, list[tuple[int, float]]]:
@@ -99,15 +99,3 @@ class BestMetricCheckCallback(TrainerCallback):
                 f"{self.source}: metric_for_best_model={name!r} is not a metric of this task's evaluation "
                 f"(it reports {found}); set metric_for_best_model to one of them"
             )
-
-
-class RestoreLogStateCallback(TrainerCallback):
-    """Calls :meth:`~hf_sparse.training.checkpoints.AtomicCheckpointMixin._restore_log_state` of ``trainer`` at
-    ``on_train_begin``: the first event after the Trainer has reset its logging state, before the first step
-    (transformers 5.10 to 5.24). Added by the mixin to a run that resumes."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.trainer._restore_log_state()

@@ -20,6 +20,8 @@ import os
 import re
 import shutil
 
+from transformers import TrainerCallback
+
 from ..utils.io import write_json_atomic
 
 __all__ = [
@@ -305,8 +307,6 @@ class AtomicCheckpointMixin:
             self._loss_sum_before, start = saved["train_loss_sum"], saved["global_step"]
             if "pending_loss_sum" in saved:
                 self._log_state = saved
-                from .callbacks import RestoreLogStateCallback
-
                 if not any(isinstance(c, RestoreLogStateCallback) for c in self.callback_handler.callbacks):
                     self.add_callback(RestoreLogStateCallback(self))
         self._resumed_at = start
@@ -470,3 +470,15 @@ def atomic_trainer_class(base=None) -> type:
     if issubclass(base, AtomicCheckpointMixin):
         return base
     return type(f"Atomic{base.__name__}", (AtomicCheckpointMixin, base), {"__module__": __name__})
+
+
+class RestoreLogStateCallback(TrainerCallback):
+    """Calls :meth:`AtomicCheckpointMixin._restore_log_state` of ``trainer`` at
+    ``on_train_begin``: the first event after the Trainer has reset its logging state, before the first step
+    (transformers 5.10 to 5.24). Added by the mixin to a run that resumes."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer._restore_log_state()

@@ -233,11 +233,11 @@ def _previous_run_files(output_dir) -> list[str]:
     result files (``all_results.json``, ``*_results.json``, ``trainer_state.json``, ``log_history.json``) and the
     LoRA ``adapter/`` folder. Other files (the user's), ``runs/`` (TensorBoard: one folder per run) and hidden
     files stay."""
-    from hf_sparse.hub.push import upload_file_list
+    from hf_sparse import hub
 
     if not os.path.isdir(output_dir):
         return []
-    names = {name.split("/", 1)[0] for name in upload_file_list(output_dir)}  # adapter/x: the folder
+    names = {name.split("/", 1)[0] for name in hub.upload_file_list(output_dir)}  # adapter/x: the folder
     for entry in os.scandir(output_dir):
         if entry.is_file() and _RESULT_FILE.match(entry.name):
             names.add(entry.name)
