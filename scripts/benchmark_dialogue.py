@@ -157,7 +157,9 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
         "targets": TARGETS,
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}.json").write_text(json.dumps(report, indent=2) + "\n")
+    from hf_sparse.utils.io import atomic_write
+
+    atomic_write(f"{out}.json", json.dumps(report, indent=2) + "\n")
 
     sel, trk, m = report["selection"], report["tracking"], report["machine"]
     lines = [
@@ -237,7 +239,9 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
         f"{_fmt(report['tracking_validation']['intent_accuracy_seen'])}.",
         "",
     ]
-    Path(f"{out}.md").write_text("\n".join(lines))
+    from hf_sparse.utils.io import atomic_write
+
+    atomic_write(f"{out}.md", "\n".join(lines))
     return report
 
 

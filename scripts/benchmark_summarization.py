@@ -193,8 +193,9 @@ def write_markdown(result: dict, path: str) -> None:
             "",
         ]
     lines += result.get("notes", [])
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines).rstrip() + "\n")
+    from hf_sparse.utils.io import atomic_write
+
+    atomic_write(path, "\n".join(lines).rstrip() + "\n")
 
 
 def main(argv=None) -> int:
@@ -234,8 +235,9 @@ def main(argv=None) -> int:
     ]
     result["beats_lead3_rouge2"] = beats
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".json", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    from hf_sparse.utils.io import atomic_write
+
+    atomic_write(args.out + ".json", json.dumps(result, indent=2))
     write_markdown(result, args.out + ".md")
     print(f"wrote {args.out}.json and {args.out}.md ({result['wall_s'] / 60:.1f} min)")
     return 0

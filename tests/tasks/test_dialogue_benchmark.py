@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from tests import script_loader
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,8 +28,7 @@ def fake_results(name, metrics, long_history):
     }
 
 
-def test_report_states_results_targets_and_misses(tmp_path):
-    script = load_script()
+def both_results():
     tracking = fake_results(
         "tracking",
         {"test_act_micro_f1": 0.9, "test_act_macro_f1": 0.75, "test_intent_accuracy": 0.8,
@@ -43,6 +44,12 @@ def test_report_states_results_targets_and_misses(tmp_path):
          "eval_recall@1": 0.6, "eval_recall@2": 0.7, "eval_recall@5": 0.9, "eval_mrr": 0.7},
         {"full_history": {"recall@1": 0.7, "mrr": 0.8, "n": 300}, "last_2_turns": {"recall@1": 0.6, "mrr": 0.7, "n": 300}},
     )  # fmt: skip
+    return tracking, selection
+
+
+def test_report_states_results_targets_and_misses(tmp_path):
+    script = load_script()
+    tracking, selection = both_results()
     out = tmp_path / "dialogue"
     report = script.write_report(tracking, selection, str(out), "python scripts/benchmark_dialogue.py")
     md = (tmp_path / "dialogue.md").read_text()
@@ -54,3 +61,19 @@ def test_report_states_results_targets_and_misses(tmp_path):
     assert "| tracking: last user turn | intent accuracy (seen) | 0.800 | 0.500 | 300 |" in md
     assert "`pipelines/dialogue/tiny-tracking.yaml` | 123,456 | 2.000 | 100 | 10.0 min |" in md
     assert report["random_r10"]["mrr"] == sum(1 / k for k in range(1, 11)) / 10
+
+
+def test_a_failed_report_write_keeps_the_previous_report(tmp_path, monkeypatch):
+    """The report files are replaced whole (a temporary file renamed over them), never truncated in place."""
+    import os
+
+    script = load_script()
+    out = tmp_path / "dialogue"
+    for name in ("dialogue.json", "dialogue.md"):
+        (tmp_path / name).write_text("previous")
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        script.write_report(*both_results(), str(out), "cmd")
+    assert (tmp_path / "dialogue.json").read_text() == "previous"
+    assert (tmp_path / "dialogue.md").read_text() == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dialogue.json", "dialogue.md"]
