@@ -466,7 +466,8 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
     ) -> SparseTransformerModelOutput:
         r"""
         attention_mask (`(batch, seq)`): 1 for tokens, 0 for padding (with a cache: over past + new tokens).
-            With left padding, patterns count positions from each row's first token.
+            With left padding, a decoder's patterns count positions from each row's first token (an encoder's
+            from the padded start: pad encoder inputs on the right).
         global_attention_mask (`(batch, seq)`): 1 for global tokens (attend and are attended everywhere).
         cache (`SparsePatternCache`): decoder cache (also accepted as `past_key_values`, the name older
             transformers 5 releases use); created when `use_cache` and none is given.
