@@ -4,6 +4,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
@@ -18,3 +20,11 @@ def load_script(name: str):
     finally:
         sys.path.remove(str(SCRIPTS))
     return module
+
+
+def usage_error(main, argv, capsys) -> str:
+    """What ``main(argv)`` printed to stderr when it stopped on a usage error (exit code 2, argparse's)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tests.script_loader import load_script
+from tests.script_loader import load_script, usage_error
 
 
 @pytest.mark.parametrize(
@@ -26,9 +26,7 @@ def test_a_typo_or_a_partial_run_into_the_committed_results_is_refused(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(bench, "run_all", lambda args: pytest.fail("measured"))
     monkeypatch.setattr(sys, "argv", ["benchmark_attention.py", *argv])
-    with pytest.raises(SystemExit) as exc:
-        bench.main()
-    assert exc.value.code == 2 and message in capsys.readouterr().err.splitlines()[-1]
+    assert message in usage_error(lambda argv: bench.main(), argv, capsys).splitlines()[-1]
     assert list(tmp_path.iterdir()) == []  # no folder, no empty attention.json
 
 
@@ -69,10 +67,10 @@ def test_cuda_without_a_cuda_device_is_one_clear_error(monkeypatch, capsys):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(bench, "run_all", lambda args: pytest.fail("measured"))
-    with pytest.raises(SystemExit) as exc:
-        bench.main(["--device", "cuda", "--out", "x"])
-    assert exc.value.code == 2
-    assert "--device cuda: torch " in capsys.readouterr().err.splitlines()[-1]
+    assert (
+        "--device cuda: torch "
+        in usage_error(bench.main, ["--device", "cuda", "--out", "x"], capsys).splitlines()[-1]
+    )
 
 
 @pytest.mark.parametrize(

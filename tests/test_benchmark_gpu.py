@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.script_loader import load_script
+from tests.script_loader import load_script, usage_error
 
 ENV = {
     "device": "GPU",
@@ -51,10 +51,7 @@ def _refused(bench, argv, monkeypatch, capsys, cuda=True):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(bench, "measure", lambda *a: pytest.fail("measured"))
     monkeypatch.setattr(bench, "model_step", lambda *a: pytest.fail("measured"))
-    with pytest.raises(SystemExit) as exc:
-        bench.main(argv)
-    assert exc.value.code == 2
-    return capsys.readouterr().err.splitlines()[-1]
+    return usage_error(bench.main, argv, capsys).splitlines()[-1]
 
 
 @pytest.mark.parametrize(

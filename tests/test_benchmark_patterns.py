@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.script_loader import load_script
+from tests.script_loader import load_script, usage_error
 
 
 @pytest.mark.parametrize("mode, times", [("fwd", 1), ("fwd+bwd", 3)])
@@ -21,10 +21,8 @@ def test_bound_counts_the_pairs_per_pass_and_the_hashing_once(mode, times):
 def test_only_matching_nothing_is_an_error_before_any_measurement(tmp_path, monkeypatch, capsys):
     bench = load_script("benchmark_patterns")
     monkeypatch.setattr(bench, "run", lambda *a: pytest.fail("measured"))
-    with pytest.raises(SystemExit) as exc:
-        bench.main(["--only", "LSH", "SlidingWindw", "--out", str(tmp_path)])  # one typo is enough
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.splitlines()[-1]
+    argv = ["--only", "LSH", "SlidingWindw", "--out", str(tmp_path)]  # one typo is enough
+    err = usage_error(bench.main, argv, capsys).splitlines()[-1]
     assert "--only SlidingWindw matches no pattern; choose from SlidingWindow(512); " in err
     assert list(tmp_path.iterdir()) == []
 
@@ -33,9 +31,8 @@ def test_a_subset_needs_its_own_out_folder(tmp_path, monkeypatch, capsys):
     bench = load_script("benchmark_patterns")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(bench, "run", lambda *a: pytest.fail("measured"))
-    with pytest.raises(SystemExit) as exc:
-        bench.main(["--only", "LSH"])  # would replace benchmarks/patterns.md's full table with one row
-    assert exc.value.code == 2 and "--only writes a partial table: give --out" in capsys.readouterr().err
+    # would replace benchmarks/patterns.md's full table with one row
+    assert "--only writes a partial table: give --out" in usage_error(bench.main, ["--only", "LSH"], capsys)
     rows = []
     monkeypatch.setattr(bench, "run", lambda names, *a: {"names": names, "rows": rows})
     monkeypatch.setattr(bench, "report", lambda results: "table\n")
@@ -47,10 +44,8 @@ def test_a_subset_needs_its_own_out_folder(tmp_path, monkeypatch, capsys):
 def test_zero_attempts_is_an_error_before_any_measurement(tmp_path, monkeypatch, capsys):
     bench = load_script("benchmark_patterns")
     monkeypatch.setattr(bench, "_spawn", lambda *a: pytest.fail("measured"))
-    with pytest.raises(SystemExit) as exc:
-        bench.main(["--only", "LSH", "--attempts", "0", "--out", str(tmp_path)])
-    assert exc.value.code == 2
-    assert "--attempts must be >= 1, got 0" in capsys.readouterr().err.splitlines()[-1]
+    err = usage_error(bench.main, ["--only", "LSH", "--attempts", "0", "--out", str(tmp_path)], capsys)
+    assert "--attempts must be >= 1, got 0" in err.splitlines()[-1]
 
 
 def test_an_interrupted_write_leaves_the_previous_tables_whole(tmp_path, monkeypatch):
