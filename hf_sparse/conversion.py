@@ -6,10 +6,13 @@
   "convert_model_to_long").
 * :func:`from_longformer` loads a ``LongformerModel`` checkpoint (its per-layer windows and its
   separate global query/key/value projections) into SparseTransformer, so Longformer users get the
-  hf-sparse kernels with the same outputs.
+  hf-sparse kernels with the same outputs (question answering and multiple choice: given the
+  ``global_attention_mask`` that Longformer's heads build from ``sep_token_id`` when none is passed).
 
 Both accept a model instance or anything ``from_pretrained`` accepts (a folder or a Hub id, e.g.
-``from_longformer("allenai/longformer-base-4096", head="masked_lm")``).
+``from_longformer("allenai/longformer-base-4096", head="masked_lm")``), with ``from_pretrained``'s loading
+arguments (:data:`LOADING_ARGS`: ``dtype=``, ``revision=``, ``token=``, ...); their other keyword arguments
+override fields of the converted config.
 """
 
 from __future__ import annotations
@@ -55,10 +58,64 @@ _REFUSED = {
     "longformer": "use from_longformer",
     "xmod": "X-MOD's per-language adapter layers have no SparseTransformer counterpart",
 }
+#: keyword arguments that go to ``from_pretrained`` (loading a path or Hub id), not to the converted config
+LOADING_ARGS = (
+    "dtype",
+    "torch_dtype",
+    "revision",
+    "token",
+    "cache_dir",
+    "force_download",
+    "local_files_only",
+    "subfolder",
+    "proxies",
+    "trust_remote_code",
+)
+# generic config fields (not architecture) carried from the source config when it has them
+_CARRIED = (
+    "output_hidden_states",
+    "output_attentions",
+    "return_dict",
+    "chunk_size_feed_forward",
+    "add_cross_attention",
+    "tokenizer_class",
+    "prefix",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "finetuning_task",
+    "task_specific_params",
+)
+# the source's labels, replaced as a whole by any of them given as an override
+_LABELS = ("num_labels", "id2label", "label2id")
+# config fields the copied weights fix
+_SHAPES = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "type_vocab_size",
+)
+# Longformer heads that pick global tokens themselves when no global_attention_mask is given: which ones
+_LONGFORMER_GLOBALS = {
+    "question_answering": "the question tokens, before the first sep_token_id",
+    "multiple_choice": "the tokens after the first sep_token_id and the next token (the choice's)",
+}
 
 
-def _load(model_or_path, head: str | None, auto_cls=None) -> PreTrainedModel:
+def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
+    """``kwargs`` -> (``from_pretrained`` loading arguments, config overrides)."""
+    loading = {k: v for k, v in kwargs.items() if k in LOADING_ARGS}
+    return loading, {k: v for k, v in kwargs.items() if k not in LOADING_ARGS}
+
+
+def _load(model_or_path, head: str | None, loading: dict) -> PreTrainedModel:
     if isinstance(model_or_path, PreTrainedModel):
+        if loading:
+            raise ValueError(
+                f"{sorted(loading)} are from_pretrained arguments, for a path or Hub id; model_or_path is a loaded "
+                f"{type(model_or_path).__name__} (for another dtype, convert model.to(dtype))"
+            )
         return model_or_path
     if not isinstance(model_or_path, str):
         raise TypeError(
@@ -79,16 +136,17 @@ def _load(model_or_path, head: str | None, auto_cls=None) -> PreTrainedModel:
         "token_classification": AutoModelForTokenClassification,
         "multiple_choice": AutoModelForMultipleChoice,
         "question_answering": AutoModelForQuestionAnswering,
-    }[head or _saved_head(model_or_path)]
-    return auto.from_pretrained(model_or_path)
+    }[head or _saved_head(model_or_path, loading)]
+    return auto.from_pretrained(model_or_path, **loading)
 
 
-def _saved_head(path: str) -> str:
+def _saved_head(path: str, loading: dict) -> str:
     """The head of a saved checkpoint, from its config's ``architectures`` (``BertForMaskedLM`` ->
     ``masked_lm``); ``base`` when the config names none we convert."""
     from transformers import AutoConfig
 
-    architectures = getattr(AutoConfig.from_pretrained(path), "architectures", None) or []
+    where = {k: v for k, v in loading.items() if k not in ("dtype", "torch_dtype")}
+    architectures = getattr(AutoConfig.from_pretrained(path, **where), "architectures", None) or []
     for name in architectures[:1]:
         for suffix, h in _SUFFIX.items():
             if name.endswith(suffix):
@@ -225,12 +283,9 @@ def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides:
     keeps the source's tying (an untied decoder keeps its own weight) and activation (BERT's head transform
     uses ``hidden_act``, RoBERTa's gelu)."""
     cfg = source.config
-    overrides = {
-        "tie_word_embeddings": getattr(cfg, "tie_word_embeddings", True),
-        "lm_head_act": "gelu" if roberta else cfg.hidden_act,
-        **overrides,
-    }
-    new_cfg = SparseTransformerConfig(
+    derived = dict(
+        tie_word_embeddings=getattr(cfg, "tie_word_embeddings", True),
+        lm_head_act="gelu" if roberta else cfg.hidden_act,
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_hidden_layers,
@@ -253,15 +308,25 @@ def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides:
         label2id=cfg.label2id,
         problem_type=cfg.problem_type,
         classifier_dropout=getattr(cfg, "classifier_dropout", None),
-        global_first_token=False,  # the source heads add no global tokens by themselves
-        **overrides,
+        global_first_token=False,  # BERT's heads add no global tokens by themselves
+        **{k: getattr(cfg, k) for k in _CARRIED if hasattr(cfg, k)},
     )
+    for k in _SHAPES:
+        if k in overrides and overrides[k] != derived[k]:
+            raise ValueError(
+                f"{k}={overrides[k]!r} cannot be overridden: the converted weights fix it ({k}={derived[k]!r})"
+            )
+    if any(k in overrides for k in _LABELS):  # new labels: none of the source's
+        derived = {k: v for k, v in derived.items() if k not in _LABELS}
+    new_cfg = SparseTransformerConfig(**{**derived, **overrides})
     target = HEADS[head](new_cfg).to(source.dtype)  # the new head's weights too
     target.config.dtype = source.dtype
     state, own_head, origin = _rename(source.state_dict(), source, head, "roberta" if roberta else "bert")
     key = ("" if head == "base" else "sparse_transformer.") + "embeddings.position_embeddings.weight"
     state[key] = _tile_positions(state[key], new_len, offset=cfg.pad_token_id + 1 if roberta else 0)
     same_head = _source_head(source) == head
+    if head in ("sequence_classification", "token_classification") and new_cfg.num_labels != cfg.num_labels:
+        same_head = False  # the classifier's output layer does not fit: a new one, as for another head
     _load_into(target, state, own_head, origin, head, same_head, type(source).__name__)
     return target.train(source.training)
 
@@ -294,7 +359,12 @@ def from_bert(
             head than the source's keeps the source's encoder and initialises the new head (and a
             pooler the source lacks), as ``from_pretrained`` does; the new and the unused weights are
             logged as warnings. Every encoder weight must map.
-        **config_overrides: any other SparseTransformerConfig field (e.g. ``attention_backend``).
+        **config_overrides: ``from_pretrained`` loading arguments for a path or Hub id (:data:`LOADING_ARGS`:
+            ``dtype``, ``revision``, ``token``, ``cache_dir``, ...), and any other SparseTransformerConfig field
+            (e.g. ``attention_backend``, ``num_labels``, ``id2label``, ``hidden_dropout_prob``), which replaces the
+            value taken from the source (labels as a whole: ``num_labels`` alone gives new ``LABEL_i`` labels). A
+            classification head with another ``num_labels`` keeps the source's other head weights and initialises
+            its output layer, as for another head. Fields the copied weights fix (``hidden_size``, ...) raise.
 
     Returns: the SparseTransformer model, in the source's dtype. With a pattern that covers the whole
     input and the original length it reproduces the source model's outputs at every non-padding
@@ -304,7 +374,8 @@ def from_bert(
     The question-answering loss, a softmax over all positions (padding included, in both models),
     differs with them; to compare it, mask padding logits (e.g. fill them with ``-inf``) in both.
     """
-    source = _load(model_or_path, head)
+    loading, config_overrides = _split_kwargs(config_overrides)
+    source = _load(model_or_path, head, loading)
     cfg = source.config
     if cfg.model_type not in ROBERTA_STYLE + BERT_STYLE or cfg.model_type in _REFUSED:
         raise ValueError(
@@ -326,15 +397,29 @@ def from_bert(
     )
 
 
-def from_longformer(model_or_path, head: str | None = None, attention_pattern=None, **config_overrides):
+def from_longformer(
+    model_or_path,
+    head: str | None = None,
+    attention_pattern=None,
+    max_position_embeddings: int | None = None,
+    **config_overrides,
+):
     """A ``Longformer*`` checkpoint as a SparseTransformer running hf-sparse kernels.
 
     Each layer's ``attention_window`` becomes ``patterns.Longformer(window=w)`` (unless
     ``attention_pattern`` is given) and the global query/key/value projections are kept
     (``global_projections=True``): hidden states match ``LongformerModel`` with and without global
-    tokens. Pass the same ``global_attention_mask`` you would give Longformer.
+    tokens. Pass the same ``global_attention_mask`` you would give Longformer. Without one, the
+    sequence-classification head makes the first token global, as Longformer's does
+    (``global_first_token=True``); Longformer's question-answering and multiple-choice heads pick global
+    tokens from ``sep_token_id`` positions, which the converted heads do not: give them that
+    ``global_attention_mask`` (a warning says so).
+
+    ``max_position_embeddings`` tiles the position embeddings to a longer table, as in :func:`from_bert`
+    (counting the ``pad_token_id + 1`` offset rows); ``**config_overrides`` are as in :func:`from_bert`.
     """
-    source = _load(model_or_path, head)
+    loading, config_overrides = _split_kwargs(config_overrides)
+    source = _load(model_or_path, head, loading)
     cfg = source.config
     if cfg.model_type != "longformer":
         raise ValueError(f"from_longformer needs a Longformer model, got model_type={cfg.model_type!r}")
@@ -346,15 +431,26 @@ def from_longformer(model_or_path, head: str | None = None, attention_pattern=No
             if len(set(windows)) > 1
             else Longformer(window=int(windows[0]))
         )
-    overrides = {"global_projections": True, **config_overrides}
+    head = _head_of(source, head)
+    if head in _LONGFORMER_GLOBALS:
+        logger.warning(
+            f"Longformer's {head} head makes {_LONGFORMER_GLOBALS[head]} global when no global_attention_mask is "
+            "given; the converted model does not: pass that global_attention_mask for Longformer's outputs"
+        )
+    # Longformer's sequence-classification head makes [CLS] global by itself; its token-classification head does not
+    overrides = {
+        "global_projections": True,
+        "global_first_token": head == "sequence_classification",
+        **config_overrides,
+    }
     return _convert(
         source,
         _specs(attention_pattern),
-        cfg.max_position_embeddings,
-        _head_of(source, head),
+        max_position_embeddings or cfg.max_position_embeddings,
+        head,
         True,
         overrides,
     )
 
 
-__all__ = ["HEADS", "from_bert", "from_longformer"]
+__all__ = ["HEADS", "LOADING_ARGS", "from_bert", "from_longformer"]

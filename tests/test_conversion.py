@@ -327,3 +327,123 @@ def test_question_answering_matches_except_at_padding():
         return (torch.nn.functional.cross_entropy(s, start) + torch.nn.functional.cross_entropy(e, end)) / 2
 
     torch.testing.assert_close(loss(got), loss(want), atol=1e-6, rtol=1e-6)
+
+
+def _longformer(**kw):
+    return LongformerConfig(
+        max_position_embeddings=130, attention_window=[8, 8], sep_token_id=2, **SMALL, **kw
+    )
+
+
+def test_longformer_sequence_classification_makes_cls_global_without_a_mask():
+    """LongformerForSequenceClassification makes [CLS] global when no global_attention_mask is given; so does
+    the converted head."""
+    torch.manual_seed(0)
+    src = transformers.LongformerForSequenceClassification(_longformer(num_labels=2)).eval()
+    model = from_longformer(src).eval()
+    assert model.config.global_first_token
+    ids, am = _ids(src.config, n=33, pad=src.config.pad_token_id)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(input_ids=ids, attention_mask=am).logits,
+            src(input_ids=ids, attention_mask=am).logits,
+            atol=1e-4,
+            rtol=1e-4,
+        )
+    token = from_longformer(src, head="token_classification")  # Longformer's token head adds no globals
+    assert not token.config.global_first_token
+
+
+@pytest.mark.parametrize("head", ["question_answering", "multiple_choice"])
+def test_longformer_heads_that_pick_globals_from_sep_tokens_are_reported(head, caplog):
+    src = LongformerForMaskedLM(_longformer())
+    with caplog.at_level("WARNING", logger="hf_sparse.conversion"):
+        model = from_longformer(src, head=head)
+    assert any(f"Longformer's {head} head makes" in r.getMessage() for r in caplog.records)
+    assert model.config.sep_token_id == 2 and not model.config.global_first_token
+
+
+@pytest.mark.parametrize(
+    "make, convert",
+    [
+        (
+            lambda: BertForMaskedLM(_bert()),
+            lambda src, **kw: from_bert(src, P.SlidingWindow(window=16), **kw),
+        ),
+        (lambda: LongformerForMaskedLM(_longformer()), from_longformer),
+    ],
+    ids=["from_bert", "from_longformer"],
+)
+def test_config_overrides_replace_what_the_source_gives(make, convert):
+    src = make().eval()
+    overrides = dict(
+        hidden_dropout_prob=0.2,
+        attention_probs_dropout_prob=0.3,
+        classifier_dropout=0.4,
+        global_first_token=True,
+        position_ids_style="bert",
+    )
+    model = convert(src, head="sequence_classification", **overrides)
+    assert {k: getattr(model.config, k) for k in overrides} == overrides
+    labels = {0: "O", 1: "B-PER", 2: "I-PER"}
+    model = convert(src, head="token_classification", id2label=labels)
+    assert model.config.id2label == labels and model.classifier.out_features == 3
+    model = convert(src, head="token_classification", num_labels=5)
+    assert model.config.num_labels == 5 and model.classifier.out_features == 5
+    with pytest.raises(ValueError, match=r"hidden_size=64 cannot be overridden.*hidden_size=32"):
+        convert(src, hidden_size=64)
+
+
+def test_a_classification_head_with_other_labels_keeps_the_encoder(caplog):
+    src = BertForSequenceClassification(_bert(num_labels=2)).eval()
+    with caplog.at_level("WARNING", logger="hf_sparse.conversion"):
+        model = from_bert(src, P.SlidingWindow(window=128), num_labels=4).eval()
+    assert model.config.num_labels == 4 and model.classifier.out_proj.out_features == 4
+    assert any("classifier.out_proj.weight" in r.getMessage() for r in caplog.records)
+    torch.testing.assert_close(model.classifier.dense.weight, src.bert.pooler.dense.weight)
+
+
+def test_from_longformer_lengthens_the_context():
+    torch.manual_seed(0)
+    src = LongformerModel(_longformer()).eval()
+    model = from_longformer(src, max_position_embeddings=258).eval()
+    assert model.config.max_position_embeddings == 258
+    old, new = src.embeddings.position_embeddings.weight, model.embeddings.position_embeddings.weight
+    torch.testing.assert_close(new[:130], old)
+    torch.testing.assert_close(new[130:258], old[2:130])  # the pad_token_id + 1 offset rows are not repeated
+    ids, am = _ids(src.config, n=33, pad=src.config.pad_token_id)
+    with torch.no_grad():
+        want = src(input_ids=ids, attention_mask=am).last_hidden_state
+        got = model(input_ids=ids, attention_mask=am).last_hidden_state
+        assert model(torch.randint(3, 99, (1, 200))).last_hidden_state.shape == (1, 200, 32)
+    torch.testing.assert_close(got[am.bool()], want[am.bool()], atol=1e-4, rtol=1e-4)
+
+
+def test_loading_arguments_go_to_from_pretrained(tmp_path):
+    BertForMaskedLM(_bert()).save_pretrained(tmp_path)
+    for dtype in ("dtype", "torch_dtype"):
+        model = from_bert(str(tmp_path), P.SlidingWindow(window=16), **{dtype: torch.bfloat16})
+        assert model.dtype == torch.bfloat16 and model.config.dtype == torch.bfloat16
+    model = from_bert(str(tmp_path), P.SlidingWindow(window=16), revision="main", local_files_only=True)
+    model.save_pretrained(tmp_path / "converted")
+    saved = (tmp_path / "converted" / "config.json").read_text()
+    assert '"revision"' not in saved and '"local_files_only"' not in saved
+    with pytest.raises(
+        ValueError, match=r"\['dtype'\] are from_pretrained arguments.*a loaded BertForMaskedLM"
+    ):
+        from_bert(BertForMaskedLM(_bert()), P.SlidingWindow(window=16), dtype=torch.bfloat16)
+
+
+def test_generic_config_fields_are_carried_across():
+    fields = dict(
+        tokenizer_class="RobertaTokenizer",
+        sep_token_id=2,
+        finetuning_task="mnli",
+        prefix="x",
+        output_hidden_states=True,
+        task_specific_params={"foo": 1},
+    )
+    src = transformers.RobertaForSequenceClassification(_roberta(num_labels=3, **fields))
+    model = from_bert(src, P.SlidingWindow(window=8))
+    assert {k: getattr(model.config, k, None) for k in fields} == fields
+    assert model.config.add_cross_attention is False

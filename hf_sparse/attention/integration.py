@@ -15,8 +15,9 @@ Where the pattern comes from (the model config):
 
 * ``config.attention_pattern`` (required): one pattern spec (a dict such as
   ``{"type": "sliding_window", "window": 512}``, a registered name, or a
-  :class:`~hf_sparse.patterns.Pattern`, which :func:`check_config` replaces with its ``to_dict()`` so
-  that the config still saves) for every layer, or a list with one spec per layer, indexed by the
+  :class:`~hf_sparse.patterns.Pattern`, which :func:`check_config` replaces with its ``to_dict()``, and
+  which any config's ``to_dict()`` (so ``repr``, ``save_pretrained``) writes as that spec, whatever the
+  attention implementation) for every layer, or a list with one spec per layer, indexed by the
   attention module's ``layer_idx``. In an encoder-decoder (BART, ...) both stacks count ``layer_idx``
   from 0: entry i serves encoder layer i and decoder self-attention layer i, and the list has
   ``max(encoder_layers, decoder_layers)`` entries;
@@ -73,8 +74,9 @@ any transformers model whose attention does not go through ``AttentionInterface`
 :func:`register_attention` wraps ``PreTrainedModel.get_correct_attn_implementation`` (the check
 every model runs in ``__init__``, so also ``from_pretrained(..., attn_implementation=...)`` and
 ``config._attn_implementation = "hf_sparse"`` before construction) and
-``PreTrainedModel.set_attn_implementation``. The wrappers only act when the requested name is
-``"hf_sparse"``.
+``PreTrainedModel.set_attn_implementation``, which runs the model's ``get_correct_attn_implementation`` first
+(a class that overrides it decides for itself: a task model checks its backbone's pattern). The wrappers only
+act when the requested name is ``"hf_sparse"``.
 
 Not supported (each raises ``NotImplementedError``): packed sequences (``position_ids`` restarting
 inside a row without ``attention_mask``), chunked attention (Llama 4), block-wise bidirectional
@@ -88,7 +90,7 @@ import functools
 from dataclasses import dataclass, replace
 
 import torch
-from transformers import AttentionInterface, PreTrainedModel
+from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging
 
@@ -897,11 +899,33 @@ def _wrap_set_attn(original):
         if isinstance(requested, dict):
             requested = requested.get("")
         if requested == ATTN_IMPLEMENTATION:
-            check_model(self)
+            # the model's own check: a class that overrides it (a task model whose pattern is its backbone's)
+            # decides; else the wrapped PreTrainedModel one runs check_model. transformers' set_attn_implementation
+            # only warns for models that ignore attn_implementation, and checks nothing when it is unchanged
+            self.get_correct_attn_implementation(requested)
         return original(self, attn_implementation, *args, **kwargs)
 
     set_attn_implementation._hf_sparse_wrapped = True
     return set_attn_implementation
+
+
+def _wrap_to_dict(original):
+    @functools.wraps(original)
+    def to_dict(self):
+        """transformers' ``to_dict``, with a :class:`~hf_sparse.patterns.Pattern` in ``attention_pattern`` (or in
+        its per-layer list) written as its spec, so that any config holding one prints and saves as JSON."""
+        output = original(self)
+        spec = output.get("attention_pattern")
+        if isinstance(spec, P.Pattern):
+            output["attention_pattern"] = _to_spec(spec, "config.attention_pattern")
+        elif isinstance(spec, (list, tuple)) and any(isinstance(s, P.Pattern) for s in spec):
+            output["attention_pattern"] = [
+                _to_spec(s, f"config.attention_pattern[{i}]") for i, s in enumerate(spec)
+            ]
+        return output
+
+    to_dict._hf_sparse_wrapped = True
+    return to_dict
 
 
 def _from_installed_package(fn) -> bool:
@@ -910,8 +934,9 @@ def _from_installed_package(fn) -> bool:
 
 
 def register_attention() -> None:
-    """Register ``"hf_sparse"`` with ``AttentionInterface`` and ``AttentionMaskInterface`` and install the
-    ``PreTrainedModel`` checks (see the module docstring). Idempotent; called on ``import hf_sparse``.
+    """Register ``"hf_sparse"`` with ``AttentionInterface`` and ``AttentionMaskInterface``, install the
+    ``PreTrainedModel`` checks and the ``PretrainedConfig.to_dict`` hook (see the module docstring).
+    Idempotent; called on ``import hf_sparse``.
 
     A remote-code bundle's copy of this module (a folder or Hub repo loaded with ``trust_remote_code``, e.g.
     its pipeline) registers only where the installed package has not: the registry is global, and the
@@ -932,6 +957,8 @@ def register_attention() -> None:
         )
     if not getattr(PreTrainedModel.set_attn_implementation, "_hf_sparse_wrapped", False):
         PreTrainedModel.set_attn_implementation = _wrap_set_attn(PreTrainedModel.set_attn_implementation)
+    if not getattr(PretrainedConfig.to_dict, "_hf_sparse_wrapped", False):
+        PretrainedConfig.to_dict = _wrap_to_dict(PretrainedConfig.to_dict)
 
 
 __all__ = [

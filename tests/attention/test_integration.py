@@ -605,6 +605,44 @@ def test_pattern_object_in_config_is_saved_as_its_spec(tmp_path):
         model.set_attn_implementation("hf_sparse")
 
 
+def test_a_pattern_object_in_a_stock_config_saves_as_its_spec_under_any_attention(tmp_path):
+    """Without ``"hf_sparse"`` nothing replaces the object: the config's ``to_dict`` writes its spec."""
+    pattern = P.SlidingWindow(window=4) | P.Global(indices=[0])
+    model = make_model("bert", pattern)  # sdpa
+    assert "sliding_window" in repr(model.config)
+    model.save_pretrained(tmp_path)
+    assert transformers.AutoConfig.from_pretrained(tmp_path).attention_pattern == pattern.to_dict()
+    reloaded = transformers.BertModel.from_pretrained(
+        tmp_path, attention_pattern=P.SlidingWindow(window=2), attn_implementation="hf_sparse"
+    )
+    assert reloaded.config.attention_pattern == P.SlidingWindow(window=2).to_dict()
+    config = make_config("bert", [pattern, P.SlidingWindow(window=2)])
+    config.save_pretrained(tmp_path / "per_layer")
+    reloaded = transformers.AutoConfig.from_pretrained(tmp_path / "per_layer")
+    assert reloaded.attention_pattern == [pattern.to_dict(), P.SlidingWindow(window=2).to_dict()]
+    config.attention_pattern = P.Global.from_mask(torch.ones(1, 4))
+    with pytest.raises(ValueError, match=r"config.attention_pattern = .* has no spec"):
+        config.to_dict()
+
+
+@pytest.mark.parametrize("backbone", ["sparse_transformer", "longformer"])
+def test_set_attn_implementation_on_a_task_model_defers_to_its_own_check(backbone):
+    """A task model's config has no attention_pattern (its backbone's has): its own
+    ``get_correct_attn_implementation`` decides, not the task config's missing field."""
+    from tests.models.motif_tiny import motif_model
+
+    model = motif_model(backbone)
+    if backbone == "longformer":
+        with pytest.raises(ValueError, match="with a Longformer backbone runs Longformer's own attention"):
+            model.set_attn_implementation("hf_sparse")
+        return
+    model.set_attn_implementation("hf_sparse")  # already running it
+    model.set_attn_implementation("sdpa")
+    assert model.backbone.config._attn_implementation == "sdpa"
+    model.set_attn_implementation("hf_sparse")
+    assert model.backbone.config._attn_implementation == "hf_sparse"
+
+
 def test_call_time_global_tokens_raise_on_a_stock_model():
     with pytest.raises(
         ValueError, match=r"Global\(\)\), which BertModel has no way to pass.*Global\(indices=\[0\]\)"
