@@ -12,7 +12,7 @@ export PATH := $(PATH):$(abspath $(VENV))/bin
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py scripts/setup_env.sh
+$(STAMP): pyproject.toml setup.py scripts/setup_env.sh scripts/default_torch.sh
 	VENV=$(VENV) bash scripts/setup_env.sh
 	@touch $@
 

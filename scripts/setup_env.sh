@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # Create or update the project's virtual environment. Idempotent: `make` only calls this when
 # pyproject.toml changed since the last successful run, or when TORCH differs from the last one given to make.
+# Runs from any folder: it works in the repository root, and takes VENV and PYTHON paths given relative from the
+# folder it was started in.
 #
-#   VENV    where the environment lives                      (default .venv; any venv, also one made
-#           without pip, e.g. by `uv venv`)
+#   VENV    where the environment lives                      (default .venv in the repository root; any venv,
+#           also one made without pip, e.g. by `uv venv`)
 #   PYTHON  interpreter used to create it                    (default python3)
-#   TORCH   torch requirement                                (default torch==2.13.0;
+#   TORCH   torch requirement                                (default: the CPU build of torch==2.13.0: a
+#           torch-2.13.0+cpu wheel in PIP_FIND_LINKS if one installs, else from the PyTorch CPU index
+#           https://download.pytorch.org/whl/cpu; on macOS PyPI's, the CPU build there;
 #           e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126")
 #           installed when the venv has no torch or one older than pyproject.toml's minimum, and whenever
 #           TORCH is set; a torch that already satisfies it is kept (to switch builds of one version,
 #           name the build: torch==2.13.0+cu126)
 #   EXTRAS  extras of hf-sparse to install                   (default train,viz,dev)
 set -euo pipefail
-VENV=${VENV:-.venv}
+here=$PWD
+cd "$(dirname "$0")/.."
+source scripts/default_torch.sh  # TORCH_VERSION, install_default_torch
+VENV=${VENV:-$PWD/.venv}
 PYTHON=${PYTHON:-python3}
-TORCH_GIVEN=${TORCH:+1}
-TORCH=${TORCH:-torch==2.13.0}
+case $VENV in /*) ;; *) VENV=$here/$VENV ;; esac
+case $PYTHON in /*) ;; */*) PYTHON=$here/$PYTHON ;; esac  # a path, not a command name
+TORCH=${TORCH:-}  # empty: the default (install_default_torch below)
 EXTRAS=${EXTRAS:-train,viz,dev}
 
 say() { echo "setup_env.sh: $*" >&2; }
@@ -44,14 +52,15 @@ if [[ -x "$uv" ]]; then
   [[ -n "${PIP_FIND_LINKS:-}" ]] && links=(--find-links "$PIP_FIND_LINKS")
   # --compile-bytecode: write .pyc files now; with PYTHONDONTWRITEBYTECODE set, every process would
   # otherwise recompile torch/transformers/sympy sources on import (seconds per process).
-  install() { "$uv" pip install -q --compile-bytecode --python "$py" "${links[@]}" "$@"; }
+  # ("${links[@]+...}": an empty array is an unbound variable to bash <= 4.3 under set -u, e.g. macOS's bash)
+  install() { "$uv" pip install -q --compile-bytecode --python "$py" ${links[@]+"${links[@]}"} "$@"; }
 else
   install() { "$py" -m pip install -q "$@"; }
 fi
 
-# Torch first and on its own, so that a plain `torch` requirement never pulls a multi-GB CUDA build on a
-# machine that has a local CPU wheel: the editable install below keeps a torch that meets pyproject.toml's
-# minimum, and would replace an older one with the index's default build.
+# Torch first and on its own, so that a plain `torch` requirement never pulls a multi-GB CUDA build: the editable
+# install below keeps a torch that meets pyproject.toml's minimum, and would replace an older one with the index's
+# default build.
 min_torch=$(sed -n 's/^ *"torch>=\([0-9][0-9.]*\)".*/\1/p' pyproject.toml)
 have_torch=$("$py" - "${min_torch:-0}" <<'EOF'
 import re
@@ -70,10 +79,13 @@ except metadata.PackageNotFoundError:
 print(have if release(have) >= release(sys.argv[1]) else f"{have} (older than torch>={sys.argv[1]})")
 EOF
 )
-if [[ -z "$have_torch" || "$have_torch" == *older* || -n "$TORCH_GIVEN" ]]; then
+if [[ -n "$TORCH" ]]; then
   [[ -n "$have_torch" ]] && say "torch ${have_torch}: installing TORCH=$TORCH"
   # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
   install $TORCH
+elif [[ -z "$have_torch" || "$have_torch" == *older* ]]; then
+  [[ -n "$have_torch" ]] && say "torch ${have_torch}: installing the CPU build of torch==$TORCH_VERSION"
+  install_default_torch install
 fi
 install -e ".[$EXTRAS]"
 "$py" -c "import torch, transformers; print(f'hf-sparse env ready: torch {torch.__version__}, transformers {transformers.__version__}')"

@@ -10,13 +10,15 @@
 #                    integration, Trainer-recipe, task and pipeline tests)
 #   COMPAT_CONFORMANCE  1 (default) also runs tests/conformance (transformers' own common model tests, from the
 #                    sdist of each version, fetched once with pip); 0 skips it
-#   TORCH            torch requirement, as for scripts/setup_env.sh (default torch==2.13.0)
+#   TORCH            torch requirement, as for scripts/setup_env.sh (default: the CPU build of torch==2.13.0,
+#                    found as scripts/setup_env.sh finds it); a changed TORCH refreshes the environments
 #   PYTHON           interpreter for the environments               (default python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=.venv-compat
 PYTHON=${PYTHON:-python3}
-TORCH=${TORCH:-torch==2.13.0}
+TORCH=${TORCH:-}
+source scripts/default_torch.sh  # TORCH_VERSION, install_default_torch (as scripts/setup_env.sh installs it)
 EXTRAS=train,viz,dev  # the extras of the tested features (plots, recipes, test tools)
 TOOLS=pip             # what the tests call besides the package (the wheel test runs `python -m pip wheel`)
 CONFORMANCE=${COMPAT_CONFORMANCE:-1}
@@ -40,18 +42,29 @@ fi
 uv="$ROOT/uv"
 links=()
 [[ -n "${PIP_FIND_LINKS:-}" ]] && links=(--find-links "$PIP_FIND_LINKS")
+# ("${links[@]+...}": an empty array is an unbound variable to bash <= 4.3 under set -u, e.g. macOS's bash)
+install() { "$uv" pip install -q --python "$1" ${links[@]+"${links[@]}"} "${@:2}"; }
+
+# install_torch PYTHON: TORCH, else the default CPU build (scripts/default_torch.sh)
+install_torch() {
+  if [[ -n "$TORCH" ]]; then
+    # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
+    install "$1" $TORCH
+  else
+    install_default_torch install "$1"
+  fi
+}
 
 # env NAME REQUIREMENT: create/refresh $ROOT/NAME with hf-sparse and transformers REQUIREMENT
 env_for() {
   local name=$1 req=$2 venv="$ROOT/$1"
   local stamp="$venv/.compat-stamp" want
-  want="$req $EXTRAS $TOOLS $(cksum pyproject.toml | cut -d' ' -f1)"
+  want="$req $EXTRAS $TOOLS $(cksum pyproject.toml | cut -d' ' -f1) torch: ${TORCH:-CPU build of $TORCH_VERSION}"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return; fi
   [[ -x "$venv/bin/python" ]] || "$uv" venv -q --python "$PYTHON" "$venv"
-  # shellcheck disable=SC2086  # TORCH may carry extra pip options on purpose
-  "$uv" pip install -q --python "$venv/bin/python" "${links[@]}" $TORCH
+  install_torch "$venv/bin/python"
   # shellcheck disable=SC2086  # TOOLS is a list of requirements
-  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${links[@]}" -e ".[$EXTRAS]" $TOOLS "transformers$req"
+  install "$venv/bin/python" --compile-bytecode -e ".[$EXTRAS]" $TOOLS "transformers$req"
   echo "$want" >"$stamp"
 }
 

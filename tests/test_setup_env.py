@@ -1,6 +1,6 @@
-"""scripts/setup_env.sh and `make setup`, against a stand-in environment: its ``python`` runs this
-interpreter on a fake torch / transformers (and fakes pip and ensurepip), its ``uv`` logs what it is asked
-to install. Nothing is installed, nothing is downloaded."""
+"""scripts/setup_env.sh, `make setup` and scripts/test_compat.sh's environments, against a stand-in environment:
+its ``python`` runs this interpreter on a fake torch / transformers (and fakes pip and ensurepip), its ``uv`` logs
+what it is asked to install. Nothing is installed, nothing is downloaded. Also: pyproject.toml's floors."""
 
 import os
 import shutil
@@ -33,6 +33,12 @@ PYTHONPATH="$venv/site" exec {python} -S "$@"
 FAKE_UV = """#!/usr/bin/env bash
 echo "uv $*" >>"{venv}/log"
 for arg in "$@"; do  # "installs" a torch==VERSION requirement
+  if [[ "$arg" == torch==*+cpu && -f "{venv}/no-local-wheel" ]]; then
+    echo "error: torch==${arg#torch==} has no wheel for this Python" >&2; exit 1
+  fi
+  if [[ "$arg" == --index-url && -f "{venv}/no-index" ]]; then
+    echo "error: Failed to fetch: download.pytorch.org" >&2; exit 1
+  fi
   if [[ "$arg" == torch==* ]]; then
     rm -rf "{venv}"/site/torch*
     mkdir -p "{venv}/site/torch" "{venv}/site/torch-${arg#torch==}.dist-info"
@@ -71,16 +77,22 @@ def fake_venv(tmp_path, torch="2.13.0", pip=True, uv=True, ensurepip=True, uv_in
     return venv
 
 
-def run_setup(venv, *, torch=None, path_uv=None, make=None):
+def run_setup(venv, *, torch=None, path_uv=None, make=None, find_links=None, cwd=ROOT):
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH", "EXTRAS", "PIP_FIND_LINKS")}
     env["VENV"] = str(venv)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not (Path(p) / "uv").exists())
-    if path_uv is not None:  # a uv on PATH
+    if path_uv is not None:  # a uv on PATH (or other commands in front of the system's)
         env["PATH"] = f"{path_uv}{os.pathsep}{env['PATH']}"
     if torch is not None:
         env["TORCH"] = torch
-    cmd = ["make", f"VENV={venv}", *make] if make is not None else ["bash", "scripts/setup_env.sh"]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    if find_links is not None:
+        env["PIP_FIND_LINKS"] = str(find_links)
+    cmd = (
+        ["make", f"VENV={venv}", *make]
+        if make is not None
+        else ["bash", str(ROOT / "scripts" / "setup_env.sh")]
+    )
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
 def installs(venv) -> list[str]:
@@ -89,13 +101,16 @@ def installs(venv) -> list[str]:
             for line in (log.read_text().splitlines() if log.exists() else []) if line.startswith("uv pip install")]  # fmt: skip
 
 
+CPU_TORCH = "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+
+
 @pytest.mark.parametrize(
     "torch, expected",
     [
-        (None, ["torch==2.13.0", "-e .[train,viz,dev]"]),  # no torch: TORCH
-        ("2.4.0", ["torch==2.13.0", "-e .[train,viz,dev]"]),  # older than pyproject's torch>=2.5: TORCH
+        (None, [CPU_TORCH, "-e .[train,viz,dev]"]),  # no torch: the CPU build
+        ("2.5.1", [CPU_TORCH, "-e .[train,viz,dev]"]),  # older than pyproject's torch>=2.6: the CPU build
         ("2.13.0+cpu", ["-e .[train,viz,dev]"]),  # new enough: kept
-        ("2.5.0", ["-e .[train,viz,dev]"]),
+        ("2.6.0", ["-e .[train,viz,dev]"]),
     ],
 )
 def test_torch_is_installed_when_missing_or_older_than_the_minimum(tmp_path, torch, expected):
@@ -103,8 +118,62 @@ def test_torch_is_installed_when_missing_or_older_than_the_minimum(tmp_path, tor
     proc = run_setup(venv)
     assert proc.returncode == 0, proc.stderr
     assert installs(venv) == expected
-    if torch == "2.4.0":
-        assert "torch 2.4.0 (older than torch>=2.5): installing TORCH=torch==2.13.0" in proc.stderr
+    if torch == "2.5.1":
+        assert "torch 2.5.1 (older than torch>=2.6): installing the CPU build of torch==2.13.0" in proc.stderr
+
+
+def test_the_default_torch_is_the_cpu_build_from_a_local_wheel_or_the_cpu_index(tmp_path):
+    """PyPI's Linux torch is the CUDA build (several GB): the default is a local torch-2.13.0+cpu wheel where
+    PIP_FIND_LINKS has one that installs, else the PyTorch CPU index (PyPI's where that index cannot be reached,
+    saying so); macOS takes PyPI's (CPU-only there)."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").touch()
+    venv = fake_venv(tmp_path / "local", torch=None)
+    proc = run_setup(venv, find_links=wheels)
+    assert proc.returncode == 0, proc.stderr
+    assert installs(venv) == [
+        f"--find-links {wheels} torch==2.13.0+cpu",
+        f"--find-links {wheels} -e .[train,viz,dev]",
+    ]
+
+    venv = fake_venv(tmp_path / "misfit", torch=None)  # the local wheel is for another Python
+    (venv / "no-local-wheel").touch()
+    proc = run_setup(venv, find_links=f"file://{wheels}")
+    assert proc.returncode == 0, proc.stderr
+    assert installs(venv)[1] == f"--find-links file://{wheels} {CPU_TORCH}"
+    assert f"the torch-2.13.0+cpu wheel in {wheels} does not install here" in proc.stderr
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    venv = fake_venv(tmp_path / "index", torch=None)
+    proc = run_setup(venv, find_links=empty)
+    assert proc.returncode == 0, proc.stderr
+    assert installs(venv)[0] == f"--find-links {empty} {CPU_TORCH}"
+
+    venv = fake_venv(tmp_path / "offline-index", torch=None)  # the CPU index cannot be reached: PyPI's, said
+    (venv / "no-index").touch()
+    proc = run_setup(venv, find_links=empty)
+    assert proc.returncode == 0, proc.stderr
+    assert installs(venv)[:2] == [f"--find-links {empty} {CPU_TORCH}", f"--find-links {empty} torch==2.13.0"]
+    assert "did not answer" in proc.stderr and "installing PyPI's torch==2.13.0" in proc.stderr
+
+    mac = tmp_path / "mac"
+    mac.mkdir()
+    _executable(mac / "uname", "#!/usr/bin/env bash\necho Darwin\n")
+    venv = fake_venv(tmp_path / "macos", torch=None)
+    proc = run_setup(venv, path_uv=mac)
+    assert proc.returncode == 0, proc.stderr
+    assert installs(venv)[0] == "torch==2.13.0"
+
+
+def test_setup_runs_from_any_folder_with_a_relative_venv(tmp_path):
+    """Started from another folder it works in the repository root; VENV relative to where it was started."""
+    venv = fake_venv(tmp_path, torch="2.13.0")
+    proc = run_setup("venv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert installs(venv) == ["-e .[train,viz,dev]"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]  # nothing made in the folder it ran from
 
 
 def test_a_given_torch_is_installed_over_the_environments(tmp_path):
@@ -187,3 +256,82 @@ def test_the_kernel_build_finds_the_ninja_package_without_an_activated_environme
     assert shutil.which("ninja") is None
     fused._find_ninja()
     assert shutil.which("ninja") is not None
+
+
+@pytest.mark.parametrize("name", ["torch", "accelerate"])
+def test_pyproject_floors_meet_the_installed_transformers_floors(name):
+    """Below its own floor transformers disables torch (then `import hf_sparse` fails) and its Trainer refuses
+    accelerate: pyproject.toml's minimum must be at least the installed transformers' (its `torch` extra)."""
+    tomllib = pytest.importorskip("tomllib")
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    def floor(req):
+        return max(Version(s.version) for s in req.specifier if s.operator == ">=")
+
+    ours = [
+        Requirement(d)
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    ]
+    theirs = [Requirement(r) for r in metadata.requires("transformers")]
+    (theirs,) = {
+        floor(r) for r in theirs if r.name == name and r.marker and r.marker.evaluate({"extra": "torch"})
+    }
+    (ours,) = [floor(r) for r in ours if r.name == name]
+    assert ours >= theirs, (
+        f"pyproject.toml: {name}>={ours}, transformers {metadata.version('transformers')}: >={theirs}"
+    )
+
+
+def test_the_build_backend_floor_reads_the_license_expression():
+    """`license = "Apache-2.0"` (an SPDX expression, PEP 639) needs setuptools>=77 (68-76 fail to read it)."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(pyproject["project"]["license"], str)
+    (setuptools,) = [
+        Requirement(r) for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")
+    ]
+    assert setuptools.specifier.contains("77.0.3") and not setuptools.specifier.contains("76.1.0")
+
+
+COMPAT_UV = """#!/usr/bin/env bash
+echo "uv $*" >>"{root}/log"
+if [[ "$1" == venv ]]; then  # uv venv -q --python PYTHON VENV: a python that fakes the version and pytest
+  mkdir -p "${@: -1}/bin"
+  printf '#!/usr/bin/env bash\\n[[ "$1" == -c ]] && echo 5.24.0\\nexit 0\\n' >"${@: -1}/bin/python"
+  chmod +x "${@: -1}/bin/python"
+fi
+"""
+
+
+def test_compat_environments_follow_a_changed_torch(tmp_path):
+    """scripts/test_compat.sh (in a copy of the repository, its uv faked) installs the CPU build by default, and
+    refreshes an environment when TORCH changes, and only then."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for script in ("test_compat.sh", "default_torch.sh"):
+        shutil.copy(ROOT / "scripts" / script, repo / "scripts")
+    shutil.copy(ROOT / "pyproject.toml", repo)
+    (repo / ".venv-compat").mkdir()
+    _executable(repo / ".venv-compat" / "uv", COMPAT_UV.replace("{root}", str(tmp_path)))
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH", "PIP_FIND_LINKS", "COMPAT_TESTS")}
+    env.update(COMPAT_VERSIONS="5.24.0", COMPAT_CONFORMANCE="0")
+    steps = [(None, CPU_TORCH), (None, None), ("torch==2.13.0", "torch==2.13.0"), ("torch==2.13.0", None),
+             ("torch==2.12.0", "torch==2.12.0")]  # fmt: skip
+    for torch, installed in steps:
+        (tmp_path / "log").unlink(missing_ok=True)
+        proc = subprocess.run(["bash", str(repo / "scripts" / "test_compat.sh")],
+                              env={**env, **({"TORCH": torch} if torch else {})}, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        log = (tmp_path / "log").read_text() if (tmp_path / "log").exists() else ""
+        torch_installs = [
+            line for line in log.splitlines() if line.startswith("uv pip install") and " torch==" in line
+        ]
+        assert [line.split(" -q --python ")[1].split(" ", 1)[1] for line in torch_installs] == (
+            [installed] if installed else []
+        ), (torch, log)

@@ -4,9 +4,11 @@ argument errors, and shipping in a wheel."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -274,16 +276,32 @@ def test_bad_arguments_raise_naming_them(call, error, match):
         call()
 
 
+def _source_modules(root):
+    """The package's .py files as a wheel names them (``model_cards/`` ships as ``hf_sparse.model_cards``)."""
+    names = {p.relative_to(root).as_posix() for p in (root / "hf_sparse").rglob("*.py")}
+    return names | {f"hf_sparse/model_cards/{p.name}" for p in (root / "model_cards").glob("*.py")}
+
+
 @pytest.mark.slow
 def test_wheel_ships_the_modules_and_they_load_from_the_install(tmp_path):
-    """Build the wheel, check the module scripts are in it, and load them from an install of it (offline)."""
+    """Build the wheel, check the module scripts are in it, and load them from an install of it (offline).
+
+    It builds from a copy of the source tree: setuptools' build/lib (in the tree it builds) only ever grows, so a
+    wheel built in the repository would also ship modules deleted since an earlier build (and leave build/
+    there); the wheel holds exactly the source's modules."""
+    src = tmp_path / "src"
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(".*", "build", "dist", "outputs", "*.egg-info", "__pycache__"),
+    )
     build = subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            REPO,
+            str(src),
             "--no-deps",
             "--no-build-isolation",
             "-w",
@@ -296,6 +314,7 @@ def test_wheel_ships_the_modules_and_they_load_from_the_install(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("hf_sparse-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"hf_sparse/metrics/{m}/{m}.py" for m in metrics.MODULES} <= names
+    assert {n for n in names if n.endswith(".py")} == _source_modules(Path(REPO))
     target = tmp_path / "site"
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
