@@ -11,6 +11,7 @@ Input rules (exact; the same for every entry point: ``tokenizer(...)``, ``encode
 - Special-token strings (``[CLS]``, ``[MASK]``, ...) inside the text are matched verbatim and kept as single tokens.
 - The empty string gives no sequence tokens (``tokenizer("")`` is ``[CLS] [SEP]``).
 - Anything that is not text (``int``, ``None``, ``bytes``, ...) raises ``TypeError`` naming the type.
+- ``return_offsets_mapping=True`` raises ``NotImplementedError`` (a Python tokenizer has no offsets).
 
 Vocabulary (ids are fixed by ``kmer``; the specials' strings may be renamed through the init arguments):
 
@@ -254,6 +255,12 @@ class DNATokenizer(PreTrainedTokenizer):
         for name, value in (("text", text), ("text_pair", text_pair)):
             if (value is not None or name == "text") and not _is_text_input(value):
                 raise TypeError(f"{name} must be a str or a list of str, got {type(value).__name__}")
+        if kwargs.get("return_offsets_mapping"):  # the Python tokenizer base would drop it without a word
+            raise NotImplementedError(
+                "return_offsets_mapping=True is not supported by DNATokenizer (a Python tokenizer): without "
+                "whitespace or special tokens in the text, the k-mer after [CLS] numbered i (from 0) covers "
+                "characters [i * kmer, (i + 1) * kmer)"
+            )
         return super()._encode_plus(text, text_pair, **kwargs)
 
     def tokenize(self, text: str, **kwargs) -> list[str]:

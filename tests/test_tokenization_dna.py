@@ -85,6 +85,14 @@ def test_non_str_input_raises_type_error(tok, bad):
         tok.tokenize(bad)
 
 
+def test_offsets_mapping_is_an_error_not_dropped(tok, tok3):
+    """The Python tokenizer base drops return_offsets_mapping without a word: no key, no error."""
+    for t, text in ((tok, "ACGT"), (tok3, ["ACGTAC", "ACG"])):
+        with pytest.raises(NotImplementedError, match="return_offsets_mapping=True is not supported"):
+            t(text, return_offsets_mapping=True)
+    assert "offset_mapping" not in tok("ACGT", return_offsets_mapping=False)
+
+
 def test_empty_string(tok, tok3):
     assert tok.tokenize("") == []
     assert tok("")["input_ids"] == [tok.cls_token_id, tok.sep_token_id]

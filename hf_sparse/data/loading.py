@@ -11,13 +11,15 @@ extra.
   so every error names the file, the row and (by the check) the field.
 - :func:`split_by_group`: seeded test / validation / train split of a dataset of *groups* (e.g. one
   row per ChIP-seq peak), before each group becomes rows, so a group never straddles two splits.
-- :func:`fingerprint`: a stable ``new_fingerprint`` for ``map`` from the input's fingerprint and
-  the JSON-able parameters of the step (a tokenizer enters through :func:`tokenizer_fingerprint`).
+- :func:`fingerprint`: a stable ``new_fingerprint`` for ``map`` from the input's fingerprint, the
+  JSON-able parameters of the step (a tokenizer enters through :func:`tokenizer_fingerprint`) and a hash of
+  the package's source (changed code preprocesses again).
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import json
 import os
@@ -41,9 +43,32 @@ def num_proc_for(num_proc: int | None, rows: int, min_rows_per_proc: int = 200) 
     return n if n > 1 else None
 
 
+#: the folder whose Python files :func:`fingerprint` hashes: the ``hf_sparse`` package, or the flat folder of a
+#: remote-code bundle (``data_loading.py`` next to the other modules)
+_SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))  # bundle: reads no data file
+if __name__ == "hf_sparse.data.loading":
+    _SOURCE_DIR = os.path.dirname(_SOURCE_DIR)
+
+
+@functools.cache
+def _source_hash(folder: str) -> str:
+    """A hash of every ``.py`` file under ``folder`` (path and content; ``__pycache__`` left out), once per process."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, folder).encode("utf-8") + b"\0")
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()[:16]
+
+
 def fingerprint(*parts: Any) -> str:
-    """A 16-hex-digit hash of JSON-able ``parts`` (the input dataset's ``_fingerprint`` first)."""
-    text = json.dumps(parts, sort_keys=True, default=repr)
+    """A 16-hex-digit hash of JSON-able ``parts`` (the input dataset's ``_fingerprint`` first) and of the
+    package's source (:data:`_SOURCE_DIR`): a ``map`` keyed by the name and arguments of its function runs again,
+    rather than reusing examples cached by older code, once any file of the package has changed."""
+    text = json.dumps([_source_hash(_SOURCE_DIR), parts], sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -115,7 +140,8 @@ def load_jsonl_splits(
 def load_jsonl(path: str, check: Callable[[dict, str], None] | None = None):
     """One JSON Lines file (plain or gzip) as a ``datasets.Dataset`` (``load_dataset("json")``), every
     row checked with ``check`` (:func:`validate_rows`) when given. ``ValueError`` naming the file if
-    it is empty or ``load_dataset`` cannot read it, and the row too if its text is not UTF-8."""
+    it is empty or ``load_dataset`` cannot read it (and the first line that is not a JSON object, counted
+    from 1), and the row too if its text is not UTF-8."""
     from datasets import load_dataset
 
     path = os.path.abspath(os.fspath(path))
@@ -124,12 +150,35 @@ def load_jsonl(path: str, check: Callable[[dict, str], None] | None = None):
     try:
         dataset = load_dataset("json", data_files={"rows": path}, split="rows")
     except Exception as e:  # datasets wraps JSON and Arrow errors in its own types
+        bad = _first_bad_line(path)  # pyarrow's "in row <n>" counts from 0 within a block of the file
+        if bad is not None:
+            raise ValueError(f"{path}: line {bad[0]}: not a readable JSON Lines file: {bad[1]}") from e
         cause = e.__cause__ or e
         raise ValueError(
             f"{path}: not a readable JSON Lines file: {str(cause) or type(cause).__name__}"
         ) from e
     _check_utf8(dataset, path)
     return dataset if check is None else validate_rows(dataset, check, path)
+
+
+def _first_bad_line(path: str) -> tuple[int, str] | None:
+    """``(n, reason)`` of the first line of ``path`` (plain or gzip) that is not a JSON object, ``n`` counting
+    every line from 1 (blank ones too); None if every line is one."""
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    with (gzip.open if gzipped else open)(path, "rb") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except UnicodeDecodeError as e:
+                return n, f"text is not UTF-8 ({e})"
+            except json.JSONDecodeError as e:
+                return n, f"column {e.colno}: {e.msg}"
+            if not isinstance(row, dict):
+                return n, f"a JSON {type(row).__name__}, not an object (one JSON object per line)"
+    return None
 
 
 def _check_utf8(dataset, path: str, batch_size: int = 1000) -> None:

@@ -88,9 +88,11 @@ class BackboneArguments:
         if self.attention_pattern is not None and not isinstance(self.attention_pattern, dict):
             raise TypeError(f"attention_pattern must be a pattern spec dict, got {self.attention_pattern!r}")
         if self.backbone == "longformer":  # Longformer has its own attention: these would be ignored
-            defaults = {f.name: f.default for f in fields(self)}
+            # the task's default (not set by the recipe) or, for the positions, what Longformer uses anyway
+            allowed = {f.name: (f.default,) for f in fields(self)}
+            allowed["position_embedding_type"] += ("absolute",)
             for name in ("attention_pattern", "attention_backend", "position_embedding_type"):
-                if getattr(self, name) != defaults[name]:
+                if getattr(self, name) not in allowed[name]:
                     raise ValueError(
                         f"{name}={getattr(self, name)!r} has no effect with backbone: longformer (Longformer's own "
                         f"sliding window of attention_window tokens and absolute positions); use backbone: "

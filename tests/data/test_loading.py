@@ -85,6 +85,26 @@ def test_load_jsonl_unreadable_text_names_file_and_row(tmp_path, data, match):
         load_jsonl(str(tmp_path / "bad.jsonl"), _check)
 
 
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_load_jsonl_names_the_line_that_is_not_json(tmp_path, gzipped):
+    """The file's own line number (from 1, blank lines counted), not pyarrow's 0-based row of its block."""
+    import gzip
+
+    lines = ['{"x": 1}', '{"x": 2}', "", '{"x": 3}', '{"x": 4,}', '{"x": 5}']
+    text = "\n".join(lines) + "\n"
+    path = tmp_path / ("bad.jsonl.gz" if gzipped else "bad.jsonl")
+    path.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
+    with pytest.raises(
+        ValueError, match=r"bad.jsonl(.gz)?: line 5: not a readable JSON Lines file: column 9: Expecting"
+    ):
+        load_jsonl(str(path))
+    (tmp_path / "list.jsonl").write_text('{"x": 1}\n[{"x": 2}]\n')
+    with pytest.raises(
+        ValueError, match=r"list.jsonl: line 2: not a readable JSON Lines file: a JSON list, not an object"
+    ):
+        load_jsonl(str(tmp_path / "list.jsonl"))
+
+
 def test_a_changed_row_check_runs_again_over_cached_rows(tmp_path, monkeypatch):
     """The row check's cache key holds its module's source: a stricter check after an upgrade is not skipped."""
     import importlib
@@ -103,6 +123,28 @@ def test_a_changed_row_check_runs_again_over_cached_rows(tmp_path, monkeypatch):
     module = importlib.reload(module)
     with pytest.raises(ValueError, match="row 1: stricter"):
         load_jsonl(str(tmp_path / "train.jsonl"), check=module.check)
+
+
+def test_a_changed_package_source_changes_every_fingerprint(tmp_path, monkeypatch):
+    """The map fingerprints hold the name and arguments of a step, not its code: they also hash the package's
+    source, so examples cached by older code are built again after an upgrade that fixes a step."""
+    import os
+    import shutil
+
+    from hf_sparse.data import loading
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(loading.__file__)))
+    old, new = tmp_path / "old" / "hf_sparse", tmp_path / "new" / "hf_sparse"
+    for folder in (old, new):
+        shutil.copytree(package, folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    step = new / "tasks" / "motif" / "task.py"
+    step.write_text(step.read_text() + "\n# a fix to encode_rows\n")
+    key = ("abc123", "encode_rows", {"max_length": 8})
+    monkeypatch.setattr(loading, "_SOURCE_DIR", str(old), raising=False)
+    before = fingerprint(*key)
+    assert fingerprint(*key) == before  # the same code: the same key (the cache is reused)
+    monkeypatch.setattr(loading, "_SOURCE_DIR", str(new), raising=False)
+    assert fingerprint(*key) != before
 
 
 def test_num_proc_for():

@@ -67,8 +67,8 @@ def test_reader_modes(tmp_path):
         ('{"document": "d"}', "row 2: field 'summary' must be a string"),
         ('{"document": "d", "summary": "s", "references": "s"}', "row 2: field 'references' must be a list"),
         ('{"document": 3, "summary": "s"}', "row 2: field 'document' must be a string"),
-        ("[1, 2]", "not a readable JSON Lines file"),
-        ("{oops", "not a readable JSON Lines file"),
+        ("[1, 2]", "line 2: not a readable JSON Lines file"),
+        ("{oops", "line 2: not a readable JSON Lines file"),
     ],
 )
 def test_reader_names_bad_rows(tmp_path, line, match):

@@ -163,8 +163,48 @@ def test_bad_recipe_values_are_rejected(data_dir, tmp_path):
     with pytest.raises(ValueError, match="position_embedding_type"):
         run(recipe("dialogue-state-tracking", data_dir, tmp_path / "o", backbone="sparse_transformer",
                    position_embedding_type="alibi"))  # fmt: skip
-    with pytest.raises(RecipeError, match=r"data_dir: folder .* has no train.jsonl"):  # before any work
+    with pytest.raises(RecipeError, match=r"data_dir=.* has no train.jsonl"):  # before any work
         run(recipe("dialogue-state-tracking", str(tmp_path), tmp_path / "o"))
+
+
+@pytest.mark.parametrize("task_name", ["dialogue-response-selection", "dialogue-state-tracking"])
+def test_gzipped_splits_pass_the_argument_check(tmp_path, task_name):
+    """A folder of train.jsonl.gz / validation.jsonl.gz (what the loader reads) is not rejected before reading."""
+    import gzip
+
+    for split, n in (("train", 3), ("validation", 2)):
+        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt") as f:
+            f.write("".join(json.dumps(d) + "\n" for d in synthetic_dialogues(n, seed=1)))
+    task = get_task(task_name)()
+    args = task.Arguments(data_dir=str(tmp_path))
+    task.check_arguments(args)
+    assert {split: len(dialogues) for split, dialogues in task.data(args).items()} == {
+        "train": 3,
+        "validation": 2,
+    }
+    (tmp_path / "validation.jsonl.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"data_dir=.* has no validation.jsonl"):
+        task.check_arguments(args)
+
+
+def test_a_split_without_examples_names_the_split_and_its_file(tmp_path):
+    """Single-turn validation dialogues have no response to select: an error naming the split and the file, not
+    the Trainer's "No columns in the dataset match the model's forward method signature"."""
+    single = [
+        {"dialogue_id": f"v{i}", "speakers": ["USER"], "turns": ["find me a flight please"]} for i in range(3)
+    ]
+    data = write_sgd(tmp_path / "sgd", {"train": synthetic_dialogues(4, seed=1), "validation": single})
+    task = get_task("dialogue-response-selection")()
+    task.num_proc = 1
+    args = SelectionArguments(data_dir=data, max_length=64, vocab_min_frequency=1, n_negatives=2, train_negatives=2,
+                              hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                              attention_window=16)  # fmt: skip
+    tokenizer = task.build_tokenizer(args)
+    task.build_model(args, tokenizer)
+    with pytest.raises(
+        ValueError, match=r"validation: 3 dialogues of .*validation.jsonl gave no response-selection"
+    ):
+        task.build_datasets(args, tokenizer)
 
 
 # ---------------------------------------------------------------- helpers

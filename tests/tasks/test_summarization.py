@@ -242,3 +242,20 @@ def test_extractive_max_eval_and_test_samples_count_documents(tmp_path):
     assert (tmp_path / "a" / "model.safetensors").is_file()
     same = run(recipe, [*common, f"output_dir={tmp_path / 'b'}", "max_eval_documents=3"])
     assert results["eval_rouge1"] == same["eval_rouge1"] and results["eval_loss"] == same["eval_loss"]
+
+
+@pytest.mark.parametrize("task_name", ["extractive-summarization", "abstractive-summarization"])
+def test_gzipped_splits_pass_the_argument_check(tmp_path, task_name):
+    """A folder of train.jsonl.gz / validation.jsonl.gz (what the loader reads) is not rejected before reading."""
+    import gzip
+
+    for split in ("train", "validation"):
+        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt") as f:
+            f.write("".join(json.dumps(d) + "\n" for d in synthetic_copy_documents(2, seed=0)))
+    task = get_task(task_name)()
+    args = task.Arguments(data_dir=str(tmp_path))
+    task.check_arguments(args)
+    assert {split: len(rows) for split, rows in task.data(args).items()} == {"train": 2, "validation": 2}
+    (tmp_path / "validation.jsonl.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"data_dir=.* has no validation.jsonl"):
+        task.check_arguments(task.Arguments(data_dir=str(tmp_path)))

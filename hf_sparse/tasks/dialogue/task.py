@@ -26,11 +26,18 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from ...data.loading import fingerprint, load_jsonl_splits, num_proc_for, tokenizer_fingerprint
+from ...data.loading import (
+    fingerprint,
+    jsonl_files,
+    load_jsonl_splits,
+    num_proc_for,
+    tokenizer_fingerprint,
+)
 from ...metrics import load as load_metric
 from ...training import Task, path_field
 from ...training.recipe import require_model, require_path
@@ -332,12 +339,17 @@ def _trainer_class(label_names: tuple[str, ...]):
 class _DialogueTask(Task):
     """Data, tokenizer and model building shared by both dialogue tasks."""
 
+    #: what one example is and which dialogues give one (named when a split gives none)
+    example_name: ClassVar[str]
+    example_rule: ClassVar[str]
+
     def __init__(self):
         self._splits: dict[str, list[dict]] | None = None
         self._pad_multiple: int | None = 64
 
     def check_arguments(self, args):
-        require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
+        require_path("data_dir", args.data_dir, kind="folder")
+        jsonl_files(args.data_dir)  # train and validation, each .jsonl or .jsonl.gz: else FileNotFoundError
         hint = (
             "a saved dialogue model is another run's output_dir (relative to the working directory): "
             "pipelines/dialogue/tiny-selection.yaml needs pipelines/dialogue/tiny-tracking.yaml run first"
@@ -449,11 +461,19 @@ class _DialogueTask(Task):
         raise NotImplementedError
 
     def build_datasets(self, args, tokenizer):
+        """:meth:`examples` of every split; ``ValueError`` naming the split and its file when its dialogues give
+        no example (the Trainer would fail later naming neither: "No columns in the dataset match ...")."""
         self._args = args  # evaluate() reads the recipe
-        return {
-            split: self.examples(args, tokenizer, dialogues, split)
-            for split, dialogues in self.data(args).items()
-        }
+        out = {}
+        for split, dialogues in self.data(args).items():
+            out[split] = self.examples(args, tokenizer, dialogues, split)
+            if len(out[split]) == 0:
+                path = jsonl_files(args.data_dir, (split,), optional=())[split]
+                raise ValueError(
+                    f"{split}: {len(dialogues)} dialogues of {path} gave no {self.example_name} example "
+                    f"({self.example_rule})"
+                )
+        return out
 
     def data_collator(self, args, tokenizer):
         return self.collator_class(tokenizer.pad_token_id, self._pad_multiple)
@@ -489,6 +509,8 @@ class DialogueSelectionTask(_DialogueTask):
     Arguments = SelectionArguments
     trainer_class = _trainer_class(("labels",))
     collator_class = ResponseSelectionCollator
+    example_name = "response-selection"
+    example_rule = "one per SYSTEM turn after the first turn of a dialogue"
 
     def _heads(self, args) -> dict:
         return {
@@ -645,6 +667,8 @@ class DialogueTrackingTask(_DialogueTask):
     Arguments = TrackingArguments
     trainer_class = _trainer_class(("act_labels", "intent_labels"))
     collator_class = DialogueTrackingCollator
+    example_name = "dialogue-state-tracking"
+    example_rule = "eval_mode: prefix gives one per turn with acts or an intent"
 
     def __init__(self):
         super().__init__()

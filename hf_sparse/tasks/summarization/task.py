@@ -285,7 +285,8 @@ class _SummarizationTask(Task):
         self.truncated: dict[str, int] = {}
 
     def check_arguments(self, args):
-        require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
+        require_path("data_dir", args.data_dir, kind="folder")
+        jsonl_files(args.data_dir)  # train and validation, each .jsonl or .jsonl.gz: else FileNotFoundError
         require_model("model_name_or_path", args.model_name_or_path)
         require_model("tokenizer_name", args.tokenizer_name)
 
