@@ -406,3 +406,89 @@ def test_a_global_position_past_a_short_left_padded_row_is_still_to_come():
         out = model.generate(batch, attention_mask=mask, **kw)
         assert torch.equal(out[1, 4:], model.generate(short, use_cache=False, **kw)[0])
         assert torch.equal(out[0], model.generate(long, use_cache=False, **kw)[0])
+
+
+@pytest.mark.parametrize("global_projections", [False, True])
+@pytest.mark.parametrize("pattern", [P.Causal(), P.SlidingWindow(window=3, causal=True)], ids=repr)
+def test_a_decoders_global_tokens_see_no_later_token(pattern, global_projections):
+    """A causal LM's global token attends only the keys up to it: with global_projections its row saw every key,
+    so changing the last token changed the logits at the global token and after it (by up to 2.3)."""
+    model = _lm(pattern, global_projections=global_projections)
+    torch.manual_seed(0)
+    ids = torch.randint(1, 50, (2, 10))
+    changed = ids.clone()
+    changed[:, 9] = ids[:, 9] % 49 + 1
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding: a global padding token before the row's first token has no key
+    g = torch.zeros_like(ids)
+    g[:, [0, 2, 6]] = 1
+    with torch.no_grad():
+        a = model(ids, attention_mask=mask, global_attention_mask=g, use_cache=False).logits
+        b = model(changed, attention_mask=mask, global_attention_mask=g, use_cache=False).logits
+    assert torch.isfinite(a).all()
+    torch.testing.assert_close(a[:, :9], b[:, :9], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_roberta_position_ids_generate_as_forward_does(use_cache):
+    """position_ids_style="roberta" counts positions from pad_token_id + 1: generate passed its own 0-based ids
+    (first-step logits 2.5 away from model(ids)). A left-padded row generates as it does alone."""
+    model = _lm(P.SlidingWindow(window=4, causal=True), position_ids_style="roberta", pad_token_id=1)
+    torch.manual_seed(3)
+    long, short = torch.randint(2, 50, (1, 6)), torch.randint(2, 50, (1, 3))
+    batch = torch.cat([long, torch.cat([torch.ones(1, 3, dtype=torch.long), short], 1)])
+    kw = dict(max_new_tokens=8, do_sample=False, use_cache=use_cache)
+    with torch.no_grad():
+        out = model.generate(batch, attention_mask=(batch != 1).long(), **kw)
+    assert torch.equal(out[:1], _greedy_recompute(model, long, 8))
+    assert torch.equal(out[1:, 3:], _greedy_recompute(model, short, 8))
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_refuses_a_global_attention_mask_up_front(use_cache):
+    """generate never extends global_attention_mask: the first error advised use_cache=False, which then failed
+    on the mask's shape at the second step."""
+    model = _lm(P.Causal(), num_hidden_layers=1)
+    ids = torch.randint(1, 50, (1, 6))
+    g = torch.zeros_like(ids)
+    g[:, 0] = 1
+    with pytest.raises(ValueError, match=r"cannot take global_attention_mask.*Global\(indices="):
+        model.generate(ids, global_attention_mask=g, max_new_tokens=3, do_sample=False, pad_token_id=0,
+                       use_cache=use_cache)  # fmt: skip
+
+
+# a table of 32 rows; "roberta" positions start at pad_token_id + 1 = 2
+@pytest.mark.parametrize(
+    "style, embeds, longest", [("bert", False, 33), ("roberta", False, 31), ("bert", True, 33)]
+)
+def test_generate_checks_the_length_against_the_position_table_up_front(style, embeds, longest):
+    """Past the absolute position table generate ran every step up to it, then failed ("position id 32 is out of
+    range ... input of length 1"); the last token is never fed, so a table of 32 rows takes 33 tokens."""
+    model = _lm(P.SlidingWindow(window=4, causal=True), num_hidden_layers=1, max_position_embeddings=32,
+                position_ids_style=style, pad_token_id=1)  # fmt: skip
+    ids = torch.randint(2, 50, (1, 5))
+    calls = []
+    model.register_forward_pre_hook(lambda *_: calls.append(1))
+    prompt = {"inputs_embeds": model.get_input_embeddings()(ids)} if embeds else {"input_ids": ids}
+    kw = dict(do_sample=False, min_new_tokens=1)
+    with torch.no_grad():
+        out = model.generate(**prompt, max_new_tokens=longest - 5, **kw)
+        assert out.shape[1] == (longest - 5 if embeds else longest)
+        with pytest.raises(
+            ValueError, match=rf"max_new_tokens={longest - 4} .* at most {longest - 5} new tokens"
+        ):
+            model.generate(**prompt, max_new_tokens=longest - 4, **kw)
+        calls.clear()
+        with pytest.raises(ValueError, match=rf"max_length={longest + 1}.*max_position_embeddings=32"):
+            model.generate(**prompt, max_length=longest + 1, **kw)
+    assert not calls  # refused before the first step
+
+
+def test_rotary_positions_generate_past_max_position_embeddings():
+    model = _lm(P.SlidingWindow(window=4, causal=True), num_hidden_layers=1, max_position_embeddings=8,
+                position_embedding_type="rotary")  # fmt: skip
+    with torch.no_grad():
+        out = model.generate(
+            torch.randint(1, 50, (1, 5)), max_new_tokens=20, min_new_tokens=20, do_sample=False
+        )
+    assert out.shape[1] == 25

@@ -184,6 +184,24 @@ def test_output_attentions_of_global_rows_are_the_global_projections_weights(imp
     torch.testing.assert_close(again[:, :, 1:7], w[:, :, 1:7])  # local rows: the local projections'
 
 
+def test_global_rows_of_causal_heads_attend_no_later_key():
+    """With global_projections a global row attended every key; in a causal pattern (here a PerHead's causal
+    heads) it attends the keys up to it, as the local attention's global tokens do."""
+    causal, both = P.SlidingWindow(window=5, causal=True), P.SlidingWindow(window=5)
+    cfg = tiny_config(attention_pattern=P.PerHead([causal, both, causal, both]), global_projections=True,
+                      num_hidden_layers=1)  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModel.from_config(cfg).eval()
+    ids = _inputs("base", cfg, n=12)["input_ids"]
+    glob = torch.zeros_like(ids)
+    glob[:, [2, 7]] = 1
+    with torch.no_grad():
+        w = model(ids, global_attention_mask=glob, output_attentions=True).attentions[0]  # (B, H, n, n)
+    later = torch.arange(12)[None, :] > torch.tensor([2, 7])[:, None]  # (2, n)
+    assert (w[:, 0::2][:, :, [2, 7]][..., later] == 0).all()  # causal heads
+    assert (w[:, 1::2][:, :, [2, 7]][..., later] > 0).all()  # bidirectional heads: every key
+
+
 def test_gradient_checkpointing_gives_the_same_gradients():
     cfg = tiny_config(attention_pattern=P.Longformer(window=8))
     torch.manual_seed(0)

@@ -66,7 +66,16 @@ def test_global_mask_never_on_padding():
     ids = torch.tensor([[0, 9, SENT, 1]])
     g = build_global_attention_mask(ids, torch.tensor([[0, 1, 0, 0]]), global_attention=["first", "sentences"],
                                     sentence_token_id=SENT)  # fmt: skip
-    assert g.tolist() == [[0, 0, 0, 0]]
+    assert g.tolist() == [[0, 1, 0, 0]]  # "first": the row's first token
+
+
+def test_global_mask_first_is_each_rows_first_token():
+    """A left-padded row's <s> follows its padding: "first" marked position 0 (padding, then dropped), so the row
+    had no global token."""
+    ids = torch.tensor([[0, 9, 9, 9, 2], [1, 1, 0, 9, 2], [1, 1, 1, 1, 1]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
+    g = build_global_attention_mask(ids, mask, global_attention=["first"])
+    assert g.tolist() == [[1, 0, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 0, 0]]
 
 
 def test_global_mask_from_embeddings_only_first():
@@ -206,6 +215,51 @@ def test_mask_reaches_the_encoder_during_generate(tok, encoder_attention_pattern
         handle.remove()
     assert out.shape[0] == 2 and len(seen) == 1  # the encoder runs once, with the globals the model built
     assert seen[0].nonzero()[:, 1].tolist() == [0, 12, 0, 12]
+
+
+@pytest.mark.parametrize("encoder_attention_pattern", [None, {"type": "longformer", "window": 8}])
+def test_led_refuses_left_padded_input(tok, encoder_attention_pattern):
+    """LED's learned positions count from the first column: a left-padded row generated another summary than the
+    same document alone (and lost its global <s>), without a word."""
+    model = tiny_led(tok, encoder_attention_pattern=encoder_attention_pattern)
+    docs = ["the model reads long papers and meetings . we propose a new method", "we propose a new method"]
+    tok.padding_side = "left"
+    try:
+        left = tok(docs, return_tensors="pt", padding=True)
+    finally:
+        tok.padding_side = "right"
+    right = tok(docs, return_tensors="pt", padding=True)
+    kw = dict(max_new_tokens=3, do_sample=False)
+    with torch.no_grad():
+        with pytest.raises(
+            ValueError, match=r"attention_mask: row\(s\) \[1\] start with padding.*padding_side='right'"
+        ):
+            model.generate(**left, **kw)
+        with pytest.raises(ValueError, match="start with padding"):
+            model(**left, decoder_input_ids=left["input_ids"][:, :2])
+        batch = model.generate(**right, **kw)
+        alone = model.generate(**tok(docs[1:], return_tensors="pt"), **kw)
+    assert torch.equal(batch[1], alone[0])
+
+
+def test_led_generate_checks_the_decoder_position_table_up_front(tok):
+    """Past max_decoder_position_embeddings LED's decoder raised a bare IndexError, after every step before it; the
+    last token is never fed, so 64 rows take 65 decoder tokens (the start token and 64 new ones)."""
+    model = tiny_led(tok)  # max_decoder_position_embeddings=64
+    ids = torch.randint(10, len(tok), (1, 9))
+    calls = []
+    model.get_decoder().register_forward_pre_hook(lambda *_: calls.append(1))
+    kw = dict(do_sample=False, num_beams=1)
+    with torch.no_grad():
+        assert model.generate(ids, max_new_tokens=64, min_new_tokens=64, **kw).shape[1] == 65
+        calls.clear()
+        with pytest.raises(
+            ValueError, match=r"max_new_tokens=65 .*max_decoder_position_embeddings=64.* at most 64 new"
+        ):
+            model.generate(ids, max_new_tokens=65, min_new_tokens=65, **kw)
+        with pytest.raises(ValueError, match=r"max_length=66 .*max_decoder_position_embeddings=64"):
+            model.generate(ids, max_length=66, **kw)
+    assert not calls  # refused before the first decoding step
 
 
 def _led_pair(window=8, layers=2):

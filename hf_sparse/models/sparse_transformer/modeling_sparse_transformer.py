@@ -744,6 +744,66 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         GenerationMixin.prepare_inputs_for_generation
     )
 
+    def _prepare_position_ids_for_generation(self, inputs_tensor, model_kwargs):
+        """generate()'s position ids (counted from 0 at each row's first token) in the config's style: with
+        ``position_ids_style="roberta"`` from ``pad_token_id + 1``, padding at ``pad_token_id``, as ``forward`` makes
+        them (generate passed its 0-based ids, which the model took as given: other tokens than ``model(ids)``'s)."""
+        position_ids = super()._prepare_position_ids_for_generation(inputs_tensor, model_kwargs)
+        if self.config.position_ids_style != "roberta":
+            return position_ids
+        pad = self.config.pad_token_id
+        mask = model_kwargs.get("attention_mask")
+        if mask is None:
+            return position_ids + pad + 1
+        return torch.where(mask.bool(), position_ids + pad + 1, pad)
+
+    def _validate_model_kwargs(self, model_kwargs):
+        """generate() never extends a ``global_attention_mask`` over the tokens it generates, and decoding from the
+        cache adds no global row: refused here, not at the second forward."""
+        if model_kwargs.get("global_attention_mask") is not None:
+            raise ValueError(
+                "generate() cannot take global_attention_mask for a decoder (it covers the prompt only, and cached "
+                "decoding adds no global tokens): give the pattern fixed global tokens instead, e.g. "
+                "attention_pattern=(SlidingWindow(window=w, causal=True) | Global(indices=[0])) & Causal(), or call "
+                "the model's forward"
+            )
+        super()._validate_model_kwargs(model_kwargs)
+
+    def _prepare_generated_length(self, generation_config, has_default_max_length, has_default_min_length,
+                                  model_input_name, input_ids_length, inputs_tensor):  # fmt: skip
+        """transformers' lengths, checked against the absolute position table (rotary positions have none): the
+        last token fed is at position ``max_length - 2`` (``+ pad_token_id + 1`` in the "roberta" style). Past the
+        table generate failed only at that step, after all the steps before it; a default ``max_length`` is
+        clamped to the table (transformers clamps it to ``max_position_embeddings``)."""
+        generation_config = super()._prepare_generated_length(
+            generation_config, has_default_max_length, has_default_min_length, model_input_name,
+            input_ids_length, inputs_tensor,
+        )  # fmt: skip
+        cfg = self.config
+        if cfg.position_embedding_type != "absolute" or generation_config.max_length is None:
+            return generation_config
+        offset = cfg.pad_token_id + 1 if cfg.position_ids_style == "roberta" else 0
+        # inputs_embeds: max_length counts the new tokens (and input_ids, if also given) only
+        prompt = inputs_tensor.shape[1] if model_input_name == "inputs_embeds" else input_ids_length
+        total = generation_config.max_length - input_ids_length + prompt
+        limit = cfg.max_position_embeddings + 1 - offset  # longest sequence: its last fed token in the table
+        if total <= limit:
+            return generation_config
+        if has_default_max_length and generation_config.max_new_tokens is None:
+            generation_config.max_length -= total - limit
+            return generation_config
+        asked = (
+            f"max_new_tokens={generation_config.max_new_tokens}"
+            if generation_config.max_new_tokens is not None
+            else f"max_length={total}"
+        )
+        raise ValueError(
+            f"{asked} with a prompt of {prompt} tokens runs to {total} tokens, but the position table "
+            f"(max_position_embeddings={cfg.max_position_embeddings}, position_ids_style={cfg.position_ids_style!r}) "
+            f"takes sequences of at most {limit}: ask for at most {max(limit - prompt, 0)} new tokens, or extend "
+            "the model with hf_sparse.conversion"
+        )
+
     def _prepare_cache_for_generation(
         self, generation_config, model_kwargs, generation_mode, *args, **kwargs
     ):

@@ -41,8 +41,9 @@ def build_global_attention_mask(
 ) -> torch.Tensor:
     """``(batch, seq)`` long tensor, 1 = global token (Longformer convention).
 
-    ``"first"``: position 0; ``"sentences"``: every ``sentence_token_id``; ``"query"``: positions up to and
-    including the first ``query_separator_token_id`` of the row (none if the row has no separator).
+    ``"first"``: each row's first token (position 0, or the first where ``attention_mask`` is 1);
+    ``"sentences"``: every ``sentence_token_id``; ``"query"``: positions up to and including the first
+    ``query_separator_token_id`` of the row (none if the row has no separator).
     Positions where ``attention_mask`` is 0 are never global. Without ``input_ids`` (embeddings input) only
     ``"first"`` can be built: pass ``shape``.
     """
@@ -59,7 +60,10 @@ def build_global_attention_mask(
     else:
         g = torch.zeros_like(input_ids, dtype=torch.long)
     if "first" in global_attention:
-        g[:, 0] = 1
+        if attention_mask is None:
+            g[:, 0] = 1
+        else:  # each row's first token: after its padding, when left-padded
+            g.scatter_(1, (attention_mask != 0).long().argmax(-1, keepdim=True).to(g.device), 1)
     if input_ids is not None and "sentences" in global_attention:
         g |= (input_ids == sentence_token_id).long()
     if input_ids is not None and "query" in global_attention:
@@ -159,6 +163,22 @@ class SparseLEDEncoderSelfAttention(nn.Module):
         return (out.transpose(1, 2).reshape(B, n, self.embed_dim),)  # (B, n, E)
 
 
+def check_right_padded(attention_mask: torch.Tensor | None) -> None:
+    """``ValueError`` for a row whose tokens start after padding: LED's learned positions count from the first
+    column, so a left-padded row's tokens would take other positions than the same document alone (another
+    summary, without a word)."""
+    if attention_mask is None:
+        return
+    present = attention_mask != 0  # (B, n)
+    lead = (present.cumsum(-1) == 0).sum(-1)  # (B,): padding before each row's first token
+    rows = torch.nonzero((lead > 0) & present.any(-1)).flatten().tolist()
+    if rows:
+        raise ValueError(
+            f"attention_mask: row(s) {rows[:5]} start with padding, but LED's position embeddings count from the "
+            "first column, so left padding shifts their positions: pad on the right (tokenizer.padding_side='right')"
+        )
+
+
 class LEDSummarizationEncoder(LEDEncoder):
     """LED's encoder that builds the global attention mask when none is passed (see the module docstring),
     and runs hf-sparse kernels when ``config.encoder_attention_pattern`` is set (then without padding the
@@ -206,6 +226,7 @@ class LEDSummarizationEncoder(LEDEncoder):
         ref = input_ids if input_ids is not None else inputs_embeds
         if ref is not None:
             self.check_positions(ref.shape[1])
+        check_right_padded(attention_mask)
         if global_attention_mask is None:
             global_attention_mask = self.default_global_attention_mask(
                 input_ids, attention_mask, inputs_embeds
@@ -255,6 +276,33 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
     def default_global_attention_mask(self, input_ids, attention_mask=None):
         """The mask the encoder builds when none is passed."""
         return self.led.encoder.default_global_attention_mask(input_ids, attention_mask)
+
+    def _prepare_generated_length(self, generation_config, has_default_max_length, has_default_min_length,
+                                  model_input_name, input_ids_length, inputs_tensor):  # fmt: skip
+        """transformers' lengths, checked against the decoder's position table: the last decoder token fed is at
+        position ``max_length - 2``, and past ``max_decoder_position_embeddings`` LED's decoder raised a bare
+        ``IndexError`` at that step, after all the steps before it. A default ``max_length`` is clamped to it."""
+        generation_config = super()._prepare_generated_length(
+            generation_config, has_default_max_length, has_default_min_length, model_input_name,
+            input_ids_length, inputs_tensor,
+        )  # fmt: skip
+        table = self.config.max_decoder_position_embeddings
+        total, limit = generation_config.max_length, table + 1  # the last token fed is at max_length - 2
+        if total is None or total <= limit:
+            return generation_config
+        if has_default_max_length and generation_config.max_new_tokens is None:
+            generation_config.max_length = limit
+            return generation_config
+        asked = (
+            f"max_new_tokens={generation_config.max_new_tokens}"
+            if generation_config.max_new_tokens is not None
+            else f"max_length={total}"
+        )
+        raise ValueError(
+            f"{asked} with {input_ids_length} decoder start token(s) runs the decoder to {total} tokens, but its "
+            f"position table (max_decoder_position_embeddings={table}) takes at most {limit}: ask for at most "
+            f"{max(limit - input_ids_length, 0)} new tokens"
+        )
 
     @classmethod
     def from_led(
