@@ -7,13 +7,14 @@
    ``outputs/motif-tiny/``.
 2. Reloads the folder with ``AutoModel`` and ``pipeline()`` and prints the motifs detected in an
    example sequence longer than the model's window (so the pipeline windows it), next to the
-   planted ones.
-3. Prints the test metrics table and where the PNGs and the model card are.
+   planted ones (a model without motifs, e.g. from a classification recipe, shows no example).
+3. Prints the test metrics table (and the motif span F1 where the model has motifs) and where the PNGs and
+   the model card are.
 
 Options: ``--recipe`` (default ``pipelines/motif/tiny.yaml``), ``--output_dir``, ``--override
-key=value ...`` (any recipe key), ``--example_length`` (bases of the example sequence). A second run
-over the same output folder stops (nothing is deleted) unless given ``--resume`` or
-``--overwrite_output_dir``.
+key=value ...`` (any recipe key), ``--example_length`` (bases of the example sequence, room for 8 motifs:
+at least 160, checked before training). A second run over the same output folder stops (nothing is
+deleted) unless given ``--resume`` or ``--overwrite_output_dir``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_SPAN_F1 = 0.90
 MAX_ROWS = 25  # detected spans printed
+INSTANCES = (6, 8)  # fewest and most motif instances planted in the example sequence
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -54,9 +56,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--example_length",
         type=int,
         default=3000,
-        help="Bases of the example sequence given to the pipeline.",
+        help=f"Bases of the example sequence given to the pipeline (at least room for {INSTANCES[1]} motifs).",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    from hf_sparse.tasks.motif.data import builtin_motifs
+
+    longest = max(len(m) for m in builtin_motifs())
+    if args.example_length < INSTANCES[1] * longest:  # checked before training, not after
+        parser.error(
+            f"--example_length must be at least {INSTANCES[1] * longest} bases ({INSTANCES[1]} instances of the "
+            f"longest built-in motif, {longest} bases), got {args.example_length}"
+        )
+    return args
 
 
 def example_sequence(model, length: int, seed: int = 12345) -> dict:
@@ -65,7 +76,12 @@ def example_sequence(model, length: int, seed: int = 12345) -> dict:
 
     motifs = [Motif(name, "", counts) for name, counts in (model.config.motifs or {}).items()]
     gen = SyntheticMotifGenerator(
-        motifs, length=length, min_instances=6, max_instances=8, negative_fraction=0.0, seed=seed
+        motifs,
+        length=length,
+        min_instances=INSTANCES[0],
+        max_instances=INSTANCES[1],
+        negative_fraction=0.0,
+        seed=seed,
     )
     return gen.example(0)
 
@@ -112,12 +128,47 @@ def main(argv=None) -> int:
     model = AutoModel.from_pretrained(out)
     # the task (dna-motif-detection) and its code come from the saved folder's config.json
     pipe = pipeline(model=out, trust_remote_code=True)
-    example = example_sequence(model, args.example_length)
-    found = pipe(example["sequence"])
     print(
         f"{type(model).__name__} ({model.config.backbone['model_type']} backbone, "
         f"{sum(p.numel() for p in model.parameters()):,} parameters); pipeline task {pipe.task!r}"
     )
+    lengths = (
+        model.config.motif_lengths
+    )  # of the motifs whose counts the model keeps (what the example plants)
+    if not model.config.motif_names:
+        print("no example: the model has no motif head (a sequence classifier)")
+    elif not lengths:
+        print("no example: the model keeps no motif counts to plant")
+    elif INSTANCES[1] * max(lengths.values()) > args.example_length:
+        print(
+            f"no example: --example_length={args.example_length} cannot hold {INSTANCES[1]} instances of "
+            f"motifs of up to {max(lengths.values())} bases"
+        )
+    else:
+        show_example(pipe, example_sequence(model, args.example_length))
+
+    print("\n== 3. held-out metrics ==")
+    print(metrics_table(results))
+    f1 = results.get("test_span_f1", results.get("eval_span_f1"))
+    if f1 is not None:
+        verdict = "met" if f1 >= TARGET_SPAN_F1 else "NOT met"
+        print(f"\nmotif span F1 (test) = {f1:.4f}  (target >= {TARGET_SPAN_F1:.2f}: {verdict})")
+    print("\nfiles:")
+    for name in ("loss.png", "motif_f1.png", "attention.png", "README.md", "all_results.json"):
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+            print(f"  {os.path.relpath(path)}")
+    print(
+        f"\nDone in {time.perf_counter() - started:.0f} s (fine-tuning and evaluation {train_s:.0f} s). "
+        f"Reload anywhere: AutoModel.from_pretrained({os.path.relpath(out)!r}) or "
+        f"pipeline(model={os.path.relpath(out)!r}, trust_remote_code=True)."
+    )
+    return 0
+
+
+def show_example(pipe, example: dict) -> None:
+    """The spans ``pipe`` detects in ``example``, next to the planted ones."""
+    found = pipe(example["sequence"])
     print(
         f"example: {len(example['sequence']):,} bases (the model reads {pipe.max_bases():,} per window: "
         f"{found['windows']} overlapping windows)"
@@ -136,23 +187,6 @@ def main(argv=None) -> int:
     print(f"planted {len(planted)}, detected {len(detected)}, exact matches {len(planted & detected)}"
           + (f"; missed {missed}" if missed else ""))  # fmt: skip
     print("sequence scores:", found["sequence_scores"])
-
-    print("\n== 3. held-out metrics ==")
-    print(metrics_table(results))
-    f1 = results.get("test_span_f1", results.get("eval_span_f1"))
-    verdict = "met" if f1 is not None and f1 >= TARGET_SPAN_F1 else "NOT met"
-    print(f"\nmotif span F1 (test) = {f1:.4f}  (target >= {TARGET_SPAN_F1:.2f}: {verdict})")
-    print("\nfiles:")
-    for name in ("loss.png", "motif_f1.png", "attention.png", "README.md", "all_results.json"):
-        path = os.path.join(out, name)
-        if os.path.exists(path):
-            print(f"  {os.path.relpath(path)}")
-    print(
-        f"\nDone in {time.perf_counter() - started:.0f} s (fine-tuning and evaluation {train_s:.0f} s). "
-        f"Reload anywhere: AutoModel.from_pretrained({os.path.relpath(out)!r}) or "
-        f"pipeline(model={os.path.relpath(out)!r}, trust_remote_code=True)."
-    )
-    return 0
 
 
 if __name__ == "__main__":

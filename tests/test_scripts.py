@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.script_loader import load_script
+from tests.script_loader import load_script, usage_error
 from tests.training.helpers import subprocess_env
 
 SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py"))
@@ -27,3 +27,33 @@ def test_demo_user_error_is_one_line(tmp_path, capsys):
     assert demo.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "NOTAMOTIF" in err and "Traceback" not in err
+
+
+def test_demo_example_length_is_checked_before_training(tmp_path, capsys):
+    """The example plants up to 8 motifs of up to 20 bases: a shorter one is refused before training."""
+    demo = load_script("demo")
+    err = usage_error(demo.main, ["--output_dir", str(tmp_path / "out"), "--example_length", "100"], capsys)
+    assert "--example_length must be at least 160 bases" in err and "got 100" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_with_a_classification_recipe_shows_no_motif_example(tmp_path, capsys):
+    """A sequence classifier (no motifs): no example spans, no span F1 line, exit 0."""
+    import json
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 8), ("validation", 4), ("test", 4)):
+        rows = [{"sequence": ("GC" if i % 2 else "AT") * 15, "label": i % 2} for i in range(n)]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = {"task": "dna-motif-detection", "data": "classification", "data_dir": str(data), "max_length": 64,
+              "attention_window": 16, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "intermediate_size": 32, "max_steps": 1, "eval_strategy": "no", "save_strategy": "no",
+              "report_to": "none", "disable_tqdm": True, "plots": False, "model_card": False,
+              "attention_plot": False, "output_dir": str(tmp_path / "out")}  # fmt: skip
+    (tmp_path / "recipe.yaml").write_text(json.dumps(recipe))  # JSON is YAML
+    demo = load_script("demo")
+    assert demo.main(["--recipe", str(tmp_path / "recipe.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "no example: the model has no motif head" in out and "span F1" not in out
+    assert "| accuracy |" in out

@@ -81,6 +81,32 @@ def test_losses_are_the_documented_sum():
     assert model(input_ids=ids, attention_mask=mask).loss is None
 
 
+@pytest.mark.parametrize(
+    "head, labels, match",
+    [
+        (
+            "class only",
+            {"labels": torch.tensor([0, 1])},
+            r"no tag head \(motif_names=\[\]\).*sequence_labels",
+        ),
+        ("tags only", {"sequence_labels": torch.tensor([[1.0, 0.0], [0.0, 1.0]])}, "no sequence head"),
+        (
+            "tags only",
+            {
+                "labels": torch.zeros(2, 70, dtype=torch.long),
+                "sequence_labels": torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+            },
+            "no sequence head",
+        ),
+    ],
+)
+def test_labels_for_a_missing_head_are_refused(head, labels, match):
+    model = motif_model(**HEADS[head])
+    ids, mask = _batch()
+    with pytest.raises(ValueError, match=match):
+        model(input_ids=ids, attention_mask=mask, **labels)
+
+
 @pytest.mark.parametrize("kind", BACKBONES)
 def test_default_global_attention_is_first_token_and_every_kth(kind):
     model = motif_model(kind, global_every=25)

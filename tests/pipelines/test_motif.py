@@ -228,6 +228,16 @@ def test_pipeline_fixed_length_decoding_from_the_config():
         pipe("ACGT", span_decoding="greedy")
 
 
+def test_fixed_length_without_motif_lengths_fails_before_any_window_runs():
+    model = rule_model()  # no motif counts, so no motif lengths
+    pipe = make_pipe(model)
+    with pytest.raises(
+        ValueError, match=r"fixed-length decoding needs the length of every motif; missing \['CTCF', 'SP1'\]"
+    ):
+        pipe("ACGT" * 100, span_decoding="fixed_length")
+    assert model.calls == []
+
+
 @pytest.mark.parametrize(
     "inputs,kwargs,error,match",
     [

@@ -9,16 +9,18 @@ import pytest
 import torch
 from transformers import pipeline
 
-from hf_sparse.tasks.motif.data import builtin_motifs, label_sequence
+from hf_sparse.tasks.motif.data import builtin_motifs, check_classification_row, label_sequence
 from hf_sparse.tasks.motif.task import (
     MotifArguments,
     MotifTask,
     attention_matrices,
+    encode_rows,
     mirror_spans,
     sequence_metrics,
     tag_metrics,
 )
-from hf_sparse.training import HubPushError, load_recipe, run
+from hf_sparse.training import HubPushError, RecipeError, load_recipe, run
+from hf_sparse.utils.labels import spans_from_bio
 from tests.models.motif_tiny import motif_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -276,6 +278,7 @@ def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
         (dict(backbone="led"), "backbone must be one of"),
         (dict(backbone="longformer", attention_window=63), "attention_window must be even for longformer"),
         (dict(attention_backend="fast"), "attention_backend must be one of"),
+        (dict(num_train=0), "num_train must be at least 1 for data: synthetic"),
     ],
 )
 def test_argument_errors_name_the_key(kwargs, match):
@@ -288,9 +291,68 @@ def test_too_long_sequences_are_an_error_not_truncated():
                           max_length=64)  # fmt: skip
     task = MotifTask()
     tok = task.build_tokenizer(args)
-    task.build_model(args, tok)
-    with pytest.raises(ValueError, match="longer than max_length=64"):
-        task.build_datasets(args, tok)
+    with pytest.raises(ValueError, match="longer than max_length=64.*lower sequence_length=100"):
+        task.build_model(args, tok)  # before any tokenization (the runner reports it as one error line)
+
+
+@pytest.mark.parametrize("bases, tokens", [(30, 12), (28, 12), (29, 13), (31, 13)])
+def test_kmer_leftover_bases_are_one_token_each(bases, tokens):
+    """With kmer: 3 the bases after the last whole 3-mer are one token each: 29 bases are 9 + 2 + 2 tokens,
+    more than max_length=12 although fewer bases than 10 whole 3-mers."""
+    from hf_sparse.tokenization_dna import DNATokenizer
+
+    tok = DNATokenizer(kmer=3, model_max_length=12)
+    seq = ("ACGT" * 10)[:bases]
+    assert len(tok(seq)["input_ids"]) == tokens
+    batch = {"sequence": [seq], "label": [1]}
+    kwargs = dict(
+        tokenizer=tok, max_length=12, kmer=3, label2id=None, sequence_task="classification", augment=False
+    )
+    if tokens <= 12:
+        assert len(encode_rows(batch, **kwargs)["input_ids"][0]) == tokens
+    else:
+        with pytest.raises(ValueError, match=f"{bases} bases is {tokens} tokens .* max_length=12"):
+            encode_rows(batch, **kwargs)
+
+
+def test_kmer_overflow_is_a_recipe_error_before_training(tmp_path):
+    """65 bases fit (24 - 2) * 3 = 66 bases, but are 21 3-mers + 2 single bases: 25 tokens > max_length=24."""
+    data = write_classification(tmp_path / "data", n=(4, 2, 2))  # 60 bases: 22 tokens
+    with open(data / "train.jsonl", "a") as f:
+        f.write(json.dumps({"sequence": "ACGT" * 16 + "A", "label": 0}) + "\n")
+    recipe = {"task": "dna-motif-detection", "data": "classification", "data_dir": str(data), "kmer": 3,
+              "max_length": 24, "attention_window": 16, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
+              "output_dir": str(tmp_path / "out"), "report_to": "none"}  # fmt: skip
+    with pytest.raises(
+        RecipeError, match="train split: a sequence of 65 bases is 25 tokens .* max_length=24"
+    ):
+        run(recipe)
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
+def test_attention_plot_reads_whole_kmers(tmp_path):
+    """attention.png reads the first 256 bases at most, cut at a whole 6-mer: 256 bases would be 42 6-mers and 4
+    single bases, 48 tokens, past max_length=45 (a Longformer's position table)."""
+    from types import SimpleNamespace
+
+    data = write_classification(tmp_path / "data", n=(2, 2, 2))
+    (data / "test.jsonl").write_text(json.dumps({"sequence": "ACGTGC" * 43, "label": 1}) + "\n")  # 258 bases
+    args = MotifArguments(data="classification", data_dir=str(data), kmer=6, max_length=45, backbone="longformer",
+                          attention_window=16, hidden_size=16, intermediate_size=32, num_attention_heads=2)  # fmt: skip
+    task = MotifTask()
+    tok = task.build_tokenizer(args)
+    model = task.build_model(args, tok)
+    trainer = SimpleNamespace(is_world_process_zero=lambda: True, model=model, processing_class=tok)
+    extras = task.after_training(trainer, args, str(tmp_path))
+    assert Path(extras["attention_png"]).is_file()
+
+
+def test_synthetic_sequences_longer_than_max_length_are_a_recipe_error(tmp_path):
+    with pytest.raises(
+        RecipeError, match="sequence of 600 bases is 602 tokens.*max_length=512.*sequence_length=600"
+    ):
+        run(RECIPES / "tiny.yaml", [*FAST, f"output_dir={tmp_path}", "sequence_length=600", "max_length=512"])
+    assert not (tmp_path / "config.json").exists()
 
 
 def test_lora_trains_adapters_and_the_new_modules_and_saves_a_merged_model(tmp_path):
@@ -317,4 +379,124 @@ def test_card_info_passes_a_per_layer_pattern_through():
     task = MotifTask()
     task.config = motif_config(backbone_overrides={"attention_pattern": layers})
     info = task.card_info(MotifArguments(), {})
-    assert [p["type"] for p in info["pattern"]] == ["sliding_window", "strided"]
+    assert [p["parts"][0]["type"] for p in info["pattern"]] == ["sliding_window", "strided"]
+    assert all(p["parts"][1] == {"type": "global", "every": 100} for p in info["pattern"])
+
+
+@pytest.mark.parametrize(
+    "kind, config, globals_",
+    [
+        ("sparse_transformer", {}, [0, 100, 200, 300, 400, 500]),  # global_every=100: [CLS] and every 100th
+        ("sparse_transformer", {"global_every": None}, [0]),  # [CLS] only
+        ("longformer", {"global_every": 50}, list(range(0, 512, 50))),
+    ],
+)
+def test_card_density_counts_the_global_tokens(kind, config, globals_):
+    """The card's pattern (and so its density and Attention row) is what the model computes: the backbone's
+    pattern and the tokens the model makes global."""
+    from hf_sparse import patterns
+    from hf_sparse.hub import render_model_card
+    from tests.models.motif_tiny import motif_config
+
+    task = MotifTask()
+    task.config = motif_config(kind, **config)
+    info = task.card_info(MotifArguments(max_length=512), {})
+    density = float(patterns.from_dict(info["pattern"]).density(512))
+    model = patterns.SlidingWindow(window=16) | patterns.Global(indices=globals_)
+    assert density == pytest.approx(float(model.density(512)))
+    assert density > float(patterns.SlidingWindow(window=16).density(512))
+    card = str(
+        render_model_card("dna-motif-detection", model_name="m", pattern=info["pattern"], density_length=512)
+    )
+    assert f"**{100 * density:.2f}%**" in card and "global(" in card
+
+
+def test_lora_trains_the_kmer_embeddings_and_the_spectrum_in_full():
+    """New modules besides the heads (random at start): k-mer embeddings, the spectrum's projection, the
+    embedding convolutions; LoRA must not leave them frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    model = motif_model(kmer_embedding=3, kmer_spectrum=2, base_token_ids=[5, 6, 7, 8], conv_kernel_size=3)
+    task = MotifTask()
+    config = LoraConfig(
+        r=4, target_modules=["query", "value"], modules_to_save=task.lora_modules_to_save(model)
+    )
+    peft_model = get_peft_model(model, config)
+    for key in ("kmer_embeddings", "spectrum", "embedding_conv", "sequence_head", "token_classifier"):
+        trainable = [p.requires_grad for n, p in peft_model.named_parameters() if f".{key}." in n]
+        assert any(trainable), key
+
+
+def test_scan_motif_names_may_hold_a_dash(tmp_path):
+    """JASPAR names such as NKX2-5 or EWSR1-FLI1: tags B-NKX2-5 / I-NKX2-5, split at the first '-'."""
+    fasta, motif_file = write_scan_inputs(tmp_path / "data")
+    motif_file.write_text(motif_file.read_text().replace("MA0139.2 CTCF", "MA0063.3 NKX2-5"))
+    args = MotifArguments(data="scan", fasta=str(fasta), motif_file=str(motif_file), motif_ids=["MA0063.3"],
+                          validation_fraction=0.2, test_fraction=0.2, max_length=130)  # fmt: skip
+    task = MotifTask()
+    tok = task.build_tokenizer(args)
+    model = task.build_model(args, tok)
+    assert model.config.id2label == {0: "O", 1: "B-NKX2-5", 2: "I-NKX2-5"}
+    ds = task.build_datasets(args, tok)
+    tags = [model.config.id2label[i] for i in ds["train"][0]["labels"][1:-1]]  # a peak: sites found
+    assert {(m, end - start) for m, start, end in spans_from_bio(tags)} == {("NKX2-5", 15)}
+
+
+def test_classification_labels_widened_to_float_are_read_and_a_fraction_is_named(tmp_path):
+    """A float in one row makes datasets read the whole label column as float: whole values are class ids,
+    the first fractional one is the error (its row, its value)."""
+    from hf_sparse.data.loading import load_jsonl
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, labels in (("train", [1, 0, 1.0, 0]), ("validation", [0, 1])):
+        with open(data / f"{split}.jsonl", "w") as f:
+            f.writelines(json.dumps({"sequence": "ACGT", "label": x}) + "\n" for x in labels)
+    args = MotifArguments(data="classification", data_dir=str(data))
+    assert MotifTask().sequence_label_names(args) == ["0", "1"]
+    (data / "bad.jsonl").write_text(
+        "".join(json.dumps({"sequence": "ACGT", "label": x}) + "\n" for x in (1, 0, 1.5))
+    )
+    with pytest.raises(ValueError, match="row 3: field 'label' must be an int class id, got 1.5"):
+        load_jsonl(data / "bad.jsonl", check_classification_row)
+
+
+def test_classification_data_dir_may_hold_gzipped_splits(tmp_path):
+    import gzip
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "validation"):
+        with gzip.open(data / f"{split}.jsonl.gz", "wt") as f:
+            f.write(json.dumps({"sequence": "ACGT", "label": 0}) + "\n")
+    args = MotifArguments(data="classification", data_dir=str(data))
+    MotifTask().check_arguments(args)  # the files the loader reads
+    (data / "validation.jsonl.gz").unlink()
+    with pytest.raises(FileNotFoundError, match="has no validation.jsonl"):
+        MotifTask().check_arguments(args)
+
+
+def test_config_docstring_example_runs():
+    import doctest
+
+    from hf_sparse.tasks.motif.configuration_motif import LongformerMotifConfig
+
+    examples = doctest.DocTestParser().get_examples(LongformerMotifConfig.__doc__)
+    namespace = {}
+    for example in examples[:-1]:
+        exec(example.source, namespace)
+    assert repr(eval(examples[-1].source, namespace)) == examples[-1].want.splitlines()[0]
+
+
+def test_a_recipes_card_describes_the_models_heads():
+    """The card a run writes (``card_info`` into ``render_model_card``) takes its tag, Auto class and description
+    from the model's heads: a classification-only model is no token classifier."""
+    from hf_sparse.hub import render_model_card
+    from tests.models.motif_tiny import motif_config
+
+    task = MotifTask()
+    task.config = motif_config(motif_names=[], sequence_task="classification", sequence_label_names=["neg", "pos"])
+    card = render_model_card("dna-motif-detection", model_name="m", **task.card_info(MotifArguments(), {}))
+    assert card.data.pipeline_tag == "text-classification"
+    assert "AutoModel.from_pretrained" in card.text and "classifies a DNA sequence as neg / pos" in card.text
+    assert "token-classification" not in str(card)

@@ -122,7 +122,7 @@ class LongformerDialogueConfig(BackboneConfigMixin, PretrainedConfig):
     Example:
 
     ```python
-    >>> from hf_sparse.models.longformer_tasks import LongformerDialogueConfig, LongformerForDialogue
+    >>> from hf_sparse.tasks.dialogue import LongformerDialogueConfig, LongformerForDialogue
     >>> config = LongformerDialogueConfig(
     ...     backbone={"model_type": "longformer", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
     ...               "num_attention_heads": 4, "intermediate_size": 128, "attention_window": 32,

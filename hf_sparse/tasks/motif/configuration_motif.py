@@ -47,7 +47,8 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
             `SparseTransformerConfig` (`model_type="sparse_transformer"`), as a config or its dict.
         motif_names (`list[str]`, *optional*):
             Motifs tagged per position with BIO labels `O, B-<motif>, I-<motif>, ...` (`id2label`).
-            Empty: no per-position head.
+            Empty: no per-position head. A name may hold `-` (`NKX2-5`: tags `B-NKX2-5`, split at the first
+            `-`), not whitespace, and may not start with `B-` or `I-`.
         motifs (`dict[str, list[list[float]]]`, *optional*):
             Count matrices (4 x length, rows A C G T) of the motifs, kept so that the inference
             pipeline can call the strand of a detected span by scoring both strands (and knows the
@@ -104,7 +105,7 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
     Example:
 
     ```python
-    >>> from hf_sparse.models.longformer_tasks import LongformerMotifConfig, LongformerForMotifDetection
+    >>> from hf_sparse.tasks.motif import LongformerMotifConfig, LongformerForMotifDetection
     >>> config = LongformerMotifConfig(
     ...     backbone={"model_type": "sparse_transformer", "vocab_size": 10, "hidden_size": 64, "num_hidden_layers": 2,
     ...               "num_attention_heads": 4, "intermediate_size": 128, "max_position_embeddings": 4096,
@@ -152,9 +153,11 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
         self.motif_names = list(motif_names)
         if len(set(self.motif_names)) != len(self.motif_names):
             raise ValueError(f"motif_names must be unique, got {self.motif_names}")
-        if any("-" in m or any(c.isspace() for c in m) for m in self.motif_names):
+        # a tag is split at its first '-' ("B-NKX2-5": B, NKX2-5), so a name may hold '-' (JASPAR's NKX2-5,
+        # EWSR1-FLI1), but not start like a tag itself, nor hold whitespace
+        if any(m.startswith(("B-", "I-")) or any(c.isspace() for c in m) for m in self.motif_names):
             raise ValueError(
-                f"motif_names must not contain '-' or whitespace (BIO tags), got {self.motif_names}"
+                f"motif_names must not contain whitespace or start with 'B-' or 'I-' (BIO tags), got {self.motif_names}"
             )
         self.motifs = _check_motifs(motifs, self.motif_names)
         if span_decoding not in SPAN_DECODINGS:

@@ -141,10 +141,13 @@ def scan_rows(
 
 
 def check_classification_row(row: Mapping[str, Any], where: str) -> None:
-    """A sequence-classification row: ``sequence`` a str, ``label`` an int class id."""
+    """A sequence-classification row: ``sequence`` a str, ``label`` an int class id (a whole float too: a float
+    in another row of the file makes the whole column float, so ``1`` arrives as ``1.0``)."""
     if not isinstance(row.get("sequence"), str):
         raise ValueError(f"{where}: field 'sequence' must be a str, got {row.get('sequence')!r:.60}")
     label = row.get("label")
+    if isinstance(label, float) and label.is_integer():
+        return
     if isinstance(label, bool) or not isinstance(label, int):
         raise ValueError(f"{where}: field 'label' must be an int class id, got {label!r}")
 

@@ -171,9 +171,23 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             tokens, padding).
         sequence_labels: `(batch, motifs)` multi-hot for `"motif_presence"`, `(batch,)` class ids for
             `"classification"`.
+
+        Labels for a head the model lacks raise `ValueError`: `labels` without motif_names, `sequence_labels`
+        with `sequence_task=None`.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
+        if labels is not None and self.token_classifier is None:
+            raise ValueError(
+                f"labels (per-position tags) given, but this model has no tag head (motif_names="
+                f"{self.config.motif_names}); its sequence_task={self.config.sequence_task!r} head takes "
+                "sequence_labels"
+            )
+        if sequence_labels is not None and self.sequence_head is None:
+            raise ValueError(
+                "sequence_labels given, but this model has no sequence head (sequence_task=None); its tag head "
+                f"(motif_names={self.config.motif_names}) takes labels"
+            )
         if input_ids is None and (self.config.kmer_embedding or self.spectrum is not None):
             raise ValueError(
                 f"kmer_embedding={self.config.kmer_embedding} / kmer_spectrum={self.config.kmer_spectrum} read the "
@@ -211,11 +225,11 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
                 pooled = torch.cat([pooled, self.spectrum(features)], -1)
             seq_logits = self.sequence_head(self.dropout(pooled))
         loss = None
-        if labels is not None and logits is not None:
+        if labels is not None:
             loss = CrossEntropyLoss()(
                 logits.reshape(-1, logits.shape[-1]), labels.to(logits.device).reshape(-1)
             )
-        if sequence_labels is not None and seq_logits is not None:
+        if sequence_labels is not None:
             sequence_labels = sequence_labels.to(seq_logits.device)
             if self.config.sequence_task == "motif_presence":
                 seq_loss = BCEWithLogitsLoss()(seq_logits, sequence_labels.to(seq_logits.dtype))

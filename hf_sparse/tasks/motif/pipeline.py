@@ -89,6 +89,16 @@ def check_span_decoding(config, span_decoding: str | None = None) -> str:
     return how
 
 
+def window_bases(config) -> int:
+    """The most bases one window of a motif model (``config``) reads: its position range less [CLS] and [SEP],
+    in whole k-mers (the ``dna-motif-detection`` pipeline's default ``window``)."""
+    bb = config.backbone
+    limit = bb["max_position_embeddings"]
+    if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
+        limit -= bb.get("pad_token_id", 1) + 1
+    return (limit - 2) * max(1, int(getattr(config, "kmer", 1)))
+
+
 def span_tags(probs: np.ndarray, config, how: str, motif: str, start: int, end: int) -> list[int]:
     """Tag ids a span ``[start, end)`` is scored by (its score: their mean probability), as the
     ``dna-motif-detection`` pipeline scores it: ``I-X`` on its first base when ``bio`` decoding started it
@@ -189,10 +199,8 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
         pre, post = {}, {}
         if progress is not None:
             pre["progress"] = check_progress(progress)
-        if span_decoding is not None:
-            if span_decoding not in ("bio", "fixed_length"):
-                raise ValueError(f"span_decoding must be 'bio' or 'fixed_length', got {span_decoding!r}")
-            post["span_decoding"] = span_decoding
+        if span_decoding is not None:  # checked against the model before any window runs
+            post["span_decoding"] = check_span_decoding(self.model.config, span_decoding)
         if window is not None:
             pre["window"] = window
         if stride is not None:
@@ -208,11 +216,7 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
     def max_bases(self) -> int:
         """The most bases one window can hold: the model's position range less [CLS] and [SEP], in whole
         k-mers (bases left over after the last whole k-mer are one token each, see :meth:`_tokens`)."""
-        bb = self.model.config.backbone
-        limit = bb["max_position_embeddings"]
-        if bb.get("model_type") == "longformer" or bb.get("position_ids_style") == "roberta":
-            limit -= bb.get("pad_token_id", 1) + 1
-        return (limit - 2) * self.kmer
+        return window_bases(self.model.config)
 
     def _tokens(self, bases: int) -> int:
         """Tokens of ``bases`` bases without [CLS] and [SEP]: the whole k-mers, then one per leftover base."""
@@ -337,4 +341,5 @@ __all__ = [
     "fixed_length_spans",
     "span_tags",
     "strand_of",
+    "window_bases",
 ]

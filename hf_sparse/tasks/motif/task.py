@@ -7,7 +7,7 @@ datasets library; preprocessing in ``map`` with the recipe's ``num_proc``):
   sampled from the built-in JASPAR motifs (``motifs``: a subset of their names) into i.i.d. background
   (or windows of ``background_fasta``). Splits are disjoint ranges of example indices of one seeded
   generator (``Dataset.from_generator``). Per-base BIO tags + multi-hot motif presence.
-- ``classification``: ``data_dir`` with ``train/validation/test.jsonl`` rows ``{"sequence", "label"}``
+- ``classification``: ``data_dir`` with ``train/validation/test.jsonl`` (or ``.jsonl.gz``) rows ``{"sequence", "label"}``
   (int class id; ``label_name`` optional; ``load_dataset("json")``, rows checked with errors naming file,
   row and field), e.g. Genomic Benchmarks human non-TATA promoters. A
   sequence-level classifier only (no per-base head).
@@ -46,6 +46,7 @@ import torch
 from ...data.loading import (
     SPLITS,
     fingerprint,
+    jsonl_files,
     load_jsonl_splits,
     num_proc_for,
     split_by_group,
@@ -170,7 +171,7 @@ class MotifArguments(BackboneArguments):
     )
     # --- classification data ---
     data_dir: str | None = path_field(
-        help="Folder with train/validation/test.jsonl rows {'sequence', 'label'[, 'label_name']}."
+        help="Folder with train/validation/test.jsonl (or .jsonl.gz) rows {'sequence', 'label'[, 'label_name']}."
     )
     # --- scan data ---
     fasta: str | None = path_field(help="FASTA (plain or gzip) of the sequences to label by scanning.")
@@ -229,6 +230,8 @@ class MotifArguments(BackboneArguments):
                 )
         for key in ("num_train", "num_validation", "num_test"):
             check(getattr(self, key) >= 0, key, "an int >= 0")
+        if self.data == "synthetic":
+            check(self.num_train >= 1, "num_train", "at least 1 for data: synthetic (a recipe run trains)")
         for key in ("validation_fraction", "test_fraction", "scan_threshold", "negative_fraction"):
             check(0 <= getattr(self, key) <= 1, key, "a number in [0, 1]")
         check(self.validation_fraction + self.test_fraction < 1, "test_fraction",
@@ -258,6 +261,12 @@ def mirror_spans(spans: list[dict], length: int) -> list[dict]:
     ]
 
 
+def num_tokens(bases: int, kmer: int) -> int:
+    """Tokens of ``bases`` bases without [CLS] and [SEP] (:class:`~hf_sparse.tokenization_dna.DNATokenizer`):
+    the whole k-mers, then one per base left over (so 29 bases are 11 tokens of 3-mers, 30 bases 10)."""
+    return bases // kmer + bases % kmer
+
+
 def encode_rows(
     batch: dict[str, list],
     *,
@@ -271,8 +280,7 @@ def encode_rows(
     """Batched ``map``: tokenized examples ``{"input_ids", ["labels"], "sequence_labels"}`` of raw rows
     (``sequence``, ``tags`` when ``label2id``, ``label`` or ``motif_labels``). With ``augment`` each
     row is followed by its reverse complement (spans mirrored). ``[CLS]``/``[SEP]`` get ``-100``.
-    ``ValueError`` for a sequence longer than ``max_length`` tokens allow (never truncated)."""
-    max_bases = (max_length - 2) * kmer
+    ``ValueError`` for a sequence of more than ``max_length`` tokens (:func:`num_tokens` + 2; never truncated)."""
     rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
     out: dict[str, list] = {"input_ids": [], "sequence_labels": []}
     if label2id:
@@ -288,11 +296,9 @@ def encode_rows(
             variants.append(mirrored)
         for r in variants:
             seq = r["sequence"]
-            if len(normalize_sequence(seq)) > max_bases:
-                raise ValueError(
-                    f"a sequence of {len(seq)} bases is longer than max_length={max_length} tokens "
-                    f"allow ({max_bases} bases); raise max_length (nothing is truncated silently)"
-                )
+            bases = len(normalize_sequence(seq))
+            if num_tokens(bases, kmer) + 2 > max_length:
+                raise ValueError(_too_long(bases, kmer, max_length))
             input_ids = tokenizer(seq)["input_ids"]
             out["input_ids"].append(input_ids)
             if label2id:
@@ -305,6 +311,15 @@ def encode_rows(
             else:
                 out["sequence_labels"].append([float(v) for v in r["motif_labels"]])
     return out
+
+
+def _too_long(bases: int, kmer: int, max_length: int, fix: str = "raise max_length") -> str:
+    whole = f", in whole {kmer}-mers" if kmer > 1 else ""
+    return (
+        f"a sequence of {bases} bases is {num_tokens(bases, kmer) + 2} tokens with [CLS] and [SEP], longer than "
+        f"max_length={max_length} tokens allow (at most {(max_length - 2) * kmer} bases{whole}); {fix} "
+        "(nothing is truncated silently)"
+    )
 
 
 def _resolve_motif_ids(motifs, wanted: list[str], source: str):
@@ -484,7 +499,8 @@ class MotifTask(Task):
             builtin_motifs(args.motifs)  # KeyError naming an unknown motif and the available ones
             require_path("background_fasta", args.background_fasta)
         elif args.data == "classification":
-            require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl",))
+            require_path("data_dir", args.data_dir, kind="folder")
+            jsonl_files(args.data_dir)  # the splits the loader reads: {split}.jsonl or .jsonl.gz
         elif args.data == "scan":
             require_path("fasta", args.fasta)
             require_path("motif_file", args.motif_file)
@@ -517,6 +533,8 @@ class MotifTask(Task):
                 continue
             given = rows["label_name"] if "label_name" in rows.column_names else [None] * len(rows)
             for label, name in zip(rows["label"], given):
+                # a whole float where a float in another row widened the column (check_classification_row)
+                label = int(label)
                 names.setdefault(label, name or str(label))
         if sorted(names) != list(range(len(names))) or len(names) < 2:
             raise ValueError(
@@ -625,10 +643,23 @@ class MotifTask(Task):
                 trained_length=trained_length or None,
             )
             model = LongformerForMotifDetection(config)
+        self._check_lengths(args)
         self.config = model.config
         label_keys = (("labels",) if names else ()) + ("sequence_labels",)
         self.trainer_class = _trainer_class(label_keys)
         return model
+
+    def _check_lengths(self, args) -> None:
+        """``ValueError`` naming the key when a sequence needs more than ``max_length`` tokens (run where the
+        runner reports it as one error line, after the model's own checks; :func:`encode_rows` checks again)."""
+        fix = "raise max_length" + (
+            f" or lower sequence_length={args.sequence_length}" if args.data == "synthetic" else ""
+        )
+        for split, rows in self.raw(args).items():
+            bases = (len("".join(s.split())) for s in rows["sequence"])  # whitespace is not a base
+            longest = max(bases, key=lambda n: num_tokens(n, args.kmer), default=0)
+            if num_tokens(longest, args.kmer) + 2 > args.max_length:
+                raise ValueError(f"{split} split: {_too_long(longest, args.kmer, args.max_length, fix)}")
 
     def build_datasets(self, args, tokenizer):
         cfg = self.config
@@ -672,8 +703,10 @@ class MotifTask(Task):
         return metrics
 
     def lora_modules_to_save(self, model):
-        """The heads and the embedding convolutions are new: trained in full next to the adapters."""
-        names = [n for n in ("token_classifier", "sequence_head") if getattr(model, n, None) is not None]
+        """The heads, the k-mer embeddings, the k-mer spectrum's projection and the embedding convolutions
+        are new: trained in full next to the adapters."""
+        new = ("token_classifier", "sequence_head", "spectrum", "kmer_embeddings")
+        names = [n for n in new if getattr(model, n, None) is not None]
         convs = getattr(model, "embedding_conv", None) or []
         return (
             names
@@ -715,7 +748,9 @@ class MotifTask(Task):
                 model = trainer.model
                 model = model.get_base_model() if hasattr(model, "get_base_model") else model
                 tokenizer = trainer.processing_class
-                seq = rows[0]["sequence"][: min(256, (args.max_length - 2) * args.kmer)]
+                bases = min(256, (args.max_length - 2) * args.kmer)
+                # whole k-mers (a shorter sequence fits as it is: encode_rows checked it)
+                seq = normalize_sequence(rows[0]["sequence"])[: bases - bases % args.kmer]
                 ids = torch.tensor([tokenizer(seq)["input_ids"]], device=model.device)
                 weights = attention_matrices(model, ids)  # (2, H, n, n)
                 heads = min(4, weights.shape[1])
@@ -743,6 +778,16 @@ class MotifTask(Task):
             if bb["model_type"] == "longformer"
             else bb.get("attention_pattern")  # a spec, or one per layer (the card shows a list too)
         )
+        # the tokens the model makes global (default_global_attention_mask) are part of what it computes
+        glob = {"type": "global", "indices": [0]} if cfg.global_first_token else None
+        if cfg.global_every:
+            glob = {"type": "global", "every": cfg.global_every}  # 0, k, 2k, ...: [CLS] included
+        if glob is not None and pattern is not None:
+            pattern = (
+                [{"type": "union", "parts": [p, glob]} for p in pattern]
+                if isinstance(pattern, list)
+                else {"type": "union", "parts": [pattern, glob]}
+            )
         extra = {"backbone": bb["model_type"], "motifs": ", ".join(cfg.motif_names) or "none",
                  "sequence head": cfg.sequence_task or "none", "tokens": "single nucleotides"
                  if cfg.kmer == 1 else f"non-overlapping {cfg.kmer}-mers"}  # fmt: skip
@@ -762,11 +807,15 @@ class MotifTask(Task):
             )
         if cfg.kmer_embedding:
             extra["k-mer embeddings"] = f"overlapping {cfg.kmer_embedding}-mers, one centred on each base"
+        from . import card_fields  # the package's __init__ (which imports its modules) defines it
+
+        fields = card_fields(cfg)  # pipeline tag, Auto class, tags and description from the model's heads
         return {
+            **fields,
             "dataset_name": args.dataset_name or names[args.data],
             "pattern": pattern,
             "density_length": args.max_length,
-            "extra": extra,
+            "extra": {**fields["extra"], **extra},
         }
 
 

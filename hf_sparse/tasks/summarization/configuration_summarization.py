@@ -85,7 +85,7 @@ class LEDSummarizationConfig(LEDConfig):
     Example:
 
     ```python
-    >>> from hf_sparse.models.longformer_tasks import LEDSummarizationConfig, LEDForSummarization
+    >>> from hf_sparse.tasks.summarization import LEDSummarizationConfig, LEDForSummarization
     >>> config = LEDSummarizationConfig(
     ...     vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
     ...     decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, attention_window=16,
@@ -195,7 +195,7 @@ class LongformerExtractiveSummarizationConfig(BackboneConfigMixin, PretrainedCon
     Example:
 
     ```python
-    >>> from hf_sparse.models.longformer_tasks import (
+    >>> from hf_sparse.tasks.summarization import (
     ...     LongformerExtractiveSummarizationConfig, LongformerForExtractiveSummarization)
     >>> config = LongformerExtractiveSummarizationConfig(
     ...     backbone={"model_type": "longformer", "vocab_size": 5000, "hidden_size": 64, "num_hidden_layers": 2,
