@@ -5,8 +5,9 @@ repeat (so load on a shared host hits all spans alike); the median of the repeat
 its ratio to the largest span, next to the ratio of key blocks the kernel computes (the work it
 should scale with). The spans are set on all heads (the kernel's cost follows the largest).
 
-Spans: ``--model DIR`` (a SparseTransformer trained with ``adaptive_span``, e.g. the output of
-``pipelines/lm/adaptive_span.yaml``) adds a layer x head heatmap of its learned spans.
+Spans: ``--model DIR`` (a SparseTransformer trained with ``adaptive_span``, a decoder or an encoder of any task,
+e.g. the output of ``pipelines/lm/adaptive_span.yaml``) adds a layer x head heatmap of its learned spans, with
+``--note`` saying where the model comes from. ``--skip-timing`` keeps the timing table of an earlier run.
 
     python scripts/benchmark_adaptive_span.py                      # n = 16k -> benchmarks/adaptive_span.{json,md}
     python scripts/benchmark_adaptive_span.py --model outputs/lm-adaptive-span --skip-timing
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import statistics
 import time
 from pathlib import Path
@@ -41,7 +43,12 @@ def parse_args(argv=None):
         "--threads", type=int, default=1, help="torch threads (1: no oversubscription on a shared host)"
     )
     p.add_argument("--model", default=None, help="trained adaptive-span model directory: plot its spans")
-    p.add_argument("--skip-timing", action="store_true", help="only the spans plot (with --model)")
+    p.add_argument("--note", default=None, help="with --model: a sentence on where the model comes from")
+    p.add_argument(
+        "--skip-timing",
+        action="store_true",
+        help="only the spans plot (with --model); the timing table stays",
+    )
     p.add_argument(
         "--out",
         default="benchmarks/adaptive_span",
@@ -59,6 +66,8 @@ def parse_args(argv=None):
         raise ValueError(f"--spans must be >= 0, got {args.spans}")
     if args.skip_timing and args.model is None:
         raise ValueError("--skip-timing without --model leaves nothing to do")
+    if args.note is not None and args.model is None:
+        raise ValueError("--note describes the --model: give --model too")
     return args
 
 
@@ -117,20 +126,29 @@ def time_spans(args):
 
 
 def model_spans(path):
-    """(spans per layer and head, the ``adaptive_span`` spec) of the model saved in ``path``; ``ValueError``
-    if it has no adaptive span."""
-    from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
+    """(spans per layer and head, the ``adaptive_span`` spec) of the SparseTransformer saved in ``path``, with
+    the head it was saved with (its config's ``architectures``: a causal LM, a masked LM, a task head...);
+    ``ValueError`` if it is not a SparseTransformer or has no adaptive span."""
+    from transformers import AutoConfig
 
-    model = SparseTransformerForCausalLM.from_pretrained(path)
-    if model.config.adaptive_span is None:
+    from hf_sparse.models import sparse_transformer
+
+    config = AutoConfig.from_pretrained(path)
+    if not isinstance(config, sparse_transformer.SparseTransformerConfig):
+        raise ValueError(
+            f"--model {path}: a {config.model_type!r} model, not a SparseTransformer: it has no adaptive span"
+        )
+    if config.adaptive_span is None:
         raise ValueError(
             f"--model {path}: the model has no adaptive span (its config's adaptive_span is None), so no "
             "spans to plot; give a model trained with adaptive_span (e.g. pipelines/lm/adaptive_span.yaml)"
         )
+    name = (config.architectures or ["SparseTransformerModel"])[0]
+    model = getattr(sparse_transformer, name, sparse_transformer.SparseTransformerModel).from_pretrained(path)
     return [
         [round(float(x), 2) for x in layer.attention.self.adaptive_span.spans().detach()]
-        for layer in model.sparse_transformer.encoder.layer
-    ], model.config.adaptive_span
+        for layer in model.base_model.encoder.layer
+    ], config.adaptive_span
 
 
 def plot_spans(spans, spec, path):
@@ -160,6 +178,11 @@ def plot_spans(spans, spec, path):
     plt.close(fig)
 
 
+def code(text: str) -> str:
+    """``text`` as a markdown code span (fenced by two backticks if it holds one, e.g. a --note's)."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def markdown(args, rows, spans):
     lines = ["# Adaptive span", ""]
     if rows:
@@ -179,12 +202,10 @@ def markdown(args, rows, spans):
         ]
         lines += ["", f"Command: `{args.command}`", ""]
     if spans:
-        lines += [
-            "## Learned spans (tokens), layer x head",
-            "",
-            f"Model: `{args.model}` (`adaptive_span={args.span_spec}`)",
-            "",
-        ]
+        lines += ["## Learned spans (tokens), layer x head", ""]
+        lines += [args.note, ""] if args.note else []
+        lines += [f"Model: `{args.model}` (`adaptive_span={args.span_spec}`)", ""]
+        lines += [f"Command: {code(args.spans_command)}", ""] if args.spans_command else []
         lines += ["| layer | " + " | ".join(f"head {h}" for h in range(len(spans[0]))) + " |"]
         lines += ["|---|" + "---:|" * len(spans[0])]
         lines += [f"| {i} | " + " | ".join(f"{s:.1f}" for s in row) + " |" for i, row in enumerate(spans)]
@@ -196,12 +217,13 @@ def main(argv=None):
     import sys
 
     args = parse_args(argv)
-    args.command = "python scripts/benchmark_adaptive_span.py " + " ".join(
+    args.command = "python scripts/benchmark_adaptive_span.py " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
     spans = None
     if args.model is not None:  # first: a model without spans is an error before minutes of timing
         spans, spec = model_spans(args.model)
+    args.spans_command = args.command
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     json_path, md_path = Path(f"{out}.json"), Path(f"{out}.md")  # a prefix: run_v1.5 -> run_v1.5.json
@@ -230,11 +252,14 @@ def main(argv=None):
     if args.model is not None:
         args.span_spec = spec
         plot_spans(spans, spec, f"{out}_spans.png")
-        result["learned_spans"] = {"model": args.model, "spans": spans, "adaptive_span": spec}
+        result["learned_spans"] = {"model": args.model, "spans": spans, "adaptive_span": spec,
+                                   "command": args.spans_command, "note": args.note}  # fmt: skip
     elif "learned_spans" in old:
         spans = old["learned_spans"]["spans"]
         args.model = old["learned_spans"]["model"]
         args.span_spec = old["learned_spans"]["adaptive_span"]
+        args.spans_command = old["learned_spans"].get("command")
+        args.note = old["learned_spans"].get("note")
     atomic_write(json_path, json.dumps(result, indent=2) + "\n")
     atomic_write(md_path, markdown(args, rows, spans))
     print(md_path.read_text())

@@ -268,6 +268,15 @@ def interleaved_step_times(rows, timings, rounds: int) -> None:
         row["step_time_s"] = statistics.median(timing["times"])
 
 
+def seed_caveat(seed: int) -> str:
+    """The markdown's warning that its loss gaps come from one seed."""
+    return (
+        f"One training run per variant, seed {seed}: at this size another seed moves the validation losses by "
+        "several tenths of a nat and can reverse the ranking of two variants, so differences under ~0.7 nats "
+        "are within the seed spread, not a ranking."
+    )
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
         "# Learned sparsity: dense vs mixture-of-experts feed-forward, fixed window vs adaptive span",
@@ -280,6 +289,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"same seed and batch order for every variant; validation loss = token cross-entropy (no auxiliary "
         f"losses) over {meta['eval_blocks']} validation blocks. Active parameters: what one token runs "
         "(a mixture-of-experts layer counts its top-k experts only).",
+        "",
+        seed_caveat(meta["seed"]),
         "",
         f"Step time: median of {meta['timing_rounds']} training steps (forward, backward, optimizer) per variant "
         "taken round-robin after training (one step of each variant in turn, one fixed batch), so every variant "

@@ -1,6 +1,7 @@
 """scripts/benchmark_adaptive_span.py: the timing table and the learned-spans plot, on tiny inputs."""
 
 import json
+import shlex
 
 import pytest
 import torch
@@ -78,3 +79,66 @@ def test_an_interrupted_write_replaces_nothing(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="no space left"):
         bench.main(argv)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == written
+
+
+def test_spans_of_an_encoder_with_its_note_and_command(tmp_path):
+    """Any SparseTransformer trained with adaptive_span (here a masked-LM encoder, loaded with the head it was saved
+    with), not only a causal LM; --skip-timing keeps the timing table, and the spans part says where the model comes
+    from and how it was plotted."""
+    from hf_sparse.models.sparse_transformer import SparseTransformerForMaskedLM
+    from tests.models.tiny import tiny_config
+
+    bench = load_script("benchmark_adaptive_span")
+    cfg = tiny_config(attention_pattern={"type": "sliding_window", "window": 64},
+                      adaptive_span={"max_span": 16, "ramp": 4, "init": 5})  # fmt: skip
+    SparseTransformerForMaskedLM(cfg).save_pretrained(tmp_path / "encoder")
+    out = tmp_path / "adaptive_span"
+    bench.main(["--seq-len", "64", "--heads", "1", "--head-dim", "8", "--spans", "0", "--repeats", "1",
+                "--block-size", "32", "--out", str(out)])  # fmt: skip
+    argv = [
+        "--model",
+        str(tmp_path / "encoder"),
+        "--skip-timing",
+        "--note",
+        "A tiny encoder.",
+        "--out",
+        str(out),
+    ]
+    bench.main(argv)
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["learned_spans"]["spans"] == [[5.0] * 4, [5.0] * 4] and "timing" in result
+    text = out.with_suffix(".md").read_text()
+    assert "| span | reach (keys) |" in text and "A tiny encoder.\n\nModel: " in text
+    assert f"Command: `python scripts/benchmark_adaptive_span.py {shlex.join(argv)}`" in text
+
+
+def test_a_model_that_is_not_a_sparse_transformer_is_refused(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    bench = load_script("benchmark_adaptive_span")
+    BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                         vocab_size=10)).save_pretrained(tmp_path / "bert")  # fmt: skip
+    with pytest.raises(ValueError, match="a 'bert' model, not a SparseTransformer: it has no adaptive span"):
+        bench.main(["--model", str(tmp_path / "bert"), "--skip-timing", "--out", str(tmp_path / "b")])
+
+
+def test_the_committed_spans_are_those_of_the_committed_learned_sparsity_run():
+    """benchmarks/adaptive_span.md plots the adaptive_span model that benchmarks/learned_sparsity.md saved (not an
+    older run's, whose folder is gone)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    spans = json.loads((root / "adaptive_span.json").read_text())["learned_spans"]
+    run = json.loads((root / "learned_sparsity.json").read_text())
+    argv = shlex.split(run["meta"]["command"])
+    save_dir = argv[argv.index("--save-dir") + 1]
+    assert spans["model"] == f"{save_dir}/adaptive_span"
+    (row,) = [r for r in run["rows"] if r["variant"] == "adaptive_span"]
+    per_layer = re.findall(r"L\d+: ([\d/]+)", row["learned_spans"])
+    assert [[int(s) for s in layer.split("/")] for layer in per_layer] == [
+        [round(s) for s in layer] for layer in spans["spans"]
+    ]
+    text = (root / "adaptive_span.md").read_text()
+    assert save_dir in spans["note"] and spans["note"] in text and "learned_sparsity_models/" not in text

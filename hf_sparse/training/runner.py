@@ -321,6 +321,48 @@ def _check_checkpoint_fits(model, checkpoint: str, recipe_args) -> None:
     )
 
 
+def _check_checkpoint_tokenizer(tokenizer, checkpoint: str, recipe_args) -> None:
+    """Before the data is prepared: the tokenizer the task built now maps every token to the id it had in the
+    checkpoint's saved tokenizer. A task that builds its vocabulary from the data (a word-level tokenizer) builds
+    another one when the data or its settings changed since (e.g. ``max_train_documents``): with as many tokens
+    the weights still fit, and every embedding row would silently mean another token. One error naming the
+    differences. Nothing to compare if the checkpoint holds no tokenizer (or the task uses none)."""
+    if tokenizer is None or not hasattr(tokenizer, "get_vocab"):
+        return
+    names = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt")
+    if not any(os.path.isfile(os.path.join(checkpoint, n)) for n in names):
+        return
+    from transformers import AutoTokenizer
+
+    try:
+        before = AutoTokenizer.from_pretrained(checkpoint).get_vocab()
+    except (OSError, ValueError, KeyError) as e:  # e.g. a tokenizer class this environment cannot import
+        logger.warning(
+            "resume: cannot read the tokenizer of %s to compare it with the one built now (%s)", checkpoint, e
+        )
+        return
+    now = tokenizer.get_vocab()
+    if before == now:
+        return
+    moved = sorted((t for t in before if t in now and now[t] != before[t]), key=before.get)
+    what = [f"{len(before)} tokens in the checkpoint, {len(now)} now"]
+    if moved:
+        t = moved[0]
+        what.append(f"{len(moved)} with another id, e.g. {t!r} {before[t]} in the checkpoint, {now[t]} now")
+    gone = sorted((t for t in before if t not in now), key=before.get)
+    if gone:
+        what.append(f"{len(gone)} missing now, e.g. {gone[0]!r}")
+    new = sorted((t for t in now if t not in before), key=now.get)
+    if new:
+        what.append(f"{len(new)} new, e.g. {new[0]!r}")
+    raise RecipeError(
+        f"{recipe_args.source}: cannot resume from {checkpoint}: the tokenizer built now differs from the one it "
+        f"was trained with ({'; '.join(what)}): the data or the tokenizer settings changed since (e.g. "
+        "max_train_documents, vocab_size); resume with the settings it was trained with, or start over with "
+        "--overwrite_output_dir"
+    )
+
+
 def _apply_lora(task, model, recipe_args, training_args):
     """Wrap ``model`` with peft LoRA adapters (only adapters and ``modules_to_save`` train)."""
     from peft import LoraConfig, get_peft_model
@@ -452,7 +494,10 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
         kwargs["base_model"] = start
     if training_args.hub_model_id:
         kwargs["repo_id"] = training_args.hub_model_id
-    kwargs.update(task.card_info(task_args, metrics) or {})
+    info = dict(task.card_info(task_args, metrics) or {})
+    if isinstance(info.get("training_config"), dict):  # the task's settings (block_size, ...) join the run's
+        info["training_config"] = {**kwargs["training_config"], **info["training_config"]}
+    kwargs.update(info)
     if undefined:
         kwargs["extra"] = {
             **(kwargs.get("extra") or {}),
@@ -720,7 +765,8 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         RecipeError: invalid recipe/overrides (also a value the model's config rejects, a
             ``metric_for_best_model`` the first evaluation does not report), an ``output_dir`` that already
             holds checkpoints or a trained model while neither ``resume`` nor ``overwrite_output_dir`` is set,
-            or a checkpoint whose weights do not fit the recipe's model.
+            or a checkpoint whose weights do not fit the recipe's model or whose tokenizer differs from the one
+            the task builds now (a vocabulary built from changed data).
         CheckpointError: the checkpoint to resume from is incomplete or corrupt.
         HubPushError: ``push_to_hub`` failed (everything local was written first).
         TrainingDivergedError: NaN predictions at an evaluation (a :class:`RecipeError`); at the final
@@ -769,6 +815,8 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         raise
     except ValueError as e:
         raise RecipeError(f"{recipe_args.source}: {e}") from e
+    if checkpoint is not None:
+        _check_checkpoint_tokenizer(tokenizer, checkpoint, recipe_args)
     with training_args.main_process_first(desc=f"{task.name} datasets"):
         datasets = dict(task.build_datasets(task_args, tokenizer))
     if datasets.get("train") is None:

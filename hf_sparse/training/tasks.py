@@ -190,7 +190,8 @@ class Task:
         ...). Main process only.
 
         The returned keys are keyword arguments of ``hf_sparse.hub.render_model_card`` and override
-        the runner's defaults (``model_name``, ``metrics``, ``training_config``, ``dataset_name``,
+        the runner's defaults (a ``training_config`` dict is merged into the run's instead: the task's settings,
+        such as ``block_size``, join it) (``model_name``, ``metrics``, ``training_config``, ``dataset_name``,
         ``pattern`` from ``model.config.attention_pattern``, a spec or a per-layer list, ``base_model`` from
         ``args.model_name_or_path`` when that is a Hub id, not a local folder). The card is public: no
         local paths (a data folder's name, not its path).

@@ -45,6 +45,38 @@ def test_task_registered_and_recipes_parse():
             {"model_kwargs": {"num_experts": 4, "num_experts_per_tok": 8}},
             "num_experts_per_tok must be an int in",
         ),
+        # keys the task sets itself: named as such, not "encoder_config() got multiple values"
+        (
+            {"model_kwargs": {"vocab_size": 100}},
+            "model_kwargs: 'vocab_size' is set by the causal-lm task itself \\(the tokenizer's vocabulary size\\)",
+        ),
+        ({"model_kwargs": {"is_decoder": False}}, "model_kwargs: 'is_decoder' is set by the causal-lm task"),
+        ({"model_kwargs": {"eos_token_id": 5}}, "model_kwargs: 'eos_token_id' is set by the causal-lm task"),
+        ({"model_kwargs": {"type_vocab_size": 2}}, "model_kwargs: 'type_vocab_size' is set by the causal-lm"),
+        # the recipe has no max_position_embeddings: the limit is named by the key that sets it
+        (
+            {
+                "block_size": 64,
+                "attention_pattern": {"type": "causal"},
+                "model_kwargs": {"adaptive_span": {"max_span": 128}},
+            },
+            "adaptive_span.max_span=128 is larger than block_size=64$",
+        ),
+        # with a saved model: its size is its own, and a misspelt key is still one
+        (
+            {"model_name_or_path": "saved", "hidden_size": 128},
+            "hidden_size=128 is a setting of a new model, but model_name_or_path='saved' loads a saved one: remove "
+            "hidden_size \\(the saved model keeps its own\\)",
+        ),
+        (
+            {"model_name_or_path": "saved", "attention_backend": "blocked"},
+            "remove attention_backend \\(put attention_backend in model_kwargs to change it on the saved model\\)",
+        ),
+        (
+            {"model_name_or_path": "saved", "model_kwargs": {"expert_capacity_factorr": 1.0}},
+            "'expert_capacity_factorr' is not a SparseTransformerConfig argument \\(did you mean "
+            "'expert_capacity_factor'\\?\\)",
+        ),
     ],
 )
 def test_bad_arguments_rejected(values, match, tmp_path):
@@ -169,6 +201,10 @@ def test_moe_recipe_trains_evaluates_and_saves(shared_data, tmp_path):
     assert config["num_experts"] == 4 and config["is_decoder"] and config["auto_map"]["AutoModelForCausalLM"]
     card = (out / "README.md").read_text()
     assert "Causal language model" in card and "AutoModelForCausalLM" in card
+    # the card describes the model that was trained: its experts, and its density at the trained block length
+    assert "| num_experts | 4 |" in card and "mixture-of-experts feed-forward (4 experts per layer" in card
+    assert "| block_size | 32 |" in card and "at 32 tokens" in card
+    assert "Adaptive attention span" not in card
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     assert hasattr(model.sparse_transformer.encoder.layer[0], "moe")
 
@@ -192,6 +228,10 @@ def test_lora_trains_the_adaptive_spans(shared_data, tmp_path):
     for layer in model.sparse_transformer.encoder.layer:
         span = layer.attention.self.adaptive_span.span.detach()
         assert not torch.allclose(span, torch.full_like(span, 32 / 128)), span  # moved from `init`
+    # a real run's card describes the span (not only a hand-made training_config)
+    card = (out / "README.md").read_text()
+    assert "Adaptive attention span" in card and "| adaptive_span.max_span | 128 |" in card, card
+    assert "at 128 tokens" in card and "experts per layer" not in card
 
 
 def test_lora_on_the_moe_recipe_trains_the_routers_and_adapts_the_experts(shared_data, tmp_path):
@@ -261,3 +301,130 @@ def test_data_errors_are_one_line_naming_the_file(lm_data, tmp_path, capsys, row
     assert (
         last.startswith("error: ") and problem.format(file=validation) in last and "Traceback" not in err
     ), err
+
+
+@pytest.fixture
+def saved_lm(tmp_path):
+    """A tiny saved causal LM with 2 experts and absolute positions for 32 tokens, with its tokenizer."""
+    from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
+    from hf_sparse.tasks.lm.data import train_word_tokenizer
+    from tests.models.tiny import tiny_decoder_config
+
+    tok = train_word_tokenizer(["the model attends to the window"], min_frequency=1)
+    config = tiny_decoder_config({"type": "causal"}, vocab_size=len(tok), max_position_embeddings=32,
+                                 num_experts=2, num_experts_per_tok=1, pad_token_id=tok.pad_token_id)  # fmt: skip
+    folder = tmp_path / "saved"
+    SparseTransformerForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_saved_model_takes_the_model_kwargs_that_keep_its_weights(saved_lm, tmp_path):
+    """model_kwargs of a saved model are applied (the router's coefficients), not silently dropped; the weights
+    are the saved ones."""
+    from safetensors.torch import load_file
+
+    from hf_sparse.tasks.lm.task import CausalLMTask
+
+    kwargs = {"router_aux_loss_coef": 5.0, "expert_capacity_factor": 1.5, "router_jitter_noise": 0.1}
+    args = CausalLMArguments(data_dir=str(tmp_path), model_name_or_path=str(saved_lm), block_size=32,
+                             model_kwargs=kwargs)  # fmt: skip
+    model = CausalLMTask().build_model(args, None)
+    assert {k: getattr(model.config, k) for k in kwargs} == kwargs
+    saved = load_file(saved_lm / "model.safetensors")
+    assert all(torch.equal(t, saved[k]) for k, t in model.state_dict().items() if k in saved)
+
+
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        (
+            {"model_kwargs": {"num_experts": 4}},
+            "model_kwargs: num_experts=4 would change the weights of the saved model .* \\(num_experts=2 there\\)",
+        ),
+        ({"model_kwargs": {"hidden_size": 64}}, "model_kwargs: hidden_size=64 would change the weights"),
+        (
+            {"model_kwargs": {"adaptive_span": {"max_span": 16}}},
+            "model_kwargs: adaptive_span=.* would change",
+        ),
+        # absolute positions for 32 tokens: a 128-token block would fail at the first training step
+        (
+            {"block_size": 128},
+            "block_size=128 is longer than the saved model .* can read: its absolute positions stop at 32 tokens "
+            "\\(max_position_embeddings=32\\); lower block_size to at most 32",
+        ),
+    ],
+)
+def test_saved_model_keeps_its_size(saved_lm, tmp_path, values, match):
+    from hf_sparse.tasks.lm.task import CausalLMTask
+
+    args = CausalLMArguments(
+        data_dir=str(tmp_path), model_name_or_path=str(saved_lm), **{"block_size": 32, **values}
+    )
+    with pytest.raises(ValueError, match=match):
+        CausalLMTask().build_model(args, None)
+
+
+def test_block_size_longer_than_a_saved_model_is_a_recipe_error_before_the_data(
+    saved_lm, lm_data, tmp_path, capsys
+):
+    """The README's one error line (exit 2), not a traceback at the first training step."""
+    from tests.training.helpers import load_finetune_module
+
+    (lm_data / "validation.jsonl").write_text((lm_data / "train.jsonl").read_text())
+    recipe = {"task": "causal-lm", "data_dir": str(lm_data), "model_name_or_path": str(saved_lm),
+              "output_dir": str(tmp_path / "out"), "block_size": 64, "max_steps": 1, "report_to": "none"}  # fmt: skip
+    path = tmp_path / "r.yaml"
+    path.write_text(json.dumps(recipe))
+    capsys.readouterr()
+    assert load_finetune_module().main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "error: " in err and "block_size=64 is longer than the saved model" in err and "Traceback" not in err
+    )
+    assert "tokenizing" not in err  # before the data is prepared
+
+
+def test_gzipped_splits_pass_the_argument_check(tmp_path):
+    """The data is read by jsonl_files (.jsonl or .jsonl.gz): the check before it accepts the same folders."""
+    import gzip
+
+    from hf_sparse.tasks.lm.task import CausalLMTask
+
+    for split in ("train", "validation"):
+        with gzip.open(tmp_path / f"{split}.jsonl.gz", "wt") as f:
+            f.write(json.dumps({"document": "the model attends"}) + "\n")
+    task = CausalLMTask()
+    task.check_arguments(CausalLMArguments(data_dir=str(tmp_path)))
+    (tmp_path / "validation.jsonl.gz").unlink()
+    with pytest.raises(FileNotFoundError, match="has no validation.jsonl"):
+        task.check_arguments(CausalLMArguments(data_dir=str(tmp_path)))
+
+
+def test_resume_with_other_documents_refuses_the_rebuilt_vocabulary(tmp_path, capsys):
+    """The word vocabulary is built from the training documents: resumed with more of them, the same words get
+    other ids (as many words: the checkpoint's weights fit). One error line, not a run that silently trains every
+    embedding row on another word."""
+    from tests.training.helpers import load_finetune_module
+
+    data = tmp_path / "data"
+    data.mkdir()
+    docs = ["alpha alpha beta"] * 20 + ["beta beta beta"] * 20  # alpha first in 20 documents, beta in 40
+    for split in ("train", "validation"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps({"document": d}) + "\n" for d in docs))
+    overrides = [f"data_dir={data}", f"output_dir={tmp_path / 'out'}", "vocab_min_frequency=1", "max_steps=1",
+                 "save_strategy=steps", "save_steps=1", "block_size=8", "attention_window=8", "model_card=false"]  # fmt: skip
+    overrides += [f"{k}={v}" for k, v in SMALL.items() if k in ("hidden_size", "num_hidden_layers",
+                  "num_attention_heads", "intermediate_size", "report_to", "disable_tqdm", "plots")]  # fmt: skip
+    finetune = load_finetune_module()
+    recipe = os.path.join(RECIPES, "dense.yaml")
+    assert finetune.main([recipe, "--override", *overrides, "max_train_documents=20"]) == 0
+    capsys.readouterr()
+    assert finetune.main([recipe, "--resume", "--override", *overrides, "max_train_documents=40"]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert (
+        "the tokenizer built now differs from the one it was trained with (6 tokens in the checkpoint, 6 now; "
+        "2 with another id, e.g. '▁alpha' 4 in the checkpoint, 5 now)"
+    ) in last, last
+    assert "Traceback" not in err

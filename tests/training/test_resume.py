@@ -143,3 +143,28 @@ def test_the_first_logged_loss_after_a_resume_covers_the_whole_logging_interval(
     assert [s for s, _ in logged_b] == [s for s, _ in logged_a] == [4, 8]
     assert [v for _, v in logged_b] == pytest.approx([v for _, v in logged_a], rel=1e-5)
     assert train_b == pytest.approx(train_a, rel=1e-5)
+
+
+def test_a_checkpoint_whose_tokenizer_maps_tokens_to_other_ids_is_not_resumed(tmp_path, capsys):
+    """A task that builds its vocabulary from the data builds another one when the data changed: as many tokens
+    (the weights fit), other ids. Resuming would silently train every embedding row on another token: one error
+    line naming the difference, before the data is prepared."""
+    out = tmp_path / "out"
+    values = dict(max_steps=1, save_strategy="steps", save_steps=1, eval_strategy="no", num_train=32,
+                  num_validation=16, num_test=0, plots=False)  # fmt: skip
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(out, **values))
+    assert load_finetune_module().main([str(recipe)]) == 0
+    path = out / "checkpoint-1" / "tokenizer.json"  # as if built from other data: t0 and t1 swapped
+    saved = json.loads(path.read_text())
+    vocab = saved["model"]["vocab"]
+    vocab["t0"], vocab["t1"] = vocab["t1"], vocab["t0"]
+    path.write_text(json.dumps(saved))
+    capsys.readouterr()
+    assert load_finetune_module().main([str(recipe), "--resume"]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "Traceback" not in err, err
+    assert (
+        f"cannot resume from {out / 'checkpoint-1'}: the tokenizer built now differs from the one it was trained "
+        "with (16 tokens in the checkpoint, 16 now; 2 with another id, e.g. 't1' 4 in the checkpoint, 5 now)"
+    ) in last, last

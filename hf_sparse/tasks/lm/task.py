@@ -6,9 +6,12 @@ Data: ``data_dir`` holds ``train.jsonl``, ``validation.jsonl`` and (optionally) 
 or ``.../qmsum`` (meeting transcripts). A word-level tokenizer is trained on the training documents; every
 split is tokenized, concatenated and cut into ``block_size``-token blocks. Extra model settings (the
 mixture-of-experts feed-forward, other attention options) go in ``model_kwargs``, passed to
-:class:`~hf_sparse.SparseTransformerConfig` as they are. Metrics: the loss (cross-entropy per token, plus
-the router's auxiliary losses when the model has experts) and the perplexity of the language-model part
-(``eval_perplexity`` = exp of the token cross-entropy).
+:class:`~hf_sparse.SparseTransformerConfig` as they are. A saved model (``model_name_or_path``) keeps its size
+and its tokenizer: the size keys must stay unset, and ``model_kwargs`` may change only settings that leave its
+weights as they are (the router's loss coefficients, its capacity and jitter, the adaptive span's ``loss_coef``,
+the attention kernel). Metrics: the loss (cross-entropy per token, plus the router's auxiliary losses when the
+model has experts) and the perplexity of the language-model part (``eval_perplexity`` = exp of the token
+cross-entropy).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from ...training import Task, path_field
@@ -27,6 +30,30 @@ from ..arguments import BackboneArguments
 from .data import lm_blocks, load_documents, train_word_tokenizer
 
 SPLITS = ("train", "validation", "test")
+
+#: config keys the task sets itself (not ``model_kwargs``): what sets each
+TASK_SET_KEYS = {
+    "vocab_size": "the tokenizer's vocabulary size",
+    "pad_token_id": "the tokenizer's <pad>",
+    "bos_token_id": "the tokenizer's <s>",
+    "eos_token_id": "the tokenizer's </s>",
+    "is_decoder": "always true: a causal LM",
+    "type_vocab_size": "0: no token types",
+}
+#: the backbone keys of a new model; a saved model keeps its own (the value: its config key, where model_kwargs
+#: may change it on a saved model)
+NEW_MODEL_KEYS = {
+    "hidden_size": None,
+    "num_hidden_layers": None,
+    "num_attention_heads": None,
+    "intermediate_size": None,
+    "attention_window": None,
+    "position_embedding_type": None,
+    "attention_pattern": "attention_pattern",
+    "attention_backend": "attention_backend",
+    "hidden_dropout_prob": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+}
 
 
 @dataclass
@@ -43,12 +70,16 @@ class CausalLMArguments(BackboneArguments):
     block_size: int = field(default=256, metadata={"help": "Tokens per training example (the context)."})
     backbone: str = field(default="sparse_transformer", metadata={"help": "Only 'sparse_transformer'."})
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "None: a new model from the size keys; else a saved causal-lm model."}
+        default=None,
+        metadata={
+            "help": "None: a new model from the size keys; else a saved causal-lm model (size keys unset)."
+        },
     )
     model_kwargs: dict | None = field(
         default=None,
         metadata={"help": "Extra SparseTransformerConfig keys of a new model, e.g. {num_experts: 4, "
-                  "num_experts_per_tok: 1} for a mixture-of-experts feed-forward."},
+                  "num_experts_per_tok: 1} for a mixture-of-experts feed-forward; of a saved model, settings "
+                  "that leave its weights as they are, e.g. {router_aux_loss_coef: 0.02}."},
     )  # fmt: skip
     vocab_min_frequency: int = field(default=3, metadata={"help": "Built tokenizer: minimum word count."})
     vocab_size: int | None = field(default=8000, metadata={"help": "Built tokenizer: vocabulary cap."})
@@ -74,13 +105,34 @@ class CausalLMArguments(BackboneArguments):
             check_positive_int(name, getattr(self, name), allow_none=True)
         if self.model_kwargs is not None and not isinstance(self.model_kwargs, dict):
             raise TypeError(f"model_kwargs must be a dict of config keys, got {self.model_kwargs!r}")
-        if self.model_kwargs and not self.model_name_or_path:
+        if self.model_kwargs:
             known = _config_keys()
             for key in self.model_kwargs:
+                if key in TASK_SET_KEYS:
+                    raise ValueError(
+                        f"model_kwargs: {key!r} is set by the causal-lm task itself ({TASK_SET_KEYS[key]}); "
+                        "remove it"
+                    )
                 if key not in known:
                     close = difflib.get_close_matches(str(key), known, n=1)
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
                     raise ValueError(f"model_kwargs: {key!r} is not a SparseTransformerConfig argument{hint}")
+        if self.model_name_or_path:
+            defaults = {f.name: f.default for f in fields(BackboneArguments)}
+            for name, config_key in NEW_MODEL_KEYS.items():
+                value = getattr(self, name)
+                if value == defaults[name]:
+                    continue
+                instead = (
+                    f"put {config_key} in model_kwargs to change it on the saved model"
+                    if config_key
+                    else "the saved model keeps its own"
+                )
+                raise ValueError(
+                    f"{name}={value!r} is a setting of a new model, but model_name_or_path="
+                    f"{self.model_name_or_path!r} loads a saved one: remove {name} ({instead})"
+                )
+        elif self.model_kwargs:
             # the config's own checks (e.g. num_experts_per_tok <= num_experts) now, not when the model is built
             self._config(vocab_size=8, pad_token_id=0)
 
@@ -92,7 +144,14 @@ class CausalLMArguments(BackboneArguments):
             bos_token_id=bos_token_id, eos_token_id=eos_token_id, **(self.model_kwargs or {}),
         )  # fmt: skip
         spec.pop("model_type")
-        return SparseTransformerConfig(**spec)
+        try:
+            return SparseTransformerConfig(**spec)
+        except ValueError as e:
+            if "max_position_embeddings" in (self.model_kwargs or {}):
+                raise
+            # the recipe has no max_position_embeddings: it is block_size
+            limit = f"max_position_embeddings={self.block_size}"
+            raise ValueError(str(e).replace(limit, f"block_size={self.block_size}")) from e
 
     def default_pattern(self) -> dict:
         """A causal sliding window of ``attention_window`` keys (self included)."""
@@ -131,9 +190,13 @@ class CausalLMTask(Task):
     def __init__(self):
         self._rows = None
         self._files = None
+        self._model_config = None  # the built model's, for the card
 
     def check_arguments(self, args):
-        require_path("data_dir", args.data_dir, kind="folder", contains=("train.jsonl", "validation.jsonl"))
+        from ...data.loading import jsonl_files
+
+        require_path("data_dir", args.data_dir, kind="folder")
+        jsonl_files(args.data_dir, SPLITS)  # train and validation, .jsonl or .jsonl.gz
         require_model("model_name_or_path", args.model_name_or_path)
 
     def documents(self, args) -> dict:
@@ -172,8 +235,12 @@ class CausalLMTask(Task):
         from ...models.sparse_transformer import SparseTransformerForCausalLM
 
         if args.model_name_or_path:
-            return SparseTransformerForCausalLM.from_pretrained(args.model_name_or_path)
-        return SparseTransformerForCausalLM(args.model_config(tokenizer))
+            config = _saved_model_config(args)
+            model = SparseTransformerForCausalLM.from_pretrained(args.model_name_or_path, config=config)
+        else:
+            model = SparseTransformerForCausalLM(args.model_config(tokenizer))
+        self._model_config = model.config
+        return model
 
     def build_datasets(self, args, tokenizer):
         out = {}
@@ -203,7 +270,68 @@ class CausalLMTask(Task):
         return {
             "dataset_name": f"{name} (field {args.text_field!r})",  # the folder's name: no path in a card
             "dataset_split": "validation and test",
+            "training_config": _card_settings(args.block_size, self._model_config),
         }
+
+
+def _card_settings(block_size: int, config=None) -> dict:
+    """The card's training rows of a causal-lm run: ``block_size`` (the context the model was trained on, and
+    the length the card's density is computed at) and, from the model's ``config``, its adaptive span and its
+    experts (the causal-lm card template describes each where present)."""
+    settings = {"block_size": block_size}
+    if config is not None and getattr(config, "adaptive_span", None):
+        settings["adaptive_span"] = dict(config.adaptive_span)
+    if config is not None and getattr(config, "num_experts", 0):
+        for key in ("num_experts", "num_experts_per_tok", "router_aux_loss_coef", "router_z_loss_coef"):
+            settings[key] = getattr(config, key)
+    return settings
+
+
+def _saved_model_config(args):
+    """The config of the saved model ``args.model_name_or_path`` with ``args.model_kwargs`` applied (keys given
+    in ``adaptive_span`` replace the saved ones). ``ValueError`` naming the key if a value changes the model's
+    weights (their shapes or set: size, experts, positions, an adaptive span added) or if ``block_size`` is longer
+    than its absolute-position table."""
+    from ...models import SparseTransformerConfig
+
+    path = args.model_name_or_path
+    saved = SparseTransformerConfig.from_pretrained(path)
+    kwargs = dict(args.model_kwargs or {})
+    if isinstance(kwargs.get("adaptive_span"), dict) and saved.adaptive_span:
+        kwargs["adaptive_span"] = {**saved.adaptive_span, **kwargs["adaptive_span"]}
+    config = SparseTransformerConfig.from_dict({**saved.to_dict(), **kwargs})
+    if kwargs:
+        weights = _weight_shapes(saved)
+        for key, value in kwargs.items():
+            one = SparseTransformerConfig.from_dict({**saved.to_dict(), key: value})
+            if _weight_shapes(one) != weights:
+                raise ValueError(
+                    f"model_kwargs: {key}={args.model_kwargs[key]!r} would change the weights of the saved model "
+                    f"{path} ({key}={getattr(saved, key, None)!r} there); a saved model keeps its size: remove "
+                    f"{key}, or train a new model (no model_name_or_path)"
+                )
+    if config.position_embedding_type == "absolute":
+        offset = config.pad_token_id + 1 if config.position_ids_style == "roberta" else 0
+        limit = config.max_position_embeddings - offset
+        if args.block_size > limit:
+            raise ValueError(
+                f"block_size={args.block_size} is longer than the saved model {path} can read: its absolute "
+                f"positions stop at {limit} tokens (max_position_embeddings={config.max_position_embeddings}); "
+                f"lower block_size to at most {limit}"
+            )
+    return config
+
+
+def _weight_shapes(config) -> dict[str, tuple]:
+    """``{name: shape}`` of the weights of a SparseTransformerForCausalLM of ``config`` (built on the meta
+    device: no memory, no initialisation)."""
+    import torch
+
+    from ...models.sparse_transformer import SparseTransformerForCausalLM
+
+    with torch.device("meta"):
+        model = SparseTransformerForCausalLM(config)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
 def lm_metrics(model, dataset, trainer, prefix: str) -> dict[str, float]:
