@@ -6,8 +6,8 @@
   "convert_model_to_long").
 * :func:`from_longformer` loads a ``LongformerModel`` checkpoint (its per-layer windows and its
   separate global query/key/value projections) into SparseTransformer, so Longformer users get the
-  hf-sparse kernels with the same outputs (question answering and multiple choice: given the
-  ``global_attention_mask`` that Longformer's heads build from ``sep_token_id`` when none is passed).
+  hf-sparse kernels with the same outputs (its heads' global tokens too, when no ``global_attention_mask`` is
+  passed).
 
 Both accept a model instance or anything ``from_pretrained`` accepts (a folder or a Hub id, e.g.
 ``from_longformer("allenai/longformer-base-4096", head="masked_lm")``), with ``from_pretrained``'s loading
@@ -96,11 +96,8 @@ _SHAPES = (
     "intermediate_size",
     "type_vocab_size",
 )
-# Longformer heads that pick global tokens themselves when no global_attention_mask is given: which ones
-_LONGFORMER_GLOBALS = {
-    "question_answering": "the question tokens, before the first sep_token_id",
-    "multiple_choice": "the tokens after the first sep_token_id and the next token (the choice's)",
-}
+# Longformer heads that pick global tokens around the first sep_token_id (no global_attention_mask given)
+_LONGFORMER_SEP_GLOBALS = {"question_answering": "before", "multiple_choice": "after"}
 
 
 def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
@@ -411,9 +408,9 @@ def from_longformer(
     (``global_projections=True``): hidden states match ``LongformerModel`` with and without global
     tokens. Pass the same ``global_attention_mask`` you would give Longformer. Without one, the
     sequence-classification head makes the first token global, as Longformer's does
-    (``global_first_token=True``); Longformer's question-answering and multiple-choice heads pick global
-    tokens from ``sep_token_id`` positions, which the converted heads do not: give them that
-    ``global_attention_mask`` (a warning says so).
+    (``global_first_token=True``), and the question-answering and multiple-choice heads make the tokens
+    before / after each row's first ``sep_token_id`` global, as Longformer's do (``global_tokens_from_sep``
+    ``"before"`` / ``"after"``; they need ``input_ids``: with ``inputs_embeds``, pass the mask).
 
     ``max_position_embeddings`` tiles the position embeddings to a longer table, as in :func:`from_bert`
     (counting the ``pad_token_id + 1`` offset rows); ``**config_overrides`` are as in :func:`from_bert`.
@@ -432,15 +429,12 @@ def from_longformer(
             else Longformer(window=int(windows[0]))
         )
     head = _head_of(source, head)
-    if head in _LONGFORMER_GLOBALS:
-        logger.warning(
-            f"Longformer's {head} head makes {_LONGFORMER_GLOBALS[head]} global when no global_attention_mask is "
-            "given; the converted model does not: pass that global_attention_mask for Longformer's outputs"
-        )
-    # Longformer's sequence-classification head makes [CLS] global by itself; its token-classification head does not
+    # Longformer's sequence-classification head makes [CLS] global by itself, its question-answering and
+    # multiple-choice heads the tokens around the first sep_token_id; its token-classification head none
     overrides = {
         "global_projections": True,
         "global_first_token": head == "sequence_classification",
+        "global_tokens_from_sep": _LONGFORMER_SEP_GLOBALS.get(head),
         **config_overrides,
     }
     return _convert(

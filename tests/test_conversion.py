@@ -354,13 +354,43 @@ def test_longformer_sequence_classification_makes_cls_global_without_a_mask():
     assert not token.config.global_first_token
 
 
-@pytest.mark.parametrize("head", ["question_answering", "multiple_choice"])
-def test_longformer_heads_that_pick_globals_from_sep_tokens_are_reported(head, caplog):
-    src = LongformerForMaskedLM(_longformer())
-    with caplog.at_level("WARNING", logger="hf_sparse.conversion"):
-        model = from_longformer(src, head=head)
-    assert any(f"Longformer's {head} head makes" in r.getMessage() for r in caplog.records)
-    assert model.config.sep_token_id == 2 and not model.config.global_first_token
+def _question_and_context(cfg, B=2, n=33):
+    """``<s> question </s></s> context </s>`` rows (the three separators Longformer's heads ask for), the
+    question of another length in each row, the second row padded."""
+    ids, am = _ids(cfg, B=B, n=n, pad=cfg.pad_token_id)
+    for row, (q, end) in enumerate([(6, n - 1), (11, n - 8)][:B]):
+        ids[row, 0] = cfg.bos_token_id
+        ids[row, [q, q + 1, end]] = cfg.sep_token_id
+    return ids, am
+
+
+@pytest.mark.parametrize("head, side", [("question_answering", "before"), ("multiple_choice", "after")])
+def test_longformer_heads_pick_global_tokens_from_sep_tokens_as_longformer_does(head, side):
+    """Without a global_attention_mask, LongformerForQuestionAnswering makes the question (before the first
+    </s>) global and LongformerForMultipleChoice the tokens after the first </s></s>; the converted heads too."""
+    torch.manual_seed(0)
+    cls = {
+        "question_answering": "LongformerForQuestionAnswering",
+        "multiple_choice": "LongformerForMultipleChoice",
+    }
+    src = getattr(transformers, cls[head])(_longformer(initializer_range=0.3)).eval()
+    model = from_longformer(src).eval()
+    ids, am = _question_and_context(src.config)
+    if head == "multiple_choice":  # (batch, choices, seq)
+        ids, am = torch.stack([ids, ids.roll(1, 0)], 1), torch.stack([am, am.roll(1, 0)], 1)
+    keep = am.bool()
+    with torch.no_grad():
+        want, got = src(input_ids=ids, attention_mask=am), model(input_ids=ids, attention_mask=am)
+        no_globals = model(input_ids=ids, attention_mask=am, global_attention_mask=torch.zeros_like(ids))
+    fields = ("start_logits", "end_logits") if head == "question_answering" else ("logits",)
+    for field in fields:
+        w, g = getattr(want, field), getattr(got, field)
+        if head == "question_answering":
+            w, g = w[keep], g[keep]  # padding queries differ, as for every head (documented)
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+    # an explicit mask still wins (all zeros: no global tokens)
+    assert not torch.allclose(getattr(no_globals, fields[0]), getattr(got, fields[0]), atol=1e-3)
+    assert model.config.global_tokens_from_sep == side and not model.config.global_first_token
 
 
 @pytest.mark.parametrize(

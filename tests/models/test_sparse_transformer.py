@@ -106,6 +106,15 @@ def test_autoconfig_round_trip_keeps_per_layer_patterns(tmp_path):
             {"attention_pattern": P.PerHead([P.Causal()] * 3)},
             "PerHead has 3 patterns but num_attention_heads is 4",
         ),
+        (
+            {"global_tokens_from_sep": "question", "sep_token_id": 1},
+            r"global_tokens_from_sep must be one of \('before', 'after'\) or None, got 'question'",
+        ),
+        ({"global_tokens_from_sep": "before"}, "sep_token_id, which must be an int, got sep_token_id=None"),
+        (
+            {"global_tokens_from_sep": "after", "sep_token_id": 1, "adaptive_span": {"max_span": 8}},
+            "adaptive_span has no global tokens: it cannot be combined with global_tokens_from_sep='after'",
+        ),
     ],
 )
 def test_bad_configs_name_the_field(overrides, words):
@@ -139,6 +148,47 @@ def test_global_tokens_change_the_outputs_and_first_token_default():
         none = model(**inputs, global_attention_mask=torch.zeros_like(g)).logits
     assert torch.equal(default, explicit)  # first token is global by default (documented)
     assert not torch.allclose(default, none)
+
+
+@pytest.mark.parametrize(
+    "head, side",
+    [("question_answering", "before"), ("multiple_choice", "after"), ("sequence_classification", "after")],
+)
+def test_global_tokens_from_sep_mark_the_tokens_around_the_first_sep(head, side, tmp_path):
+    """Without a global_attention_mask, ``global_tokens_from_sep`` makes positions i < s ("before") or i > s + 1
+    ("after") global, s each row's first sep_token_id; it survives save/load, needs input_ids and a sep per row."""
+    cfg = tiny_config(
+        attention_pattern=P.SlidingWindow(window=4), sep_token_id=1, global_tokens_from_sep=side
+    )
+    cfg.save_pretrained(tmp_path)
+    assert AutoConfig.from_pretrained(tmp_path).global_tokens_from_sep == side
+    model = HEADS[head].from_config(cfg).eval()
+    inputs = _inputs(head, cfg, n=30)
+    ids = inputs["input_ids"].view(-1, 30)  # (rows, seq), a view: the seps land in the inputs
+    firsts = [5 + 3 * r for r in range(ids.shape[0])]
+    for r, s in enumerate(firsts):
+        ids[r, [s, s + 1, s + 9]] = 1  # several seps per row: the first counts
+    pos = torch.arange(30)
+    g = torch.stack([pos < s if side == "before" else pos > s + 1 for s in firsts]).long()
+    first = torch.zeros_like(g)
+    first[:, 0] = 1
+    with torch.no_grad():
+        default = _outputs(model(**inputs))
+        explicit = _outputs(model(**inputs, global_attention_mask=g.view_as(inputs["input_ids"])))
+        first_token = _outputs(model(**inputs, global_attention_mask=first.view_as(inputs["input_ids"])))
+    for a, b in zip(default, explicit):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.allclose(default[0], first_token[0])  # not the first-token rule
+    with pytest.raises(
+        ValueError, match=f"global_tokens_from_sep='{side}' finds sep_token_id=1 in input_ids"
+    ):
+        model(inputs_embeds=torch.randn(*inputs["input_ids"].shape, 32))
+    ids[1] = 7  # a row without a sep
+    with pytest.raises(ValueError, match=r"input_ids rows \[1\] have none"):
+        model(**inputs)
+    model.config.sep_token_id = None  # set after the config was built: checked when a model is built
+    with pytest.raises(ValueError, match="sep_token_id, which must be an int"):
+        HEADS[head].from_config(model.config)
 
 
 def test_output_attentions_and_hidden_states():

@@ -15,6 +15,8 @@ from ...patterns.per_head import PerHead
 
 POSITION_TYPES = ("absolute", "rotary")
 POSITION_STYLES = ("bert", "roberta")
+#: global_tokens_from_sep values: the tokens before each row's first sep_token_id, or after it and the next
+SEP_GLOBAL_SIDES = ("before", "after")
 _DEFAULT_PATTERN = "default"  # attention_pattern not given (None is an error: a config.json with null)
 #: adaptive_span keys and their defaults (max_span has none)
 ADAPTIVE_SPAN_DEFAULTS = {"ramp": 32, "init": 0.0, "loss_coef": 2e-6}
@@ -98,6 +100,15 @@ class SparseTransformerConfig(PretrainedConfig):
             Classification, multiple-choice and question-answering heads make the first token global
             when the caller passes no `global_attention_mask` (the Longformer convention for [CLS]);
             the base, masked-LM, causal-LM and token-classification models never add globals.
+        global_tokens_from_sep (`str`, *optional*):
+            Those heads' global tokens, when the caller passes no `global_attention_mask`, taken from each
+            row's first `sep_token_id` at position `s` instead of the first token (Longformer's rules;
+            `hf_sparse.conversion.from_longformer` sets it): `"before"` makes positions `i < s` global (the
+            question: `LongformerForQuestionAnswering`), `"after"` positions `i > s + 1` (past the `</s></s>`
+            pair: `LongformerForMultipleChoice`). Needs `sep_token_id`, and `input_ids` at run time (with
+            `inputs_embeds` only, pass a `global_attention_mask`); a row without `sep_token_id` is a
+            `ValueError` (Longformer asks for exactly three per row, `<s> q </s></s> c </s>`; here one is
+            enough). `None` (the default): `global_first_token` decides.
         max_attention_weights_length (`int`, *optional*, defaults to 4096):
             `output_attentions=True` materialises dense (batch, heads, n, n) weights; longer inputs raise.
         adaptive_span (`dict`, *optional*):
@@ -108,8 +119,9 @@ class SparseTransformerConfig(PretrainedConfig):
             `loss_coef` (float, default 2e-6: the training loss gets `loss_coef` times the sum over
             layers of the mean span). Each layer's pattern must be `Causal()` or a `SlidingWindow`
             (the span works inside it); no global tokens (`global_first_token` has no effect, a
-            `global_attention_mask` raises), no `global_projections`. A layer option rather than a
-            pattern because the span is a trained parameter of the layer, not a stateless rule.
+            `global_attention_mask` raises), no `global_projections` or `global_tokens_from_sep`. A layer
+            option rather than a pattern because the span is a trained parameter of the layer, not a
+            stateless rule.
         use_cache (`bool`, *optional*, defaults to `True`):
             Decoders return a `SparsePatternCache` for incremental decoding.
         tie_word_embeddings (`bool`, *optional*, defaults to `True`):
@@ -188,6 +200,7 @@ class SparseTransformerConfig(PretrainedConfig):
         attention_block_size: int | None = None,
         global_projections: bool = False,
         global_first_token: bool = True,
+        global_tokens_from_sep: str | None = None,
         max_attention_weights_length: int = 4096,
         classifier_dropout: float | None = None,
         adaptive_span: dict | None = None,
@@ -220,6 +233,7 @@ class SparseTransformerConfig(PretrainedConfig):
         self.attention_block_size = attention_block_size
         self.global_projections = global_projections
         self.global_first_token = global_first_token
+        self.global_tokens_from_sep = global_tokens_from_sep
         self.max_attention_weights_length = max_attention_weights_length
         self.classifier_dropout = classifier_dropout
         self.adaptive_span = _adaptive_span_spec(adaptive_span)
@@ -386,8 +400,24 @@ class SparseTransformerConfig(PretrainedConfig):
             self._check_span_pattern(pattern, where)
             if not isinstance(specs, list):
                 break
+        self._check_sep_globals()
         self._check_adaptive_span()
         self._check_moe()
+
+    def _check_sep_globals(self):
+        side = self.global_tokens_from_sep
+        if side is None:
+            return
+        if side not in SEP_GLOBAL_SIDES:
+            raise ValueError(
+                f"global_tokens_from_sep must be one of {SEP_GLOBAL_SIDES} or None, got {side!r}"
+            )
+        sep = getattr(self, "sep_token_id", None)
+        if isinstance(sep, bool) or not isinstance(sep, int):
+            raise ValueError(
+                f"global_tokens_from_sep={side!r} picks global tokens around sep_token_id, which must be an int, "
+                f"got sep_token_id={sep!r}"
+            )
 
     def _check_adaptive_span(self):
         self.adaptive_span = a = _adaptive_span_spec(self.adaptive_span)
@@ -401,6 +431,11 @@ class SparseTransformerConfig(PretrainedConfig):
         if self.global_projections:
             raise ValueError(
                 "adaptive_span has no global tokens: it cannot be combined with global_projections=True"
+            )
+        if self.global_tokens_from_sep is not None:
+            raise ValueError(
+                "adaptive_span has no global tokens: it cannot be combined with "
+                f"global_tokens_from_sep={self.global_tokens_from_sep!r}"
             )
 
     def _check_span_pattern(self, pattern: Pattern, where: str):

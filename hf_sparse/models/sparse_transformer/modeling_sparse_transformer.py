@@ -860,17 +860,42 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         return _return(return_dict, res, self.config)
 
 
+def sep_token_globals(input_ids, sep_token_id: int, side: str):
+    """``(batch, seq)`` long, Longformer's global tokens around each row's first ``sep_token_id``, at position
+    ``s``: ``side="before"`` marks positions ``i < s`` (``LongformerForQuestionAnswering``: the question),
+    ``"after"`` positions ``i > s + 1`` (``LongformerForMultipleChoice``: past the ``</s></s>`` pair). A row
+    without ``sep_token_id`` is a ``ValueError``."""
+    is_sep = input_ids == sep_token_id  # (B, n)
+    if not torch.compiler.is_compiling() and not bool(is_sep.any(-1).all()):
+        rows = (~is_sep.any(-1)).nonzero().flatten().tolist()
+        raise ValueError(
+            f"global_tokens_from_sep={side!r} makes global the tokens {side} each row's first sep_token_id="
+            f"{sep_token_id}, but input_ids rows {rows} have none (multiple choice: rows of the flattened "
+            "(batch * num_choices, seq) input); pass a global_attention_mask"
+        )
+    s = is_sep.int().argmax(-1, keepdim=True)  # (B, 1): the first sep of each row
+    pos = torch.arange(input_ids.shape[-1], device=input_ids.device)  # (n,)
+    return (pos < s if side == "before" else pos > s + 1).long()  # (B, n)
+
+
 class _FirstTokenGlobalMixin:
-    """Heads that read the first token make it global unless the caller gives global tokens."""
+    """Heads that read the first token make it global unless the caller gives global tokens; with
+    ``config.global_tokens_from_sep``, the tokens before or after each row's first ``sep_token_id`` instead."""
 
     def _globals(self, global_attention_mask, input_ids, inputs_embeds):
-        if (
-            global_attention_mask is None
-            and self.config.global_first_token
-            and self.config.adaptive_span is None
-        ):
-            return first_token_global(input_ids, inputs_embeds)
-        return global_attention_mask
+        cfg = self.config
+        if global_attention_mask is not None or cfg.adaptive_span is not None:
+            return global_attention_mask
+        side = cfg.global_tokens_from_sep
+        if side is None:
+            return first_token_global(input_ids, inputs_embeds) if cfg.global_first_token else None
+        if input_ids is None:
+            raise ValueError(
+                f"global_tokens_from_sep={side!r} finds sep_token_id={cfg.sep_token_id} in input_ids, but only "
+                "inputs_embeds were given: pass a global_attention_mask (zeros for no global tokens) or set "
+                "config.global_tokens_from_sep=None"
+            )
+        return sep_token_globals(input_ids, cfg.sep_token_id, side)
 
 
 class SparseTransformerForSequenceClassification(_FirstTokenGlobalMixin, SparseTransformerPreTrainedModel):
