@@ -903,7 +903,13 @@ def _wrap_set_attn(original):
             # decides; else the wrapped PreTrainedModel one runs check_model. transformers' set_attn_implementation
             # only warns for models that ignore attn_implementation, and checks nothing when it is unchanged
             self.get_correct_attn_implementation(requested)
-        return original(self, attn_implementation, *args, **kwargs)
+        out = original(self, attn_implementation, *args, **kwargs)
+        # transformers < 5.11 marks each sub-model's config it switched (`_attn_was_changed`) and unmarks only those
+        # of declared sub_configs: a task model's backbone stayed marked, so a second switch skipped it
+        for module in self.modules():
+            if isinstance(module, PreTrainedModel):
+                module.config.__dict__.pop("_attn_was_changed", None)
+        return out
 
     set_attn_implementation._hf_sparse_wrapped = True
     return set_attn_implementation
