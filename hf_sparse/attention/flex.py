@@ -200,16 +200,9 @@ def flex_tile(pattern, device, grad: bool) -> int | None:
 
 
 def cuda_layout(pattern, q_len: int, kv_len: int, block: int, tile: int = CUDA_BLOCK):
-    """The pattern's block layout over ``tile``-wide tiles (or ``block``, if larger): directly where the
-    pattern's geometry allows that block, else the layout at ``block`` coarsened."""
-    if block >= tile:
-        return pattern.block_layout(q_len, block=block, kv_len=kv_len)
-    try:
-        return pattern.block_layout(q_len, block=tile, kv_len=kv_len)
-    except ValueError:  # a geometry (e.g. blocks of 48) that the tile is no multiple of
-        if tile % block:
-            raise
-        return coarsen(pattern.block_layout(q_len, block=block, kv_len=kv_len), tile // block)
+    """The pattern's block layout over ``tile``-wide tiles (or ``block``, if larger): any tile is exact, those that
+    straddle the pattern's own blocks (e.g. blocks of 48) being partial."""
+    return pattern.block_layout(q_len, block=max(block, tile), kv_len=kv_len)
 
 
 def coarsen(layout, factor: int):

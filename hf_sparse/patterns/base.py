@@ -198,42 +198,46 @@ def segment_layout(
     return BlockLayout(c, nqb, nkb, kv_index, full)
 
 
-def pattern_block_layout(rows: torch.Tensor, pblock: int, q_len: int, kv_len: int, block: int) -> BlockLayout:
-    """Layout at kernel block ``block`` from a layout at the pattern's own block ``pblock``.
+def pattern_block_layout(
+    table: torch.Tensor, pblock: int, q_len: int, kv_len: int, block: int, q_offset: int = 0
+) -> BlockLayout:
+    """Layout at kernel block ``block`` of "query position i attends key position j iff ``j // pblock`` is
+    listed in ``table[..., i // pblock, :]``".
 
-    ``rows``: (Bl, Hl, nqb_p, K) pattern-block indices (-1 = none), every pattern tile fully kept
-    (its rule is "same pattern blocks"). Refines (block | pblock) or coarsens (pblock | block).
+    ``table``: (Bl, Hl, nqb_p, K) pattern-block indices (-1 = none) over the positions; query row r sits at
+    position ``q_offset + r``. Any kernel block: a tile is kept where a pattern block it touches lists one it
+    touches, and full where it lies in one query pattern block and one listed key pattern block (with ``block``
+    dividing ``pblock`` and no offset, every kept tile); the tiles that straddle pattern blocks are partial
+    (the rule decides inside). O(kept tiles).
     """
-    c = block
+    c, p = block, pblock
     nqb, nkb = math.ceil(q_len / c), math.ceil(kv_len / c)
-    if pblock % c == 0:
-        f = pblock // c
-        kb = (rows.clamp(min=0)[..., None] * f + torch.arange(f)).flatten(-2)  # (.., nqb_p, K*f)
-        ok = (rows >= 0).repeat_interleave(f, dim=-1) & (kb < nkb)
-        kb = kb.repeat_interleave(f, dim=-2)[..., :nqb, :]
-        ok = ok.repeat_interleave(f, dim=-2)[..., :nqb, :]
-        full = ok.clone()
-    else:
-        f = c // pblock
-        nqb_p = rows.shape[-2]
-        pad = (-nqb_p) % f
-        if pad:
-            rows = torch.cat([rows, rows.new_full((*rows.shape[:-2], pad, rows.shape[-1]), -1)], dim=-2)
-        grouped = rows.reshape(*rows.shape[:-2], -1, f * rows.shape[-1])  # (.., nqb, f*K)
-        kb = torch.where(grouped >= 0, grouped // f, torch.full_like(grouped, -1))
-        kb, _ = kb.sort(dim=-1)
-        dup = torch.zeros_like(kb, dtype=torch.bool)
-        dup[..., 1:] = kb[..., 1:] == kb[..., :-1]
-        kb = torch.where(dup, torch.full_like(kb, -1), kb)
-        ok = kb >= 0
-        full = torch.zeros_like(ok)
-    key = torch.where(ok, kb, torch.full_like(kb, nkb))
-    key, order = key.sort(dim=-1)
-    full = full.gather(-1, order)
-    width = max(int((key < nkb).sum(-1).max()) if key.numel() else 0, 1)
-    key, full = key[..., :width], full[..., :width]
-    ok = key < nkb
-    return BlockLayout(c, nqb, nkb, torch.where(ok, key, torch.full_like(key, -1)), full & ok)
+    first = q_offset + torch.arange(nqb) * c  # first and last position of each query tile
+    last = q_offset + torch.clamp(torch.arange(nqb) * c + c, max=q_len) - 1
+    r_lo, r_hi = first // p, last // p
+    m_q = max(int((r_hi - r_lo).max()) + 1 if nqb else 1, 1)
+    r = r_lo[:, None] + torch.arange(m_q)  # (nqb, m_q) pattern query blocks a tile touches
+    r_ok = r <= r_hi[:, None]
+    # (Bl, Hl, nqb, m_q, K) listed key pattern blocks; past the table, its last row (as the rule reads it)
+    kbp = table[..., r.clamp(max=max(table.shape[-2] - 1, 0)), :]
+    kbp = torch.where(r_ok[..., None], kbp, torch.full_like(kbp, -1)).flatten(-2)  # (.., nqb, m_q*K)
+    m_k = -(-p // c) + 1  # kernel key tiles a pattern block touches, at most
+    kb = (kbp.clamp(min=0) * p // c)[..., None] + torch.arange(m_k)  # (.., nqb, m_q*K, m_k)
+    ok = (kbp >= 0)[..., None] & (kb <= ((kbp.clamp(min=0) + 1) * p - 1)[..., None] // c) & (kb < nkb)
+    inside = (kb * c >= (kbp * p)[..., None]) & (kb * c + c <= ((kbp + 1) * p)[..., None])
+    full = ok & inside & (r_lo == r_hi)[:, None, None]
+    # one entry per kept tile, full if any entry says so; -1 slots last
+    key = torch.where(ok, kb, torch.full_like(kb, nkb)).flatten(-2) * 2 + (~full).flatten(-2).long()
+    key, _ = key.sort(dim=-1)
+    kb, full = key // 2, key % 2 == 0
+    dup = torch.zeros_like(kb, dtype=torch.bool)
+    dup[..., 1:] = kb[..., 1:] == kb[..., :-1]
+    key, _ = (torch.where(dup, torch.full_like(kb, nkb), kb) * 2 + (~full).long()).sort(dim=-1)
+    kb, full = key // 2, key % 2 == 0
+    width = max(int((kb < nkb).sum(-1).max()) if kb.numel() else 0, 1)
+    kb, full = kb[..., :width], full[..., :width]
+    ok = kb < nkb
+    return BlockLayout(c, nqb, nkb, torch.where(ok, kb, torch.full_like(kb, -1)), full & ok)
 
 
 def full_layout(q_len: int, kv_len: int, block: int, full: bool = True) -> BlockLayout:
@@ -578,7 +582,9 @@ class Pattern:
     content_based: bool = False
     #: the rule depends only on i - j
     translation_invariant: bool = False
-    #: block sizes this pattern is built from; a kernel block must divide or be a multiple of each
+    #: block sizes this pattern is built from: a kernel block that divides or is a multiple of each keeps every
+    #: tile inside whole pattern blocks (``block_fits``); any other runs too, the tiles that straddle a pattern
+    #: block's edge partial (the rule evaluated inside)
     geometry: tuple[int, ...] = ()
 
     # -- the rule -------------------------------------------------------------------------------
@@ -623,6 +629,11 @@ class Pattern:
         pattern that is the same on every call (bound random blocks, plans, FlexAttention block masks,
         the pattern with a model's causal mask or global tokens added)."""
         return kept(self, key, make)
+
+    def __getstate__(self) -> dict:
+        """Pickled and copied without what dispatch derived from it (``derived``: plans whose masks are closures,
+        which pickle cannot take); the copy derives it again on its first call."""
+        return _own_fields(self)
 
     def to(self, device) -> Pattern:
         """The pattern with its tensors (block tables, global positions, hashes) on ``device``: what a
@@ -816,13 +827,7 @@ class Pattern:
 
 
 def _density_block(p: Pattern, n: int) -> int:
-    for c in (64, 32, 16, 8, 4, 2, 1):
-        try:
-            check_block(p, c)
-            return c
-        except ValueError:
-            continue
-    return 1
+    return next((c for c in (64, 32, 16) if block_fits(p, c)), 64)
 
 
 def _frozen(x):
@@ -898,13 +903,14 @@ def all_geometry(p: Pattern) -> tuple[int, ...]:
 
 
 def check_block(p: Pattern, block: int):
+    """A kernel block size: a positive int. Any block runs every pattern exactly (see ``Pattern.geometry``)."""
     check_positive_int("block_size", block)
-    for g in all_geometry(p):
-        if g % block and block % g:
-            raise ValueError(
-                f"block_size={block} does not divide (and is not a multiple of) the block size {g} of {p!r}; "
-                f"use a block_size that divides {g}"
-            )
+
+
+def block_fits(p: Pattern, block: int) -> bool:
+    """Does ``block`` divide, or is it a multiple of, each of the pattern's own block sizes (no kernel tile
+    straddles a pattern block's edge)?"""
+    return all(g % block == 0 or block % g == 0 for g in all_geometry(p))
 
 
 def _registered_class(name: str) -> type[Pattern]:

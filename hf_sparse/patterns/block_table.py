@@ -13,7 +13,6 @@ from .base import (
     check_lengths,
     check_positive_int,
     check_seed,
-    full_layout,
     pattern_block_layout,
     register_pattern,
 )
@@ -78,14 +77,7 @@ class BlockSet(Pattern):
         )
 
     def _layout(self, q_len, kv_len, block):
-        off = kv_len - q_len
-        p = self.block
-        if off % p == 0 and (p % block == 0 or block % p == 0) and (off == 0 or p % block == 0):
-            start = off // p
-            rows = self.table[:, :, start : start + math.ceil(q_len / p)]
-            layout = pattern_block_layout(rows, p, q_len, kv_len, block)
-        else:  # unaligned decoding offsets: every tile, the rule checked inside
-            layout = full_layout(q_len, kv_len, block, full=False)
+        layout = pattern_block_layout(self.table, self.block, q_len, kv_len, block, q_offset=kv_len - q_len)
         if self.causal:
             layout.full[:] = False
         return layout

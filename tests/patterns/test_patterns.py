@@ -59,6 +59,47 @@ def test_original_layout_covers_rule_and_full_flags_are_exact(name, n, block):
     assert not (full & ~dense).any()
 
 
+STRADDLED = {
+    "block_local_13": P.BlockLocal(block=13),
+    "fixed_10": P.Fixed(block=10, summary=2),
+    "fixed_10_bidirectional": P.Fixed(block=10, summary=3, causal=False),
+    "random_6": P.Random(block=6, num_blocks=2, seed=2),
+    "bigbird_5": P.BigBird(block=5, window_blocks=3, random_blocks=1, global_blocks=2, seed=3),
+    "topk_blocks_5": P.TopKBlocks(block=5, k=2),
+    "topk_blocks_7_causal": P.TopKBlocks(block=7, k=2, causal=True),
+    "per_head": P.PerHead([P.BlockLocal(block=6), P.Random(block=5, num_blocks=1), P.Causal()]),
+}
+
+
+@pytest.mark.parametrize("block", [3, 4, 16])
+@pytest.mark.parametrize("q_len, kv_len", [(1, 1), (37, 37), (5, 37), (20, 53)])
+@pytest.mark.parametrize("name", list(STRADDLED))
+def test_kernel_blocks_that_straddle_pattern_blocks_are_exact(name, q_len, kv_len, block):
+    """A kernel block that neither divides nor is a multiple of the pattern's own block: the tiles across a
+    pattern block's edge are partial, the plan still covers the rule exactly, and the layout's full tiles are
+    full (also with queries at an offset, decoding with a cache)."""
+    p = STRADDLED[name]
+    g = torch.Generator().manual_seed(0)
+    if p.content_based:
+        p = p.bind(
+            q_len,
+            kv_len,
+            query=torch.randn(2, 3, q_len, 8, generator=g),
+            key=torch.randn(2, 3, kv_len, 8, generator=g),
+        )
+    else:
+        p = p.bind(q_len, kv_len)
+    want = p.dense_mask(q_len, kv_len)
+    want = want.reshape((1,) * (4 - want.dim()) + tuple(want.shape)).expand(2, 3, q_len, kv_len)
+    counts = plan_dense_mask(p.plan(q_len, kv_len, block=block), 2, 3, q_len, kv_len)
+    assert counts.max() <= 1 and torch.equal(counts > 0, want)
+    if isinstance(p, P.PerHead):
+        return
+    lay = p.block_layout(q_len, block=block, kv_len=kv_len)
+    expand = lambda m: m.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :q_len, :kv_len]  # noqa: E731
+    assert not (want & ~expand(lay.to_dense())).any() and not (expand(lay.to_dense(full=True)) & ~want).any()
+
+
 @pytest.mark.parametrize(
     "pattern, rule",
     [
@@ -294,6 +335,29 @@ def test_mask_mod_survives_copies():
     for q in (copy.deepcopy(p), pickle.loads(pickle.dumps(p))):
         assert q == p and q.to_dict() == p.to_dict()
         assert torch.equal(q.mask_mod(0, 0, i[:, None], i[None]), want)
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_used_and_bound_patterns_pickle(name):
+    """What dispatch derives and keeps on a pattern (plans whose masks are closures) is left out of a pickle."""
+    import pickle
+
+    from hf_sparse import sparse_attention
+
+    p = PATTERNS[name]
+    q = torch.randn(1, 3, 20, 4)
+    gm = torch.zeros(1, 20)
+    gm[0, 3] = 1
+    for backend in ("blocked", "sdpa"):
+        sparse_attention(q, q, q, p, global_attention_mask=gm, backend=backend)
+    b = _bound(p, 20, B=1)
+    b.plan(20, block=4)
+    for x in (p, b):
+        y = pickle.loads(pickle.dumps(x))
+        assert y == x and "_derived" not in vars(y)
+        assert torch.equal(_bound(y, 20, B=1).dense_mask(20), _bound(x, 20, B=1).dense_mask(20))
+    out = sparse_attention(q, q, q, pickle.loads(pickle.dumps(p)), backend="blocked")
+    assert torch.allclose(out, sparse_attention(q, q, q, p, backend="blocked"), atol=1e-6)
 
 
 def test_equal_patterns_hash_alike_and_bound_ones_compare_their_tables():

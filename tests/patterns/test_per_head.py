@@ -97,3 +97,30 @@ def test_per_head_of_one_pattern_keeps_its_full_tiles():
     heads = P.PerHead([P.Causal()] * 3).block_layout(n, block=block)
     assert torch.equal(heads.to_dense(full=True), one.to_dense(full=True))
     assert torch.equal(heads.to_dense(), one.to_dense())
+
+
+@pytest.mark.parametrize("backend", ["dense", "sdpa", "blocked", "flex"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        P.PerHead([P.SlidingWindow(window=3), P.Causal()]),
+        P.PerHead([P.SlidingWindow(window=3), P.Causal()]) | P.Strided(stride=4, causal=True),
+    ],
+)
+def test_runtime_globals_stay_causal_in_the_causal_heads(pattern, backend, monkeypatch):
+    """``global_attention_mask`` on a PerHead mixing causal and non-causal heads: a causal head attends a global
+    token only from it on, and the global token only earlier keys; a non-causal head both ways."""
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    g = torch.Generator().manual_seed(0)
+    B, H, n, D = 2, 2, 13, 4
+    q, k, v = (torch.randn(B, H, n, D, generator=g, dtype=torch.float64) for _ in range(3))
+    gm = torch.zeros(B, n)
+    gm[0, 5], gm[1, 0], gm[1, 9] = 1, 1, 1
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    glob = gm.bool()[:, None, :] | gm.bool()[:, :, None]  # (B, n, n): row or column of a global token
+    heads = pattern.heads()
+    want = torch.stack(
+        [heads[h].dense_mask(n) | (glob & (j <= i if heads[h].is_causal else True)) for h in range(H)], 1
+    )
+    out = sparse_attention(q, k, v, pattern, global_attention_mask=gm, backend=backend)
+    torch.testing.assert_close(out, _reference(q, k, v, want), rtol=0, atol=1e-10)
