@@ -35,6 +35,7 @@ from transformers.utils.output_capturing import OutputRecorder
 from ...attention.adaptive_span import AdaptiveSpan
 from ...attention.dense import all_true
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask, register_attention
+from ...utils.generation import fit_max_length
 from .attention_sparse_transformer import SparseTransformerAttention, build_mask, left_padding
 from .cache_sparse_transformer import SparsePatternCache, holds_pattern_layers
 from .configuration_sparse_transformer import SparseTransformerConfig
@@ -787,16 +788,9 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         prompt = inputs_tensor.shape[1] if model_input_name == "inputs_embeds" else input_ids_length
         total = generation_config.max_length - input_ids_length + prompt
         limit = cfg.max_position_embeddings + 1 - offset  # longest sequence: its last fed token in the table
-        if total <= limit:
+        asked = fit_max_length(generation_config, total, limit, has_default_max_length)
+        if asked is None:
             return generation_config
-        if has_default_max_length and generation_config.max_new_tokens is None:
-            generation_config.max_length -= total - limit
-            return generation_config
-        asked = (
-            f"max_new_tokens={generation_config.max_new_tokens}"
-            if generation_config.max_new_tokens is not None
-            else f"max_length={total}"
-        )
         raise ValueError(
             f"{asked} with a prompt of {prompt} tokens runs to {total} tokens, but the position table "
             f"(max_position_embeddings={cfg.max_position_embeddings}, position_ids_style={cfg.position_ids_style!r}) "

@@ -24,6 +24,7 @@ from transformers.utils import ModelOutput
 from ...attention.dispatch import sparse_attention
 from ...models.longformer_tasks.backbone import backbone_config, build_backbone
 from ...models.longformer_tasks.remote_code import ExportCodeMixin, LongformerTaskPreTrainedModel
+from ...utils.generation import fit_max_length
 from ...utils.labels import IGNORE_INDEX
 from .configuration_summarization import LEDSummarizationConfig, LongformerExtractiveSummarizationConfig
 
@@ -288,16 +289,11 @@ class LEDForSummarization(ExportCodeMixin, LEDForConditionalGeneration):
         )  # fmt: skip
         table = self.config.max_decoder_position_embeddings
         total, limit = generation_config.max_length, table + 1  # the last token fed is at max_length - 2
-        if total is None or total <= limit:
-            return generation_config
-        if has_default_max_length and generation_config.max_new_tokens is None:
-            generation_config.max_length = limit
-            return generation_config
         asked = (
-            f"max_new_tokens={generation_config.max_new_tokens}"
-            if generation_config.max_new_tokens is not None
-            else f"max_length={total}"
+            None if total is None else fit_max_length(generation_config, total, limit, has_default_max_length)
         )
+        if asked is None:
+            return generation_config
         raise ValueError(
             f"{asked} with {input_ids_length} decoder start token(s) runs the decoder to {total} tokens, but its "
             f"position table (max_decoder_position_embeddings={table}) takes at most {limit}: ask for at most "
