@@ -226,7 +226,7 @@ class PatternMask:
     row ``kv_idx`` (transformers' ``mask_function`` signature, evaluated on broadcast index tensors
     by ``sdpa_mask``/``eager_mask`` with ``kv_offset=0``): the pattern at the row-relative positions
     ``q_idx - row_offsets[b]`` and ``key_positions[kv_idx] - row_offsets[b]``, or either token
-    global (causally for causal patterns), and never a padding key. With ``padding_queries_attend_self``
+    global (causally for causal patterns and in a ``PerHead``'s causal heads), and never a padding key. With ``padding_queries_attend_self``
     (set for torch's SDPA, whose fused GPU kernels give NaN for a fully masked row) a padding query
     attends itself only; the models discard padding queries' outputs. The SparseTransformer models
     build one per distinct layer pattern and hand it to the mask interface of their
@@ -276,7 +276,11 @@ class PatternMask:
         if self.global_tokens is not None:
             g = self.global_tokens
             extra = g[b, q_idx - self.q_offset] | g[b, kv_idx]
-            allowed = allowed | (extra & (qpos >= kpos) if self.pattern.is_causal else extra)
+            if self.pattern.is_causal:  # added global attention stays causal
+                extra = extra & (qpos >= kpos)
+            elif (causal := _causal_heads(self.pattern, h, g.device)) is not None:  # a PerHead's causal heads
+                extra = extra & ((qpos >= kpos) | ~causal)
+            allowed = allowed | extra
         if self.padding is not None:
             allowed = allowed & self.padding[b, kv_idx]
             if self.padding_queries_attend_self:
@@ -289,12 +293,22 @@ class PatternMask:
     def dense(self, batch_size: int, num_heads: int) -> torch.Tensor:
         """``(batch, 1 or num_heads, q_len, kv_len)`` bool: the rule, materialised."""
         device = self.key_positions.device
-        heads = num_heads if isinstance(self.pattern, P.PerHead) else 1
+        heads = 1 if self.pattern.heads() is None else num_heads  # PerHead, also in a combination
         b = torch.arange(batch_size, device=device)[:, None, None, None]
         h = torch.arange(heads, device=device)[None, :, None, None]
         q = torch.arange(self.q_offset, self.q_offset + self.q_length, device=device)[None, None, :, None]
         kv = torch.arange(self.key_positions.shape[0], device=device)[None, None, None, :]
         return self(b, h, q, kv).expand(batch_size, heads, self.q_length, self.key_positions.shape[0])
+
+
+def _causal_heads(pattern: P.Pattern, h, device) -> torch.Tensor | None:
+    """Whether the heads ``h`` (an index or index tensor) of a per-head ``pattern`` (a ``PerHead``, also in a
+    combination) are causal, as a bool tensor, or ``None`` when no head is (or the pattern is not per-head): the
+    causal heads keep added global tokens causal, as ``dispatch.with_runtime_globals`` adds them."""
+    heads = pattern.heads()
+    if heads is None or not any(p.is_causal for p in heads):
+        return None
+    return torch.tensor([p.is_causal for p in heads], device=device)[h]
 
 
 def _is_pattern_mask(fn) -> bool:

@@ -289,3 +289,22 @@ def test_a_remote_code_copy_imported_later_leaves_the_package_registered(tmp_pat
         register_attention()
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     torch.testing.assert_close(again, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        P.PerHead([P.SlidingWindow(window=4), P.Strided(stride=5, causal=False)] * 2),
+        P.PerHead([P.SlidingWindow(window=4), P.Strided(stride=5, causal=False)] * 2) | P.Global(indices=[0]),
+    ],
+    ids=["per_head", "per_head|global"],
+)
+def test_one_mask_for_all_heads_refuses_a_pattern_that_differs_per_head(pattern, impl):
+    """sdpa and eager take one mask for every head (transformers' mask functions ask for head 0): a PerHead, also
+    inside a combination, is refused rather than run with head 0's rule in every head."""
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(tiny_config(attention_pattern=pattern)).eval()
+    model.set_attn_implementation(impl)
+    with pytest.raises(NotImplementedError, match="builds one mask for all heads"):
+        model(**_inputs(model))

@@ -495,7 +495,9 @@ def test_a_recipes_card_describes_the_models_heads():
     from tests.models.motif_tiny import motif_config
 
     task = MotifTask()
-    task.config = motif_config(motif_names=[], sequence_task="classification", sequence_label_names=["neg", "pos"])
+    task.config = motif_config(
+        motif_names=[], sequence_task="classification", sequence_label_names=["neg", "pos"]
+    )
     card = render_model_card("dna-motif-detection", model_name="m", **task.card_info(MotifArguments(), {}))
     assert card.data.pipeline_tag == "text-classification"
     assert "AutoModel.from_pretrained" in card.text and "classifies a DNA sequence as neg / pos" in card.text

@@ -16,7 +16,6 @@ from ...attention.dense import all_true
 from ...attention.dispatch import check_exportable
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask
 from ...patterns.local import SlidingWindow
-from ...patterns.per_head import PerHead as PerHeadPattern
 from .embeddings_sparse_transformer import apply_rotary
 
 _MASK_TAKES_Q_LENGTH = "q_length" in inspect.signature(sdpa_mask).parameters
@@ -39,7 +38,9 @@ def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device)
             f"attn_implementation={impl!r} has no mask function; SparseTransformer supports "
             f"{ATTN_IMPLEMENTATION!r}, 'sdpa' and 'eager'"
         )
-    if impl != ATTN_IMPLEMENTATION and isinstance(mask_function.pattern, PerHeadPattern):
+    if (
+        impl != ATTN_IMPLEMENTATION and mask_function.pattern.heads() is not None
+    ):  # a PerHead, or one combined
         raise NotImplementedError(
             f"attn_implementation={impl!r} builds one mask for all heads; {mask_function.pattern!r} differs per "
             f"head: use attn_implementation={ATTN_IMPLEMENTATION!r}"
