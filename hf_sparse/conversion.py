@@ -17,6 +17,8 @@ override fields of the converted config.
 
 from __future__ import annotations
 
+import difflib
+
 import torch
 from transformers import AutoModel, PreTrainedModel
 from transformers.utils import logging
@@ -30,6 +32,7 @@ from .models.sparse_transformer import (
     SparseTransformerForTokenClassification,
     SparseTransformerModel,
 )
+from .models.sparse_transformer.configuration_sparse_transformer import config_arguments
 from .patterns import Longformer, Pattern, from_dict
 
 logger = logging.get_logger(__name__)
@@ -70,6 +73,10 @@ LOADING_ARGS = (
     "subfolder",
     "proxies",
     "trust_remote_code",
+    "variant",
+    "use_safetensors",
+    "device_map",
+    "low_cpu_mem_usage",
 )
 # generic config fields (not architecture) carried from the source config when it has them
 _CARRIED = (
@@ -101,9 +108,40 @@ _LONGFORMER_SEP_GLOBALS = {"question_answering": "before", "multiple_choice": "a
 
 
 def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
-    """``kwargs`` -> (``from_pretrained`` loading arguments, config overrides)."""
+    """``kwargs`` -> (``from_pretrained`` loading arguments, config overrides). A key that is neither (a typo
+    such as ``hidden_dropout``) is a ``ValueError``: the config would keep it as an attribute that does nothing."""
+    known = config_arguments()
+    for key in kwargs:
+        if key not in LOADING_ARGS and key not in known:
+            close = difflib.get_close_matches(key, [*known, *LOADING_ARGS], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"{key}={kwargs[key]!r} is neither a SparseTransformerConfig field nor a from_pretrained loading "
+                f"argument (LOADING_ARGS){hint}"
+            )
     loading = {k: v for k, v in kwargs.items() if k in LOADING_ARGS}
     return loading, {k: v for k, v in kwargs.items() if k not in LOADING_ARGS}
+
+
+def _labels(overrides: dict) -> dict:
+    """The label fields of ``overrides`` made whole (any one of them replaces the source's labels): ``id2label``
+    from a ``label2id`` given alone, ``label2id`` from ``id2label``, ``num_labels`` from either; ``ValueError``
+    where those given disagree."""
+    given = {k: overrides[k] for k in _LABELS if k in overrides}
+    id2label, label2id = given.get("id2label"), given.get("label2id")
+    if id2label is not None:
+        id2label = {int(i): name for i, name in id2label.items()}
+    if label2id is not None:
+        from_label2id = {int(i): name for name, i in label2id.items()}
+        if id2label is not None and id2label != from_label2id:
+            raise ValueError(f"label2id={label2id!r} does not invert id2label={given['id2label']!r}")
+        id2label = from_label2id
+    if id2label is None:
+        return given  # num_labels alone: transformers' LABEL_i names
+    n = given.get("num_labels", len(id2label))
+    if n != len(id2label) or sorted(id2label) != list(range(n)):
+        raise ValueError(f"num_labels={n} does not fit the labels {id2label!r} (ids 0..num_labels-1)")
+    return {"num_labels": n, "id2label": id2label, "label2id": {name: i for i, name in id2label.items()}}
 
 
 def _load(model_or_path, head: str | None, loading: dict) -> PreTrainedModel:
@@ -315,6 +353,7 @@ def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides:
             )
     if any(k in overrides for k in _LABELS):  # new labels: none of the source's
         derived = {k: v for k, v in derived.items() if k not in _LABELS}
+        overrides = {**overrides, **_labels(overrides)}
     new_cfg = SparseTransformerConfig(**{**derived, **overrides})
     target = HEADS[head](new_cfg).to(source.dtype)  # the new head's weights too
     target.config.dtype = source.dtype
@@ -359,9 +398,11 @@ def from_bert(
         **config_overrides: ``from_pretrained`` loading arguments for a path or Hub id (:data:`LOADING_ARGS`:
             ``dtype``, ``revision``, ``token``, ``cache_dir``, ...), and any other SparseTransformerConfig field
             (e.g. ``attention_backend``, ``num_labels``, ``id2label``, ``hidden_dropout_prob``), which replaces the
-            value taken from the source (labels as a whole: ``num_labels`` alone gives new ``LABEL_i`` labels). A
+            value taken from the source (labels as a whole: ``num_labels`` alone gives new ``LABEL_i`` labels,
+            ``label2id`` or ``id2label`` alone names them and gives their number; labels that disagree raise). A
             classification head with another ``num_labels`` keeps the source's other head weights and initialises
-            its output layer, as for another head. Fields the copied weights fix (``hidden_size``, ...) raise.
+            its output layer, as for another head. Fields the copied weights fix (``hidden_size``, ...) raise, and
+            so does a key that is neither a config field nor a loading argument (a typo).
 
     Returns: the SparseTransformer model, in the source's dtype. With a pattern that covers the whole
     input and the original length it reproduces the source model's outputs at every non-padding

@@ -433,6 +433,23 @@ def test_a_classification_head_with_other_labels_keeps_the_encoder(caplog):
     torch.testing.assert_close(model.classifier.dense.weight, src.bert.pooler.dense.weight)
 
 
+def test_label_overrides_are_made_whole_and_checked():
+    """``label2id`` alone renames the source's classes (three stay three, the classifier is kept); labels that
+    disagree, and keys that are neither config fields nor loading arguments, are errors, not unused attributes."""
+    src = BertForSequenceClassification(_bert(num_labels=3)).eval()
+    names = {"negative": 0, "neutral": 1, "positive": 2}
+    model = from_bert(src, P.SlidingWindow(window=128), label2id=names).eval()
+    assert model.config.num_labels == 3 and model.config.label2id == names
+    assert model.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    torch.testing.assert_close(model.classifier.out_proj.weight, src.classifier.weight)
+    with pytest.raises(ValueError, match="does not invert id2label"):
+        from_bert(src, P.SlidingWindow(window=128), label2id=names, id2label={0: "a", 1: "b", 2: "c"})
+    with pytest.raises(ValueError, match="num_labels=2 does not fit the labels"):
+        from_bert(src, P.SlidingWindow(window=128), label2id=names, num_labels=2)
+    with pytest.raises(ValueError, match="hidden_dropout=0.3 is neither.*did you mean 'hidden_dropout_prob'"):
+        from_bert(src, P.SlidingWindow(window=128), hidden_dropout=0.3)
+
+
 def test_from_longformer_lengthens_the_context():
     torch.manual_seed(0)
     src = LongformerModel(_longformer()).eval()

@@ -347,6 +347,11 @@ def test_saved_model_takes_the_model_kwargs_that_keep_its_weights(saved_lm, tmp_
             {"model_kwargs": {"adaptive_span": {"max_span": 16}}},
             "model_kwargs: adaptive_span=.* would change",
         ),
+        # untying adds an LM head the saved model has no weights for (it would start random)
+        (
+            {"model_kwargs": {"tie_word_embeddings": False}},
+            "model_kwargs: tie_word_embeddings=False would change",
+        ),
         # absolute positions for 32 tokens: a 128-token block would fail at the first training step
         (
             {"block_size": 128},

@@ -588,4 +588,16 @@ def _spec(p, where: str):
         raise ValueError(f"{where}: {p!r} cannot be stored in a config: {e}") from e
 
 
-__all__ = ["SparseTransformerConfig"]
+def config_arguments() -> set[str]:
+    """The keyword arguments a SparseTransformerConfig takes: its own, the mixture-of-experts ones and
+    ``PreTrainedConfig``'s (others would be stored as unused attributes)."""
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(SparseTransformerConfig.__init__).parameters.values()
+    keys = {p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"}
+    keys |= set(MOE_DEFAULTS) | {f.name for f in dataclasses.fields(PretrainedConfig)}
+    return keys | {"output_attentions", "attn_implementation", "num_labels"}
+
+
+__all__ = ["SparseTransformerConfig", "config_arguments"]

@@ -106,7 +106,9 @@ class CausalLMArguments(BackboneArguments):
         if self.model_kwargs is not None and not isinstance(self.model_kwargs, dict):
             raise TypeError(f"model_kwargs must be a dict of config keys, got {self.model_kwargs!r}")
         if self.model_kwargs:
-            known = _config_keys()
+            from ...models.sparse_transformer.configuration_sparse_transformer import config_arguments
+
+            known = config_arguments()
             for key in self.model_kwargs:
                 if key in TASK_SET_KEYS:
                     raise ValueError(
@@ -162,25 +164,6 @@ class CausalLMArguments(BackboneArguments):
         return self._config(
             len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id
         )
-
-
-def _config_keys() -> set[str]:
-    """The keyword arguments a SparseTransformerConfig takes: its own, the mixture-of-experts ones and
-    ``PreTrainedConfig``'s (others would be stored as unused attributes)."""
-    import dataclasses
-    import inspect
-
-    from transformers import PretrainedConfig
-
-    from ...models.sparse_transformer.configuration_sparse_transformer import (
-        MOE_DEFAULTS,
-        SparseTransformerConfig,
-    )
-
-    params = inspect.signature(SparseTransformerConfig.__init__).parameters.values()
-    keys = {p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"}
-    keys |= set(MOE_DEFAULTS) | {f.name for f in dataclasses.fields(PretrainedConfig)}
-    return keys | {"output_attentions", "attn_implementation"}
 
 
 class CausalLMTask(Task):
@@ -324,14 +307,15 @@ def _saved_model_config(args):
 
 def _weight_shapes(config) -> dict[str, tuple]:
     """``{name: shape}`` of the weights of a SparseTransformerForCausalLM of ``config`` (built on the meta
-    device: no memory, no initialisation)."""
+    device: no memory, no initialisation): its distinct parameters (a tied LM head is not one of them, an untied
+    one is, which the saved model lacks) and buffers."""
     import torch
 
     from ...models.sparse_transformer import SparseTransformerForCausalLM
 
     with torch.device("meta"):
         model = SparseTransformerForCausalLM(config)
-    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    return {name: tuple(t.shape) for name, t in [*model.named_parameters(), *model.named_buffers()]}
 
 
 def lm_metrics(model, dataset, trainer, prefix: str) -> dict[str, float]:
