@@ -33,11 +33,13 @@ class BlockSet(Pattern):
         self.geometry = (block,)
         self._source = source
         # (Bt, Ht, num query blocks, nkb + 1) bool: key block kb is listed for query block qb; the last
-        # column (nkb = 1 + the largest listed block) answers every block past the table: False. The
-        # blocked kernel's rule (``_map_rule``) is one lookup per pair in it; FlexAttention traces
-        # ``_mask``, which compares with the K listed blocks: compiled on CPU, that is faster (flex BigBird(64)
-        # forward at 16k, same host, interleaved: 0.415 s with the comparisons, 0.496 s with the lookup);
-        # on CUDA, inductor cannot lower that reduction inside a mask, so ``_mask`` is the lookup there.
+        # column (nkb = 1 + the largest listed block) answers every block past the table: False. The rule
+        # (``_map_rule``, what the blocked kernel and FlexAttention evaluate) is one lookup per pair in it.
+        # FlexAttention's masks cannot reduce (pytorch/pytorch#141627): comparing with the K listed blocks
+        # and ``any()`` does not lower on CUDA and was silently miscompiled on CPU (torch 2.13, compiled
+        # forward: BigBird(16) at 129 tokens 0.39 off the dense result, wherever the mask ran: partial
+        # tiles, padding), for no speed (BigBird(64) at 16k, B=1 H=2 D=64, one thread: 0.110 s with the
+        # comparisons, 0.108 s with the lookup).
         t = self.table
         nkb = int(t.max()) + 1 if t.numel() else 0
         self.block_map = torch.zeros(*t.shape[:-1], nkb + 1, dtype=torch.bool)
@@ -45,14 +47,7 @@ class BlockSet(Pattern):
         self.block_map[..., nkb] = False
 
     def _mask(self, b, h, i, j):
-        if isinstance(i, torch.Tensor) and i.device.type == "cuda":  # Triton lowers lookups, not the any()
-            return self._map_rule(b, h, i, j)
-        t = self.table.to(i.device) if isinstance(i, torch.Tensor) else self.table
-        rows = t[b if t.shape[0] > 1 else 0, h if t.shape[1] > 1 else 0]  # (nqb, K)
-        qb = torch.div(i, self.block, rounding_mode="floor").clamp(max=rows.shape[0] - 1)
-        kb = torch.div(j, self.block, rounding_mode="floor")
-        out = (rows[qb] == kb[..., None]).any(-1)
-        return out & (j <= i) if self.causal else out
+        return self._map_rule(b, h, i, j)
 
     def _map_rule(self, b, h, i, j):
         m = self.block_map.to(i.device) if isinstance(i, torch.Tensor) else self.block_map
