@@ -49,7 +49,7 @@ if [[ ! -x "$uv" ]] && ! out=$("$py" -m pip install -q uv 2>&1); then
 fi
 if [[ -x "$uv" ]]; then
   links=()
-  [[ -n "${PIP_FIND_LINKS:-}" ]] && links=(--find-links "$PIP_FIND_LINKS")
+  for dir in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$dir"); done  # pip takes several, space-separated
   # --compile-bytecode: write .pyc files now; with PYTHONDONTWRITEBYTECODE set, every process would
   # otherwise recompile torch/transformers/sympy sources on import (seconds per process).
   # ("${links[@]+...}": an empty array is an unbound variable to bash <= 4.3 under set -u, e.g. macOS's bash)

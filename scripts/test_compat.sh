@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make test-compat`: the model, generation, integration, recipe (Trainer) and task tests, and transformers' own
 # common model tests (tests/conformance), against the oldest and the newest transformers that pyproject.toml
-# declares, each in its own environment under .venv-compat/ (created on first use; reused while pyproject.toml is
-# unchanged, so a second run only runs the tests).
+# declares, each in its own environment under .venv-compat/ (created on first use; reused while pyproject.toml and
+# TORCH are unchanged, so a second run only runs the tests).
 #
 #   COMPAT_VERSIONS  space-separated transformers versions to test  (default: the lower bound and the newest
 #                    release below the upper bound, as uv resolves them)
@@ -41,7 +41,7 @@ if [[ ! -x "$ROOT/uv" ]]; then
 fi
 uv="$ROOT/uv"
 links=()
-[[ -n "${PIP_FIND_LINKS:-}" ]] && links=(--find-links "$PIP_FIND_LINKS")
+for dir in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$dir"); done  # pip takes several, space-separated
 # ("${links[@]+...}": an empty array is an unbound variable to bash <= 4.3 under set -u, e.g. macOS's bash)
 install() { "$uv" pip install -q --python "$1" ${links[@]+"${links[@]}"} "${@:2}"; }
 

@@ -137,6 +137,13 @@ def test_the_default_torch_is_the_cpu_build_from_a_local_wheel_or_the_cpu_index(
         f"--find-links {wheels} -e .[train,viz,dev]",
     ]
 
+    other = tmp_path / "other"  # pip's space-separated list: one --find-links each
+    other.mkdir()
+    venv = fake_venv(tmp_path / "two", torch=None)
+    proc = run_setup(venv, find_links=f"{other} {wheels}")
+    assert proc.returncode == 0, proc.stderr
+    assert installs(venv)[0] == f"--find-links {other} --find-links {wheels} torch==2.13.0+cpu"
+
     venv = fake_venv(tmp_path / "misfit", torch=None)  # the local wheel is for another Python
     (venv / "no-local-wheel").touch()
     proc = run_setup(venv, find_links=f"file://{wheels}")

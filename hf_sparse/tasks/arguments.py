@@ -148,7 +148,7 @@ class BackboneArguments:
                 "type_vocab_size": 1,
                 **extra,
             }
-        return {
+        spec = {
             "model_type": "sparse_transformer",
             **common,
             "max_position_embeddings": max_length,
@@ -157,6 +157,11 @@ class BackboneArguments:
             "position_embedding_type": self.position_embedding_type,
             **extra,
         }
+        if spec.get("position_ids_style") == "roberta" and "max_position_embeddings" not in extra:
+            spec["max_position_embeddings"] = (
+                max_length + pad_token_id + 1
+            )  # its positions start past the pad row
+        return spec
 
     def default_pattern(self) -> dict:
         """A sparse_transformer backbone's pattern when the recipe sets none: Longformer's window."""

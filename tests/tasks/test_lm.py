@@ -95,6 +95,23 @@ def test_model_kwargs_takes_config_keys(tmp_path):
     assert args.model_kwargs == kwargs
 
 
+def test_roberta_style_positions_hold_a_whole_block(tmp_path):
+    """A roberta-style table skips pad_token_id + 1 rows: the new model's table holds block_size tokens past them
+    (it was block_size rows, and the first training step failed at position block_size + 1)."""
+    from hf_sparse.models import SparseTransformerForCausalLM
+
+    args = CausalLMArguments(
+        data_dir=str(tmp_path), block_size=16, attention_window=8, position_embedding_type="absolute",
+        model_kwargs={"position_ids_style": "roberta"},
+    )  # fmt: skip
+    config = args._config(vocab_size=20, pad_token_id=1)
+    assert config.max_position_embeddings == 16 + 2
+    model = SparseTransformerForCausalLM(config).eval()
+    ids = torch.randint(3, 20, (1, 16))
+    with torch.no_grad():
+        assert model(ids, labels=ids).loss.isfinite()
+
+
 def test_model_kwargs_must_be_a_dict(tmp_path):
     with pytest.raises(TypeError, match="model_kwargs must be a dict"):
         CausalLMArguments(data_dir=str(tmp_path), model_kwargs=["num_experts", 4])
