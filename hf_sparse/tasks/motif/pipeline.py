@@ -89,6 +89,12 @@ def check_span_decoding(config, span_decoding: str | None = None) -> str:
     return how
 
 
+def num_tokens(bases: int, kmer: int) -> int:
+    """Tokens of ``bases`` bases without [CLS] and [SEP] (:class:`~hf_sparse.tokenization_dna.DNATokenizer`):
+    the whole k-mers, then one per base left over (so 29 bases are 11 tokens of 3-mers, 30 bases 10)."""
+    return bases // kmer + bases % kmer
+
+
 def window_bases(config) -> int:
     """The most bases one window of a motif model (``config``) reads: its position range less [CLS] and [SEP],
     in whole k-mers (the ``dna-motif-detection`` pipeline's default ``window``)."""
@@ -215,12 +221,8 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
 
     def max_bases(self) -> int:
         """The most bases one window can hold: the model's position range less [CLS] and [SEP], in whole
-        k-mers (bases left over after the last whole k-mer are one token each, see :meth:`_tokens`)."""
+        k-mers (bases left over after the last whole k-mer are one token each, see :func:`num_tokens`)."""
         return window_bases(self.model.config)
-
-    def _tokens(self, bases: int) -> int:
-        """Tokens of ``bases`` bases without [CLS] and [SEP]: the whole k-mers, then one per leftover base."""
-        return bases // self.kmer + bases % self.kmer
 
     def preprocess(self, sequence, window=None, stride=None, progress=None):
         if not isinstance(sequence, str):
@@ -236,7 +238,7 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
             )
         window -= window % k  # whole k-mers per window
         stride = check_int("stride", max(1, (3 * window) // 4) if stride is None else stride, 1, window)
-        if len(seq) < window and self._tokens(len(seq)) > self._tokens(limit):
+        if len(seq) < window and num_tokens(len(seq), self.kmer) > num_tokens(limit, self.kmer):
             # a sequence just short of a window whose leftover bases (single-base tokens) would overflow the
             # model: overlapping windows of whole k-mers instead, the last aligned to the end
             window = len(seq) - len(seq) % k
@@ -339,6 +341,7 @@ __all__ = [
     "check_span_decoding",
     "decode_spans",
     "fixed_length_spans",
+    "num_tokens",
     "span_tags",
     "strand_of",
     "window_bases",

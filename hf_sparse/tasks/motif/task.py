@@ -63,7 +63,7 @@ from ..arguments import BackboneArguments
 from .collator import MotifCollator
 from .data import check_classification_row, fasta_dataset, scan_rows
 from .motifs import builtin_motifs, read_motifs
-from .pipeline import decode_spans
+from .pipeline import decode_spans, num_tokens
 from .scanning import spans_to_tags
 from .synthetic import synthetic_dataset
 
@@ -259,12 +259,6 @@ def mirror_spans(spans: list[dict], length: int) -> list[dict]:
         {**s, "start": length - s["end"], "end": length - s["start"], "strand": flip.get(s.get("strand"))}
         for s in spans
     ]
-
-
-def num_tokens(bases: int, kmer: int) -> int:
-    """Tokens of ``bases`` bases without [CLS] and [SEP] (:class:`~hf_sparse.tokenization_dna.DNATokenizer`):
-    the whole k-mers, then one per base left over (so 29 bases are 11 tokens of 3-mers, 30 bases 10)."""
-    return bases // kmer + bases % kmer
 
 
 def encode_rows(
