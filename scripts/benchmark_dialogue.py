@@ -27,7 +27,33 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"recall@1": 0.6, "act_macro_f1": 0.8, "intent_accuracy_seen": 0.8}
-RANDOM_R10 = {"recall@1": 0.1, "recall@2": 0.2, "recall@5": 0.5, "mrr": sum(1 / k for k in range(1, 11)) / 10}
+
+
+def random_ranking(candidates: int) -> dict[str, float]:
+    """Expected recall@1/2/5 and MRR of a random order of ``candidates`` (one of them true)."""
+    recall = {f"recall@{k}": min(k, candidates) / candidates for k in (1, 2, 5)}
+    return {**recall, "mrr": sum(1 / k for k in range(1, candidates + 1)) / candidates}
+
+
+def _candidates(selection: dict) -> int:
+    """Candidates per evaluation example of the selection run: its recipe's ``n_negatives`` (or the default)
+    + 1."""
+    from hf_sparse.tasks.dialogue.task import SelectionArguments
+
+    default = SelectionArguments.__dataclass_fields__["n_negatives"].default
+    return selection["recipe"].get("values", {}).get("n_negatives", default) + 1
+
+
+def _data(results: dict) -> str:
+    """The data folder of a run and its dialogues per split, from its results (``extras.data``)."""
+    data_dir = results["recipe"].get("values", {}).get("data_dir")
+    where = (
+        f"`{os.path.relpath(data_dir, REPO)}`" if data_dir else "a data folder not recorded in the results"
+    )
+    counts = results["extras"].get("data", {}).get("dialogues")
+    if not counts:
+        return f"{where} (dialogue counts not recorded)"
+    return f"{where} ({' / '.join(f'{n:,} {split}' for split, n in counts.items())} dialogues)"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -119,6 +145,11 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
     """Write ``<out>.json`` and ``<out>.md`` from the two runs' results; returns the JSON dict."""
     t, s = tracking, selection
     t_long, s_long = t["extras"].get("long_history", {}), s["extras"].get("long_history", {})
+    n = _candidates(s)
+    random = random_ranking(n)
+    acts = t["extras"].get("data", {}).get("acts")
+    t_data, s_data = _data(t), _data(s)
+    data = t_data if t_data == s_data else f"{t_data} (tracking) and {s_data} (selection)"
     report = {
         "command": command,
         "machine": _machine(),
@@ -141,7 +172,8 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
         },
         "long_history": {"selection": s_long, "tracking": t_long},
         "wall_time_s": {"tracking": t.get("wall_time_s"), "selection": s.get("wall_time_s")},
-        "random_r10": RANDOM_R10,
+        "candidates": n,
+        "random": random,
         "runs": {
             name: {
                 "recipe": r["recipe"]["source"],
@@ -166,9 +198,8 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
         "# Dialogue: response selection and per-turn act / intent tracking on Schema-Guided Dialogue",
         "",
         "Small randomly initialised encoders with Longformer attention (no pretrained weights; a word-level "
-        "tokenizer built from the training turns; the recipes name the backbone) trained on CPU on the SGD sample "
-        "in `../shared/data/dialogue/schema_guided_dialogue` (2,400 train / 300 validation / 300 test "
-        "dialogues). Test split results.",
+        "tokenizer built from the training turns; the recipes name the backbone) trained on CPU on the "
+        f"dialogues in {data}. Test split results.",
         "",
         f"Command: `{command}`",
         "",
@@ -179,13 +210,13 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
         "",
         "| metric | result | target | met | random |",
         "|---|---|---|---|---|",
-        f"| R10@1 (1 true + 9 responses of other dialogues) | {_fmt(sel['recall@1'])} | >= 0.6 | "
-        f"{_check(sel['recall@1'], 0.6)} | 0.100 |",
-        f"| R10@2 | {_fmt(sel['recall@2'])} | | | 0.200 |",
-        f"| R10@5 | {_fmt(sel['recall@5'])} | | | 0.500 |",
-        f"| MRR | {_fmt(sel['mrr'])} | | | {RANDOM_R10['mrr']:.3f} |",
+        f"| R{n}@1 (1 true + {n - 1} responses of other dialogues) | {_fmt(sel['recall@1'])} | >= 0.6 | "
+        f"{_check(sel['recall@1'], 0.6)} | {random['recall@1']:.3f} |",
+        f"| R{n}@2 | {_fmt(sel['recall@2'])} | | | {random['recall@2']:.3f} |",
+        f"| R{n}@5 | {_fmt(sel['recall@5'])} | | | {random['recall@5']:.3f} |",
+        f"| MRR | {_fmt(sel['mrr'])} | | | {random['mrr']:.3f} |",
         f"| per-turn act micro-F1 | {_fmt(trk['act_micro_f1'])} | | | |",
-        f"| per-turn act macro-F1 (18 acts) | {_fmt(trk['act_macro_f1'])} | >= 0.8 | "
+        f"| per-turn act macro-F1{f' ({acts} acts)' if acts else ''} | {_fmt(trk['act_macro_f1'])} | >= 0.8 | "
         f"{_check(trk['act_macro_f1'], 0.8)} | |",
         f"| intent accuracy, intents seen in training ({trk['n_intent_seen']} user turns) | "
         f"{_fmt(trk['intent_accuracy_seen'])} | >= 0.8 | {_check(trk['intent_accuracy_seen'], 0.8)} | |",
@@ -204,7 +235,7 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
         "| task | metric | full history | last 2 turns | dialogues |",
         "|---|---|---|---|---|",
     ]
-    for key, label in (("recall@1", "R10@1"), ("mrr", "MRR")):
+    for key, label in (("recall@1", f"R{n}@1"), ("mrr", "MRR")):
         if s_long:
             lines.append(
                 f"| response selection: last response | {label} | {_fmt(s_long['full_history'][key])} | "
@@ -233,7 +264,7 @@ def write_report(tracking: dict, selection: dict, out: str, command: str) -> dic
         )
     lines += [
         "",
-        f"Validation (per-epoch model selection is not used; the last epoch is reported): R10@1 "
+        f"Validation (per-epoch model selection is not used; the last epoch is reported): R{n}@1 "
         f"{_fmt(report['selection_validation']['recall@1'])}, act macro-F1 "
         f"{_fmt(report['tracking_validation']['act_macro_f1'])}, seen-intent accuracy "
         f"{_fmt(report['tracking_validation']['intent_accuracy_seen'])}.",

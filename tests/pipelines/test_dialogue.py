@@ -162,6 +162,18 @@ def test_empty_turns_and_candidates_are_rejected(select, track):
         select({**HISTORY, "candidates": ["goodbye", ""]})
 
 
+@pytest.mark.parametrize("text", ["\u200b", "\ufeff", "\x00"])
+def test_turns_and_candidates_without_tokens_are_rejected(select, track, text):
+    """Not blank for str.strip(), but the tokenizer reads nothing: as empty as a blank turn."""
+    assert select.formatter.tokenize_turns([text]) == [[]]
+    with pytest.raises(ValueError, match=r"turns\[1\] is empty"):
+        track({"turns": ["hi", text], "speakers": ["USER", "SYSTEM"]})
+    with pytest.raises(ValueError, match=r"turns\[2\] is empty"):
+        select({**HISTORY, "turns": HISTORY["turns"][:2] + [text], "candidates": ["goodbye"]})
+    with pytest.raises(ValueError, match=r"candidates\[0\] is empty"):
+        select({**HISTORY, "candidates": [text, "goodbye"]})
+
+
 def test_newest_turn_alone_too_long_keeps_its_newest_tokens(select):
     words = " ".join(["paris"] * 60)
     out = select({"turns": [words], "speakers": ["USER"], "candidates": ["goodbye"]})

@@ -17,7 +17,13 @@ from hf_sparse.tasks.dialogue.task import (
     tune_thresholds,
 )
 from hf_sparse.training import RecipeError, get_task, run
-from tests.models.dialogue_tiny import synthetic_dialogues, write_sgd
+from tests.models.dialogue_tiny import (
+    ACTS,
+    synthetic_dialogues,
+    tiny_model,
+    tokenizer_and_formatter,
+    write_sgd,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -335,3 +341,77 @@ def test_evaluation_keeps_the_dataset_order_under_group_by_length(tmp_path):
     trainer = _trainer_class(("labels",))(model=torch.nn.Linear(1, 1), args=args)
     assert list(trainer._get_eval_sampler(dataset)) == list(range(len(lengths)))
     assert sorted(trainer._get_train_sampler(dataset)) == list(range(len(lengths)))  # training still groups
+
+
+@pytest.mark.parametrize(
+    "task_name,heads",
+    [
+        ("dialogue-response-selection", {"selection_head": True}),
+        (
+            "dialogue-state-tracking",
+            {"selection_head": False, "act_labels": ACTS, "intent_labels": ["NONE", "X"]},
+        ),
+    ],
+)
+def test_lora_trains_the_task_heads_in_full_and_saves_them_with_the_adapter(task_name, heads, tmp_path):
+    """The heads start at random: under LoRA they train next to the adapters and an unmerged adapter holds
+    them (frozen, a reloaded adapter would score with random heads)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    tokenizer, formatter = tokenizer_and_formatter(max_length=64)
+    torch.manual_seed(0)
+    task = get_task(task_name)()
+    model = tiny_model(tokenizer, formatter, **heads)
+    names = [n for n in ("selection_scorer", "act_classifier", "intent_classifier") if getattr(model, n)]
+    config = LoraConfig(
+        r=4, target_modules=["query", "value"], modules_to_save=task.lora_modules_to_save(model)
+    )
+    peft_model = get_peft_model(model, config)
+    for name in names:
+        params = [p for n, p in peft_model.named_parameters() if f".{name}." in n and p.requires_grad]
+        assert params, f"{name} is frozen under LoRA"
+        with torch.no_grad():
+            for p in params:
+                p.add_(1.0)  # as if trained
+    trained = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
+    peft_model.save_pretrained(tmp_path / "adapter")
+    torch.manual_seed(1)  # another random init of the heads
+    reloaded = PeftModel.from_pretrained(tiny_model(tokenizer, formatter, **heads), tmp_path / "adapter")
+    state = dict(reloaded.named_parameters())
+    for name, value in trained.items():
+        torch.testing.assert_close(state[name], value, msg=name)
+
+
+def test_model_cards_record_the_backbone_pattern_and_the_global_tokens(selection_run, tracking_run):
+    """Longformer backbones: the window (one per layer where they differ); the formatter's global tokens."""
+    selection = (selection_run[0] / "README.md").read_text()
+    assert "| Attention | longformer(window=16) |" in selection
+    assert "| global attention | the first token, every turn separator and [RSP], every token of the newest " \
+        "turn, [RSP] and the candidate's tokens |" in selection  # fmt: skip
+    tracking = (tracking_run[0] / "README.md").read_text()  # attention_windows: [4, 16]
+    assert (
+        "| Attention | per layer: layer 0: longformer(window=4) · layer 1: longformer(window=16) |"
+        in tracking
+    )
+
+
+def test_card_pattern_of_a_sparse_transformer_backbone_is_its_attention_pattern():
+    from hf_sparse.tasks.dialogue.task import card_pattern
+
+    spec = {"type": "longformer", "window": 64}
+    assert card_pattern({"model_type": "sparse_transformer", "attention_pattern": spec}) == spec
+    assert card_pattern({"model_type": "longformer", "attention_window": [8, 8]}) == {
+        "type": "longformer",
+        "window": 8,
+    }
+
+
+def test_runs_record_the_dialogues_of_each_split_and_the_label_counts(selection_run, tracking_run):
+    """extras.data: what scripts/benchmark_dialogue.py reports the results on."""
+    assert selection_run[1]["extras"]["data"] == {"dialogues": {"train": 48, "validation": 8, "test": 8}}
+    config = json.loads((tracking_run[0] / "config.json").read_text())
+    assert tracking_run[1]["extras"]["data"] == {
+        "dialogues": {"train": 48, "validation": 8, "test": 8},
+        "acts": len(config["act_labels"]),
+        "intents": len(config["intent_labels"]),
+    }

@@ -15,8 +15,9 @@ fit next to the newest turn keeps its first tokens: selection outputs say how ma
 (``truncated_candidate_tokens``) and a ``UserWarning`` names the candidates.
 
 Bad input raises ``TypeError``/``ValueError`` naming the field: no candidates, an empty history, ``speakers``
-and ``turns`` of different lengths, a turn or candidate that is not a str or is empty (blank), an unknown
-speaker or key; an unknown (misspelled) call option is a ``TypeError`` naming it.
+and ``turns`` of different lengths, a turn or candidate that is not a str or is empty (blank, or giving no
+token, e.g. only zero-width characters), an unknown speaker or key; an unknown (misspelled) call option is a
+``TypeError`` naming it.
 
 The model is put in eval mode when the pipeline is built, so scores are deterministic.
 
@@ -70,6 +71,17 @@ def _check_not_blank(name: str, texts: Sequence[str]) -> None:
     for i, text in enumerate(texts):
         if not text.strip():
             raise ValueError(f"{name}[{i}] is empty ({text!r}): every {name[:-1]} needs some text")
+
+
+def _check_has_tokens(name: str, texts: Sequence[str], token_ids: Sequence[Sequence[int]]) -> None:
+    """A turn or candidate the tokenizer reads as nothing (only zero-width or control characters, such as
+    ``"\\u200b"`` or ``"\\x00"``) is as empty as a blank one: a ValueError naming it."""
+    for i, (text, ids) in enumerate(zip(texts, token_ids)):
+        if not ids:
+            raise ValueError(
+                f"{name}[{i}] is empty: {text!r} gives no token with the model's tokenizer; every "
+                f"{name[:-1]} needs some text"
+            )
 
 
 def _merge_candidate_batch_size(kwargs: dict, candidate_batch_size) -> None:
@@ -242,8 +254,12 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
     def preprocess(self, inputs, candidates=None, speakers=None):
         """One row per (history, candidate) pair, the history the same for every candidate."""
         speakers, turns, candidates = self._dialogue(inputs, candidates, speakers)  # validated
-        tokenize = self.formatter.tokenize_turns  # laid out as in training: pack_candidates
-        encoded = pack_candidates(self.formatter, speakers, tokenize(turns), tokenize(candidates))
+        tokenize = self.formatter.tokenize_turns
+        turn_ids, candidate_ids = tokenize(turns), tokenize(candidates)
+        _check_has_tokens("turns", turns, turn_ids)
+        _check_has_tokens("candidates", candidates, candidate_ids)
+        # laid out as in training: pack_candidates
+        encoded = pack_candidates(self.formatter, speakers, turn_ids, candidate_ids)
         truncated_turns, truncated_tokens = max(encoded["truncated_turns"]), max(encoded["truncated_tokens"])
         cut = encoded["truncated_candidate_tokens"]
         if any(cut):
@@ -348,7 +364,9 @@ class DialogueStateTrackingPipeline(_DialogueMixin, Pipeline):
 
     def preprocess(self, inputs, speakers=None):
         speakers, turns, _ = self._dialogue(inputs, None, speakers)
-        encoded = self.formatter.encode_dialogue(speakers, turns)
+        turn_ids = self.formatter.tokenize_turns(turns)
+        _check_has_tokens("turns", turns, turn_ids)
+        encoded = self.formatter.pack(speakers, turn_ids)  # as encode_dialogue (the dialogue is checked)
         return {
             "n_turns": torch.tensor([len(encoded["turn_positions"])], dtype=torch.long),  # (1,)
             **_row(encoded["input_ids"], encoded["attention_mask"], encoded["global_attention_mask"]),

@@ -18,7 +18,8 @@ checkpoint: a saved ``LongformerForDialogue`` folder, or a Longformer encoder su
 
 After training, both run a *long-history check* on the test split (``long_history_check``): the last
 response (selection) / the last user turn (tracking) of every test dialogue, predicted from the full history
-and from only the last 2 turns; the results are in ``all_results.json`` under ``extras.long_history``.
+and from only the last 2 turns; the results are in ``all_results.json`` under ``extras.long_history``. The
+dialogues of each split (and, for tracking, the number of acts and intents) are under ``extras.data``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from .data import (
 from .formatter import GLOBAL_ON_NAMES, DialogueFormatter
 
 _POSITIVE_INT_KEYS = ("max_length", "vocab_min_frequency")
+_HEADS = ("selection_scorer", "act_classifier", "intent_classifier")  # LongformerForDialogue's task heads
 
 
 # --------------------------------------------------------------------------------------- arguments
@@ -333,6 +335,29 @@ def _trainer_class(label_names: tuple[str, ...]):
     return DialogueTrainer
 
 
+def card_pattern(backbone: dict):
+    """The attention pattern of a dialogue model's ``config.backbone`` for its model card: a
+    SparseTransformer's ``attention_pattern`` (a spec, or one per layer); for a Longformer, ``longformer`` (a
+    sliding window plus the global tokens of ``global_attention_mask``) with its ``attention_window``, one spec
+    per layer where the layers' windows differ. The global tokens are the formatter's (``global_on``), so they
+    depend on the input and the card's density counts the windows only."""
+    if backbone["model_type"] != "longformer":
+        return backbone.get("attention_pattern")
+    windows = backbone["attention_window"]
+    windows = [windows] if isinstance(windows, int) else list(windows)
+    specs = [{"type": "longformer", "window": int(w)} for w in windows]
+    return specs[0] if len(set(windows)) == 1 else specs
+
+
+# what each name of the formatter's global_on makes global (formatter.py's module docstring), for the card
+_GLOBAL_ON_TEXT = {
+    "cls": "the first token",
+    "separators": "every turn separator and [RSP]",
+    "latest_turn": "every token of the newest turn",
+    "candidate": "[RSP] and the candidate's tokens",
+}
+
+
 # --------------------------------------------------------------------------------------- shared task
 
 
@@ -346,6 +371,7 @@ class _DialogueTask(Task):
     def __init__(self):
         self._splits: dict[str, list[dict]] | None = None
         self._pad_multiple: int | None = 64
+        self._config = None  # the model's config (build_model): the card reads its attention pattern
 
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder")
@@ -446,12 +472,26 @@ class _DialogueTask(Task):
         if model.get_input_embeddings().weight.shape[0] != len(tokenizer):
             model.resize_token_embeddings(len(tokenizer))
         self._pad_multiple = block_multiple(backbone_config(model.config.backbone))
+        self._config = model.config
         return model
 
+    def lora_modules_to_save(self, model):
+        """The task heads (new, or kept from a saved model) train in full next to the adapters and are saved
+        with them; LoRA would otherwise leave them frozen at their initialisation."""
+        heads = [name for name in _HEADS if getattr(model, name, None) is not None]
+        return heads + (super().lora_modules_to_save(model) or [])
+
     def after_training(self, trainer, args, output_dir):
-        if not args.long_history_check or "test" not in self.data(args):
-            return {}
-        return {"long_history": self.long_history(trainer, args, self.data(args)["test"])}
+        """``data``: the dialogues of each split (after ``max_*_dialogues``) and :meth:`_data_extra`;
+        ``long_history``: the long-history check (``long_history_check``, with a test split)."""
+        counts = {split: len(dialogues) for split, dialogues in self.data(args).items()}
+        extras = {"data": {"dialogues": counts, **self._data_extra(trainer)}}
+        if args.long_history_check and "test" in self.data(args):
+            extras["long_history"] = self.long_history(trainer, args, self.data(args)["test"])
+        return extras
+
+    def _data_extra(self, trainer) -> dict:
+        return {}
 
     def long_history(self, trainer, args, dialogues) -> dict:
         raise NotImplementedError
@@ -480,11 +520,19 @@ class _DialogueTask(Task):
 
     def card_info(self, args, metrics):
         name = os.path.basename(os.path.normpath(args.data_dir))  # the folder's name, not its path
+        config = self._config
+        glob = [_GLOBAL_ON_TEXT[g] for g in GLOBAL_ON_NAMES if g in config.formatter["global_on"]]
         return {
             "dataset_name": f"{name} (Schema-Guided Dialogue format)",
             "auto_class": "AutoModel",
             "tags": ["schema-guided-dialogue"],
-            "extra": self._card_extra(args),
+            "pattern": card_pattern(config.backbone),
+            "density_length": config.formatter["max_length"],
+            "extra": {
+                "backbone": config.backbone["model_type"],
+                "global attention": ", ".join(glob) or "none",
+                **self._card_extra(args),
+            },
         }
 
     def _card_extra(self, args) -> dict:
@@ -771,6 +819,10 @@ class DialogueTrackingTask(_DialogueTask):
             result[name] = {**tracking_scores(examples, *out.predictions, config), "n": len(examples)}
         return result
 
+    def _data_extra(self, trainer):
+        config = _unwrap(trainer.model).config
+        return {"acts": len(config.act_labels), "intents": len(config.intent_labels)}
+
     def _card_extra(self, args):
         return {"tracking evaluation": f"eval_mode={args.eval_mode}"}
 
@@ -820,6 +872,7 @@ __all__ = [
     "load_splits",
     "sinusoidal_init",
     "labelled_turns",
+    "card_pattern",
     "tracking_scores",
     "tune_thresholds",
 ]
