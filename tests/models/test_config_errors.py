@@ -72,3 +72,53 @@ def test_a_config_json_without_lm_head_act_loads_with_gelu(tmp_path):
 def test_unknown_lm_head_act_is_an_error():
     with pytest.raises(ValueError, match="lm_head_act must be a key of .*ACT2FN.*got 'relux'"):
         tiny_config(lm_head_act="relux")
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (
+            {"rope_theta": 0.0, "position_embedding_type": "rotary"},
+            "rope_theta must be a finite number > 0, got 0.0",
+        ),
+        ({"rope_theta": -1.0}, "rope_theta must be a finite number > 0, got -1.0"),
+        ({"rope_theta": float("nan")}, "rope_theta must be a finite number > 0, got nan"),
+        ({"layer_norm_eps": -1.0}, "layer_norm_eps must be a finite number > 0, got -1.0"),
+        ({"hidden_act": "nope"}, "hidden_act must be a key of .*ACT2FN.*got 'nope'"),
+        ({"hidden_dropout_prob": "0.1"}, r"hidden_dropout_prob must be in \[0, 1\), got '0.1'"),
+        ({"max_attention_weights_length": 0}, "max_attention_weights_length must be a positive int, got 0"),
+        (
+            {"max_attention_weights_length": "x"},
+            "max_attention_weights_length must be a positive int, got 'x'",
+        ),
+        (
+            {"type_vocab_size": -1},
+            r"type_vocab_size must be an int >= 0 \(0: no token-type embeddings\), got -1",
+        ),
+        ({"global_first_token": "no"}, "global_first_token must be a bool, got 'no'"),
+        ({"global_projections": "yes"}, "global_projections must be a bool, got 'yes'"),
+        (
+            {"position_ids_style": "roberta", "pad_token_id": None},
+            "position_ids_style='roberta' .* needs an int pad_token_id >= 0, got pad_token_id=None",
+        ),
+        (
+            {"attention_window": 16},
+            "attention_window=16 is Longformer's option, .* give attention_pattern instead",
+        ),
+    ],
+)
+def test_bad_fields_are_refused_with_their_name(overrides, words):
+    """Each used to build: NaN outputs (rope_theta, layer_norm_eps), a bare KeyError (hidden_act), a limit
+    or a flag taken as something else, a TypeError at the first forward (roberta positions without a pad
+    token), or Longformer's attention_window stored and ignored (the default window ran)."""
+    with pytest.raises(ValueError, match=words):
+        tiny_config(**overrides)
+
+
+def test_fields_set_after_init_are_checked_when_a_model_is_built():
+    from hf_sparse.models.sparse_transformer import SparseTransformerModel
+
+    config = tiny_config()
+    config.layer_norm_eps = 0.0
+    with pytest.raises(ValueError, match="layer_norm_eps must be a finite number > 0, got 0.0"):
+        SparseTransformerModel(config)

@@ -1,6 +1,7 @@
 """SparseTransformer heads: Auto classes, save/load, options, PEFT and Trainer."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -562,3 +563,15 @@ def test_an_empty_batch_gives_empty_outputs(backend):
         40,
         cfg.hidden_size,
     )
+
+
+@pytest.mark.parametrize("shape", [(12,), (2, 1, 12, 12), (2, 12, 12)], ids=["1d", "4d", "3d"])
+def test_an_attention_mask_that_is_not_batch_by_seq_is_refused(shape):
+    """A 1D row and a 4D (batch, 1, q, kv) mask raised a bare IndexError."""
+    model = SparseTransformerForMaskedLM(tiny_config()).eval()
+    ids = torch.randint(2, 97, (1 if len(shape) == 1 else 2, 12))
+    with pytest.raises(
+        ValueError,
+        match=rf"attention_mask must have shape \(batch, seq\) = \(\d, 12\).*got {re.escape(str(shape))}",
+    ):
+        model(ids, attention_mask=torch.ones(shape, dtype=torch.long))

@@ -2,6 +2,7 @@
 the dense reference (``eager``) and the attention module that routes through transformers'
 attention interface (or the adaptive-span kernel)."""
 
+import copy
 import inspect
 import math
 
@@ -15,6 +16,7 @@ from ...attention.adaptive_span import AdaptiveSpan, adaptive_span_attention, ad
 from ...attention.dense import all_true
 from ...attention.dispatch import check_exportable
 from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask
+from ...patterns import Pattern, from_dict
 from ...patterns.local import SlidingWindow
 from .embeddings_sparse_transformer import apply_rotary
 
@@ -100,7 +102,7 @@ class SparseTransformerSelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
         self.scale = 1.0 / math.sqrt(self.head_dim)
-        self.pattern = config.layer_pattern(layer_idx)
+        self._spec, self._pattern = None, None  # the spec last read from the config, and its pattern
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
@@ -115,6 +117,18 @@ class SparseTransformerSelfAttention(nn.Module):
             if span is None
             else AdaptiveSpan(self.num_heads, span["max_span"], span["ramp"], span["init"])
         )
+
+    @property
+    def pattern(self) -> Pattern:
+        """This layer's pattern as ``config.attention_pattern`` gives it now: an edit of the config after the
+        model was built takes effect (as transformers models read ``config.sliding_window``), and is what
+        ``save_pretrained`` stores. Parsed again only when the spec changed (the same object otherwise);
+        :meth:`SparseTransformerModel.forward` validates an edit first."""
+        specs = self.config.attention_pattern
+        spec = specs[self.layer_idx] if isinstance(specs, list) else specs
+        if self._pattern is None or spec != self._spec:
+            self._pattern, self._spec = from_dict(spec), copy.deepcopy(spec)
+        return self._pattern
 
     def _heads(self, x):  # (B, n, hidden) -> (B, H, n, D)
         B, n, _ = x.shape

@@ -371,19 +371,49 @@ class SparseTransformerConfig(PretrainedConfig):
             raise ValueError(
                 f"rotary positions need an even head size, got {self.hidden_size // self.num_attention_heads}"
             )
-        if not isinstance(self.lm_head_act, str) or self.lm_head_act not in ACT2FN:
-            raise ValueError(
-                f"lm_head_act must be a key of transformers.activations.ACT2FN (e.g. 'gelu', 'relu'), "
-                f"got {self.lm_head_act!r}"
-            )
+        for name in ("hidden_act", "lm_head_act"):
+            act = getattr(self, name)
+            if not isinstance(act, str) or act not in ACT2FN:
+                raise ValueError(
+                    f"{name} must be a key of transformers.activations.ACT2FN (e.g. 'gelu', 'relu'), got {act!r}"
+                )
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
         for p, rate in (
             ("hidden_dropout_prob", self.hidden_dropout_prob),
             ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
         ):
-            if not 0.0 <= rate < 1.0:
+            if not _finite(rate) or not 0.0 <= rate < 1.0:
                 raise ValueError(f"{p} must be in [0, 1), got {rate!r}")
+        for name in ("layer_norm_eps", "rope_theta"):  # 0, negative or NaN: NaN outputs
+            value = getattr(self, name)
+            if not _finite(value) or not value > 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        limit = self.max_attention_weights_length
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise ValueError(f"max_attention_weights_length must be a positive int, got {limit!r}")
+        types = self.type_vocab_size
+        if isinstance(types, bool) or not isinstance(types, int) or types < 0:
+            raise ValueError(
+                f"type_vocab_size must be an int >= 0 (0: no token-type embeddings), got {types!r}"
+            )
+        for name in ("global_first_token", "global_projections"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        pad = self.pad_token_id
+        if self.position_ids_style == "roberta" and (
+            isinstance(pad, bool) or not isinstance(pad, int) or pad < 0
+        ):
+            raise ValueError(
+                "position_ids_style='roberta' counts positions from pad_token_id + 1 and gives padding "
+                f"pad_token_id: it needs an int pad_token_id >= 0, got pad_token_id={pad!r}"
+            )
+        if "attention_window" in vars(self):  # Longformer's name: stored, never read
+            raise ValueError(
+                f"attention_window={self.attention_window!r} is Longformer's option, which SparseTransformer does "
+                "not read: give attention_pattern instead, e.g. attention_pattern={'type': 'longformer', 'window': w} "
+                "or {'type': 'sliding_window', 'window': w}"
+            )
         self.attention_pattern = specs = _to_specs(self.attention_pattern)
         if isinstance(specs, list) and len(specs) != self.num_hidden_layers:
             raise ValueError(

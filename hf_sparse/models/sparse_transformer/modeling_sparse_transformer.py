@@ -11,6 +11,7 @@ interface of the same name. Decoders cache only the keys their pattern can still
 (``cache``, or ``past_key_values`` in older transformers 5 releases).
 """
 
+import copy
 import dataclasses
 import inspect
 import json
@@ -191,7 +192,8 @@ class SparseTransformerLMHead(nn.Module):
 
 
 class SparseTransformerClassificationHead(nn.Module):
-    """RoBERTa's sentence head on the first token: dense -> tanh -> projection."""
+    """RoBERTa's sentence head on the first token (a decoder's model hands it each row's last one:
+    ``pooled_token``): dense -> tanh -> projection."""
 
     def __init__(self, config):
         super().__init__()
@@ -440,6 +442,8 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         self.encoder = SparseTransformerEncoder(config)
         self.pooler = SparseTransformerPooler(config) if add_pooling_layer else None
         self.post_init()
+        # the attention_pattern and adaptive_span the layers follow (_follow_config)
+        self._config_seen = copy.deepcopy((config.attention_pattern, config.adaptive_span))
 
     def get_input_embeddings(self):
         return self.embeddings.word_embeddings
@@ -478,6 +482,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         cfg = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
+        self._follow_config()
         output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -500,6 +505,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             if _fillable_dynamic_cache(given) or isinstance(given, SparsePatternCache):
                 given = None  # (keys from elsewhere are still refused below)
         cache = self._cache(given, use_cache)
+        self._check_cache_patterns(cache)
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         B, n = ref.shape
         past = cache.get_seq_length() if cache is not None else 0
@@ -509,6 +515,11 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         if position_ids is None:
             position_ids = make_position_ids(cfg, input_ids, inputs_embeds, past)
         if attention_mask is not None:
+            if attention_mask.dim() != 2:  # a 1D row, or a 4D additive mask as some transformers models take
+                raise ValueError(
+                    f"attention_mask must have shape (batch, seq) = ({B}, {past + n}) (1 for tokens, 0 for padding; "
+                    f"with a cache over past + new tokens), got {tuple(attention_mask.shape)}"
+                )
             attention_mask = attention_mask.to(device).long()
             if attention_mask.shape[-1] != past + n:
                 raise ValueError(
@@ -564,6 +575,46 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
             **{CACHE_FIELD: returned},
         )
         return _return(return_dict, out, cfg)
+
+    def _follow_config(self):
+        """``config.attention_pattern`` or ``config.adaptive_span`` edited since the model was built (or last ran):
+        the config is validated again (specs normalised, so that the layers, the masks they share and
+        ``save_pretrained`` read the same patterns), and the layers read the new patterns. The adaptive-span
+        modules were built for the config's ``max_span`` and ``ramp`` (trained spans are fractions of
+        ``max_span``): another value, or adaptive span added or removed, is a ``ValueError``."""
+        cfg = self.config
+        if (cfg.attention_pattern, cfg.adaptive_span) == self._config_seen:
+            return
+        cfg.validate_sparse()
+        want = (
+            None if cfg.adaptive_span is None else (cfg.adaptive_span["max_span"], cfg.adaptive_span["ramp"])
+        )
+        span = self.encoder.layer[0].attention.self.adaptive_span
+        built = None if span is None else (span.max_span, span.ramp)
+        if want != built:
+            have = "none" if built is None else f"max_span={built[0]}, ramp={built[1]}"
+            raise ValueError(
+                f"config.adaptive_span={cfg.adaptive_span!r} was changed after the model was built with {have}: the "
+                "spans are trained parameters of the layers; build a new model from the edited config"
+            )
+        self._config_seen = copy.deepcopy((cfg.attention_pattern, cfg.adaptive_span))
+
+    def _check_cache_patterns(self, cache):
+        """A cache made before ``config.attention_pattern`` was edited keeps the keys of the old patterns: one that
+        has dropped none takes the new patterns (from then on it keeps what they need); one that dropped keys the
+        new pattern may attend is a ``ValueError``. A layer without a pattern keeps every key."""
+        if cache is None:
+            return
+        for i, (layer, held) in enumerate(zip(self.encoder.layer, cache.layers)):
+            pattern = layer.attention.self.pattern
+            if held.pattern is None or held.pattern is pattern:
+                continue
+            if held.pattern != pattern and held.dropped_until > 0:
+                raise ValueError(
+                    f"the cache dropped layer {i}'s keys for {held.pattern!r}, but config.attention_pattern now "
+                    f"gives {pattern!r}, which may attend them: decode with a new cache"
+                )
+            held.pattern = pattern
 
     def adaptive_span_loss(self):
         """The paper's L1 span penalty: ``adaptive_span.loss_coef`` times the sum over layers of the mean
@@ -892,6 +943,37 @@ class _FirstTokenGlobalMixin:
         return sep_token_globals(input_ids, cfg.sep_token_id, side)
 
 
+def pooled_token(config, hidden, input_ids, attention_mask, inputs_embeds, head: str):
+    """(batch, 1, hidden) the token a sentence head reads: the first for an encoder; for a decoder
+    (``is_decoder=True``), whose first token has seen nothing after it, each row's last token, as transformers'
+    decoder heads (GPT-2, Llama) pool: the last position ``attention_mask`` marks (left or right padding), else the
+    last that is not ``pad_token_id``; without either, the last position (a batch of several rows with
+    ``input_ids`` is then a ``ValueError``, as in transformers; ``inputs_embeds`` are taken as unpadded)."""
+    if not config.is_decoder:
+        return hidden[:, :1]
+    B, n = hidden.shape[:2]
+    pad = config.pad_token_id
+    if attention_mask is not None:
+        valid = attention_mask.to(hidden.device) != 0  # (B, n)
+    elif input_ids is not None and pad is not None:
+        valid = input_ids.to(hidden.device) != pad  # (B, n)
+    else:
+        if input_ids is not None and B > 1:
+            raise ValueError(
+                f"{head} of a decoder (is_decoder=True) reads each row's last token, which a batch of {B} rows "
+                "without attention_mask or config.pad_token_id does not show: pass attention_mask"
+            )
+        if input_ids is None:
+            logger.warning_once(
+                f"{head} of a decoder reads each row's last token; without attention_mask it cannot tell padding "
+                "in inputs_embeds and reads the last position"
+            )
+        return hidden[:, -1:]
+    positions = torch.arange(n, device=hidden.device)
+    last = (positions * valid).argmax(-1)  # (B,): the last valid position (0 for a row without one)
+    return hidden[torch.arange(B, device=hidden.device), last][:, None]  # (B, 1, hidden)
+
+
 class SparseTransformerForSequenceClassification(_FirstTokenGlobalMixin, SparseTransformerPreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
@@ -910,7 +992,10 @@ class SparseTransformerForSequenceClassification(_FirstTokenGlobalMixin, SparseT
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
             output_router_logits=output_router_logits,
         )  # fmt: skip
-        logits = self.classifier(out.last_hidden_state)
+        pooled = pooled_token(
+            self.config, out.last_hidden_state, input_ids, attention_mask, inputs_embeds, type(self).__name__
+        )
+        logits = self.classifier(pooled)
         loss = None if labels is None else sequence_loss(self.config, logits, labels.to(logits.device))
         loss = with_span_penalty(self, loss)
         res = SparseTransformerSequenceClassifierOutput(
@@ -1009,7 +1094,18 @@ class SparseTransformerForMultipleChoice(_FirstTokenGlobalMixin, SparseTransform
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
             output_router_logits=output_router_logits,
         )  # fmt: skip
-        logits = self.classifier(self.dropout(out.pooler_output)).view(-1, choices)
+        pooled = out.pooler_output
+        if self.config.is_decoder:  # the pooler on each row's last token (``pooled_token``), not the first
+            last = pooled_token(
+                self.config,
+                out.last_hidden_state,
+                flat_ids,
+                flat(attention_mask),
+                flat_embeds,
+                type(self).__name__,
+            )
+            pooled = self.sparse_transformer.pooler(last)
+        logits = self.classifier(self.dropout(pooled)).view(-1, choices)
         loss = None if labels is None else CrossEntropyLoss()(logits, labels.to(logits.device))
         loss = with_span_penalty(self, loss)
         res = SparseTransformerMultipleChoiceOutput(
