@@ -643,6 +643,144 @@ def test_an_adapter_folder_is_pushed(tmp_path, fake_upload):
     assert fake_upload["branch"]["branch"] == "dev" and fake_upload["upload"]["revision"] == "dev"
 
 
+class _FakeRepo:
+    """A repository on a fake Hub: upload_folder as huggingface_hub does it (the files ``allow_patterns`` match
+    are added or overwritten; remote files ``delete_patterns`` match are deleted unless uploaded, never
+    .gitattributes)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir()
+        (root / ".gitattributes").write_text("*.safetensors filter=lfs\n")
+
+    def files(self) -> list[str]:
+        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
+
+    def upload_folder(self, folder_path, allow_patterns=None, delete_patterns=None, **kw):
+        from huggingface_hub.utils import filter_repo_objects
+
+        local = Path(folder_path)
+        added = list(
+            filter_repo_objects(
+                [str(p.relative_to(local)) for p in local.rglob("*") if p.is_file()],
+                allow_patterns=allow_patterns,
+            )
+        )
+        for name in (
+            filter_repo_objects(self.files(), allow_patterns=delete_patterns) if delete_patterns else ()
+        ):
+            if name != ".gitattributes" and name not in added:
+                (self.root / name).unlink()
+        for name in added:
+            (self.root / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / name).write_bytes((local / name).read_bytes())
+        return type("Info", (), {"repo_url": "https://huggingface.co/someone/tiny"})()
+
+
+@pytest.fixture
+def fake_repo(tmp_path, online, monkeypatch):
+    repo = _FakeRepo(tmp_path / "remote")
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    monkeypatch.setattr("huggingface_hub.HfApi.create_repo", lambda self, *a, **k: None)
+    monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", lambda self, **k: repo.upload_folder(**k))
+    return repo
+
+
+def _folder(path: Path, names) -> Path:
+    path.mkdir()
+    for name in names:
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text("{}" if name.endswith(".json") else name)
+    return path
+
+
+_MODEL = ["config.json", "model.safetensors"]
+_ADAPTER = ["adapter_config.json", "adapter_model.safetensors"]
+_SHARDED = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+_SHARDED += ["model.safetensors.index.json"]
+
+
+@pytest.mark.parametrize(
+    "first, planted, second, kept",
+    [
+        # one file, then shards: the old model.safetensors would be what loads
+        (_MODEL, [], _SHARDED, []),
+        (_SHARDED, [], _MODEL, []),
+        # a variant, then none (from_pretrained(variant="fp16") would load the old one); weights of any format
+        (["config.json", "model.fp16.safetensors"], ["pytorch_model.bin"], _MODEL, []),
+        # an adapter, then the merged model: an adapter_config.json left would load base + old adapter
+        ([*_ADAPTER, "tokenizer.json"], [], _MODEL, ["tokenizer.json"]),
+        (_MODEL, [], _ADAPTER, []),
+        # adapter/ and results of a LoRA run, then a run without them
+        ([*_MODEL, "adapter/adapter_config.json", "adapter/adapter_model.safetensors", "all_results.json"], [],
+         _MODEL, []),
+        # a new tokenizer replaces the old one (a fast tokenizer.json left would win over vocab.txt), and the code
+        ([*_MODEL, "tokenizer.json", "vocab.txt"], ["tokenization_x.py", "patterns_base.py"], [*_MODEL, "vocab.txt"],
+         []),
+        # no tokenizer in this push: the repository's (and the code its config may name) stays
+        ([*_MODEL, "tokenizer_config.json"], ["tokenization_x.py"], _MODEL, ["tokenizer_config.json",
+         "tokenization_x.py"]),
+        # the user's card, notes, images and code that is not ours stay
+        (_MODEL, ["README.md", "notes.md", "handler.py", "logo.png"], _MODEL, ["README.md", "notes.md",
+         "handler.py", "logo.png"]),
+    ],
+)  # fmt: skip
+def test_a_second_push_replaces_what_the_first_left(tmp_path, fake_repo, first, planted, second, kept):
+    """The repository holds what the last push sent (and files that are not ours), not a mix of two models."""
+    hub.push_to_hub(_folder(tmp_path / "v1", first), "someone/tiny")
+    assert fake_repo.files() == sorted([".gitattributes", *first])
+    for name in planted:  # uploaded by hand, or by an earlier version
+        (fake_repo.root / name).write_text(name)
+    v2 = _folder(tmp_path / "v2", second)
+    hub.push_to_hub(v2, "someone/tiny")
+    assert fake_repo.files() == sorted({".gitattributes", *second, *kept})
+    assert (fake_repo.root / second[-1]).read_text() == (v2 / second[-1]).read_text()
+
+
+def test_a_sharded_push_over_one_file_loads_the_new_weights(tmp_path, fake_repo):
+    from transformers import AutoModelForMaskedLM
+
+    from tests.models.tiny import tiny_config
+
+    v1 = AutoModelForMaskedLM.from_config(tiny_config()).eval()
+    v1.save_pretrained(tmp_path / "v1")
+    hub.push_to_hub(tmp_path / "v1", "someone/tiny")
+    torch.manual_seed(1)
+    v2 = AutoModelForMaskedLM.from_config(tiny_config()).eval()
+    v2.save_pretrained(tmp_path / "v2", max_shard_size="50KB")
+    hub.push_to_hub(tmp_path / "v2", "someone/tiny")
+    loaded = AutoModelForMaskedLM.from_pretrained(fake_repo.root).eval()
+    ids = torch.randint(2, 90, (1, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, v2(ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError("[Errno 28] No space left on device"), KeyError("repo_url"), RuntimeError(f"boom {SECRET}")],
+    ids=["oserror", "keyerror", "token-in-message"],
+)
+def test_an_unexpected_push_failure_is_one_error_line(model_dir, fake_upload, monkeypatch, capsys, error):
+    """Whatever fails inside the push, the command line prints one error: line with the push-later command."""
+
+    def create_repo(self, *a, **k):
+        raise error
+
+    monkeypatch.setattr("huggingface_hub.HfApi.create_repo", create_repo)
+    with pytest.raises(hub.HubError) as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny")
+    msg = str(info.value)
+    assert f"Pushing to someone/motif-tiny failed ({type(error).__name__}: " in msg
+    assert f"push it later with: python -m hf_sparse.hub {model_dir} someone/motif-tiny" in msg
+    assert SECRET not in msg and "\n" not in msg
+    # the cause stays chained for a traceback, unless it shows the token
+    assert info.value.__cause__ is (None if SECRET in str(error) else error)
+    assert hub_push.main([str(model_dir), "someone/motif-tiny"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: Pushing to someone/motif-tiny failed"), err
+    assert SECRET not in "".join(err)
+
+
 def _run(args, env_extra=None, **kw):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(env_extra or {})

@@ -31,6 +31,7 @@ _EXPORTS = {
     "main": "push",
     "parse_args": "push",
     "push_to_hub": "push",
+    "stale_patterns": "push",
     "upload_file_list": "push",
 }
 

@@ -1,7 +1,9 @@
 """Pushing a saved folder: :func:`push_to_hub` is ``HfApi.create_repo`` + ``upload_folder`` of the
-:func:`upload_file_list` allow-list, after checking that no file holds the token. Without a network it
-raises one :class:`HubUnavailableError` saying that the local folder is intact and which command pushes
-it later; rejected credentials raise :class:`HubAuthError`. The token is never printed or logged.
+:func:`upload_file_list` allow-list, after checking that no file holds the token; the same commit deletes
+what an earlier push left that this one replaces (:func:`stale_patterns`). Without a network it raises one
+:class:`HubUnavailableError` saying that the local folder is intact and which command pushes it later;
+rejected credentials raise :class:`HubAuthError`, any other failure :class:`HubError` with the same advice.
+The token is never printed or logged.
 
 Command line: ``python -m hf_sparse.hub FOLDER REPO_ID [--private] [--token-env NAME] [--revision BRANCH]
 [--commit-message MESSAGE] [--endpoint URL]`` (also ``scripts/push_to_hub.py``)."""
@@ -21,6 +23,7 @@ from .bundle import BUNDLE_MANIFEST
 from .common import _COMMIT_MESSAGE, PUSH_COMMAND, _check_repo_id
 from .common import offline_reason as _offline_reason
 from .common import push_command as _push_command
+from .flatten import _KEEP_NAME_PREFIXES, flat_module_name
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +40,9 @@ class HubAuthError(HubError):
     """The Hub rejected the credentials (no token, invalid or expired token, no write access)."""
 
 
-# What an upload sends: an ALLOW-list (a model folder also holds checkpoints with pickled optimizer
-# states and training arguments, TensorBoard runs, logs; none of them belongs on the Hub).
-_UPLOAD_NAMES = frozenset(
+# tokenizer and processor files (sent, and replaced as a whole, see _REPLACED)
+_PREPROCESSOR_NAMES = frozenset(
     {
-        # model
-        "config.json",
-        "generation_config.json",
-        # a PEFT adapter saved at the top (a recipe run with lora: true, merge_lora: false)
-        "adapter_config.json",
-        "adapter_model.safetensors",
-        # tokenizer / processor
         "tokenizer.json",
         "tokenizer_config.json",
         "special_tokens_map.json",
@@ -62,6 +57,20 @@ _UPLOAD_NAMES = frozenset(
         "chat_template.json",
         "preprocessor_config.json",
         "processor_config.json",
+    }
+)
+# What an upload sends: an ALLOW-list (a model folder also holds checkpoints with pickled optimizer
+# states and training arguments, TensorBoard runs, logs; none of them belongs on the Hub).
+_UPLOAD_NAMES = frozenset(
+    {
+        # model
+        "config.json",
+        "generation_config.json",
+        # a PEFT adapter saved at the top (a recipe run with lora: true, merge_lora: false)
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        # tokenizer / processor
+        *_PREPROCESSOR_NAMES,
         # card, remote-code manifest, results (the runner writes them without secrets)
         "README.md",
         BUNDLE_MANIFEST,
@@ -77,6 +86,71 @@ _WEIGHTS_INDEX = re.compile(r"^model\.safetensors\.index(\.[\w-]+)?\.json$")
 _UPLOAD_PATTERNS = (_WEIGHTS, _WEIGHTS_INDEX, re.compile(r"^[\w.-]+\.png$"))
 _UPLOAD_ADAPTER = frozenset({"adapter_config.json", "adapter_model.safetensors", "README.md"})
 _BINARY_SUFFIXES = (".safetensors", ".png", ".model")
+
+
+# What an upload replaces: files of these kinds already in the repository (an earlier push) that it does
+# not send are deleted in the same commit (upload_folder's ``delete_patterns``; it never deletes a file it
+# uploads, nor .gitattributes), so the repository loads what was pushed: an old ``model.safetensors`` next
+# to new shards would win, an old ``adapter_config.json`` would turn a full model into base + adapter. Globs
+# (``*`` also matches ``/``); README.md, images and files of other kinds stay.
+_REPLACED = (
+    # the model or the adapter, whichever this upload sends, and its weights in any format
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model.*.safetensors",
+    "model-*-of-*.safetensors",
+    "model.safetensors.index.json",
+    "model.safetensors.index.*.json",
+    "pytorch_model*.bin",
+    "pytorch_model.bin.index*.json",
+    "tf_model*.h5",
+    "tf_model.h5.index*.json",
+    "flax_model*.msgpack",
+    "flax_model.msgpack.index*.json",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "adapter/adapter_config.json",
+    "adapter/adapter_model.safetensors",
+    "adapter/adapter_model.bin",
+    "adapter/README.md",
+    BUNDLE_MANIFEST,
+    # the results of the run that trained the weights
+    "all_results.json",
+    "log_history.json",
+)
+# _PREPROCESSOR_NAMES are replaced only by an upload that sends one of them (a tokenizer may have been pushed on
+# its own), and with them the remote code: a tokenizer or processor config left in the repository may name a
+# module of it in its auto_map.
+
+
+def _package_code_files() -> list[str]:
+    """The file names of remote code: transformers-named modules (``modeling_*.py``, ...) and the name every
+    module of this package gets in a remote-code bundle (``patterns_base.py``)."""
+    package_dir = Path(__file__).resolve().parents[1]
+    names = set()
+    for path in package_dir.rglob("*.py"):
+        parts = path.relative_to(package_dir).with_suffix("").parts
+        if "__pycache__" in parts:
+            continue
+        module = ".".join((package_dir.name, *parts[: -1 if parts[-1] == "__init__" else None]))
+        names.add(flat_module_name(module, package_dir.name) + ".py")
+    return [f"{prefix}*.py" for prefix in _KEEP_NAME_PREFIXES] + sorted(names)
+
+
+def stale_patterns(files: list[str]) -> list[str]:
+    """The ``delete_patterns`` of an upload of ``files`` (from :func:`upload_file_list`): what an earlier push
+    left in the repository that this one replaces. Always the model or adapter (config, weights of any format,
+    shards and index), ``adapter/``, the remote-code manifest and results; if ``files`` hold a tokenizer or
+    processor file, also the other tokenizer and processor files and the remote code (``modeling_*.py``, ...,
+    and this package's bundled modules). A file the upload sends is overwritten, not deleted; README.md,
+    images and files of other kinds stay."""
+    patterns = list(_REPLACED)
+    if _PREPROCESSOR_NAMES & set(files):
+        patterns += sorted(_PREPROCESSOR_NAMES) + _package_code_files()
+    sent = set(files)
+    return [p for p in dict.fromkeys(patterns) if p not in sent]
 
 
 # the files whose ``auto_map`` names remote code: the model's, a custom tokenizer's, processor's, feature extractor's
@@ -153,15 +227,18 @@ def upload_file_list(folder: str | os.PathLike) -> list[str]:
 
 
 def _check_no_secrets(folder: Path, files: list[str], token: str | None) -> None:
-    """Refuse to upload a file that holds the token (or any ``hf_...`` token or secret env value)."""
-    from ..training.secrets import find_secrets
+    """Refuse to upload a file that holds the token (or any ``hf_...`` token or secret env value of
+    :data:`~hf_sparse.training.secrets.MIN_ENV_SECRET_LENGTH` characters or more); the message names
+    which, never the value."""
+    from ..training.secrets import which_secret
 
     for name in files:
         if name.endswith(_BINARY_SUFFIXES):
             continue
-        if find_secrets((folder / name).read_bytes(), [token] if token else []):
+        found = which_secret((folder / name).read_bytes(), {"the Hub token": token} if token else {})
+        if found is not None:
             raise HubError(
-                f"Refusing to push {folder}: {name} contains a token or secret; remove it from the "
+                f"Refusing to push {folder}: {name} contains a token or secret ({found}); remove it from the "
                 "file (or leave the file out of the folder) and push again. Nothing was uploaded."
             )
 
@@ -239,6 +316,11 @@ def push_to_hub(
 ) -> str:
     """Create ``repo_id`` (if needed) and upload ``folder`` to it; return the repo URL.
 
+    The upload sends :func:`upload_file_list` and, in the same commit, deletes what an earlier push left and
+    this one replaces (:func:`stale_patterns`: another model's or adapter's weights and config, ``adapter/``,
+    remote code, results, and the tokenizer files when ``folder`` holds a tokenizer); the repository's
+    README.md (unless ``folder`` has one), images and other files stay.
+
     Args:
         folder: a saved model folder (``config.json``, or ``adapter_config.json`` for a PEFT adapter, and
             weights); it is only read.
@@ -259,7 +341,9 @@ def push_to_hub(
             failure, timeout, 5xx); the message names the intact local folder and the command that
             pushes it later.
         HubAuthError: no token, or the Hub answered 401/403.
-        HubError: any other refusal by the Hub.
+        HubError: a file holds a token or secret (nothing is sent), any other refusal by the Hub, or any
+            other failure of the push (the message names the intact local folder and the command that
+            pushes it later).
     """
     repo_id = _check_repo_id(repo_id)
     path = _check_folder(folder)
@@ -307,6 +391,7 @@ def push_to_hub(
             revision=revision,
             token=token,
             allow_patterns=files,  # exact relative paths: the allow-list, nothing else
+            delete_patterns=stale_patterns(files),  # in the same commit: the repo holds this model only
         )
     except Exception as e:  # classify; never let the token or a multi-line trace through
         http = next((x for x in _chain(e) if isinstance(x, HfHubHTTPError)), None)
@@ -331,9 +416,11 @@ def push_to_hub(
                 f"The Hugging Face Hub refused the upload to {repo_id} (HTTP {status}: "
                 f"{_scrub(str(http), token)}); {intact}"
             ) from None
-        if token and token in str(e):
-            raise HubError(f"Pushing to {repo_id} failed: {_scrub(str(e), token)}; {intact}") from None
-        raise
+        # anything else (a full disk, a bug): the same one line, the cause chained unless it shows the token
+        leaks = bool(token) and any(token in str(x) for x in _chain(e))
+        raise HubError(
+            f"Pushing to {repo_id} failed ({type(e).__name__}: {_scrub(str(e), token)}); {intact}"
+        ) from (None if leaks else e)
     url = str(getattr(info, "repo_url", "") or f"{api.endpoint}/{repo_id}")
     logger.info("pushed %d files of %s to %s: %s", len(files), path, url, ", ".join(files))
     return url
@@ -365,7 +452,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     """Push a folder; print its URL. A one-line ``error:`` message and exit code 2 for invalid
-    arguments (folder, repo id, an unset ``--token-env``), 1 when the Hub is unreachable or refuses."""
+    arguments (folder, repo id, an unset ``--token-env``), 1 when the Hub is unreachable or refuses, or the push
+    fails otherwise (the line names the command that pushes later)."""
     args = parse_args(argv)
     if args.token_env != "HF_TOKEN" and not os.environ.get(args.token_env):
         print(f"error: environment variable {args.token_env} (--token-env) is not set", file=sys.stderr)
@@ -398,5 +486,6 @@ __all__ = [
     "main",
     "parse_args",
     "push_to_hub",
+    "stale_patterns",
     "upload_file_list",
 ]

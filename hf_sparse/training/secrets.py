@@ -4,7 +4,7 @@ A recipe may carry a Hub token (``hub_token``), and the environment one (``HF_TO
 the runner writes (``all_results.json``, the model card, ``training_args.bin``, TensorBoard's
 hyper-parameters) goes through :func:`redact` or never sees the value; the Hub upload takes an
 allow-list of files (:func:`hf_sparse.hub.upload_file_list`) and refuses a file that still holds a
-known secret (:func:`find_secrets`).
+known secret (:func:`which_secret` names which, never showing it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,16 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "SECRET_ENV_VARS", "find_secrets", "is_secret_key", "known_secrets", "redact"]
+__all__ = [
+    "MIN_ENV_SECRET_LENGTH",
+    "REDACTED",
+    "SECRET_ENV_VARS",
+    "find_secrets",
+    "is_secret_key",
+    "known_secrets",
+    "redact",
+    "which_secret",
+]
 
 REDACTED = "<redacted>"
 
@@ -29,6 +38,10 @@ SECRET_ENV_VARS = (
     "MLFLOW_TRACKING_PASSWORD",
     "MLFLOW_TRACKING_TOKEN",
 )
+
+#: The shortest value of a :data:`SECRET_ENV_VARS` variable that :func:`which_secret` looks for in a file: a
+#: shorter one (a local MLflow password ``test``) occurs in words (``test_accuracy``), so any file would match.
+MIN_ENV_SECRET_LENGTH = 8
 
 # A name part (between underscores/dashes) that marks a secret: hub_token, HF_TOKEN, api_key,
 # password, client_secret, ... but not tokenizer_name or average_tokens_across_devices.
@@ -87,9 +100,30 @@ def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
     return walk(obj)
 
 
-def find_secrets(text: str | bytes, secrets: Iterable[str] = ()) -> bool:
-    """True if ``text`` holds one of ``secrets`` (or a secret environment variable's value, or an
-    ``hf_...`` token)."""
+def which_secret(text: str | bytes, secrets: Mapping[str, str] | Iterable[str] = ()) -> str | None:
+    """What secret ``text`` holds, named without its value, or None.
+
+    In order: one of ``secrets`` (of 4 characters or more; its key if ``secrets`` is a mapping of
+    names to values, else ``"a given secret"``), the value of a :data:`SECRET_ENV_VARS` variable of
+    :data:`MIN_ENV_SECRET_LENGTH` characters or more (``"the value of WANDB_API_KEY"``), a token-shaped
+    string (``"an hf_... or Bearer token"``).
+    """
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
-    return any(s in text for s in known_secrets(*secrets) if len(s) >= 4) or bool(_TOKEN_VALUE.search(text))
+    named = secrets.items() if isinstance(secrets, Mapping) else (("a given secret", s) for s in secrets)
+    for name, secret in named:
+        if isinstance(secret, str) and len(secret) >= 4 and secret in text:
+            return name
+    for var in SECRET_ENV_VARS:
+        value = os.environ.get(var, "")
+        if len(value) >= MIN_ENV_SECRET_LENGTH and value in text:
+            return f"the value of {var}"
+    if _TOKEN_VALUE.search(text):
+        return "an hf_... or Bearer token"
+    return None
+
+
+def find_secrets(text: str | bytes, secrets: Mapping[str, str] | Iterable[str] = ()) -> bool:
+    """True if ``text`` holds a secret :func:`which_secret` names (one of ``secrets``, a long enough secret
+    environment variable's value, or an ``hf_...`` / ``Bearer`` token)."""
+    return which_secret(text, secrets) is not None
