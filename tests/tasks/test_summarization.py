@@ -1,6 +1,7 @@
 """The summarization recipe tasks end to end: extractive on real ScisummNet papers, abstractive on synthetic data
 (and, slow, the copy-the-first-sentence sanity task through the pipeline), QMSum queries, SQuALITY references."""
 
+import dataclasses
 import json
 import os
 
@@ -259,3 +260,127 @@ def test_gzipped_splits_pass_the_argument_check(tmp_path, task_name):
     (tmp_path / "validation.jsonl.gz").unlink()
     with pytest.raises(FileNotFoundError, match=r"data_dir=.* has no validation.jsonl"):
         task.check_arguments(task.Arguments(data_dir=str(tmp_path)))
+
+
+def test_extractive_lora_trains_the_scorer_and_new_embeddings(tmp_path):
+    """With lora: true the new sentence scorer, and the token embeddings of a vocabulary built from the data, train
+    in full next to the adapters (LoRA left them frozen at their random initialisation); a saved model's own
+    vocabulary stays frozen."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LongformerConfig, LongformerModel
+
+    data = copy_data(tmp_path / "data", 4)
+    encoder = LongformerConfig(vocab_size=300, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64, attention_window=8, max_position_embeddings=130, pad_token_id=1)  # fmt: skip
+    LongformerModel(encoder).save_pretrained(tmp_path / "encoder")
+    task = get_task("extractive-summarization")()
+    args = ExtractiveArguments(
+        data_dir=data, model_name_or_path=str(tmp_path / "encoder"), vocab_min_frequency=1
+    )
+    tokenizer = task.build_tokenizer(args)
+    model = task.build_model(args, tokenizer)
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    to_save = task.lora_modules_to_save(model)
+    assert to_save == ["scorer", "backbone.embeddings.word_embeddings"]
+    lora = get_peft_model(model, LoraConfig(r=2, target_modules=["query", "value"], modules_to_save=to_save))
+    trainable = {name for name, p in lora.named_parameters() if p.requires_grad and "lora_" not in name}
+    assert any(".scorer." in name for name in trainable) and any(
+        "word_embeddings" in name for name in trainable
+    )
+    again = get_task("extractive-summarization")()
+    args.model_name_or_path = str(tmp_path / "saved")
+    assert again.lora_modules_to_save(again.build_model(args, again.build_tokenizer(args))) == ["scorer"]
+
+
+TINY_ABSTRACTIVE = ["num_train_epochs=1", "max_source_length=32", "max_target_length=16", "generation_max_length=16",
+                    "max_decoder_positions=32", "attention_window=8", "vocab_min_frequency=1", "eval_strategy=no",
+                    *[f"{k}={v}" for k, v in SMALL.items()]]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("predict_with_generate=false", "predict_with_generate=False: .* set predict_with_generate: true"),
+        ("generation_num_beams=0", "generation_num_beams=0 must be a positive int"),
+        (
+            "generation_max_length=40",
+            r"generation_max_length=40 runs the decoder past .* 32 positions.* <= 33",
+        ),
+    ],
+)
+def test_abstractive_generation_settings_are_checked_before_training(tmp_path, override, match):
+    """Generation settings that only the evaluation uses fail before the first training step (they failed at the
+    first evaluation, after the training: ValueError, ZeroDivisionError)."""
+    from hf_sparse.training import RecipeError
+
+    data = copy_data(tmp_path / "data", 4)
+    out = tmp_path / "out"
+    with pytest.raises(RecipeError, match=match):
+        run(os.path.join(RECIPES, "tiny-abstractive.yaml"),
+            [f"data_dir={data}", f"output_dir={out}", *TINY_ABSTRACTIVE, override])  # fmt: skip
+    assert not out.exists() or not any(out.iterdir())  # nothing trained, nothing written
+
+
+def test_abstractive_max_target_length_past_the_decoder_positions(tmp_path):
+    """Summaries longer than the decoder's position table are an error naming both keys (LED's decoder raised a
+    bare IndexError in the first long batch), for a new model and for a loaded LED checkpoint."""
+    with pytest.raises(ValueError, match=r"max_target_length=40 .*\(max_decoder_positions=32\)"):
+        AbstractiveArguments(data_dir=str(tmp_path), max_target_length=40, max_decoder_positions=32)
+    from transformers import LEDConfig, LEDForConditionalGeneration
+
+    data = copy_data(tmp_path / "data", 4)
+    led = LEDConfig(vocab_size=300, d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64,
+                    decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2, attention_window=8,
+                    max_encoder_position_embeddings=32, max_decoder_position_embeddings=16)  # fmt: skip
+    LEDForConditionalGeneration(led).save_pretrained(tmp_path / "led")
+    args = AbstractiveArguments(data_dir=data, model_name_or_path=str(tmp_path / "led"), max_target_length=24,
+                                max_source_length=32, vocab_min_frequency=1)  # fmt: skip
+    task = get_task("abstractive-summarization")()
+    with pytest.raises(ValueError, match=r"max_target_length=24 .*led's max_decoder_position_embeddings=16"):
+        task.build_model(args, task.build_tokenizer(args))
+
+
+def test_abstractive_truncated_documents_count_the_evaluated_examples(tmp_path):
+    """max_eval_samples / max_test_samples: <split>_truncated_documents counts the evaluated examples' truncated
+    documents, not the whole split's."""
+    data = copy_data(tmp_path / "data", 4)
+    args = AbstractiveArguments(data_dir=data, max_source_length=16, max_target_length=8, max_decoder_positions=16,
+                                attention_window=8, vocab_min_frequency=1)  # fmt: skip
+    task = get_task("abstractive-summarization")()
+    tokenizer = task.build_tokenizer(args)
+    task.build_model(args, tokenizer)
+    datasets = task.build_datasets(args, tokenizer)
+    assert task.truncated["validation"] == 16  # every 16-token input is cut
+    assert len(task.limit_samples("validation", datasets["validation"], 3)) == 3
+    assert task.truncated["validation"] == 3
+    task.limit_samples("test", datasets["test"], None)
+    assert task.truncated["test"] == 16
+
+
+@pytest.mark.parametrize("task_name", ["extractive-summarization", "abstractive-summarization"])
+def test_model_card_records_the_attention(tmp_path, task_name):
+    """The card shows the encoder's attention (the window and the global tokens of global_attention_mask), which
+    the models keep in their backbone/LED config, not in config.attention_pattern ("not recorded")."""
+    from hf_sparse.hub import render_model_card
+
+    data = copy_data(tmp_path / "data", 4)
+    small = {"attention_window": 8, "vocab_min_frequency": 1, "max_source_length": 64, "max_length": 64}
+    task = get_task(task_name)()
+    small = {k: v for k, v in small.items() if k in {f.name for f in dataclasses.fields(task.Arguments)}}
+    args = task.Arguments(data_dir=data, **small)
+    task.build_model(args, task.build_tokenizer(args))
+    info = task.card_info(args, {})
+    assert info["pattern"] == {"type": "longformer", "window": 8}
+    assert info["extra"]["global attention"].startswith("first")  # and the markers (extractive)
+    card = str(render_model_card(task_name, model_name="tiny", **info))
+    assert "| Attention | longformer(window=8) |" in card and "No attention pattern" not in card
+    # hf-sparse kernels: the pattern, and Global() for the tokens the model marks global
+    sparse = {"backbone": "sparse_transformer"} if task_name == "extractive-summarization" else {}
+    args = task.Arguments(
+        data_dir=data, attention_pattern={"type": "sliding_window", "window": 4}, **small, **sparse
+    )
+    task = get_task(task_name)()
+    task.build_model(args, task.build_tokenizer(args))
+    parts = task.card_info(args, {})["pattern"]["parts"]
+    assert parts[0]["window"] == 4 and parts[1] == {"type": "global"}

@@ -36,7 +36,7 @@ import numpy as np
 from ...data.loading import fingerprint, jsonl_files, num_proc_for, tokenizer_fingerprint
 from ...metrics import load as load_metric
 from ...training import Task, path_field
-from ...training.recipe import require_model, require_path
+from ...training.recipe import RecipeError, require_model, require_path
 from ...training.tasks import metric_prefix
 from ...utils.validation import check_positive_int
 from ..arguments import BackboneArguments
@@ -197,6 +197,8 @@ class AbstractiveArguments(SummarizationArguments):
             raise ValueError(
                 f"min_target_length ({self.min_target_length}) > max_target_length ({self.max_target_length})"
             )
+        if self.model_name_or_path is None:  # a loaded model's table is checked by build_model
+            check_target_length(self.max_target_length, self.max_decoder_positions, "max_decoder_positions")
         if self.position_embedding_type != "absolute":
             raise ValueError(
                 f"position_embedding_type must be 'absolute' for an LED model, got {self.position_embedding_type!r}"
@@ -275,6 +277,22 @@ def document_chunks(batch: dict[str, list]) -> dict[str, list]:
     return out
 
 
+def card_pattern(pattern, attention_window) -> dict | list:
+    """The encoder's attention for the model card: Longformer's (``{"type": "longformer", "window": w}``, its
+    window and the global tokens of ``global_attention_mask``) without an hf-sparse ``pattern``, else ``pattern``
+    (a spec, or one per layer) united with ``Global()``: the kernels make the tokens the model marks in
+    ``global_attention_mask`` (the first token, the sentence markers, the query) global too."""
+    if pattern is None:
+        return {"type": "longformer", "window": int(np.max(attention_window))}
+
+    def with_globals(spec):
+        if isinstance(spec, dict) and spec.get("type") == "longformer":
+            return spec  # Global() is one of its parts
+        return {"type": "union", "parts": [spec, {"type": "global"}]}
+
+    return [with_globals(p) for p in pattern] if isinstance(pattern, list) else with_globals(pattern)
+
+
 class _SummarizationTask(Task):
     model_type = ""
 
@@ -283,6 +301,7 @@ class _SummarizationTask(Task):
         self.references: dict[str, list[list[str]]] = {}
         self.metric_split = "validation"
         self.truncated: dict[str, int] = {}
+        self._config = None  # the model's config (build_model)
 
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder")
@@ -362,6 +381,7 @@ class ExtractiveSummarizationTask(_SummarizationTask):
         self.documents: dict[str, list[list[str]]] = {}  # split -> sentences of each document
         self.chunks: dict[str, list[tuple[int, list[int]]]] = {}  # split -> (document, sentence indices)
         self._pad_multiple: int | None = None
+        self._new_embeddings = False  # build_model: the token embeddings are new (see lora_modules_to_save)
 
     def _uses(self, args):
         return True, args.query_mode != "none"
@@ -392,7 +412,8 @@ class ExtractiveSummarizationTask(_SummarizationTask):
             "positive_weight": args.positive_weight,
             "max_sentence_tokens": args.max_sentence_tokens,
         }
-        if self._saved(path):
+        saved = self._saved(path)
+        if saved:
             model = LongformerForExtractiveSummarization.from_pretrained(path, **common)
         elif path:
             encoder = AutoConfig.from_pretrained(path)
@@ -410,8 +431,11 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                 backbone=self._backbone(args, tokenizer), max_chunk_length=args.max_length, **common
             )
             model = LongformerForExtractiveSummarization(config)
-        if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        resized = model.get_input_embeddings().weight.shape[0] < len(tokenizer)
+        if resized:
             model.resize_token_embeddings(len(tokenizer))
+        # new rows (the markers), or a vocabulary built from the data (or a new model): LoRA trains them in full
+        self._new_embeddings = resized or (not saved and not (path and args.tokenizer_name))
         self._pad_multiple = block_multiple(backbone_config(model.config.backbone))
         self._chunk_length = model.config.chunk_length
         self._config = model.config
@@ -467,6 +491,16 @@ class ExtractiveSummarizationTask(_SummarizationTask):
     def data_collator(self, args, tokenizer):
         return ExtractiveCollator(tokenizer.pad_token_id, self._pad_multiple)
 
+    def lora_modules_to_save(self, model):
+        """The sentence scorer (new, or kept from a saved model) trains in full next to the adapters and is saved
+        with them, and so do the token embeddings when they are new: a vocabulary built from the data, a new model,
+        or rows added for the marker tokens. LoRA would otherwise leave them frozen at their initialisation."""
+        names = ["scorer"]
+        if self._new_embeddings:
+            embeddings = model.get_input_embeddings()
+            names += [name for name, module in model.named_modules() if module is embeddings]
+        return names + (super().lora_modules_to_save(model) or [])
+
     def document_scores(self, split: str, logits) -> list[np.ndarray]:
         """Per-document sentence scores from per-chunk logits (in the split's chunk order)."""
         logits = logits[0] if isinstance(logits, tuple) else logits
@@ -520,6 +554,11 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                 "sentence features": ", ".join(args.sentence_features) or "none",
             },
         )
+        # the encoder's attention and global tokens (the runner's card reads config.attention_pattern: none here)
+        if self._config is not None:
+            bb = self._config.backbone
+            info["pattern"] = card_pattern(bb.get("attention_pattern"), bb.get("attention_window"))
+            info["extra"]["global attention"] = ", ".join(self._config.global_attention)
         return info
 
 
@@ -548,10 +587,56 @@ def abstractive_example(
             "truncated": enc["truncated"]}  # fmt: skip
 
 
+def check_target_length(max_target_length: int, table: int, where: str) -> None:
+    """Summaries (labels) of ``max_target_length`` tokens fit the decoder's position table of ``table`` positions
+    (``where`` names its key); past it LED's decoder raised a bare ``IndexError`` in the first long batch."""
+    if max_target_length > table:
+        raise ValueError(
+            f"max_target_length={max_target_length} is longer than the decoder's position table ({where}={table}): "
+            f"the summaries would run past it; set max_target_length <= {table}"
+        )
+
+
+def check_generation_arguments(training_args, config) -> None:
+    """The evaluations' generation settings (``predict_with_generate``, ``generation_num_beams``,
+    ``generation_max_length`` against the decoder's position table ``config.max_decoder_position_embeddings``),
+    checked before training: otherwise they fail when the first evaluation generates, after the training."""
+    if not training_args.predict_with_generate:
+        raise RecipeError(
+            "predict_with_generate=False: abstractive-summarization evaluates generated summaries (ROUGE); set "
+            "predict_with_generate: true"
+        )
+    beams = training_args.generation_num_beams
+    if beams is not None and (isinstance(beams, bool) or beams < 1):
+        raise RecipeError(
+            f"generation_num_beams={beams!r} must be a positive int (or null: the recipe's num_beams)"
+        )
+    length, table = training_args.generation_max_length, config.max_decoder_position_embeddings
+    if length is not None and (isinstance(length, bool) or length < 1):
+        raise RecipeError(
+            f"generation_max_length={length!r} must be a positive int (or null: the recipe's max_target_length)"
+        )
+    if length is not None and length > table + 1:  # the decoder start token and `table` generated tokens
+        raise RecipeError(
+            f"generation_max_length={length} runs the decoder past its position table of {table} positions "
+            f"(max_decoder_positions, or a loaded model's max_decoder_position_embeddings): set "
+            f"generation_max_length <= {table + 1} (the decoder start token and {table} generated tokens)"
+        )
+
+
 def _seq2seq_classes():
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-    return Seq2SeqTrainer, Seq2SeqTrainingArguments
+    class AbstractiveTrainer(Seq2SeqTrainer):
+        """``Seq2SeqTrainer`` that checks the evaluations' generation settings before anything trains
+        (:func:`check_generation_arguments`)."""
+
+        def __init__(self, model=None, args=None, *rest, **kwargs):
+            if args is not None and model is not None:
+                check_generation_arguments(args, model.config)
+            super().__init__(model, args, *rest, **kwargs)
+
+    return AbstractiveTrainer, Seq2SeqTrainingArguments
 
 
 class AbstractiveSummarizationTask(_SummarizationTask):
@@ -561,6 +646,10 @@ class AbstractiveSummarizationTask(_SummarizationTask):
     trainer_class, training_arguments_class = _seq2seq_classes()
     lora_task_type = "SEQ_2_SEQ_LM"
     model_type = "led_summarization"
+
+    def __init__(self):
+        super().__init__()
+        self._truncated_rows: dict[str, list[bool]] = {}  # split -> whether each example was truncated
 
     def _uses(self, args):
         return "sentences" in args.global_attention, "query" in args.global_attention
@@ -603,6 +692,11 @@ class AbstractiveSummarizationTask(_SummarizationTask):
                 encoder_attention_pattern=args.attention_pattern,
             )  # fmt: skip
             model = LEDForSummarization(config)
+        if path:  # a new model's table (max_decoder_positions) was checked with the recipe
+            check_target_length(
+                args.max_target_length, model.config.max_decoder_position_embeddings,
+                f"{path}'s max_decoder_position_embeddings",
+            )  # fmt: skip
         if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
             model.resize_token_embeddings(len(tokenizer))
         gen = model.generation_config
@@ -638,10 +732,17 @@ class AbstractiveSummarizationTask(_SummarizationTask):
                     "%s: %d of %d documents are longer than max_source_length=%d tokens and were truncated",
                     split, truncated, len(examples), limit,
                 )  # fmt: skip
+            self._truncated_rows[split] = list(items["truncated"])
             self.truncated[split] = truncated
             self.references[split] = list(examples["references"])
             out[split] = items.remove_columns("truncated")
         return out
+
+    def limit_samples(self, split, dataset, n):
+        """The first ``n`` examples; ``<split>_truncated_documents`` counts the truncated ones among them."""
+        dataset = super().limit_samples(split, dataset, n)
+        self.truncated[split] = int(sum(self._truncated_rows[split][: len(dataset)]))
+        return dataset
 
     def data_collator(self, args, tokenizer):
         """Encoder inputs padded to a multiple of the attention window, labels to the batch's longest summary."""
@@ -684,7 +785,11 @@ class AbstractiveSummarizationTask(_SummarizationTask):
             else "hf-sparse kernels",
             "max_source_length": args.max_source_length,
         }
-        if args.attention_pattern is not None:
+        # the encoder's attention (the runner's card reads config.attention_pattern: none here)
+        if self._config is not None:
+            cfg = self._config
+            info["pattern"] = card_pattern(cfg.encoder_attention_pattern, cfg.attention_window)
+        elif args.attention_pattern is not None:
             info["pattern"] = args.attention_pattern
         return info
 
