@@ -11,6 +11,9 @@ layers dispatch through ``AttentionInterface`` (BERT, RoBERTa, ModernBERT, Llama
   returns a :class:`SparseMask`, which carries the ``(batch, kv_len)`` padding plus the offsets of
   the call (KV cache), whether the layer's mask is causal, and the model's own sliding window.
 
+A remote-code bundle's copy of this module also registers them under :data:`OWN_ATTN_IMPLEMENTATION`, where
+the bundle's own models find them (see :func:`register_attention`).
+
 Where the pattern comes from (the model config):
 
 * ``config.attention_pattern`` (required): one pattern spec (a dict such as
@@ -103,6 +106,14 @@ logger = logging.get_logger(__name__)
 
 #: the name under which the attention and mask functions are registered
 ATTN_IMPLEMENTATION = "hf_sparse"
+
+#: the name under which hf-sparse's own models (SparseTransformer) find these functions when their config says
+#: ``"hf_sparse"``: the same name in the installed package; in a remote-code bundle's copy (``trust_remote_code``), a
+#: name of its own, ``"hf_sparse:<module>"``, so that each bundle's models run the bundle's own code, whichever
+#: other copy (another Hub model's, possibly of another hf-sparse version) holds ``"hf_sparse"``
+OWN_ATTN_IMPLEMENTATION = (
+    ATTN_IMPLEMENTATION if __name__.split(".", 1)[0] == "hf_sparse" else f"{ATTN_IMPLEMENTATION}:{__name__}"
+)
 
 #: ``output_attentions=True`` materialises (batch, heads, q_len, kv_len) probabilities; above this many
 #: query-key pairs per head (4096 x 4096; for a model whose config has ``max_attention_weights_length``,
@@ -312,8 +323,8 @@ def _causal_heads(pattern: P.Pattern, h, device) -> torch.Tensor | None:
 
 
 def _is_pattern_mask(fn) -> bool:
-    """A PatternMask of this module or of another copy of it (a remote-code bundle registers its own copy
-    of these functions under the same name, and then receives the masks of hf_sparse's models too)."""
+    """A PatternMask of this module or of another copy of it (a bundle saved by an hf-sparse version whose models
+    looked their functions up under ``"hf_sparse"`` hands its masks to whichever copy holds that name)."""
     return isinstance(fn, PatternMask) or (
         type(fn).__name__ == "PatternMask" and hasattr(fn, "key_positions") and hasattr(fn, "dense")
     )
@@ -961,7 +972,11 @@ def register_attention() -> None:
     A remote-code bundle's copy of this module (a folder or Hub repo loaded with ``trust_remote_code``, e.g.
     its pipeline) registers only where the installed package has not: the registry is global, and the
     bundle's code, possibly of another hf-sparse version, must not replace the package's for every model
-    of the process."""
+    of the process. A bundle's copy also registers under :data:`OWN_ATTN_IMPLEMENTATION`, the name its own
+    models look the functions up under."""
+    if OWN_ATTN_IMPLEMENTATION != ATTN_IMPLEMENTATION:
+        AttentionInterface.register(OWN_ATTN_IMPLEMENTATION, sparse_attention_forward)
+        AttentionMaskInterface.register(OWN_ATTN_IMPLEMENTATION, sparse_attention_mask)
     registered = AttentionInterface._global_mapping.get(ATTN_IMPLEMENTATION)
     if (
         registered
@@ -985,6 +1000,7 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "IGNORING_FAMILIES",
     "MAX_DENSE_ATTENTION_WEIGHTS",
+    "OWN_ATTN_IMPLEMENTATION",
     "PatternMask",
     "SparseMask",
     "check_config",

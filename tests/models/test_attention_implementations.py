@@ -265,7 +265,7 @@ def test_torch_jit_trace_refuses_hf_sparse_and_traces_sdpa():
 def test_a_remote_code_copy_imported_later_leaves_the_package_registered(tmp_path):
     """Loading a saved folder with trust_remote_code imports its own copy of the attention functions, which
     registers under "hf_sparse" only where the installed package has not: the package's functions keep serving
-    the package's models, and serve the copy's model too (its patterns and masks are the copy's classes)."""
+    the package's models (the copy's model runs the copy's own functions, registered under a name of its own)."""
     from hf_sparse.attention.integration import register_attention, sparse_attention_forward
 
     model = _model("longformer_8|strided_5")

@@ -254,3 +254,57 @@ def test_bundle_rewrites_the_saved_config_atomically(tmp_path):
     assert "custom_pipelines" not in json.loads(config_file.read_text())
     assert os.stat(config_file).st_ino != before and os.stat(config_file).st_mode == mode
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("package_registered", [True, False], ids=["package_installed", "bundles_only"])
+def test_each_bundle_runs_its_own_attention_code(package_registered, tmp_path, monkeypatch):
+    """Two remote-code models in one process (two Hub repos, possibly saved by different hf-sparse versions): each
+    runs its own bundle's attention functions, whichever copy holds "hf_sparse" (the installed package's, or,
+    without the package, the last bundle's). Bundle B stands in for another version: its kernel returns zeros."""
+    from transformers import AttentionInterface
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+    from transformers.masking_utils import AttentionMaskInterface
+
+    from hf_sparse.attention.integration import sparse_attention_forward
+
+    models = {
+        "a": AutoModelForMaskedLM.from_config(tiny_config(attention_pattern=P.SlidingWindow(window=6))),
+        "b": AutoModelForCausalLM.from_config(tiny_decoder_config(P.Strided(stride=4, causal=True))),
+    }
+    ids = torch.randint(2, 97, (1, 24), generator=torch.Generator().manual_seed(0))
+    # folders named apart: transformers names a folder's modules by its name and code, imported once per process
+    folder = {name: tmp_path / f"{name}_{'package' if package_registered else 'bundles'}" for name in models}
+    expected = {}
+    for name, model in models.items():
+        model.eval().save_pretrained(folder[name])
+        with torch.no_grad():
+            expected[name] = model(ids).logits
+    other_version = folder["b"] / "attention_integration.py"
+    source = other_version.read_text()
+    assert "\ndef sparse_attention_forward(" in source
+    other_version.write_text(
+        source.replace("\ndef sparse_attention_forward(", "\ndef _sparse_attention_forward(", 1)
+        + "\n\ndef sparse_attention_forward(*args, **kwargs):\n"
+        + "    out, weights = _sparse_attention_forward(*args, **kwargs)\n"
+        + "    return out * 0.0, weights\n"
+    )
+    for interface in (AttentionInterface, AttentionMaskInterface):  # restored after the test
+        mapping = dict(interface._global_mapping)
+        if not package_registered:  # as in a process where hf_sparse is not installed
+            del mapping["hf_sparse"]
+        monkeypatch.setattr(interface, "_global_mapping", mapping)
+    remote = {}
+    for name, auto in (("a", "AutoModelForMaskedLM"), ("b", "AutoModelForCausalLM")):
+        auto_map = json.loads((folder[name] / "config.json").read_text())["auto_map"]
+        try:
+            cls = get_class_from_dynamic_module(auto_map[auto], str(folder[name]))
+        except FileNotFoundError as e:  # transformers 5.0 copies the bundle's sibling modules differently
+            pytest.skip(f"this transformers cannot import the remote-code bundle in-process: {e}")
+        remote[name] = cls.from_pretrained(folder[name]).eval()
+        assert type(remote[name]).__module__.startswith("transformers_modules.")
+    with torch.no_grad():
+        got = {name: model(ids).logits for name, model in remote.items()}
+    torch.testing.assert_close(got["a"], expected["a"], rtol=0, atol=1e-6)  # not B's kernel
+    assert not torch.allclose(got["b"], expected["b"], atol=1e-3)  # B's own (other version's) kernel
+    if package_registered:  # stock models (attn_implementation="hf_sparse") keep the package's functions
+        assert AttentionInterface._global_mapping["hf_sparse"] is sparse_attention_forward

@@ -15,7 +15,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from ...attention.adaptive_span import AdaptiveSpan, adaptive_span_attention, adaptive_span_reference
 from ...attention.dense import all_true
 from ...attention.dispatch import check_exportable
-from ...attention.integration import ATTN_IMPLEMENTATION, PatternMask
+from ...attention.integration import ATTN_IMPLEMENTATION, OWN_ATTN_IMPLEMENTATION, PatternMask
 from ...patterns import Pattern, from_dict
 from ...patterns.local import SlidingWindow
 from .embeddings_sparse_transformer import apply_rotary
@@ -31,9 +31,16 @@ def left_padding(attention_mask):
     return None if all_true(lead == 0) else lead
 
 
+def _registered_name(impl):
+    """The interface name of ``config._attn_implementation``: ``"hf_sparse"`` means this copy's own functions
+    (:data:`~hf_sparse.attention.integration.OWN_ATTN_IMPLEMENTATION`), not those of whichever copy (another
+    remote-code bundle's, possibly of another hf-sparse version) holds ``"hf_sparse"``."""
+    return OWN_ATTN_IMPLEMENTATION if impl == ATTN_IMPLEMENTATION else impl
+
+
 def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device):
     """The mask of ``impl``'s ``AttentionMaskInterface`` function for one layer's rule:
-    a ``SparseMask`` for ``"hf_sparse"``, a materialised 4D mask for ``"sdpa"``/``"eager"``."""
+    a ``SparseMask`` for ``"hf_sparse"`` (this copy's function), a materialised 4D mask for ``"sdpa"``/``"eager"``."""
     impl = impl or ATTN_IMPLEMENTATION
     if impl not in ALL_MASK_ATTENTION_FUNCTIONS:
         raise ValueError(
@@ -68,7 +75,7 @@ def build_mask(impl, mask_function: PatternMask, batch_size: int, dtype, device)
     else:  # older transformers 5 releases: queries given by their positions
         start = mask_function.q_offset
         kw["cache_position"] = torch.arange(start, start + mask_function.q_length, device=device)
-    return ALL_MASK_ATTENTION_FUNCTIONS[impl](**kw)
+    return ALL_MASK_ATTENTION_FUNCTIONS[_registered_name(impl)](**kw)
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
@@ -191,7 +198,7 @@ class SparseTransformerSelfAttention(nn.Module):
             attention_mask = _additive(attention_mask, q.dtype)
         elif hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
             attention = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
+                _registered_name(self.config._attn_implementation), eager_attention_forward
             )
         elif self.config._attn_implementation in (
             None,
@@ -199,7 +206,7 @@ class SparseTransformerSelfAttention(nn.Module):
         ):  # older transformers 5 releases: no get_interface
             attention = eager_attention_forward
         else:
-            attention = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+            attention = ALL_ATTENTION_FUNCTIONS[_registered_name(self.config._attn_implementation)]
         out, weights = attention(
             self,
             q,
