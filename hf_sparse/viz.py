@@ -1,6 +1,9 @@
 """Pictures: pattern heatmaps, grids of attention weights, training curves. Needs matplotlib
 (``pip install hf-sparse[viz]``); every function returns the Figure and, given a path, saves it in the
-format its extension names (``.png``, ``.pdf``, ``.svg``, ``.jpg``, ...; PNG without one)."""
+format its extension names (``.png``, ``.pdf``, ``.svg``, ``.jpg``, ...; PNG without one) and closes it: pyplot
+lets go of it (figures saved in a loop do not pile up), ``plt.show()`` no longer shows it, and the returned
+Figure can still be read, changed and saved again. A figure drawn into the caller's ``ax`` is the caller's:
+saved, never closed."""
 
 from __future__ import annotations
 
@@ -31,8 +34,11 @@ PLOT_CELLS = 1024
 _CHUNK = 1 << 22
 
 
-def _save(fig, path):
-    if path is not None:
+def _save(fig, path, close: bool = True):
+    """Save ``fig`` to ``path`` (if given) and then close it, unless ``close`` is False (the caller's figure)."""
+    if path is None:
+        return fig
+    try:
         path = os.fspath(path)
         fmt = os.path.splitext(path)[1][1:].lower() or "png"
         formats = fig.canvas.get_supported_filetypes()
@@ -42,6 +48,9 @@ def _save(fig, path):
             )
         with atomic_open(path, "wb") as f:  # never a half-written file, no temporary file left on an error
             fig.savefig(f, format=fmt, dpi=120, bbox_inches="tight")
+    finally:
+        if close:  # also when saving failed: the figure was only made to be saved
+            pyplot().close(fig)
     return fig
 
 
@@ -126,7 +135,8 @@ def _pooled_mask(bound, n: int, head: int, heads: int):
 def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, head: int = 0):
     """Heatmap of which (query, key) pairs a pattern allows on ``n`` positions (of head ``head`` for a pattern
     that differs between heads), with its exact density. Past ``PLOT_CELLS`` positions a cell shows the
-    fraction of allowed pairs in its block of positions (the n x n mask is never built)."""
+    fraction of allowed pairs in its block of positions (the n x n mask is never built). Drawn into ``ax`` if
+    given, else into a new Figure, which is closed once saved to ``path``."""
     plt = pyplot()
     if not isinstance(n, int) or n <= 0:
         raise ValueError(f"n must be a positive int, got {n!r}")
@@ -147,6 +157,7 @@ def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, 
         heads = _check_head(pattern, head, bound.dense_mask(1, n).shape)  # one row: the shape
         image, cell, pairs = _pooled_mask(bound, n, head, heads)
         density = pairs / (n * n)
+    own = ax is None  # a figure made here, closed once saved
     fig = ax.figure if ax is not None else plt.figure(figsize=(4, 4))
     ax = ax or fig.add_subplot(1, 1, 1)
     extent = None if cell == 1 else (-0.5, image.shape[1] * cell - 0.5, image.shape[0] * cell - 0.5, -0.5)
@@ -159,7 +170,7 @@ def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, 
     ax.set_title(f"{title or pattern.__name__}\n{which}{_percent(density)} of pairs{pooled}", fontsize=9)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
-    return _save(fig, path)
+    return _save(fig, path, close=own)
 
 
 def show_heatmaps(

@@ -36,6 +36,27 @@ def gallery_patterns() -> dict:
     }
 
 
+#: each gallery pattern's rule, "query i attends key j iff ...", for these parameters (patterns.md's rule column)
+RULES = {
+    "SlidingWindow(window=32)": "`|i - j| <= 16`",
+    "SlidingWindow(window=16, causal=True)": "`0 <= i - j < 16`",
+    "Causal()": "`j <= i`",
+    "Strided(stride=16)": "`j <= i` and (`i - j < 16` or `(i - j) % 16 == 0`)",
+    "Fixed(block=32, summary=4)": "`j <= i` and (`i // 32 == j // 32` or `j % 32 >= 28`)",
+    "Dilated(window=16, dilation=3)": "`|i - j| <= 24` and `(i - j) % 3 == 0`",
+    "BlockLocal(block=32)": "`i // 32 == j // 32`",
+    "Global(indices=[0, 64])": "i or j is 0 or 64",
+    "Random(block=16, num_blocks=2)": "`j // 16` is one of the 2 seeded random blocks drawn for `i // 16`",
+    "BigBird(block=8, random_blocks=2)": "`|i // 8 - j // 8| <= 1`, or `j // 8` is one of the 2 seeded random "
+    "blocks drawn for `i // 8`, or i or j is in the first or the last block of 8",
+    "SlidingWindow(32) | Global(every=40)": "`|i - j| <= 16` or `i % 40 == 0` or `j % 40 == 0`",
+    "Strided(16) & SlidingWindow(48, causal)": "`0 <= i - j < 48` and (`i - j < 16` or `(i - j) % 16 == 0`)",
+    "LSH(bucket_size=16)": "i's query and j's key fall in the same angular-LSH bucket (about n / 16 buckets)",
+    "TopKBlocks(block=16, k=3)": "`j // 16` is `i // 16` or one of the 2 other key blocks whose mean key scores "
+    "highest against block `i // 16`'s mean query",
+}
+
+
 def content_examples(n):
     """LSH and top-k blocks need queries and keys: random vectors, seeded."""
     import torch
@@ -69,20 +90,19 @@ def gallery(n=128):
     lines = [
         "# Pattern gallery",
         "",
-        "| pattern | rule | density n=4,096 | density n=16,384 |",
+        "| pattern | query i attends key j iff | density n=4,096 | density n=16,384 |",
         "|---|---|---|---|",
     ]
     for ax, (name, p) in zip(axes.flat, items.items()):
         plot_pattern(p, n, ax=ax, title=name)
         slug = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
         plot_pattern(p, n, path=os.path.join(out, f"{slug}.png"), title=name)
-        doc = (type(p.__dict__.get("_source", p)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
         dens = (
             ["(content-based)"] * 2
             if name in ("LSH(bucket_size=16)", "TopKBlocks(block=16, k=3)")
             else [f"{p.density(m):.2%}" for m in (4096, 16384)]
         )
-        lines.append(table_row(f"`{name}`", doc, *dens))
+        lines.append(table_row(f"`{name}`", RULES[name], *dens))
     for ax in list(axes.flat)[len(items) :]:
         ax.axis("off")
     fig.tight_layout()

@@ -18,6 +18,30 @@ def test_show_heatmaps_grid(tmp_path):
     assert (tmp_path / "w.png").stat().st_size > 1000
 
 
+def test_figures_made_to_be_saved_are_closed(tmp_path):
+    """Saved in a loop, plots do not pile up in pyplot; the returned figure still reads and saves; a figure drawn
+    into the caller's axes stays the caller's (open); without a path the figure stays open to be shown."""
+    from hf_sparse.viz import plot_bars
+
+    plt = pyplot()
+    plt.close("all")
+    for i in range(3):
+        fig = P.SlidingWindow(window=8).plot(64, path=tmp_path / f"p{i}.png")
+        show_heatmaps(torch.rand(2, 2, 4, 4), path=tmp_path / f"h{i}.png")
+        plot_curves({"train": [(0, 1.0), (1, 0.5)]}, path=tmp_path / f"c{i}.png")
+        plot_bars({"a": 0.5}, path=tmp_path / f"b{i}.png")
+    with pytest.raises(ValueError, match="cannot save"):
+        plot_pattern(P.Causal(), 8, path=tmp_path / "p.xyz")
+    assert plt.get_fignums() == []
+    assert fig.axes[0].get_title().startswith("sliding_window_8\n")
+    fig.savefig(tmp_path / "again.png")
+    assert (tmp_path / "again.png").stat().st_size > 1000
+    caller, ax = plt.subplots()
+    plot_pattern(P.Causal(), 8, ax=ax, path=tmp_path / "mine.png")
+    shown = plot_pattern(P.Causal(), 8)
+    assert plt.get_fignums() == [caller.number, shown.number]
+
+
 def test_show_heatmaps_rejects_bad_shapes():
     with pytest.raises(ValueError, match="2 to 4 dims"):
         show_heatmaps(torch.zeros(5))
@@ -272,21 +296,17 @@ def test_gallery_keeps_the_previous_table_when_writing_it_fails(tmp_path, monkey
 
     gallery = load_script("gallery")
 
-    class Undecodable(P.SlidingWindow):
-        pass
-
-    Undecodable.__doc__ = "A rule that UTF-8 cannot encode: \ud800."  # its row of the table
-
     import hf_sparse.viz as viz
 
-    monkeypatch.setattr(viz, "_save", lambda fig, path: fig)  # the table only
+    monkeypatch.setattr(viz, "_save", lambda fig, path, close=True: fig)  # the table only
     monkeypatch.setattr(gallery, "OUT", str(tmp_path))
     monkeypatch.setattr(gallery, "content_examples", lambda n: {})
     monkeypatch.setattr(gallery, "gallery_patterns", lambda: {"SlidingWindow(4)": P.SlidingWindow(window=4)})
+    monkeypatch.setattr(gallery, "RULES", {"SlidingWindow(4)": "`|i - j| <= 2`"})
     gallery.gallery(n=16)
     table = tmp_path / "gallery" / "patterns.md"
     before = table.read_text()
-    monkeypatch.setattr(gallery, "gallery_patterns", lambda: {"SlidingWindow(4)": Undecodable(window=4)})
+    monkeypatch.setattr(gallery, "RULES", {"SlidingWindow(4)": "A rule that UTF-8 cannot encode: \ud800."})
     with pytest.raises(UnicodeEncodeError):
         gallery.gallery(n=16)
     assert table.read_text() == before

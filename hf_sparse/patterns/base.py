@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -442,19 +443,42 @@ def tile_allowed(comp: Component, b: int, h: int, qbs: torch.Tensor, q_len: int,
 
 
 def count_component_pairs(comp: Component, q_len: int, kv_len: int) -> int:
+    """Exact number of pairs a component allows: its full tiles counted whole (valid rows x valid keys), the rule
+    evaluated in the other kept tiles only (``tile_allowed``)."""
     lay = comp.layout
+    c = lay.block
     Bl = max(
         [lay.kv_index.shape[0]]
         + [t.shape[0] for t in (comp.q_index, comp.k_index, comp.q_valid, comp.k_valid) if t is not None]
     )
     Hl = max([lay.kv_index.shape[1]] + [t.shape[1] for t in (comp.q_index, comp.k_index) if t is not None])
-    chunk = max(1, (1 << 22) // max(1, lay.block * lay.block * lay.max_blocks))
+    nq = comp.q_index.shape[-1] if comp.q_index is not None else q_len
+    nk = comp.k_index.shape[-1] if comp.k_index is not None else kv_len
     total = 0
     for b in range(Bl):
+        # valid rows of each query block, valid keys of each key block
+        rows, cols = torch.arange(lay.num_q_blocks * c), torch.arange(lay.num_kv_blocks * c)
+        q_ok, k_ok = rows < nq, cols < nk
+        if comp.q_valid is not None:
+            q_ok = q_ok & _pick(comp.q_valid, b)[rows.clamp(max=nq - 1)]
+        if comp.k_valid is not None:
+            k_ok = k_ok & _pick(comp.k_valid, b)[cols.clamp(max=nk - 1)]
+        q_rows, k_rows = q_ok.view(-1, c).sum(-1), k_ok.view(-1, c).sum(-1)  # (nqb,), (nkb,)
         for h in range(Hl):
+            li, lf = _pick(lay.kv_index, b, h), _pick(lay.full, b, h) & (_pick(lay.kv_index, b, h) >= 0)
+            total += int((q_rows[:, None] * k_rows[li.clamp(min=0)])[lf].sum())
+            # the other kept tiles, each row's first (-1 after), evaluated by the rule
+            part = torch.where((li >= 0) & ~lf, li, lay.num_kv_blocks).sort(-1).values
+            width = int((part < lay.num_kv_blocks).sum(-1).max()) if part.numel() else 0
+            if width == 0:
+                continue
+            part = torch.where(part[:, :width] < lay.num_kv_blocks, part[:, :width], -1)
+            none_full = torch.zeros_like(part, dtype=torch.bool)[None, None]
+            partial = replace(comp, layout=replace(lay, kv_index=part[None, None], full=none_full))
+            chunk = max(1, (1 << 22) // (c * c * width))
             for s in range(0, lay.num_q_blocks, chunk):
                 qbs = torch.arange(s, min(s + chunk, lay.num_q_blocks))
-                total += int(tile_allowed(comp, b, h, qbs, q_len, kv_len).sum())
+                total += int(tile_allowed(partial, b, h, qbs, q_len, kv_len).sum())
     return total
 
 
@@ -509,8 +533,10 @@ def register_pattern(name: str):
 
 
 def check_positive_int(name: str, value, *, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as a plain int (a Python or numpy integer, not a bool), > 0 (or >= 0 with ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    value = int(value)
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
     return value
@@ -530,9 +556,11 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 def check_seed(value) -> int:
-    """A random generator's ``seed``: an int that ``torch.Generator.manual_seed`` takes."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """A random generator's ``seed``: an int (Python or numpy, kept as a plain int) that
+    ``torch.Generator.manual_seed`` takes."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"seed must be an int, got {type(value).__name__} ({value!r})")
+    value = int(value)
     if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
         raise ValueError(f"seed must be in [-2**63, 2**64 - 1] (torch.Generator.manual_seed), got {value}")
     return value
@@ -541,7 +569,7 @@ def check_seed(value) -> int:
 def check_lengths(q_len, kv_len=None, q_name: str = "q_len") -> tuple[int, int]:
     """``(q_len, kv_len)`` of an input (kv_len defaults to q_len): ints >= 0, and ``q_len <= kv_len`` (queries
     sit at the end of the keys). ``q_name``: the caller's name for q_len."""
-    check_positive_int(q_name, q_len, allow_zero=True)
+    q_len = check_positive_int(q_name, q_len, allow_zero=True)
     kv_len = q_len if kv_len is None else check_positive_int("kv_len", kv_len, allow_zero=True)
     if q_len > kv_len:
         raise ValueError(
@@ -732,7 +760,8 @@ class Pattern:
 
     def plot(self, n: int, path=None, ax=None, title: str | None = None, head: int = 0):
         """Heatmap of the pattern on n positions, of head ``head`` where heads differ (matplotlib Figure;
-        saved to ``path`` if given, in the format its extension names: .png, .pdf, .svg, ...)."""
+        saved to ``path`` if given, in the format its extension names: .png, .pdf, .svg, ..., and then closed
+        unless drawn into the caller's ``ax``: see ``hf_sparse.viz``)."""
         from ..viz import plot_pattern
 
         return plot_pattern(self, n, path=path, ax=ax, title=title, head=head)
@@ -793,9 +822,10 @@ class Pattern:
     def __eq__(self, other):
         """Patterns built from specs are equal when their specs are (``to_dict``); a bound pattern equals a
         pattern of its type with equal fields: bound from an equal pattern, to equal tables (never the
-        unbound pattern, whose other bindings differ)."""
-        if not isinstance(other, Pattern):
-            return NotImplemented
+        unbound pattern, whose other bindings differ). Unions and intersections compare up to the order and
+        repeats of their operands (``compose``)."""
+        if not isinstance(other, Pattern) or type(other).__eq__ is not Pattern.__eq__:
+            return NotImplemented  # a combination compares itself (up to the order of its operands)
         a, b = self._spec(), other._spec()
         if a is not None or b is not None:
             return a == b
@@ -816,14 +846,27 @@ class Pattern:
         return f"{type(self).__name__}({args})"
 
     @property
-    def __name__(self) -> str:  # attention-gym style readable names: sliding_window_512
+    def __name__(self) -> str:
+        """attention-gym style readable name (the default plot title): the type, then each int parameter's value,
+        each bool that is not its default as the parameter's name (``not_`` before it where False), each list of
+        ints as its name and values: ``sliding_window_512``, ``sliding_window_4_causal``, ``strided_4_not_causal``,
+        ``global_indices_3_9``. A bound pattern is named as the pattern it was bound from."""
         src = getattr(self, "_source", None)
-        if src is not None:  # a bound pattern is named as the pattern it was bound from
+        if src is not None:
             return src.__name__
-        vals = [
-            str(v) for v in self._params().values() if isinstance(v, (int, bool)) and not isinstance(v, bool)
-        ]
-        return "_".join([self.type_name, *vals])
+        defaults = inspect.signature(type(self).__init__).parameters
+        words = [self.type_name]
+        for key, v in self._params().items():
+            if isinstance(v, bool):
+                default = defaults[key].default if key in defaults else inspect.Parameter.empty
+                if v is not default:
+                    words.append(key if v else f"not_{key}")
+            elif isinstance(v, int):
+                words.append(str(v))
+            elif isinstance(v, (list, tuple)) and all(type(x) is int for x in v):
+                shown = [str(x) for x in v] if len(v) <= 4 else [*map(str, v[:3]), f"and_{len(v) - 3}_more"]
+                words += [key, *shown]
+        return "_".join(words)
 
 
 def _density_block(p: Pattern, n: int) -> int:

@@ -7,7 +7,7 @@ import math
 import torch
 
 from .base import Pattern, check_lengths, check_positive_int, check_seed, register_pattern
-from .block_table import BlockSet, sample_blocks
+from .block_table import BlockSet, draw_blocks, sorted_rows
 from .compose import Union
 from .global_tokens import Global
 
@@ -52,15 +52,20 @@ class BigBird(Pattern):
         glob = self.global_block_ids(nb)
         w = self.window_blocks // 2
         gen = torch.Generator().manual_seed(self.seed)
-        rows = []
-        for q in range(nb):
-            window = list(range(max(q - w, 0), min(q + w + 1, nb)))
-            banned = set(window) | set(glob)
-            rand = sample_blocks(gen, [k for k in range(nb) if k not in banned], self.random_blocks)
-            rows.append(sorted(set(window) | set(rand)))
-        table = torch.full((1, 1, nb, max(len(r) for r in rows)), -1, dtype=torch.long)
-        for q, r in enumerate(rows):
-            table[0, 0, q, : len(r)] = torch.tensor(r, dtype=torch.long)
+        q = torch.arange(nb)
+        lo, hi = (q - w).clamp(min=0)[:, None], (q + w).clamp(max=nb - 1)[:, None]
+        window = lo + torch.arange(min(self.window_blocks, nb))  # (nb, W); nb = no block
+        window = torch.where(window <= hi, window, nb)
+        gb = torch.tensor(glob, dtype=torch.long)
+        outside = torch.where((gb < lo) | (gb > hi), gb, nb)  # (nb, G) global blocks outside the window
+        banned = torch.cat([window, outside], -1).sort(-1).values  # (nb, W + G)
+        # random blocks: candidate c of a query block is the c-th key block neither in its window nor global
+        pick = draw_blocks(gen, nb - (banned < nb).sum(-1), self.random_blocks)  # (nb, random_blocks)
+        rand = pick.clone()
+        for col in banned.unbind(-1):  # ascending: step past each banned block at or before it
+            rand += (col[:, None] <= rand).long()
+        rows = sorted_rows(torch.cat([window, torch.where(pick >= 0, rand, nb)], -1), nb)
+        table = rows[None, None, :, : int((rows >= 0).sum(-1).max())].contiguous()
         local = BlockSet(self.block, table)
         positions = [p for g in glob for p in range(g * self.block, min((g + 1) * self.block, kv_len))]
         if not positions:  # no global blocks, or an empty sequence

@@ -103,12 +103,27 @@ class BlockSet(Pattern):
         return super().to_dict()
 
 
-def sample_blocks(gen, candidates: list[int], k: int) -> list[int]:
-    """``k`` of ``candidates`` drawn without replacement from ``gen`` (all of them if fewer), sorted."""
-    if k >= len(candidates):
-        return sorted(candidates)
-    pick = torch.randperm(len(candidates), generator=gen)[:k]
-    return sorted(candidates[i] for i in pick.tolist())
+def draw_blocks(gen, sizes: torch.Tensor, k: int) -> torch.Tensor:
+    """For each row r, ``k`` of ``0 .. sizes[r] - 1`` drawn without replacement from ``gen`` (all of them if
+    fewer): (rows, k) int64 in drawing order, -1 past a row's last.
+
+    Row by row, ``torch.randperm(sizes[r], generator=gen)[:k]`` where ``sizes[r] > k`` (no draw otherwise): the
+    draws a seed has always given (bound models attend as they were trained), and the only per-row work.
+    """
+    out = torch.arange(k).expand(sizes.numel(), k).clone()  # (rows, k)
+    out[out >= sizes[:, None]] = -1
+    if k:
+        for r, m in enumerate(sizes.tolist()):
+            if m > k:
+                out[r] = torch.randperm(m, generator=gen)[:k]
+    return out
+
+
+def sorted_rows(blocks: torch.Tensor, none: int) -> torch.Tensor:
+    """Each row of ``blocks`` (key blocks, ``none`` or -1 for no block) ascending with -1 after: a block table's
+    rows. Rows of distinct blocks."""
+    blocks = torch.where(blocks < 0, none, blocks).sort(-1).values
+    return torch.where(blocks == none, -1, blocks)
 
 
 @register_pattern("random")
@@ -130,14 +145,13 @@ class Random(Pattern):
         q_len, kv_len = check_lengths(q_len, kv_len)
         nb = max(math.ceil(kv_len / self.block), 1)
         gen = torch.Generator().manual_seed(self.seed)
-        rows = [sample_blocks(gen, list(range(nb)), self.num_blocks) for _ in range(nb)]
-        table = torch.full((1, 1, nb, max(self.num_blocks, 1)), -1, dtype=torch.long)
-        for q, r in enumerate(rows):
-            table[0, 0, q, : len(r)] = torch.tensor(r, dtype=torch.long)
-        return BlockSet(self.block, table, source=self)
+        drawn = draw_blocks(gen, torch.full((nb,), nb), self.num_blocks)  # (nb, num_blocks)
+        table = torch.full((nb, max(self.num_blocks, 1)), -1, dtype=torch.long)  # (nb, K)
+        table[:, : self.num_blocks] = sorted_rows(drawn, nb)
+        return BlockSet(self.block, table[None, None], source=self)
 
     def _params(self):
         return {"block": self.block, "num_blocks": self.num_blocks, "seed": self.seed}
 
 
-__all__ = ["BlockSet", "Random"]
+__all__ = ["BlockSet", "Random", "draw_blocks", "sorted_rows"]

@@ -38,6 +38,16 @@ def _flatten(cls, parts):
     return out
 
 
+def _terms(p: Pattern, cls) -> list[Pattern]:
+    """The distinct operands of ``p`` under ``cls``'s operator, in order (``[p]`` if ``p`` is not a ``cls``): what
+    ``==`` and ``hash`` of a combination compare."""
+    out = []
+    for q in p.parts if type(p) is cls else [p]:
+        if not any(q == r for r in out):
+            out.append(q)
+    return out
+
+
 class _Combination(Pattern):
     operator = ""
 
@@ -90,6 +100,28 @@ class _Combination(Pattern):
         """None where a part's spec does not describe it (bound, a table, call-time tokens): then the combination
         is compared by its parts."""
         return None if any(p._spec() is None for p in self.parts) else super()._spec()
+
+    def __eq__(self, other):
+        """Structural equality up to the order and repeats of the operands: ``a | b == b | a``, ``a | a == a``,
+        ``(a | b) | c == a | (b | c)`` (nested operands of one operator are flattened when built), with equal hashes.
+        Not equality of rules: ``Longformer(w) != SlidingWindow(w) | Global()``, ``a | Causal() != Causal()`` for a
+        causal ``a``. ``to_dict`` and the order the parts are evaluated in stay as written. A bound combination
+        equals one bound from an equal pattern to equal parts."""
+        if not isinstance(other, Pattern):
+            return NotImplemented
+        mine, theirs = _terms(self, type(self)), _terms(other, type(self))
+        if len(mine) == 1 or len(theirs) == 1:
+            return len(mine) == len(theirs) and mine[0] == theirs[0]
+        src, other_src = getattr(self, "_source", None), getattr(other, "_source", None)
+        if (src is None) != (other_src is None) or (src is not None and src != other_src):
+            return False
+        return len(mine) == len(theirs) and all(any(a == b for b in theirs) for a in mine)
+
+    def __hash__(self):
+        terms = _terms(self, type(self))
+        if len(terms) == 1:
+            return hash(terms[0])
+        return hash((type(self).__qualname__, frozenset(hash(t) for t in terms)))
 
     def __repr__(self):
         if getattr(self, "_source", None) is None and self._spec() is None:

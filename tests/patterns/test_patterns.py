@@ -293,6 +293,27 @@ def test_global_indices_take_ints_of_any_kind_sorted_without_repeats():
     assert P.Global(indices=3).indices == P.Global(indices=np.int64(3)).indices == [3]
 
 
+def test_numpy_integers_are_taken_as_plain_ints():
+    np = pytest.importorskip("numpy")
+    made = [
+        P.SlidingWindow(window=np.int64(8)),
+        P.BigBird(block=np.int64(64), random_blocks=np.uint8(2), seed=np.int64(3)),
+        P.Global(every=np.int32(4)),
+        P.Random(block=np.int16(4), seed=np.int64(1)),
+        P.LSH(bucket_size=np.int64(8), seed=np.uint64(2**64 - 1)),
+    ]
+    for p in made:
+        assert all(type(v).__module__ == "builtins" for v in p.to_dict().values()), p
+        json.dumps(p.to_dict())
+    assert made[0] == P.SlidingWindow(window=8)
+    assert P.Random(block=4, seed=np.int64(1)).bind(np.int64(20)).dense_mask(20).shape == (20, 20)
+    assert P.Causal().density(np.int64(8)) == 9 / 16
+    with pytest.raises(TypeError, match="window must be an int"):
+        P.SlidingWindow(window=np.bool_(True))
+    with pytest.raises(TypeError, match="seed must be an int"):
+        P.Random(seed=np.float64(1))
+
+
 def test_bool_and_seed_arguments_keep_their_type():
     np = pytest.importorskip("numpy")
     p = P.SlidingWindow(window=4, causal=np.bool_(True))
@@ -375,6 +396,26 @@ def test_equal_patterns_hash_alike_and_bound_ones_compare_their_tables():
     assert not torch.equal(a1.dense_mask(8), a2.dense_mask(8))
     assert a1 != a2 and a1 == lsh.bind(8, query=q1, key=q1)
     assert (P.Causal() == "causal") is False
+
+
+def test_combinations_compare_up_to_order_and_repeats():
+    a, b, c = P.SlidingWindow(window=5), P.Strided(stride=3), P.Global(indices=[2])
+    for op in (lambda x, y: x | y, lambda x, y: x & y):
+        assert op(a, b) == op(b, a) and hash(op(a, b)) == hash(op(b, a)) and len({op(a, b), op(b, a)}) == 1
+        assert op(a, a) == a and a == op(a, a) and hash(op(a, a)) == hash(a)
+        assert op(op(a, b), c) == op(c, op(b, a)) == op(a, op(b, op(c, a)))
+        assert op(a, b) != op(a, c) and op(a, b) != a and a != op(a, b)
+    assert (a | b) != (a & b) and (a | b) & c == c & (b | a)
+    assert (a | a) == (a & a)  # both are a
+    # the spec and the order of evaluation stay as written
+    assert (b | a).to_dict()["parts"] == [b.to_dict(), a.to_dict()] and (b | a).parts == (b, a)
+    assert len((a | a).to_dict()["parts"]) == 2
+    # bound: equal when bound from equal patterns to equal tables
+    r = P.Random(block=4, num_blocks=1, seed=0)
+    assert (a | r).bind(16) == (r | a).bind(16) and hash((a | r).bind(16)) == hash((r | a).bind(16))
+    other_seed = P.Random(block=4, num_blocks=1, seed=1)
+    assert (a | r).bind(16) != (a | r) and (a | r).bind(16) != (a | other_seed).bind(16)
+    assert P.Longformer(window=8) != P.SlidingWindow(window=8) | P.Global()
 
 
 def test_global_from_mask_is_not_saved_as_call_time_global_and_compares_its_tokens():
@@ -522,6 +563,21 @@ def test_readable_names():
     assert P.Strided(stride=128).__name__ == "strided_128"
 
 
+def test_names_tell_bool_and_list_parameters_apart():
+    """The default plot title: a bool differing from its default and a list of indices are part of it."""
+    assert P.SlidingWindow(window=4, causal=True).__name__ == "sliding_window_4_causal"
+    assert P.Strided(stride=4, causal=False).__name__ == "strided_4_not_causal"
+    assert P.Global().__name__ == "global"
+    assert P.Global(indices=[0]).__name__ == "global_indices_0"
+    assert P.Global(indices=[3, 9]).__name__ == "global_indices_3_9"
+    assert P.Global(indices=range(10)).__name__ == "global_indices_0_1_2_and_7_more"
+    assert P.LSH(causal=True).bind(8, query=torch.ones(1, 1, 8, 2), key=torch.ones(1, 1, 8, 2)).__name__ == (
+        "lsh_64_1_0_causal"
+    )
+    names = [p.__name__ for p in PATTERNS.values() if not isinstance(p, (P.Union, P.Intersection, P.PerHead))]
+    assert len(set(names)) == len(names), names
+
+
 def test_plot_writes_png(tmp_path):
     fig = P.BigBird(block=8).plot(64, path=tmp_path / "bigbird.png")
     assert (tmp_path / "bigbird.png").stat().st_size > 1000
@@ -550,3 +606,44 @@ def test_cache_keep_never_drops_a_key_a_later_query_needs(pattern):
             f"position {t}: dropped keys {torch.nonzero(needed & ~keep).flatten().tolist()}"
         )
     assert int(P.SlidingWindow(window=5, causal=True).cache_keep(torch.arange(100), 100).sum()) == 4
+
+
+DENSITY_EXTRAS = {
+    "per_head_union_global": P.PerHead([P.SlidingWindow(window=3), P.Causal()]) | P.Global(indices=[3]),
+    "intersection_fixed": P.Fixed(block=8, summary=3, causal=False) & P.SlidingWindow(window=9),
+    "union_of_unions": (P.Dilated(window=4, dilation=2) | P.Global(every=7)) | P.BlockLocal(block=5),
+    "bigbird_odd": P.BigBird(block=5, window_blocks=1, random_blocks=2, global_blocks=3, seed=4),
+}
+
+
+@pytest.mark.parametrize("name", [k for k, p in PATTERNS.items() if not p.content_based] + [*DENSITY_EXTRAS])
+def test_density_is_the_dense_masks_mean(name):
+    p = PATTERNS.get(name) or DENSITY_EXTRAS[name]
+    for n in (6, 37, 100):
+        expected = p.bind(n).dense_mask(n).double().mean().item()
+        assert p.density(n) == pytest.approx(expected, rel=1e-12, abs=0), n
+
+
+@pytest.mark.parametrize("name", ["lsh", "topk_blocks", "topk_blocks_causal"])
+def test_num_pairs_of_content_based_plans_counts_every_batch_element_and_head(name):
+    B, H, n = 2, 3, 45
+    plan = _bound(PATTERNS[name], n, B=B, H=H).plan(n, block=8)
+    assert plan.num_pairs() == int((plan_dense_mask(plan, B, H, n, n) > 0).sum())
+
+
+def test_density_counts_full_tiles_without_evaluating_them(monkeypatch):
+    """The rule runs in the partial tiles only (the diagonal of Causal): O(n * block) pairs, not O(n^2)."""
+    from hf_sparse.patterns import base
+
+    evaluated = []
+    original = base.tile_allowed
+
+    def counting(*args):
+        out = original(*args)
+        evaluated.append(out.numel())
+        return out
+
+    monkeypatch.setattr(base, "tile_allowed", counting)
+    n = 2048
+    assert P.Causal().density(n) == (n + 1) / (2 * n)
+    assert 0 < sum(evaluated) <= n * 64
