@@ -144,6 +144,29 @@ def block_multiple(config: PretrainedConfig) -> int:
     return 64
 
 
+def card_pattern(backbone: dict, global_spec: dict | None = None) -> dict | list | None:
+    """The attention pattern a model card shows for an encoder's config dict (``config.backbone``; LED's encoder:
+    ``{"attention_pattern": ..., "attention_window": ...}``): its hf-sparse ``attention_pattern`` (a spec, or one per
+    layer), else Longformer's ``{"type": "longformer", "window": w}`` from ``attention_window``, one spec per layer
+    where the windows differ; None where it records neither. ``global_spec`` (the tokens the model makes global) is
+    united with each spec, except ``{"type": "global"}`` with a Longformer spec, one of whose parts it is."""
+    pattern = None if backbone.get("model_type") == "longformer" else backbone.get("attention_pattern")
+    windows = backbone.get("attention_window")
+    if pattern is None and windows is not None:
+        windows = list(windows) if isinstance(windows, (list, tuple)) else [windows]
+        pattern = [{"type": "longformer", "window": int(w)} for w in windows]
+        pattern = pattern[0] if len(set(windows)) == 1 else pattern
+    if pattern is None or global_spec is None:
+        return pattern
+
+    def with_global(spec):
+        if global_spec == {"type": "global"} and isinstance(spec, dict) and spec.get("type") == "longformer":
+            return spec
+        return {"type": "union", "parts": [spec, global_spec]}
+
+    return [with_global(p) for p in pattern] if isinstance(pattern, list) else with_global(pattern)
+
+
 def every_k_global(input_ids, attention_mask, every: int | None, first: bool = True) -> torch.Tensor:
     """Global attention mask (1 = global): the first token and every ``every``-th position
     (counted from 0, real tokens only)."""
@@ -165,6 +188,7 @@ __all__ = [
     "backbone_config",
     "block_multiple",
     "build_backbone",
+    "card_pattern",
     "check_positions",
     "every_k_global",
     "recheck_config",

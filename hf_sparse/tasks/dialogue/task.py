@@ -40,6 +40,7 @@ from ...data.loading import (
     tokenizer_fingerprint,
 )
 from ...metrics import load as load_metric
+from ...models.longformer_tasks.backbone import card_pattern
 from ...training import Task, path_field
 from ...training.recipe import require_model, require_path
 from ...training.tasks import metric_prefix
@@ -335,20 +336,6 @@ def _trainer_class(label_names: tuple[str, ...]):
     return DialogueTrainer
 
 
-def card_pattern(backbone: dict):
-    """The attention pattern of a dialogue model's ``config.backbone`` for its model card: a
-    SparseTransformer's ``attention_pattern`` (a spec, or one per layer); for a Longformer, ``longformer`` (a
-    sliding window plus the global tokens of ``global_attention_mask``) with its ``attention_window``, one spec
-    per layer where the layers' windows differ. The global tokens are the formatter's (``global_on``), so they
-    depend on the input and the card's density counts the windows only."""
-    if backbone["model_type"] != "longformer":
-        return backbone.get("attention_pattern")
-    windows = backbone["attention_window"]
-    windows = [windows] if isinstance(windows, int) else list(windows)
-    specs = [{"type": "longformer", "window": int(w)} for w in windows]
-    return specs[0] if len(set(windows)) == 1 else specs
-
-
 # what each name of the formatter's global_on makes global (formatter.py's module docstring), for the card
 _GLOBAL_ON_TEXT = {
     "cls": "the first token",
@@ -520,20 +507,24 @@ class _DialogueTask(Task):
 
     def card_info(self, args, metrics):
         name = os.path.basename(os.path.normpath(args.data_dir))  # the folder's name, not its path
-        config = self._config
-        glob = [_GLOBAL_ON_TEXT[g] for g in GLOBAL_ON_NAMES if g in config.formatter["global_on"]]
-        return {
+        config = self._config  # None for a card written without building the model: the recipe's arguments
+        formatter = config.formatter if config is not None else vars(args)  # global_on, max_length
+        glob = [_GLOBAL_ON_TEXT[g] for g in GLOBAL_ON_NAMES if g in formatter["global_on"]]
+        info = {
             "dataset_name": f"{name} (Schema-Guided Dialogue format)",
             "auto_class": "AutoModel",
             "tags": ["schema-guided-dialogue"],
-            "pattern": card_pattern(config.backbone),
-            "density_length": config.formatter["max_length"],
+            "density_length": formatter["max_length"],
             "extra": {
-                "backbone": config.backbone["model_type"],
+                "backbone": args.backbone if config is None else config.backbone["model_type"],
                 "global attention": ", ".join(glob) or "none",
                 **self._card_extra(args),
             },
         }
+        # the formatter's global tokens (global_on) depend on the input: the card's density counts the windows
+        if config is not None:
+            info["pattern"] = card_pattern(config.backbone)
+        return info
 
     def _card_extra(self, args) -> dict:
         return {}
@@ -872,7 +863,6 @@ __all__ = [
     "load_splits",
     "sinusoidal_init",
     "labelled_turns",
-    "card_pattern",
     "tracking_scores",
     "tune_thresholds",
 ]

@@ -55,6 +55,7 @@ from ...data.loading import (
 from ...metrics import load as load_metric
 from ...metrics.classification import accuracy, auroc, multilabel_f1, precision_recall_f1
 from ...metrics.spans import span_dicts
+from ...models.longformer_tasks.backbone import card_pattern
 from ...tokenization_dna import normalize_sequence, reverse_complement
 from ...training import Task, path_field
 from ...training.recipe import require_model, require_path
@@ -766,23 +767,12 @@ class MotifTask(Task):
             "classification": f"sequences of {os.path.basename(os.path.normpath(args.data_dir or ''))}",
             "scan": f"{os.path.basename(args.fasta or '')} labelled by scanning {', '.join(args.motif_ids or [])}",
         }
-        bb = cfg.backbone
-        pattern = (
-            {"type": "longformer", "window": int(np.max(bb["attention_window"]))}
-            if bb["model_type"] == "longformer"
-            else bb.get("attention_pattern")  # a spec, or one per layer (the card shows a list too)
-        )
         # the tokens the model makes global (default_global_attention_mask) are part of what it computes
         glob = {"type": "global", "indices": [0]} if cfg.global_first_token else None
         if cfg.global_every:
             glob = {"type": "global", "every": cfg.global_every}  # 0, k, 2k, ...: [CLS] included
-        if glob is not None and pattern is not None:
-            pattern = (
-                [{"type": "union", "parts": [p, glob]} for p in pattern]
-                if isinstance(pattern, list)
-                else {"type": "union", "parts": [pattern, glob]}
-            )
-        extra = {"backbone": bb["model_type"], "motifs": ", ".join(cfg.motif_names) or "none",
+        pattern = card_pattern(cfg.backbone, glob)
+        extra = {"backbone": cfg.backbone["model_type"], "motifs": ", ".join(cfg.motif_names) or "none",
                  "sequence head": cfg.sequence_task or "none", "tokens": "single nucleotides"
                  if cfg.kmer == 1 else f"non-overlapping {cfg.kmer}-mers"}  # fmt: skip
         if cfg.sequence_label_names:

@@ -35,6 +35,7 @@ import numpy as np
 
 from ...data.loading import fingerprint, jsonl_files, num_proc_for, tokenizer_fingerprint
 from ...metrics import load as load_metric
+from ...models.longformer_tasks.backbone import card_pattern
 from ...training import Task, path_field
 from ...training.recipe import RecipeError, require_model, require_path
 from ...training.tasks import metric_prefix
@@ -277,20 +278,9 @@ def document_chunks(batch: dict[str, list]) -> dict[str, list]:
     return out
 
 
-def card_pattern(pattern, attention_window) -> dict | list:
-    """The encoder's attention for the model card: Longformer's (``{"type": "longformer", "window": w}``, its
-    window and the global tokens of ``global_attention_mask``) without an hf-sparse ``pattern``, else ``pattern``
-    (a spec, or one per layer) united with ``Global()``: the kernels make the tokens the model marks in
-    ``global_attention_mask`` (the first token, the sentence markers, the query) global too."""
-    if pattern is None:
-        return {"type": "longformer", "window": int(np.max(attention_window))}
-
-    def with_globals(spec):
-        if isinstance(spec, dict) and spec.get("type") == "longformer":
-            return spec  # Global() is one of its parts
-        return {"type": "union", "parts": [spec, {"type": "global"}]}
-
-    return [with_globals(p) for p in pattern] if isinstance(pattern, list) else with_globals(pattern)
+#: for the card: the kernels make the tokens the model marks in ``global_attention_mask`` (the first token, the sentence
+#: markers, the query) global, as Longformer's attention does
+_MARKED_GLOBAL = {"type": "global"}
 
 
 class _SummarizationTask(Task):
@@ -556,8 +546,7 @@ class ExtractiveSummarizationTask(_SummarizationTask):
         )
         # the encoder's attention and global tokens (the runner's card reads config.attention_pattern: none here)
         if self._config is not None:
-            bb = self._config.backbone
-            info["pattern"] = card_pattern(bb.get("attention_pattern"), bb.get("attention_window"))
+            info["pattern"] = card_pattern(self._config.backbone, _MARKED_GLOBAL)
             info["extra"]["global attention"] = ", ".join(self._config.global_attention)
         return info
 
@@ -788,7 +777,11 @@ class AbstractiveSummarizationTask(_SummarizationTask):
         # the encoder's attention (the runner's card reads config.attention_pattern: none here)
         if self._config is not None:
             cfg = self._config
-            info["pattern"] = card_pattern(cfg.encoder_attention_pattern, cfg.attention_window)
+            encoder = {
+                "attention_pattern": cfg.encoder_attention_pattern,
+                "attention_window": cfg.attention_window,
+            }
+            info["pattern"] = card_pattern(encoder, _MARKED_GLOBAL)
         elif args.attention_pattern is not None:
             info["pattern"] = args.attention_pattern
         return info
