@@ -11,8 +11,10 @@ Examples::
 Exit codes: 0 success; 2 a user error (invalid command line, recipe, override or value; a data
 folder or file that does not exist; output_dir already holding checkpoints or a trained model; a corrupt
 checkpoint on --resume, or one that does not fit the recipe's model), printed as one ``error:`` line without a
-traceback (``--debug`` shows it); 3 trained and saved locally, but the push to the Hub failed; 1 anything
-unexpected (with its traceback).
+traceback (``--debug`` shows it); also 2, as one ``error:`` line, files that cannot be written (an output_dir on
+a read-only file system or without write permission, found before anything is built; a disk or quota full
+during the run, where --resume continues from the latest complete checkpoint); 3 trained and saved locally, but
+the push to the Hub failed; 1 anything unexpected (with its traceback).
 
 A rerun over an output_dir that holds checkpoints or a trained model stops before anything is deleted: pass
 --resume to continue from the latest checkpoint, or --overwrite_output_dir to delete them (and the earlier
@@ -22,11 +24,14 @@ run's card, plots and results) and start over (the deletion is printed).
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USER_ERROR, EXIT_PUSH_FAILED = 0, 1, 2, 3
 EXIT_USAGE = EXIT_USER_ERROR  # argparse's own status for an invalid command line
+# Files that cannot be written: the machine's state, for the user to fix (free space, another folder), not a bug.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +89,17 @@ def _one_line(e: BaseException, secrets=()) -> str:
     return redact(" ".join(text.split()), secrets) or type(e).__name__
 
 
+def _write_error(e: BaseException) -> OSError | None:
+    """The ``OSError`` (disk or quota full, read-only file system) that ``e`` is or was raised from, else None."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _override_secrets(overrides) -> list[str]:
     """The values of secret-named overrides (``hub_token=...``), to mask in a printed error."""
     from hf_sparse.training.secrets import is_secret_key
@@ -121,6 +137,16 @@ def main(argv=None) -> int:
             raise
         print(f"error: {_one_line(e, _override_secrets(overrides))}", file=sys.stderr)
         return EXIT_PUSH_FAILED
+    except Exception as e:  # a full disk while saving: the checkpoint being written stays hidden, incomplete
+        cause = _write_error(e)
+        if args.debug or cause is None:
+            raise
+        print(
+            f"error: cannot write the run's files: {_one_line(cause, _override_secrets(overrides))}; free space "
+            "(or choose another --output_dir) and rerun: --resume continues from the latest complete checkpoint",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
     logging.getLogger("finetune").info(
         "done: global_step=%s world_size=%s output_dir=%s",
         results.get("global_step"),

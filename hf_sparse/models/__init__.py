@@ -93,11 +93,41 @@ def export_code_hook(config_cls, mapping: dict, pipelines=None):
     return export
 
 
+def _calls_export_code_hook(model_cls) -> bool:
+    """True if a ``save_pretrained`` of ``model_cls`` or of a base class calls ``export_code_hook``
+    (``ExportCodeMixin``'s does; so does the one ``tests/tasks/toy/modeling_toy.py`` defines)."""
+    for klass in model_cls.__mro__:
+        code = getattr(vars(klass).get("save_pretrained"), "__code__", None)
+        if code is not None and "export_code_hook" in code.co_names:
+            return True
+    return False
+
+
 def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
     """Register a config with AutoConfig and its heads with the Auto model classes (idempotent),
     set their :func:`export_code_hook` (saving ``pipelines``, ``{task: (Pipeline subclass, Auto class
-    names)}``, with the model), and tell peft the default LoRA target modules of the model type."""
+    names)}``, with the model), and tell peft the default LoRA target modules of the model type.
+
+    Raises:
+        TypeError: a model class whose ``save_pretrained`` never calls ``export_code_hook`` (transformers'
+            own does not): its saved folders would lack the remote code, ``auto_map`` and
+            ``custom_pipelines`` that ``trust_remote_code=True`` loads. Put ``ExportCodeMixin``
+            (``hf_sparse.models.longformer_tasks``) before ``PreTrainedModel`` in its bases, or (a task
+            outside hf_sparse whose saved code must not import it) define a ``save_pretrained`` that calls
+            ``type(self).export_code_hook(self, save_directory)``, as ``tests/tasks/toy/modeling_toy.py``.
+    """
     model_type = config_cls.model_type
+    for model_cls in mapping.values():
+        if not _calls_export_code_hook(model_cls):
+            raise TypeError(
+                f"{model_cls.__module__}.{model_cls.__qualname__} (model type {model_type!r}) would be saved without "
+                "the remote code, auto_map and custom_pipelines that trust_remote_code=True loads: its "
+                "save_pretrained never calls export_code_hook. Subclass ExportCodeMixin (from "
+                "hf_sparse.models.longformer_tasks import ExportCodeMixin; class "
+                f"{model_cls.__name__}(ExportCodeMixin, PreTrainedModel); outside hf_sparse the saved code then "
+                "imports hf_sparse), or define a save_pretrained that calls type(self).export_code_hook(self, "
+                "save_directory) after super().save_pretrained (README 'Adding a task')"
+            )
     hook = export_code_hook(config_cls, mapping, pipelines)
     for model_cls in mapping.values():
         model_cls.export_code_hook = staticmethod(hook)

@@ -165,7 +165,12 @@ def register(descriptor: TaskDescriptor) -> TaskDescriptor:
                     f"{other.pipeline_class.__qualname__} (task {other.name!r})"
                 )
     _DESCRIPTORS[descriptor.name] = descriptor
-    _register_model(descriptor.config_class)
+    try:
+        _register_model(descriptor.config_class)
+    except Exception:  # e.g. a model class that saves without its remote code: the task stays unregistered
+        if old is None:
+            del _DESCRIPTORS[descriptor.name]
+        raise
     if descriptor.pipeline is not None:
         register_pipeline(descriptor.pipeline)
     return descriptor

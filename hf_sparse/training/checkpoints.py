@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -27,10 +28,13 @@ from ..utils.io import write_json_atomic
 __all__ = [
     "CheckpointError",
     "AtomicCheckpointMixin",
+    "RESUME_FIXED_ARGS",
     "atomic_trainer_class",
+    "changed_training_args",
     "latest_checkpoint",
     "list_checkpoints",
     "make_shareable",
+    "resume_training_args",
     "validate_checkpoint",
     "write_json_atomic",
 ]
@@ -59,6 +63,86 @@ _HF_SPARSE_STATE = "hf_sparse_state.json"  # the loss sum up to this checkpoint 
 
 class CheckpointError(ValueError):
     """A checkpoint folder is incomplete or corrupt; the message names the folder and what is wrong."""
+
+
+# TrainingArguments a resume takes from the checkpoint whatever the recipe says now: the optimizer state restores
+# the learning rate and the optimizer's settings, the scheduler state the base learning rate (the schedule is
+# rebuilt from the recipe: another type or warmup would switch schedules mid-run), and the data (its order, the
+# task's generated samples) follows the seed. The total batch size (per_device_train_batch_size x
+# gradient_accumulation_steps x processes) is compared too: the step count places the data in its epoch.
+RESUME_FIXED_ARGS = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "lr_scheduler_kwargs",
+    "warmup_steps",
+    "warmup_ratio",  # where the installed TrainingArguments has it
+    "optim",
+    "optim_args",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "seed",
+    "data_seed",
+)
+_BATCH_FACTORS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size")
+
+
+def _plain(value):
+    """A JSON value (enums by their value), as it reads back from ``hf_sparse_state.json``."""
+    return json.loads(json.dumps(getattr(value, "value", value), default=str))
+
+
+def resume_training_args(args) -> dict:
+    """The values of :data:`RESUME_FIXED_ARGS` (those the installed ``TrainingArguments`` has) and the total
+    batch size's factors, as saved with every checkpoint (``hf_sparse_state.json``)."""
+    keys = [k for k in RESUME_FIXED_ARGS if hasattr(args, k)] + list(_BATCH_FACTORS)
+    return {k: _plain(getattr(args, k)) for k in keys}
+
+
+def _saved_training_args(folder: str) -> dict:
+    """The :func:`resume_training_args` saved with a checkpoint. A checkpoint without them (written before they
+    were saved, or by another tool) gives the learning rate its scheduler state holds, where every parameter
+    group has the same one; else nothing ({})."""
+    try:
+        with open(os.path.join(folder, _HF_SPARSE_STATE), encoding="utf-8") as f:
+            saved = json.load(f).get("training_args")
+        if isinstance(saved, dict):
+            return saved
+    except (OSError, ValueError, AttributeError):
+        pass
+    import torch
+
+    try:
+        base_lrs = torch.load(os.path.join(folder, _SCHEDULER_FILE), map_location="cpu", weights_only=True)[
+            "base_lrs"
+        ]
+    except Exception:  # no scheduler.pt (DeepSpeed), another format: nothing to compare
+        return {}
+    if base_lrs and all(lr == base_lrs[0] for lr in base_lrs):
+        return {"learning_rate": float(base_lrs[0])}
+    return {}
+
+
+def changed_training_args(folder, args) -> list[str]:
+    """What ``args`` change among the settings a resume from checkpoint ``folder`` cannot change
+    (:data:`RESUME_FIXED_ARGS`, the total batch size): ``"key=old in the checkpoint, new now"`` strings, [] if
+    nothing (or nothing saved to compare with)."""
+    saved, now = _saved_training_args(os.fspath(folder)), resume_training_args(args)
+    changed = [
+        f"{k}={saved[k]!r} in the checkpoint, {now[k]!r} now"
+        for k in RESUME_FIXED_ARGS
+        if k in saved and k in now and saved[k] != now[k]
+    ]
+    if all(isinstance(saved.get(k), int) for k in _BATCH_FACTORS):
+        before, after = ([v[k] for k in _BATCH_FACTORS] for v in (saved, now))
+        if math.prod(before) != math.prod(after):
+            changed.append(
+                f"total batch size {' x '.join(map(str, before))} = {math.prod(before)} in the checkpoint, "
+                f"{' x '.join(map(str, after))} = {math.prod(after)} now (per_device_train_batch_size x "
+                "gradient_accumulation_steps x processes)"
+            )
+    return changed
 
 
 def make_shareable(folder) -> None:
@@ -354,7 +438,9 @@ class AtomicCheckpointMixin:
     def _init_training_state(
         self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
     ):
-        """``Trainer._init_training_state``; a checkpoint of the last step (or later) trains nothing more.
+        """``Trainer._init_training_state``; the recipe's ``logging_steps``, ``eval_steps`` and ``save_steps`` apply
+        after a resume too (transformers kept the checkpoint's, with a warning); a checkpoint of the last step (or
+        later) trains nothing more.
 
         From a checkpoint at ``global_step >= max_steps`` (a run killed during its final evaluation or save,
         or a finished run resumed) transformers (5.10-5.24) skips ``global_step % steps_per_epoch`` batches
@@ -364,6 +450,8 @@ class AtomicCheckpointMixin:
         epochs_trained, steps_trained = super()._init_training_state(
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
         )
+        if resume_from_checkpoint is not None:
+            self.state.compute_steps(self.args, max_steps)  # the loaded state held the checkpoint's
         if resume_from_checkpoint is not None and self.state.global_step >= max_steps:
             if self.is_world_process_zero():
                 logger.warning(
@@ -401,11 +489,14 @@ class AtomicCheckpointMixin:
 
         if self.args.should_save:
             staged = os.path.join(staging_run_dir, name)
-            if loss_state is not None:
-                write_json_atomic(
-                    os.path.join(staged, _HF_SPARSE_STATE),
-                    {"global_step": self.state.global_step, **loss_state},
-                )
+            write_json_atomic(
+                os.path.join(staged, _HF_SPARSE_STATE),
+                {
+                    "global_step": self.state.global_step,
+                    **(loss_state or {}),
+                    "training_args": resume_training_args(self.args),
+                },
+            )
             best = self.state.best_model_checkpoint
             if best is not None and os.path.abspath(best).startswith(os.path.abspath(staging_run_dir)):
                 self.state.best_model_checkpoint = final

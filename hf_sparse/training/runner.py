@@ -15,7 +15,8 @@ What ``output_dir`` holds at the end (written by the main process only):
 - ``checkpoint-N/`` folders (saved atomically, see :mod:`~hf_sparse.training.checkpoints`);
   a rerun over an ``output_dir`` holding checkpoints or a trained model is an error unless it resumes
   (``resume``, ``resume_from_checkpoint``) or sets ``overwrite_output_dir``, which deletes them and the
-  earlier run's other outputs (model, card, plots, results; printed) before training;
+  earlier run's other outputs (model, card, plots, results; printed) right before training, once every check
+  has passed;
 - ``all_results.json``: train/eval/test metrics (flat ``train_*``, ``eval_*``, ``test_*`` keys as in
   the HF example scripts), ``wall_time_s``, ``world_size``, ``distributed_type``,
   ``num_parameters``, ``num_trainable_parameters``, ``global_step``, ``start_step``,
@@ -46,6 +47,7 @@ from typing import Any
 from .callbacks import BestMetricCheckCallback, LogHistoryCallback, loss_series
 from .checkpoints import (
     atomic_trainer_class,
+    changed_training_args,
     latest_checkpoint,
     list_checkpoints,
     make_shareable,
@@ -77,12 +79,13 @@ def _count_parameters(model, trainable_only: bool = False) -> int:
 
 
 def _resume_checkpoint(recipe_args, training_args) -> str | None:
-    """The validated checkpoint to resume from, or None; applies ``overwrite_output_dir``.
+    """The validated checkpoint to resume from, or None. Deletes nothing.
 
     ``resume_from_checkpoint: PATH`` resumes from that folder, ``resume`` from the latest ``checkpoint-N`` in
     ``output_dir``; a fresh run needs an ``output_dir`` without an earlier run's checkpoints or trained model
-    (:func:`_clear_output_dir`). Runs on every process without collectives (but the wait after a deletion), so
-    a user error is raised by all of them alike; what is resumed is printed by the main process.
+    unless ``overwrite_output_dir`` is set (:func:`_check_output_dir`; :func:`_clear_output_dir` deletes them once
+    every other check has passed). Runs on every process without collectives, so a user error is raised by all
+    of them alike; what is resumed is printed by the main process.
     """
     output_dir = training_args.output_dir
     main = training_args.process_index == 0
@@ -110,7 +113,7 @@ def _resume_checkpoint(recipe_args, training_args) -> str | None:
             )
         state = validate_checkpoint(checkpoint)
         if not inside:  # another run's checkpoint: output_dir is this run's, as for a fresh run
-            _clear_output_dir(recipe_args, training_args)
+            _check_output_dir(recipe_args, training_args)
         if main:
             logger.warning("resuming from %s (step %s)", checkpoint, state.get("global_step"))
         return checkpoint
@@ -131,18 +134,14 @@ def _resume_checkpoint(recipe_args, training_args) -> str | None:
         if main:
             logger.warning("resuming from %s (step %s)", latest, state.get("global_step"))
         return latest
-    _clear_output_dir(recipe_args, training_args)
+    _check_output_dir(recipe_args, training_args)
     return None
 
 
-def _clear_output_dir(recipe_args, training_args) -> None:
-    """The ``output_dir`` of a run that starts from step 0 (or from another run's checkpoint).
-
-    Checkpoints or a trained model of an earlier run there are an error naming them (nothing is deleted)
-    unless ``overwrite_output_dir`` is set; then they are deleted, with everything else that run left behind
-    (:func:`_previous_run_files`), and what was deleted is printed. A killed overwriting run thus never leaves
-    the earlier run's model, card or ``all_results.json`` looking like its own.
-    """
+def _check_output_dir(recipe_args, training_args) -> None:
+    """The ``output_dir`` of a run that starts from step 0 (or from another run's checkpoint): checkpoints or a
+    trained model of an earlier run there are an error naming them (nothing is deleted) unless
+    ``overwrite_output_dir`` is set (then :func:`_clear_output_dir` deletes them, after every other check)."""
     output_dir = training_args.output_dir
     if not recipe_args.overwrite_output_dir:
         existing = list_checkpoints(output_dir)
@@ -159,6 +158,19 @@ def _clear_output_dir(recipe_args, training_args) -> None:
                 f"output_dir {output_dir} already holds a trained model ({', '.join(trained)}); nothing was "
                 "deleted. Pass --overwrite_output_dir to delete it and train again (or choose another --output_dir)"
             )
+
+
+def _clear_output_dir(recipe_args, training_args) -> None:
+    """With ``overwrite_output_dir``: delete an earlier run's checkpoints in ``output_dir``, with everything else
+    that run left behind (:func:`_previous_run_files`), and print what was deleted. *Collective.*
+
+    Called once every check has passed (recipe values, the model's config, the data, the checkpoint to resume
+    from, the Trainer's own argument checks), right before training: a run that stops on a user error leaves the
+    earlier run as it was, and a killed overwriting run never leaves the earlier run's model, card or
+    ``all_results.json`` looking like its own.
+    """
+    output_dir = training_args.output_dir
+    if not recipe_args.overwrite_output_dir:
         return
     if training_args.should_save:
         existing = list_checkpoints(output_dir)
@@ -363,6 +375,46 @@ def _check_checkpoint_tokenizer(tokenizer, checkpoint: str, recipe_args) -> None
     )
 
 
+def _check_checkpoint_args(checkpoint: str, recipe_args, training_args) -> None:
+    """Before anything is built: the training settings a resume cannot change are those the checkpoint was trained
+    with (:func:`~hf_sparse.training.checkpoints.changed_training_args`). The checkpoint's optimizer and scheduler
+    states would silently keep its learning rate and optimizer settings while the card and ``all_results.json``
+    reported the new ones, and another total batch size or seed would resume at another place in the data."""
+    changed = changed_training_args(checkpoint, training_args)
+    if changed:
+        raise RecipeError(
+            f"{recipe_args.source}: cannot resume from {checkpoint} with other training settings "
+            f"({'; '.join(changed)}): its optimizer, scheduler and data position keep the ones it was trained "
+            "with; resume with those (max_steps, num_train_epochs and the logging, evaluation and saving settings "
+            "may change), or start over with --overwrite_output_dir"
+        )
+
+
+def _check_writable(recipe_args, training_args) -> None:
+    """Before anything is built: ``output_dir`` (or the nearest folder above it that exists, where it will be
+    created) is a folder this process may write in. A read-only file system, a missing permission or a file in
+    the way is one error here, not a traceback once the model and the data are built."""
+    output_dir = training_args.output_dir
+    existing = os.path.abspath(output_dir)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    where = existing if existing == os.path.abspath(output_dir) else f"{existing}, where it would be created,"
+    if not os.path.isdir(existing):
+        raise RecipeError(
+            f"{recipe_args.source}: output_dir {output_dir} cannot be created: {existing} is a file"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        try:
+            read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+            read_only = False
+        why = "is on a read-only file system" if read_only else "is not writable by this user"
+        raise RecipeError(
+            f"{recipe_args.source}: output_dir {output_dir} cannot be written: {where} {why}; choose another "
+            "--output_dir"
+        )
+
+
 def _apply_lora(task, model, recipe_args, training_args):
     """Wrap ``model`` with peft LoRA adapters (only adapters and ``modules_to_save`` train)."""
     from peft import LoraConfig, get_peft_model
@@ -427,6 +479,16 @@ def _remove_pickles(output_dir: str) -> None:
                 os.remove(path)
 
 
+def _mixed_precision(training_args) -> str:
+    """The precision accelerate trains in: ``fp16`` only off the CPU (there it trains in fp32, and
+    :func:`_check_precision` refuses it), ``bf16`` on any device."""
+    if training_args.bf16:
+        return "bf16"
+    if training_args.fp16 and training_args.device.type != "cpu":
+        return "fp16"
+    return "no"
+
+
 def _training_config(recipe_args, training_args) -> dict[str, Any]:
     """The settings a model card reports."""
     config = {
@@ -445,7 +507,7 @@ def _training_config(recipe_args, training_args) -> dict[str, Any]:
         "warmup_steps": training_args.warmup_steps,
         "weight_decay": training_args.weight_decay,
         "seed": training_args.seed,
-        "mixed_precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "no",
+        "mixed_precision": _mixed_precision(training_args),
     }
     if recipe_args.lora:
         config.update(
@@ -668,10 +730,33 @@ def _check_training_values(recipe_args, training_args) -> None:
         value = getattr(training_args, key, None)
         if value is not None and not 0 <= value <= 2**bits - 1:
             raise RecipeError(f"{src}: {key}={value!r} must be in 0 .. 2**{bits} - 1")
+    # transformers' Trainer checks these only when it is built, after the model and the data
+    save_strategy = getattr(training_args.save_strategy, "value", training_args.save_strategy)
+    eval_strategy = getattr(training_args.eval_strategy, "value", training_args.eval_strategy)
+    if save_strategy == "best" and training_args.metric_for_best_model is None:
+        raise RecipeError(
+            f"{src}: save_strategy='best' needs metric_for_best_model (e.g. metric_for_best_model: loss, or a "
+            "metric the task reports)"
+        )
+    if save_strategy == "best" and eval_strategy == "no":
+        raise RecipeError(
+            f"{src}: save_strategy='best' saves at evaluations, and eval_strategy='no' runs none: set "
+            "eval_strategy: steps (or epoch)"
+        )
     values = recipe_args.values or {}
     for key, instead in _UNUSED_FLAGS.items():  # set to false in the recipe or an override
         if values.get(key) is False:
             raise RecipeError(f"{src}: {key}=false is not supported: {instead}")
+
+
+def _check_precision(recipe_args, training_args) -> None:
+    """``fp16`` on the CPU (``use_cpu``, or no GPU): accelerate would switch it off and train in fp32 while the
+    card said fp16. Runs after :func:`_check_launch` (the device is set up here)."""
+    if training_args.fp16 and training_args.device.type == "cpu":
+        raise RecipeError(
+            f"{recipe_args.source}: fp16=true needs a GPU: on the CPU accelerate turns fp16 off and trains in "
+            "fp32; use bf16=true on the CPU (or drop fp16)"
+        )
 
 
 def _check_report_to(recipe_args, training_args) -> None:
@@ -763,10 +848,13 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
 
     Raises:
         RecipeError: invalid recipe/overrides (also a value the model's config rejects, a
-            ``metric_for_best_model`` the first evaluation does not report), an ``output_dir`` that already
-            holds checkpoints or a trained model while neither ``resume`` nor ``overwrite_output_dir`` is set,
-            or a checkpoint whose weights do not fit the recipe's model or whose tokenizer differs from the one
-            the task builds now (a vocabulary built from changed data).
+            ``metric_for_best_model`` the first evaluation does not report, ``fp16`` on the CPU), an
+            ``output_dir`` that cannot be written or that already holds checkpoints or a trained model while
+            neither ``resume`` nor ``overwrite_output_dir`` is set, or a checkpoint whose weights do not fit the
+            recipe's model, whose tokenizer differs from the one the task builds now (a vocabulary built from
+            changed data) or that was trained with other settings a resume cannot change (learning rate,
+            schedule, optimizer, seed, total batch size). ``overwrite_output_dir`` deletes nothing before
+            every such check has passed.
         CheckpointError: the checkpoint to resume from is incomplete or corrupt.
         HubPushError: ``push_to_hub`` failed (everything local was written first).
         TrainingDivergedError: NaN predictions at an evaluation (a :class:`RecipeError`); at the final
@@ -802,9 +890,13 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         _check_push(recipe_args, training_args)
     _check_training_values(recipe_args, training_args)
     _check_launch(recipe_args.source, bool(training_args.fsdp), bool(training_args.deepspeed))  # recipe keys
+    _check_precision(recipe_args, training_args)
     _check_report_to(recipe_args, training_args)
     _check_task_arguments(task, task_args, recipe_args)
-    checkpoint = _resume_checkpoint(recipe_args, training_args)
+    _check_writable(recipe_args, training_args)
+    checkpoint = _resume_checkpoint(recipe_args, training_args)  # deletes nothing (see _clear_output_dir)
+    if checkpoint is not None:
+        _check_checkpoint_args(checkpoint, recipe_args, training_args)
     set_seed(training_args.seed)
 
     # --- task: tokenizer, model, data ---
@@ -861,6 +953,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     if task.model_accepts_loss_kwargs is not None:  # see Task.model_accepts_loss_kwargs
         trainer.model_accepts_loss_kwargs = task.model_accepts_loss_kwargs
     num_trainable = _count_parameters(trainer.model, trainable_only=True)
+    _clear_output_dir(recipe_args, training_args)  # overwrite_output_dir: only now, every check has passed
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     metrics = dict(train_result.metrics)
     trainer.log_metrics("train", train_result.metrics)

@@ -360,3 +360,23 @@ def test_a_per_layer_attention_pattern_reaches_the_card(tmp_path):
     # the spec is a list: from_dict rebuilds one layer from each entry, not the pattern from the list
     assert "one entry per layer (`hf_sparse.patterns.from_dict(entry)` rebuilds that layer's pattern)" in text
     assert "from_dict(spec)` rebuilds the pattern" not in text
+
+
+def test_the_card_reports_the_precision_trained_in():
+    """accelerate turns fp16 off on the CPU (the run refuses it there): the card said fp16 for an fp32 run."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hf_sparse.training.runner import _training_config
+
+    def precision(device, **flags):
+        values = dict(learning_rate=1e-3, num_train_epochs=1, max_steps=-1, per_device_train_batch_size=8,
+                      gradient_accumulation_steps=1, world_size=1, lr_scheduler_type="linear", warmup_steps=0,
+                      weight_decay=0.0, seed=0, bf16=False, fp16=False, device=torch.device(device))  # fmt: skip
+        config = _training_config(SimpleNamespace(lora=False), SimpleNamespace(**{**values, **flags}))
+        return config["mixed_precision"]
+
+    assert precision("cpu", fp16=True) == "no" and precision("cuda", fp16=True) == "fp16"
+    assert precision("cpu", bf16=True) == precision("cuda", bf16=True) == "bf16"
+    assert precision("cpu") == "no"

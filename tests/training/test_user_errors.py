@@ -103,6 +103,15 @@ def _one_error_line(err: str, *needles: str) -> str:
             ["resume_from_checkpoint=/nonexistent/checkpoint-6"],
             ["resume_from_checkpoint='/nonexistent/checkpoint-6'", "folder not found", "--resume"],
         ),
+        # transformers' Trainer checked these once the model and data were built: a traceback, exit 1
+        ("motif/tiny.yaml", ["save_strategy=best"], ["save_strategy='best' needs metric_for_best_model"]),
+        (
+            "motif/tiny.yaml",
+            ["save_strategy=best", "metric_for_best_model=loss", "eval_strategy=no"],
+            ["save_strategy='best'", "eval_strategy='no' runs none"],
+        ),
+        # accelerate turns fp16 off on the CPU: it trained in fp32 while the card said fp16
+        ("motif/tiny.yaml", ["fp16=true", "use_cpu=true"], ["fp16=true needs a GPU", "use bf16=true"]),
     ],
 )
 def test_user_errors_are_one_line_exit_2(recipe, overrides, needles, finetune, tmp_path, capsys):
@@ -353,16 +362,189 @@ def test_data_seed_takes_a_torch_generator_seed(finetune, tmp_path):
     )
 
 
-def test_a_failed_overwrite_leaves_no_finished_looking_run(finetune, tmp_path, capsys):
-    """The earlier run's results are gone before the new run starts: a run that stops (here: a value the model
-    rejects) leaves no all_results.json or model of another run behind it."""
+def _break_trainer_init(monkeypatch):
+    """The last check before training: transformers' own, when the Trainer is built (after the model and data)."""
+    from transformers import Trainer
+
+    def fail(self):
+        raise ValueError("the Trainer's own check failed")
+
+    monkeypatch.setattr(Trainer, "_validate_args", fail)
+
+
+@pytest.mark.parametrize(
+    "overrides, breaks, needle",
+    [
+        (["hidden_size=33"], None, "hidden size (33)"),  # the model's config rejects it
+        (["save_strategy=best"], None, "needs metric_for_best_model"),  # transformers' Trainer checked it
+        ([], _break_trainer_init, None),
+    ],
+)
+def test_a_failed_overwrite_keeps_the_earlier_run(
+    overrides, breaks, needle, finetune, tmp_path, capsys, monkeypatch
+):
+    """--overwrite_output_dir deletes the earlier run only once every check has passed: a rerun that stops on an
+    error (here: a value the model rejects, a Trainer argument, a failing Trainer check) leaves it as it was."""
+    out = tmp_path / "out"
+    values = dict(
+        max_steps=2, save_strategy="steps", save_steps=2, eval_strategy="no", num_test=0, plots=False
+    )
+    assert finetune.main(_toy_argv(tmp_path, out, **values)) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert {"all_results.json", "model.safetensors", "config.json"} <= set(before)
+    if breaks is not None:
+        breaks(monkeypatch)
+    argv = [
+        *_toy_argv(tmp_path, out, **values),
+        "--overwrite_output_dir",
+        "--override",
+        "max_steps=1",
+        *overrides,
+    ]
+    if needle is None:
+        with pytest.raises(ValueError, match="the Trainer's own check failed"):
+            finetune.main(argv)
+    else:
+        assert finetune.main(argv) == 2
+        _one_error_line(capsys.readouterr().err, needle)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert (out / "checkpoint-2" / "model.safetensors").is_file()
+
+
+def test_a_stopped_overwriting_run_leaves_no_finished_looking_run(finetune, tmp_path, monkeypatch):
+    """Once training starts the earlier run is gone: a run that stops while training leaves no all_results.json or
+    model of another run behind it."""
+    from transformers import Trainer
+
     out = tmp_path / "out"
     values = dict(max_steps=1, save_strategy="no", eval_strategy="no", num_test=0, plots=False)
     assert finetune.main(_toy_argv(tmp_path, out, **values)) == 0
-    argv = [*_toy_argv(tmp_path, out, **values), "--overwrite_output_dir", "--override", "hidden_size=33"]
-    assert finetune.main(argv) == 2
-    _one_error_line(capsys.readouterr().err, "hidden size (33)")
+
+    def killed(self, *args, **kwargs):
+        raise RuntimeError("killed while training")
+
+    monkeypatch.setattr(Trainer, "train", killed)
+    with pytest.raises(RuntimeError, match="killed while training"):
+        finetune.main([*_toy_argv(tmp_path, out, **values), "--overwrite_output_dir"])
     assert not {"all_results.json", "model.safetensors", "config.json"} & {p.name for p in out.iterdir()}
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["learning_rate=0.03"], "learning_rate=0.003 in the checkpoint, 0.03 now"),
+        (["weight_decay=0.1"], "weight_decay=0.0 in the checkpoint, 0.1 now"),
+        (["lr_scheduler_type=constant"], "lr_scheduler_type='linear' in the checkpoint, 'constant' now"),
+        (["warmup_steps=2"], "warmup_steps=0 in the checkpoint, 2.0 now"),
+        (["adam_beta2=0.99"], "adam_beta2=0.999 in the checkpoint, 0.99 now"),
+        (["seed=1"], "seed=0 in the checkpoint, 1 now"),
+        (
+            ["per_device_train_batch_size=16"],
+            "total batch size 32 x 1 x 1 = 32 in the checkpoint, 16 x 1 x 1 = 16 now",
+        ),
+    ],
+)
+def test_a_resume_with_other_training_settings_is_one_error(
+    overrides, needle, saved_run, finetune, tmp_path, capsys
+):
+    """The checkpoint's optimizer and scheduler states keep its learning rate and optimizer settings, and its step
+    count its place in the data: a resume with other ones trained on with the old values while the card and
+    all_results.json reported the new ones. One error line naming the key, before anything is built."""
+    copy = tmp_path / "out"
+    shutil.copytree(saved_run / "checkpoint-4", copy / "checkpoint-4")
+    argv = _toy_argv(tmp_path, copy, max_steps=6, eval_strategy="no", num_test=0, plots=False)
+    assert finetune.main([*argv, "--resume", "--override", *overrides]) == 2
+    _one_error_line(capsys.readouterr().err, f"cannot resume from {copy / 'checkpoint-4'}", needle,
+                    "--overwrite_output_dir")  # fmt: skip
+    assert sorted(p.name for p in copy.iterdir()) == ["checkpoint-4"]
+
+
+def test_a_checkpoint_without_saved_settings_is_checked_for_its_learning_rate(
+    saved_run, finetune, tmp_path, capsys
+):
+    """A checkpoint written before the settings were saved with it (or by another tool): its scheduler state
+    still holds the learning rate it was trained with."""
+    copy = tmp_path / "out"
+    shutil.copytree(saved_run / "checkpoint-4", copy / "checkpoint-4")
+    state = copy / "checkpoint-4" / "hf_sparse_state.json"
+    saved = json.loads(state.read_text())
+    del saved["training_args"]
+    state.write_text(json.dumps(saved))
+    argv = _toy_argv(tmp_path, copy, max_steps=6, eval_strategy="no", num_test=0, plots=False)
+    assert finetune.main([*argv, "--resume", "--override", "learning_rate=0.03"]) == 2
+    _one_error_line(capsys.readouterr().err, "learning_rate=0.003 in the checkpoint, 0.03 now")
+
+
+def test_a_resume_may_change_the_length_the_logging_and_the_batch_split(saved_run, finetune, tmp_path):
+    """What a resume may change, and what then applies: max_steps, logging_steps (transformers kept the
+    checkpoint's), and per-device batch x gradient accumulation with the same total batch."""
+    copy = tmp_path / "out"
+    shutil.copytree(saved_run / "checkpoint-2", copy / "checkpoint-2")
+    argv = _toy_argv(tmp_path, copy, max_steps=5, eval_strategy="no", num_test=0, plots=False, save_strategy="no",
+                     logging_steps=1, per_device_train_batch_size=16, gradient_accumulation_steps=2)  # fmt: skip
+    assert finetune.main([*argv, "--resume"]) == 0
+    history = json.loads((copy / "log_history.json").read_text())
+    assert [e["step"] for e in history if "loss" in e] == [3, 4, 5]  # logging_steps=5 in the checkpoint
+    assert json.loads((copy / "all_results.json").read_text())["global_step"] == 5
+
+
+@pytest.mark.parametrize("case", ["read-only", "file in the way"])
+def test_an_output_dir_that_cannot_be_written_is_one_error_before_anything_is_built(
+    case, finetune, tmp_path, capsys, monkeypatch
+):
+    """The Trainer created output_dir once the model and the data were built: a read-only file system was an
+    OSError traceback there."""
+    import os
+
+    from tests.training.toy_task import ToyTask
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(ToyTask, "build_model", never)
+    parent = tmp_path / "parent"
+    if case == "read-only":
+        parent.mkdir()
+        access = os.access
+
+        def no_write_permission(path, mode, **kwargs):  # another user's folder (root may write anywhere)
+            return os.fspath(path) != str(parent) and access(path, mode, **kwargs)
+
+        monkeypatch.setattr(os, "access", no_write_permission)
+        needles = [f"output_dir {parent / 'out'} cannot be written: {parent}, where it would be created,",
+                   "is not writable by this user", "choose another --output_dir"]  # fmt: skip
+    else:
+        parent.write_text("a file")
+        needles = [f"output_dir {parent / 'out'} cannot be created: {parent} is a file"]
+    assert finetune.main(_toy_argv(tmp_path, parent / "out", max_steps=1)) == 2
+    _one_error_line(capsys.readouterr().err, *needles)
+
+
+def test_a_full_disk_during_the_run_is_one_error_line(finetune, tmp_path, capsys, monkeypatch):
+    """No space left while saving a checkpoint: one error line, exit 2 (the checkpoint stays hidden and
+    incomplete, --resume continues from the latest complete one); other OSErrors keep their traceback."""
+    import errno
+
+    from transformers import Trainer
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", full)
+    out = tmp_path / "out"
+    argv = _toy_argv(tmp_path, out, max_steps=2, save_strategy="steps", save_steps=1, eval_strategy="no",
+                     num_test=0, plots=False, disable_tqdm=True)  # fmt: skip
+    assert finetune.main(argv) == 2
+    _one_error_line(capsys.readouterr().err, "cannot write the run's files: [Errno 28] No space left on device",
+                    "--resume continues from the latest complete checkpoint")  # fmt: skip
+    assert not list(out.glob("checkpoint-*"))
+
+    def broken(self, *args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        finetune.main([*argv, "--overwrite_output_dir"])
 
 
 def test_a_rerun_over_a_trained_model_without_checkpoints_keeps_it(finetune, tmp_path, capsys):

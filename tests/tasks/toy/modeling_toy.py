@@ -3,7 +3,9 @@
 It imports neither hf_sparse nor anything outside this folder but its sibling configuration, so the
 remote-code bundle hf-sparse writes at ``save_pretrained`` loads where neither is installed. Saving
 follows the export-hook protocol of hf-sparse's own task models (``ExportCodeMixin``): registration
-sets ``export_code_hook``, ``save_pretrained`` calls it.
+sets ``export_code_hook``, ``save_pretrained`` calls it (registration refuses a model class whose
+``save_pretrained`` does not: its folders would lack the bundle). Subclassing ``ExportCodeMixin`` instead would
+make the bundle import hf_sparse.
 """
 
 import torch

@@ -66,3 +66,51 @@ def test_a_task_defined_in_a_test_folder_trains_saves_and_loads_without_the_pack
     )
     assert loaded["pipeline_class"].endswith("tasks_toy_pipeline.ToyPresencePipeline")
     assert loaded["with"]["label"] == "present" and loaded["without"]["label"] == "absent"
+
+
+def test_a_model_class_that_saves_without_its_remote_code_is_not_registered():
+    """transformers' own save_pretrained never calls export_code_hook: registered as it was, a task's folders had
+    no auto_map or custom_pipelines, while its card said trust_remote_code=True loads them."""
+    import pytest
+    import torch
+    from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
+
+    from hf_sparse.models import register_auto
+    from hf_sparse.models.longformer_tasks import ExportCodeMixin
+    from tests.tasks.toy.modeling_toy import ToyPresenceModel
+
+    class NoHookConfig(PretrainedConfig):
+        model_type = "hf_sparse_test_no_hook"
+
+    class NoHookModel(PreTrainedModel):
+        config_class = NoHookConfig
+
+        def forward(self, input_ids):
+            return torch.zeros(1)
+
+    with pytest.raises(TypeError) as raised:
+        register_auto(NoHookConfig, {AutoModel: NoHookModel})
+    message = str(raised.value)
+    for needle in ("NoHookModel", "'hf_sparse_test_no_hook'", "never calls export_code_hook",
+                   "class NoHookModel(ExportCodeMixin, PreTrainedModel)", "README 'Adding a task'"):  # fmt: skip
+        assert needle in message, (needle, message)
+    with pytest.raises(ValueError):  # nothing was registered
+        AutoConfig.for_model("hf_sparse_test_no_hook")
+    from hf_sparse.tasks import CardInfo, TaskDescriptor, register, registry
+
+    descriptor = TaskDescriptor(
+        name="no-hook-task", config_class=NoHookConfig, auto_classes={"AutoModel": NoHookModel},
+        task_class="tests.tasks.toy.task:ToyTask", card=CardInfo(template="x.jinja", title="t", description="d"),
+    )  # fmt: skip
+    with pytest.raises(TypeError, match="never calls export_code_hook"):
+        register(descriptor)
+    with pytest.raises(KeyError):  # not left half-registered
+        registry.get("no-hook-task")
+
+    class MixinModel(ExportCodeMixin, NoHookModel):
+        pass
+
+    # the mixin's save_pretrained, or one of the model's own that calls the hook (the toy's)
+    from hf_sparse.models import _calls_export_code_hook
+
+    assert _calls_export_code_hook(MixinModel) and _calls_export_code_hook(ToyPresenceModel)
