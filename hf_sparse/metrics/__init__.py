@@ -47,8 +47,9 @@ def module_path(name: str) -> str:
 def load(name: str, config_name: str | None = None, **kwargs):
     """``evaluate.load`` of the shipped module ``name`` (offline: a local path), kept in memory.
 
-    ``config_name`` picks a module's configuration (``dialogue_act_f1``: ``"multilabel"`` for 0/1 rows);
-    other keywords go to ``evaluate.load``. With ``num_process > 1`` (evaluate's distributed mode: each process
+    ``config_name`` picks a module's configuration (``dialogue_act_f1``: ``"multilabel"`` for 0/1 rows; every
+    module has ``"default"``, and another name is a ValueError listing the valid ones); other keywords go to
+    ``evaluate.load``. With ``num_process > 1`` (evaluate's distributed mode: each process
     adds its examples, process 0 computes over all) the inputs go through cache files in ``cache_dir``, which
     every process must share, with one ``experiment_id``; it is not kept in memory there.
     """

@@ -17,6 +17,7 @@ denominator is zero.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import numpy as np
@@ -75,6 +76,15 @@ def _labels(a: np.ndarray, b: np.ndarray, labels) -> np.ndarray:
     return labels
 
 
+def _same_kind(label, values: np.ndarray) -> bool:
+    """Whether ``label`` is of a kind ``values`` hold: a str among strings, a number among numbers."""
+    if values.dtype.kind == "O":
+        return any(isinstance(v, str) == isinstance(label, str) for v in values)
+    if values.dtype.kind in "US":
+        return isinstance(label, str)
+    return isinstance(label, (numbers.Number, np.number, np.bool_))
+
+
 def accuracy(y_true, y_pred) -> float:
     """Fraction of positions where ``y_pred == y_true`` (1-D, same shape, non-empty)."""
     a, b = _pair_1d(y_true, y_pred)
@@ -96,12 +106,19 @@ def precision_recall_f1(
         average: ``"binary"`` (class ``pos_label`` alone), ``"macro"`` (unweighted mean over ``labels``),
             ``"micro"`` (from TP, FP, FN summed over ``labels``; with all labels this is accuracy) or
             ``"weighted"`` (mean weighted by support in ``y_true``), as scikit-learn.
-        pos_label: the positive class for ``"binary"`` (need not occur in the data).
+        pos_label: the positive class for ``"binary"`` (need not occur in the data, but must be of their
+            kind: a str for string labels, a number for numeric ones; else a ValueError).
         labels: the classes to average over (default: every label in ``y_true`` or ``y_pred``).
         zero_division: value for a zero denominator.
     """
     a, b = _pair_1d(y_true, y_pred)
     if average == "binary":
+        values = np.concatenate([a, b])
+        if not _same_kind(pos_label, values):
+            raise ValueError(
+                f"pos_label {pos_label!r} can never match labels like {list(dict.fromkeys(values.tolist()))[:5]}"
+                f" (dtype {values.dtype}); pass pos_label= the positive class"
+            )
         # scikit-learn's "binary" refuses more than two classes or a pos_label absent from the data:
         # the same scores are those of class pos_label alone.
         labels, average = [pos_label], "micro"
@@ -165,7 +182,7 @@ def auroc(labels, scores) -> float:
     equals P(score of a random positive > score of a random negative) + 0.5·P(equal). If ``labels``
     holds a single class the AUROC is undefined: ``nan`` and a ``RuntimeWarning`` (rather than an error,
     so that an evaluation over many small groups can skip such groups with ``np.nanmean``). NaN scores
-    raise ``ValueError``.
+    raise ``ValueError``; ``±inf`` (a masked logit) ranks below / above every finite score.
     """
     y, s = _pair_1d(labels, scores, ("labels", "scores"))
     if not np.isin(y, (0, 1)).all():
@@ -173,6 +190,8 @@ def auroc(labels, scores) -> float:
     s = s.astype(np.float64)
     if np.isnan(s).any():
         raise ValueError("scores contains NaN")
+    if np.isinf(s).any():  # scikit-learn refuses inf; the area depends on the order (and ties) only
+        s = np.unique(s, return_inverse=True)[1].reshape(s.shape).astype(np.float64)
     y = y.astype(bool)
     n_pos = int(y.sum())
     n_neg = y.size - n_pos

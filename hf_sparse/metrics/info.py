@@ -106,12 +106,24 @@ class CheckedMetric(evaluate.Metric):
     expected was split into characters, a float truncated to an int. A module whose inputs need more than
     their features say (spans) overrides :meth:`_prepare_row`.
 
+    An unknown ``config_name`` (none of :attr:`config_names`) is a ValueError.
+
     A module subclasses it as ``info.CheckedMetric`` (``from hf_sparse.metrics import info``): ``evaluate.load``
     takes the first Metric class in the module's namespace, which must be the module's own.
     """
 
     #: rows (or values inside them) may be None, e.g. a turn not to score
     none_ok = False
+    #: the module's configurations (``config_name``; None is ``"default"``)
+    config_names = ("default",)
+
+    def __init__(self, config_name=None, **kwargs):
+        if config_name is not None and config_name not in self.config_names:
+            module = type(self).__module__.rsplit(".", 1)[-1]  # the module's file name
+            raise ValueError(
+                f"config_name must be one of {list(self.config_names)} for the {module} metric, got {config_name!r}"
+            )
+        super().__init__(config_name=config_name, **kwargs)
 
     def _prepare_row(self, column: str, row, where: str):
         """``row`` of ``column`` ("predictions" or "references") checked, as evaluate is to store it."""

@@ -70,6 +70,20 @@ def test_auroc_random_with_ties_matches_pairwise():
     assert auroc(labels, scores) == pytest.approx(_auroc_pairwise(labels.tolist(), scores.tolist()))
 
 
+@pytest.mark.parametrize(
+    "labels, scores",
+    [
+        ([0, 1, 1], [-np.inf, 0.9, 0.5]),
+        ([0, 1, 0, 1], [np.inf, np.inf, -np.inf, 0.2]),  # tied infinities stay ties
+        ([1, 0, 1, 0], [-np.inf, -np.inf, 0.3, 0.1]),
+    ],
+)
+def test_auroc_takes_infinite_scores_by_rank(labels, scores):
+    """A masked logit (-inf) ranks below every finite score; scikit-learn alone refuses it."""
+    assert auroc(labels, scores) == pytest.approx(_auroc_pairwise(labels, scores))
+    assert auroc(labels, torch.tensor(scores)) == pytest.approx(_auroc_pairwise(labels, scores))
+
+
 def test_auroc_one_class_is_nan_with_warning():
     with pytest.warns(RuntimeWarning, match="one class"):
         assert np.isnan(auroc([1, 1, 1], [0.1, 0.2, 0.3]))
@@ -122,6 +136,22 @@ def test_multilabel_f1_matches_sklearn_with_two_or_more_classes():
         assert multilabel_f1(t, p) == pytest.approx(skm.f1_score(t, p, average="micro", zero_division=0.0))
         if present.any():
             assert multilabel_f1(t, p, average="macro") == pytest.approx(want[present].mean())
+
+
+def test_pos_label_of_another_kind_than_the_labels_raises():
+    """String labels with the default pos_label=1 silently scored 0."""
+    with pytest.raises(ValueError, match=r"pos_label 1 can never match labels like \['neg', 'pos'\]"):
+        precision_recall_f1(["neg", "pos"], ["neg", "pos"])
+    with pytest.raises(ValueError, match="pos_label '1' can never match"):
+        precision_recall_f1([0, 1], [0, 1], pos_label="1")
+    assert precision_recall_f1(["neg", "pos"], ["neg", "pos"], pos_label="pos")["f1"] == 1.0
+    # a pos_label of the labels' kind that does not occur stays allowed (zero_division)
+    assert precision_recall_f1(["neg", "pos"], ["neg", "pos"], pos_label="other")["f1"] == 0.0
+    assert precision_recall_f1([0, 2], [0, 2])["f1"] == 0.0
+    assert precision_recall_f1(np.array([0.0, 1.0]), [0, 1], pos_label=np.int64(1))["f1"] == 1.0
+    assert precision_recall_f1([False, True], [False, True])["f1"] == 1.0
+    with pytest.raises(ValueError, match="pos_label 1 can never match"):
+        precision_recall_f1(np.array(["neg", "pos"], dtype=object), ["neg", "pos"])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])

@@ -4,6 +4,7 @@ argument errors, and shipping in a wheel."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -274,6 +275,17 @@ def test_load_in_evaluate_distributed_mode(tmp_path):
 def test_bad_arguments_raise_naming_them(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("name", metrics.MODULES)
+def test_load_refuses_an_unknown_configuration(name):
+    """evaluate takes any config_name: a typo ("multi_label") silently loaded the default."""
+    valid = ["default", "multilabel"] if name == "dialogue_act_f1" else ["default"]
+    for config_name in valid:
+        assert metrics.load(name, config_name).config_name == config_name
+    match = re.escape(f"config_name must be one of {valid} for the {name} metric, got 'multi_label'")
+    with pytest.raises(ValueError, match=match):
+        metrics.load(name, "multi_label")
 
 
 def _source_modules(root):

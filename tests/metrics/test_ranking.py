@@ -61,3 +61,20 @@ def test_ranking_metrics_r10():
 def test_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_ks_may_be_one_int():
+    """ks=1 was iterated and raised a bare "'int' object is not iterable"."""
+    import hf_sparse.metrics
+
+    scores = np.array([[1.0, 0.0], [0.0, 1.0]])
+    assert ranking_metrics(scores, ks=1) == ranking_metrics(scores, ks=[1]) == {"r@1": 0.5, "mrr": 0.75}
+    assert ranking_metrics(scores, ks=np.int64(2))["r@2"] == 1.0
+    module = hf_sparse.metrics.load("ranking")
+    assert module.compute(predictions=scores.tolist(), references=[0, 0], ks=1) == {"r@1": 0.5, "mrr": 0.75}
+
+
+@pytest.mark.parametrize("ks", [1.0, True, "12", None])
+def test_ks_of_another_type_raises_naming_it(ks):
+    with pytest.raises(TypeError, match=r"ks must be an int or a sequence of ints >= 1, got"):
+        ranking_metrics(np.zeros((2, 3)), ks=ks)

@@ -146,3 +146,32 @@ def test_module_takes_references_mixing_lists_and_strings():
     metric.add(prediction=preds[0], reference="The cat sat on the mat.")
     got = metric.compute()
     assert got["rouge1"] == pytest.approx((2 * 1.0 + rouge(preds[1:], ["The dog barked."])["rouge1"]) / 3)
+
+
+@pytest.mark.parametrize(
+    "predictions, references, match",
+    [
+        (["a cat", ["the dog"]], ["a cat", "the dog"], r"predictions\[1\] must be a str, got \['the dog'\]"),
+        (["a cat", 7], ["a cat", "7"], r"predictions\[1\] must be a str, got 7"),
+        (["a cat", "the dog"], [["a cat"], [["the", "dog"]]], r"references\[1\]\[0\] must be a str"),
+    ],
+)
+def test_module_checks_every_row(predictions, references, match):
+    """evaluate checks only a column's first row: a later row of another type was stringified and scored."""
+    import hf_sparse.metrics
+
+    with pytest.raises(TypeError, match=match):
+        hf_sparse.metrics.load("rouge").compute(predictions=predictions, references=references)
+    metric = hf_sparse.metrics.load("rouge")  # in a later batch too
+    metric.add_batch(predictions=predictions[:1], references=references[:1])
+    with pytest.raises(TypeError, match=match.replace(r"\[1\]", r"\[0\]", 1)):
+        metric.add_batch(predictions=predictions[1:], references=references[1:])
+
+
+def test_module_on_no_examples_raises_as_the_function():
+    import hf_sparse.metrics
+
+    with pytest.raises(ValueError, match="predictions is empty"):
+        rouge([], [])
+    with pytest.raises(ValueError, match="predictions is empty"):
+        hf_sparse.metrics.load("rouge").compute(predictions=[], references=[])

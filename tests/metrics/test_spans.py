@@ -45,6 +45,48 @@ def test_span_overlap_f1():
     assert span_f1(true, pred)["f1"] == 0.0
 
 
+def _overlap_counts_quadratic(true, pred):
+    """The definition, pair by pair: (predicted spans hitting some true span, true spans hit by some
+    prediction) per type, with the fields after end (strand) compared too."""
+    hit_pred, hit_true = {}, {}
+    for p in pred:
+        hit = any(u[0] == p[0] and u[3:] == p[3:] and u[1] < p[2] and p[1] < u[2] for u in true)
+        hit_pred[p[0]] = hit_pred.get(p[0], 0) + hit
+    for u in true:
+        hit = any(u[0] == p[0] and u[3:] == p[3:] and u[1] < p[2] and p[1] < u[2] for p in pred)
+        hit_true[u[0]] = hit_true.get(u[0], 0) + hit
+    return hit_pred, hit_true
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_span_overlap_f1_matches_pairwise_definition(seed):
+    """The sorted sweep counts exactly what comparing every pair counts: duplicates, nested, adjacent
+    (end == start: no overlap) and one-base spans, two types and two strands."""
+    rng = np.random.default_rng(seed)
+
+    def spans(n):
+        out = []
+        for _ in range(n):
+            kind, strand = str(rng.choice(["A", "B"])), str(rng.choice(["+", "-"]))
+            start = int(rng.integers(0, 40))
+            out.append((kind, start, start + int(rng.integers(1, 8)), strand))
+        out += [out[i] for i in rng.integers(0, len(out), 3)]  # duplicates
+        out += [(s[0], s[2], s[2] + 1, s[3]) for s in out[:3]]  # adjacent one-base spans
+        out += [(s[0], s[1], s[1] + 1, s[3]) for s in out[:3]]  # nested
+        return out
+
+    true, pred = spans(int(rng.integers(1, 25))), spans(int(rng.integers(1, 25)))
+    out = span_overlap_f1(true, pred)
+    hit_pred, hit_true = _overlap_counts_quadratic(true, pred)
+    for k, scores in out["per_type"].items():
+        if scores["n_pred"]:
+            assert scores["precision"] == hit_pred[k] / scores["n_pred"]
+        if scores["n_true"]:
+            assert scores["recall"] == hit_true[k] / scores["n_true"]
+    assert out["precision"] == sum(hit_pred.values()) / len(pred)
+    assert out["recall"] == sum(hit_true.values()) / len(true)
+
+
 def test_span_errors():
     with pytest.raises(ValueError, match="different numbers of sequences: 2 != 3"):
         span_f1([[("A", 0, 1)], []], [[], [], [("A", 0, 1)]])

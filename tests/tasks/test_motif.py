@@ -242,6 +242,17 @@ def test_metrics():
     assert s["accuracy"] == 1.0 and s["auroc"] == 1.0 and s["f1"] == 1.0
 
 
+def test_sequence_metrics_macro_f1_leaves_out_a_class_absent_from_the_split():
+    """A class with no true and no predicted example has no F1 (not 0): a perfect classifier scores 1."""
+    logits = np.array([[3.0, 0, 0], [0, 3.0, 0], [3.0, 0, 0], [0, 3.0, 0]])  # class 2 never occurs
+    s = sequence_metrics(logits, np.array([0, 1, 0, 1]), "classification")
+    assert s == {"accuracy": 1.0, "auroc": 1.0, "f1": 1.0}
+    # a class predicted but never true still counts, with F1 0
+    logits = np.concatenate([logits, [[0, 0, 3.0]]])  # class 2 predicted for a class 0 example
+    s = sequence_metrics(logits, np.array([0, 1, 0, 1, 0]), "classification")
+    assert s["f1"] == pytest.approx((2 * 2 / (3 + 2) + 1 + 0) / 3)
+
+
 @pytest.mark.parametrize("kind", ["sparse_transformer", "longformer"])
 def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
     model = motif_model(kind, global_every=20, conv_kernel_size=3)

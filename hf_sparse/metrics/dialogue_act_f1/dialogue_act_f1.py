@@ -36,6 +36,8 @@ Examples:
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class DialogueActF1(info.CheckedMetric):
+    config_names = ("default", "multilabel")
+
     def _info(self):
         # "multilabel" rows are stored as floats: an int feature would truncate a probability to 0
         value = datasets.Value("float64" if self.config_name == "multilabel" else "string")

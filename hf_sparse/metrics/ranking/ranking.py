@@ -18,7 +18,7 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions: per example, the scores of its candidates (higher = better; the same number per example).
     references: per example, the index of the correct candidate.
-    ks: the k of each recall@k (default (1, 2, 5)).
+    ks: the k of each recall@k: a list of ints, or one int (default (1, 2, 5)).
 Returns:
     r@k for each k, and mrr.
 Examples:

@@ -3,6 +3,7 @@
 import datasets
 import evaluate
 
+from hf_sparse.metrics import info
 from hf_sparse.metrics.info import metric_info
 from hf_sparse.tasks.summarization.rouge import rouge
 
@@ -25,7 +26,8 @@ Args:
         True); False uses the texts' own line breaks only.
     precision_recall: also return <type>_precision and <type>_recall (default False).
 Returns:
-    rouge1, rouge2, rougeL, rougeLsum: fractions in [0, 1].
+    rouge1, rouge2, rougeL, rougeLsum: fractions in [0, 1]. No examples at all is a ValueError, as in
+    `hf_sparse.tasks.summarization.rouge.rouge`.
 Examples:
     >>> import hf_sparse.metrics
     >>> metric = hf_sparse.metrics.load("rouge")
@@ -42,7 +44,7 @@ def _as_list(reference):
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Rouge(evaluate.Metric):
+class Rouge(info.CheckedMetric):
     def _info(self):
         text = datasets.Value("string")
         # several references per example, or one
@@ -57,6 +59,11 @@ class Rouge(evaluate.Metric):
     def add(self, *, prediction=None, reference=None, **kwargs):
         """``evaluate.Metric.add`` with a str reference read as a list of one."""
         return super().add(prediction=prediction, reference=_as_list(reference), **kwargs)
+
+    def _infer_feature_from_batch(self, batch):
+        # every reference is a list by now: the several-references layout, also for an empty batch (evaluate
+        # reads the layout off the first example, which an empty batch lacks)
+        return self.features[0]
 
     def _compute(
         self, predictions, references, use_stemmer=True, sentence_split=True, precision_recall=False

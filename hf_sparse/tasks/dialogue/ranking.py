@@ -12,6 +12,8 @@ rank ``n_candidates`` (R@1 = 0), never a lucky R@1 = 1. NaN scores raise ``Value
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 
@@ -62,10 +64,15 @@ def mrr(scores, positive_index=0) -> float:
 
 
 def ranking_metrics(scores, positive_index=0, ks=(1, 2, 5)) -> dict[str, float]:
-    """``{"r@1", "r@2", "r@5", "mrr"}`` (one ``r@k`` per entry of ``ks``) from one ranking pass.
+    """``{"r@1", "r@2", "r@5", "mrr"}`` (one ``r@k`` per entry of ``ks``, an int or a sequence of ints)
+    from one ranking pass.
 
     With 10 candidates per example these are the R10@1, R10@2, R10@5 of response selection.
     """
+    if isinstance(ks, (int, np.integer)) and not isinstance(ks, bool):
+        ks = (ks,)  # one k
+    elif isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
+        raise TypeError(f"ks must be an int or a sequence of ints >= 1, got {ks!r}")
     r = ranks(scores, positive_index)
     out = {}
     for k in ks:

@@ -383,7 +383,12 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def sequence_metrics(logits: np.ndarray, labels: np.ndarray, sequence_task: str) -> dict:
-    """``accuracy``, ``auroc`` and ``f1`` of the sequence head (see the module docstring)."""
+    """``accuracy``, ``auroc`` and ``f1`` of the sequence head (see the module docstring).
+
+    With more than two classes, the macro F1 leaves out a class the split has neither a true nor a
+    predicted example of (its F1 is undefined, not 0; as ``multilabel_f1(average="macro")``), and the
+    macro AUROC one whose AUROC is undefined (no true example, or only true examples).
+    """
     import warnings
 
     if sequence_task == "classification":
@@ -398,7 +403,7 @@ def sequence_metrics(logits: np.ndarray, labels: np.ndarray, sequence_task: str)
                 f1 = precision_recall_f1(y, pred, average="binary", pos_label=1)["f1"]
             else:
                 area = float(np.nanmean([auroc(y == c, probs[:, c]) for c in range(n_classes)]))
-                f1 = precision_recall_f1(y, pred, average="macro", labels=list(range(n_classes)))["f1"]
+                f1 = precision_recall_f1(y, pred, average="macro")["f1"]  # over the classes in y or pred
         return {"accuracy": accuracy(y, pred), "auroc": area, "f1": f1}
     y = labels.astype(int)
     probs = 1 / (1 + np.exp(-logits.astype(np.float64)))
