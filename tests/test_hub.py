@@ -75,6 +75,50 @@ def test_card_metadata():
     assert again.data.to_dict()["model-index"][0]["name"] == "motif-tiny"
 
 
+def test_each_split_is_a_model_index_result_of_its_own_and_counts_are_no_metrics(tmp_path):
+    """The validation and test values of a metric sat in one model-index result without a split (the Hub could not
+    tell which is which), and sample counts (eval_n_intent_seen) were published as metrics."""
+    from huggingface_hub import metadata_load
+
+    metrics = {"eval_loss": 0.25, "eval_span_f1": 0.8, "test_loss": 0.5, "test_span_f1": 0.75, "auroc": 0.9}
+    card = _card(metrics=metrics, counts={"eval_n_seen": 5, "test_n_seen": 2153}, dataset_split="test")
+    hub.save_model_card(card, tmp_path)
+    results = metadata_load(tmp_path / "README.md")["model-index"][0]["results"]
+    dataset = {"name": "Synthetic motifs", "type": "someone/motifs"}
+    assert [r["dataset"] for r in results] == [{**dataset, "split": s} for s in ("validation", "test")]
+    assert [{m["type"]: m["value"] for m in r["metrics"]} for r in results] == [
+        {"loss": 0.25, "span_f1": 0.8},
+        {"loss": 0.5, "span_f1": 0.75, "auroc": 0.9},  # no prefix: dataset_split
+    ]
+    again = ModelCard.load(tmp_path / "README.md").data.eval_results
+    assert [(r.metric_name, r.dataset_split) for r in again][:3] == [
+        ("eval_loss", "validation"), ("eval_span_f1", "validation"), ("test_loss", "test")
+    ]  # fmt: skip
+    assert "n_seen" not in str(card.data.to_dict())
+    text = card.text
+    splits = "`eval_*` on the validation split, `test_*` on the test split, the others on the test split"
+    assert f"Results on Synthetic motifs; {splits}:" in text
+    assert "| Count | Value |" in text and "| eval_n_seen | 5 |" in text and "| test_n_seen | 2153 |" in text
+    assert "| test_span_f1 | 0.75 |" in text
+
+
+def test_the_card_says_hf_sparse_is_needed_where_the_remote_code_imports_it():
+    """The bundle of a task outside hf_sparse whose model uses ExportCodeMixin imports hf_sparse (its manifest's
+    requirements list it): the card said the repository loads without installing hf-sparse."""
+    task = "dialogue-response-selection"
+    needs = _card(task=task, requirements=["hf_sparse", "torch", "transformers"]).text
+    assert "that code imports hf-sparse: install it first\n(`pip install hf-sparse`)" in needs
+    assert "pipeline()` runs it (with hf-sparse installed):" in needs
+    assert "without installing hf-sparse" not in needs and "without hf-sparse installed" not in needs
+    for requirements in (["torch", "transformers"], None):  # hf-sparse's own tasks: copies of its modules
+        alone = _card(task=task, requirements=requirements).text
+        assert "loads it without\ninstalling hf-sparse" in alone
+        assert "runs it without hf-sparse installed" in alone
+        assert "pip install hf-sparse" not in alone
+    with pytest.raises(ValueError, match="requirements must hold non-empty strings, got ''"):
+        _card(requirements=[""])
+
+
 @pytest.mark.parametrize(
     "task, pipeline_tag, pipeline_task, auto_class",
     [
@@ -219,6 +263,8 @@ def test_custom_template_extends_base(tmp_path):
         ({"metrics": {"f1": 0.5}, "datasets": (), "dataset_name": None}, "need dataset_name"),
         ({"metrics": {"f1": "high"}}, r"metrics\['f1'\] must be a number, got 'high'"),
         ({"metrics": {"f1": float("nan")}}, "must be finite"),
+        ({"counts": {"eval_loss": 3}}, "'eval_loss' is in both metrics and counts"),
+        ({"counts": {"n_seen": "many"}}, r"counts\['n_seen'\] must be a number, got 'many'"),
         ({"pattern_density": 1.5}, "pattern_density must be a fraction"),
         ({"repo_id": "no-namespace"}, "'no-namespace'"),
         ({"model_name": ""}, "model_name must be a non-empty str"),

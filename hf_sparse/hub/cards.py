@@ -219,11 +219,29 @@ def _spec_summary(spec) -> str:
     return f"{kind}({args})"
 
 
-def _metric_type(name: str) -> str:
-    for prefix in ("eval_", "test_", "validation_"):
+# metric name prefix -> the split it was measured on (the Trainer's ``eval_`` is the validation split)
+_SPLIT_PREFIXES = (("eval_", "validation"), ("validation_", "validation"), ("test_", "test"))
+
+
+def _metric_split(name: str) -> tuple[str, str | None]:
+    """(metric type, split) of a metric name: ``eval_loss`` -> ``("loss", "validation")``; a name without a split
+    prefix -> ``(name, None)``."""
+    for prefix, split in _SPLIT_PREFIXES:
         if name.startswith(prefix) and len(name) > len(prefix):
-            return name[len(prefix) :]
-    return name
+            return name[len(prefix) :], split
+    return name, None
+
+
+def _split_note(names: Iterable[str], dataset_split: str | None) -> str | None:
+    """Which split the metrics table's rows were measured on: ``eval_* on the validation split, test_* on the test
+    split``."""
+    notes = []
+    for prefix, split in _SPLIT_PREFIXES:
+        if any(n.startswith(prefix) and len(n) > len(prefix) for n in names):
+            notes.append(f"`{prefix}*` on the {split} split")
+    if dataset_split and any(_metric_split(n)[1] is None for n in names):
+        notes.append(f"{'the others' if notes else 'all'} on the {dataset_split} split")
+    return ", ".join(notes) or None
 
 
 def _slug(text: str) -> str:
@@ -339,6 +357,7 @@ def render_model_card(
     license: str = "apache-2.0",
     pipeline_tag: str | None = None,
     metrics: Mapping[str, float] | None = None,
+    counts: Mapping[str, float] | None = None,
     dataset_name: str | None = None,
     pattern=None,
     pattern_density: float | None = None,
@@ -350,6 +369,7 @@ def render_model_card(
     auto_class: str | None = None,
     density_length: int | None = None,
     dataset_split: str | None = None,
+    requirements: str | Iterable[str] | None = None,
     template: str | os.PathLike | None = None,
 ) -> ModelCard:
     """A model card for an hf-sparse model, from the task's template in ``hf_sparse/model_cards/``.
@@ -364,9 +384,13 @@ def render_model_card(
         license: license id (card metadata ``license``).
         pipeline_tag: Hub pipeline tag; defaults to the task's (``token-classification``,
             ``summarization``, ``text-ranking``, none for ``sparse_transformer``).
-        metrics: ``{name: value}``; each becomes an ``EvalResult`` (``eval_``/``test_`` prefixes are
-            dropped from the metric type) and a row of the metrics table. Needs ``dataset_name`` or
-            ``datasets`` to say what was evaluated.
+        metrics: ``{name: value}``; each becomes an ``EvalResult`` and a row of the metrics table. The
+            name's prefix gives the split (``eval_``/``validation_``: validation, ``test_``: test; none:
+            ``dataset_split``) and is dropped from the metric type: each split is a ``model-index`` result of
+            its own, with ``dataset.split`` set. Needs ``dataset_name`` or ``datasets`` to say what was
+            evaluated.
+        counts: ``{name: value}`` reported with the metrics that count things rather than score the model
+            (``eval_n_intent_seen``: turns evaluated); a table of their own, not in the ``model-index``.
         dataset_name: readable name of the evaluation data; its type is ``datasets[0]`` if given.
         pattern: an hf_sparse pattern, spec dict or registered name, or a list of them, one per layer
             (a per-layer ``config.attention_pattern``); the card shows its ``repr``, its spec and its
@@ -382,7 +406,11 @@ def render_model_card(
         auto_class: the Auto class in the loading snippet (default: the task's).
         density_length: sequence length the density is computed at (default: ``max_length``-like
             keys of ``training_config``, else 4096).
-        dataset_split: split of the evaluation data.
+        dataset_split: split of the metrics whose name has no split prefix.
+        requirements: the packages the repository's remote code imports (the ``requirements`` of its
+            ``hf_sparse_bundle.json``). Where they include ``hf_sparse`` (the code of a task outside hf-sparse
+            whose model uses ``ExportCodeMixin``), the card says to install hf-sparse before loading; otherwise
+            (or None) that the code loads without it.
         template: path to your own Jinja template (it may ``{% extends "_base.jinja" %}``).
 
     Returns:
@@ -412,6 +440,7 @@ def render_model_card(
             raise ValueError(f"{name} must be a non-empty str, got {value!r}")
     datasets = _str_list("datasets", datasets)
     languages = _str_list("language", language)
+    requirements = _str_list("requirements", requirements)
     pipeline_tag = pipeline_tag if pipeline_tag is not None else info.hub_pipeline_tag
     auto_class = auto_class or default_auto_class
     if not auto_class.isidentifier():
@@ -423,8 +452,16 @@ def render_model_card(
     extra = dict(extra or {})
 
     # -- metrics -> EvalResult ---------------------------------------------------------------
-    if metrics is not None and not isinstance(metrics, Mapping):
-        raise TypeError(f"metrics must be a dict of name -> number, got {type(metrics).__name__}")
+    for name, values in (("metrics", metrics), ("counts", counts)):
+        if values is not None and not isinstance(values, Mapping):
+            raise TypeError(f"{name} must be a dict of name -> number, got {type(values).__name__}")
+    count_rows = []
+    for key, value in (counts or {}).items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"count names must be non-empty strings, got {key!r}")
+        if key in (metrics or {}):
+            raise ValueError(f"{key!r} is in both metrics and counts; give it in one")
+        count_rows.append((key, _fmt(_number(f"counts[{key!r}]", value))))
     metric_rows, eval_results = [], []
     if metrics:
         if dataset_name is None and not datasets:
@@ -438,14 +475,15 @@ def render_model_card(
                 raise ValueError(f"metric names must be non-empty strings, got {key!r}")
             value = _number(f"metrics[{key!r}]", value)
             metric_rows.append((key, _fmt(value)))
+            metric_type, split = _metric_split(key)
             eval_results.append(
                 EvalResult(
                     task_type=pipeline_tag or "other",
                     task_name=info.title,
                     dataset_type=ds_type,
                     dataset_name=ds_name,
-                    dataset_split=dataset_split,
-                    metric_type=_metric_type(key),
+                    dataset_split=split or dataset_split,
+                    metric_type=metric_type,
                     metric_name=key,
                     metric_value=value,
                 )
@@ -489,6 +527,7 @@ def render_model_card(
         license=license,
         auto_class=auto_class,
         pipeline_task=pipeline_task,
+        needs_hf_sparse="hf_sparse" in requirements,
         hf_sparse_version=_version(),
         pattern_name=p_summary or "not recorded",
         pattern_repr=p_repr,
@@ -498,6 +537,8 @@ def render_model_card(
         density_length=length,
         density_note=note,
         metrics=metric_rows,
+        metric_splits=_split_note([k for k, _ in metric_rows], dataset_split),
+        counts=count_rows,
         training=_flatten(training_config or {}),
         extra_limitations=[str(x) for x in limitations],
         extra_rows=[(k, _fmt(v)) for k, v in extra.items() if k not in _EXTRA_KEYS],

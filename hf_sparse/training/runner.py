@@ -20,7 +20,10 @@ What ``output_dir`` holds at the end (written by the main process only):
 - ``all_results.json``: train/eval/test metrics (flat ``train_*``, ``eval_*``, ``test_*`` keys as in
   the HF example scripts), ``wall_time_s``, ``world_size``, ``distributed_type``,
   ``num_parameters``, ``num_trainable_parameters``, ``global_step``, ``start_step``,
-  ``steps_this_run``, ``resumed_from``, the task's ``extras`` and the resolved ``recipe``;
+  ``steps_this_run``, ``resumed_from``, the task's ``extras`` and the resolved ``recipe``. It is pushed with
+  the model, so it names no folder of this machine: a path inside ``output_dir`` is relative to it
+  (``model_card``: ``README.md``), one inside the working directory relative to that (``output_dir``, the
+  recipe's ``source``), one in the home directory ``~/...``, any other is its name alone;
 - ``log_history.json`` (kept current during training), ``loss.png`` (``plots``), ``runs/``
   (TensorBoard), ``README.md`` (``model_card``, via ``hf_sparse.hub``).
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fnmatch
 import json
 import logging
 import math
@@ -76,6 +80,48 @@ class TrainingDivergedError(RecipeError):
 
 def _count_parameters(model, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def _inside(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies below it (both absolute); never below the file system's root."""
+    if folder == os.path.dirname(folder):
+        return False
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:  # another drive (Windows)
+        return False
+
+
+def _portable_path(path: str, output_dir: str) -> str:
+    """``path`` (absolute) as ``all_results.json`` records it: without this machine's folders, since the file is
+    pushed to the Hub with the model. A path inside ``output_dir`` relative to it (``README.md``), one inside the
+    working directory relative to that (``pipelines/motif/tiny.yaml``, ``outputs/motif-tiny``), one in the home
+    directory as ``~/...``, any other as its name alone."""
+    path, output_dir = os.path.abspath(path), os.path.abspath(output_dir)
+    home = os.path.abspath(os.path.expanduser("~"))
+    if path != output_dir and _inside(path, output_dir):
+        return Path(os.path.relpath(path, output_dir)).as_posix()
+    if _inside(path, os.getcwd()):
+        return Path(os.path.relpath(path, os.getcwd())).as_posix()
+    if _inside(path, home):
+        return "~" if path == home else "~/" + Path(os.path.relpath(path, home)).as_posix()
+    return os.path.basename(path)
+
+
+def _portable_paths(value, output_dir: str):
+    """``value`` (the results, nested) with every absolute path made portable (:func:`_portable_path`), also
+    the value of a ``key=/abs/path`` override string."""
+    if isinstance(value, dict):
+        return {k: _portable_paths(v, output_dir) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_portable_paths(v, output_dir) for v in value]
+    if isinstance(value, str):
+        if os.path.isabs(value):
+            return _portable_path(value, output_dir)
+        key, sep, rest = value.partition("=")
+        if sep and re.fullmatch(r"[\w.-]+", key) and os.path.isabs(rest):
+            return f"{key}={_portable_path(rest, output_dir)}"
+    return value
 
 
 def _resume_checkpoint(recipe_args, training_args) -> str | None:
@@ -416,18 +462,21 @@ def _check_writable(recipe_args, training_args) -> None:
 
 
 def _apply_lora(task, model, recipe_args, training_args):
-    """Wrap ``model`` with peft LoRA adapters (only adapters and ``modules_to_save`` train)."""
+    """Wrap ``model`` with peft LoRA adapters (only adapters, ``modules_to_save`` and the task's
+    :meth:`~hf_sparse.training.Task.lora_trainable_token_indices` rows train)."""
+    import peft
     from peft import LoraConfig, get_peft_model
 
     targets = recipe_args.lora_target_modules or task.lora_target_modules(model)
     to_save = recipe_args.lora_modules_to_save
     if to_save is None:
         to_save = task.lora_modules_to_save(model)
+    tokens = task.lora_trainable_token_indices(model)
     if (
         getattr(training_args, "activation_checkpointing", False) or training_args.gradient_checkpointing
     ) and hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
-    config = LoraConfig(
+    values = dict(
         r=recipe_args.lora_r,
         lora_alpha=recipe_args.lora_alpha,
         lora_dropout=recipe_args.lora_dropout,
@@ -436,6 +485,16 @@ def _apply_lora(task, model, recipe_args, training_args):
         modules_to_save=to_save,
         task_type=task.lora_task_type,
     )
+    if tokens is not None:
+        values["trainable_token_indices"] = tokens
+    # target_parameters: peft 0.17, trainable_token_indices: peft 0.15
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(LoraConfig)})
+    if unknown:
+        raise RecipeError(
+            f"{recipe_args.source}: lora: true needs peft >= 0.17 (the installed {peft.__version__} has no "
+            f"LoraConfig {', '.join(unknown)}); pip install -U peft"
+        )
+    config = LoraConfig(**values)
     try:
         return get_peft_model(model, config)
     except ValueError as e:
@@ -523,13 +582,16 @@ def _training_config(recipe_args, training_args) -> dict[str, Any]:
 def _write_model_card(task, task_args, recipe_args, training_args, results, output_dir, model) -> str | None:
     """README.md via ``hf_sparse.hub``; skipped with a warning if that module is unavailable or the
     card cannot be rendered (the error is recorded as ``model_card_error`` in the results). A metric that
-    is not finite (e.g. AUROC NaN on a split holding one class) is left out of the card, which names it."""
+    is not finite (e.g. AUROC NaN on a split holding one class) is left out of the card, which names it;
+    the task's :attr:`~hf_sparse.training.Task.count_metrics` are listed as counts, outside the model-index. The
+    remote code's ``requirements`` come from the bundle's manifest: the card says whether loading needs hf-sparse."""
     try:
         from hf_sparse import hub
+        from hf_sparse.hub.bundle import BUNDLE_MANIFEST
     except ImportError as e:
         logger.warning("model card skipped: hf_sparse.hub is not available (%s)", e)
         return None
-    metrics, undefined = {}, {}
+    metrics, counts, undefined = {}, {}, {}
     for k, v in results.items():
         if (
             k.startswith(("eval_", "test_"))
@@ -537,7 +599,13 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
             and isinstance(v, (int, float))
             and not isinstance(v, bool)
         ):
-            (metrics if math.isfinite(v) else undefined)[k] = v
+            name = k.split("_", 1)[1]
+            if not math.isfinite(v):
+                undefined[k] = v
+            elif any(fnmatch.fnmatchcase(name, pattern) for pattern in task.count_metrics):
+                counts[k] = v
+            else:
+                metrics[k] = v
     if undefined:
         listed = ", ".join(f"{k}={v}" for k, v in undefined.items())
         logger.warning("model card: metrics left out because they are not finite: %s", listed)
@@ -545,6 +613,7 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
     kwargs = {
         "model_name": recipe_args.model_name or training_args.hub_model_id or Path(output_dir).name,
         "metrics": metrics,
+        "counts": counts,
         "dataset_name": f"{task.name} evaluation data",
         "pattern": pattern if isinstance(pattern, (str, dict, list)) else None,  # a list: one per layer
         "training_config": _training_config(recipe_args, training_args),
@@ -566,6 +635,13 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
             "metrics left out (not finite)": ", ".join(f"{k} = {v}" for k, v in undefined.items()),
         }
     try:
+        manifest = os.path.join(output_dir, BUNDLE_MANIFEST)  # the remote code's imports: hf_sparse too?
+        if os.path.isfile(manifest):
+            with open(manifest, encoding="utf-8") as f:
+                bundle = json.load(f)
+            if not isinstance(bundle, dict):
+                raise ValueError(f"{BUNDLE_MANIFEST} does not hold a JSON object")
+            kwargs["requirements"] = bundle.get("requirements")
         card = hub.render_model_card(task.descriptor or "sparse_transformer", **kwargs)
     except (ValueError, TypeError) as e:
         logger.warning("model card skipped: %s", e)
@@ -844,7 +920,8 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
             from that checkpoint instead, with the same checks.
 
     Returns:
-        The results dict (on every process of a distributed run).
+        The results dict (on every process of a distributed run), with the paths of this machine that
+        ``all_results.json`` records portably (``output_dir``, ``model_card``, ...).
 
     Raises:
         RecipeError: invalid recipe/overrides (also a value the model's config rejects, a
@@ -1021,7 +1098,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         )
     results["wall_time_s"] = time.perf_counter() - started
     results = redact(results, secrets.values())
-    write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
+    write_json_atomic(os.path.join(output_dir, "all_results.json"), _portable_paths(results, output_dir))
     for entry in os.scandir(output_dir):  # the final model files (checkpoints were done when saved)
         if entry.is_file() or entry.name == "adapter":
             make_shareable(entry.path)
@@ -1029,5 +1106,5 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         logger.warning("%s/adapter is an earlier LoRA run's, not this model's (it is not pushed)", output_dir)
     if push:
         results["hub_url"] = _push(output_dir, recipe_args, training_args, token=secrets.get("hub_token"))
-        write_json_atomic(os.path.join(output_dir, "all_results.json"), results)
+        write_json_atomic(os.path.join(output_dir, "all_results.json"), _portable_paths(results, output_dir))
     return results

@@ -75,6 +75,10 @@ class Task:
             always correct (per-device mean, DDP averages gradients); True is slightly more exact for
             token-level losses that really divide by ``num_items_in_batch`` (causal LMs). The project's own
             models also say it themselves (their ``accepts_loss_kwargs``), for a plain Trainer.
+        count_metrics: ``fnmatch`` patterns of the metrics (named without their ``eval_``/``test_`` prefix)
+            that count things rather than score the model, such as the turns an accuracy was computed over
+            (default ``n_*`` and ``num_*``). The model card lists them as counts, not as evaluation results
+            of its ``model-index``; ``all_results.json`` keeps them with the metrics.
     """
 
     name: ClassVar[str] = ""
@@ -84,6 +88,7 @@ class Task:
     training_arguments_class: ClassVar[type | None] = None  # None: transformers.TrainingArguments
     lora_task_type: ClassVar[str | None] = None
     model_accepts_loss_kwargs: ClassVar[bool | None] = False
+    count_metrics: ClassVar[tuple[str, ...]] = ("n_*", "num_*")
     #: processes of the preprocessing ``datasets.map`` calls (the recipe's ``num_proc``, set by the
     #: runner; None: :data:`hf_sparse.data.loading.DEFAULT_NUM_PROC` where a split is large enough).
     num_proc: int | None = None
@@ -165,6 +170,16 @@ class Task:
         kinds = (AdaptiveSpan, SparseTransformerRouter)
         names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, kinds)}
         return sorted(names) or None
+
+    def lora_trainable_token_indices(self, model) -> list[int] | dict[str, list[int]] | None:
+        """Token ids whose embedding rows train in full next to the adapters (peft's ``trainable_token_indices``:
+        a list for the input embeddings, or ``{module name: ids}``), or None for none.
+
+        For rows the task added to a loaded checkpoint's embeddings (marker tokens): LoRA would leave them frozen
+        at their initial values. peft trains only those rows, and keeps an embedding tied to the output layer
+        (or shared by an encoder and a decoder) tied, which ``lora_modules_to_save`` cannot do. Default: None.
+        """
+        return None
 
     # --- evaluation and artifacts --------------------------------------------------------------
 

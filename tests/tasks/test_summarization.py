@@ -293,6 +293,72 @@ def test_extractive_lora_trains_the_scorer_and_new_embeddings(tmp_path):
     assert again.lora_modules_to_save(again.build_model(args, again.build_tokenizer(args))) == ["scorer"]
 
 
+def _led_checkpoint(folder):
+    """A tiny LED checkpoint (and tokenizer) whose vocabulary, like LED's, has no summarization marker tokens."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import LEDConfig, LEDForConditionalGeneration, PreTrainedTokenizerFast
+
+    words = [f"w{i}" for i in range(64)] + ["."]
+    vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "<mask>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer, tok.pre_tokenizer = normalizers.Lowercase(), pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])  # fmt: skip
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>", eos_token="</s>",
+                                        unk_token="<unk>", mask_token="<mask>")  # fmt: skip
+    led = LEDConfig(vocab_size=len(vocab), d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64,
+                    decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2, attention_window=8,
+                    max_encoder_position_embeddings=64, max_decoder_position_embeddings=32, pad_token_id=1,
+                    bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
+    LEDForConditionalGeneration(led).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_abstractive_lora_trains_the_marker_rows_from_led_adds(tmp_path, monkeypatch):
+    """lora: true on an LED checkpoint left the <sent> / <query_sep> rows that from_led adds at their resize values
+    (LED's embeddings and output layer share one weight, which modules_to_save cannot train): peft's trainable tokens
+    train those rows alone, tied, into the merged model and the adapter."""
+    import copy
+
+    from peft import PeftModel
+
+    from hf_sparse.tasks.summarization.modeling_summarization import LEDForSummarization
+    from hf_sparse.tasks.summarization.task import AbstractiveSummarizationTask
+
+    led = _led_checkpoint(tmp_path / "led")
+    built = {}
+    build_model = AbstractiveSummarizationTask.build_model
+
+    def recording(self, args, tokenizer):
+        model = build_model(self, args, tokenizer)
+        built.update(model=copy.deepcopy(model), tokenizer=tokenizer)
+        return model
+
+    monkeypatch.setattr(AbstractiveSummarizationTask, "build_model", recording)
+    out = tmp_path / "out"
+    run(os.path.join(RECIPES, "tiny-abstractive.yaml"),
+        [f"data_dir={copy_data(tmp_path / 'data', 8)}", f"output_dir={out}", f"model_name_or_path={led}",
+         f"tokenizer_name={led}", "global_attention=[first,sentences,query]", "lora=true",
+         "lora_target_modules=[q_proj,v_proj]", "max_steps=4", "learning_rate=0.05", "warmup_steps=0",
+         "per_device_train_batch_size=2", "max_source_length=64", "max_target_length=16", "generation_max_length=16",
+         "max_eval_samples=2", "max_test_samples=2", "eval_strategy=no", "save_strategy=no", "report_to=none",
+         "plots=false", "model_card=false", "disable_tqdm=true"])  # fmt: skip
+    tokenizer, before = built["tokenizer"], built["model"].get_input_embeddings().weight.detach()
+    markers = tokenizer.convert_tokens_to_ids(["<sent>", "<query_sep>"])
+    assert markers == [70, 71] and before.shape[0] == 72  # from_led added them to the checkpoint's 70 rows
+    merged = LEDForSummarization.from_pretrained(out)
+    after = merged.get_input_embeddings().weight.detach()
+    assert (after[markers[0]] - before[markers[0]]).abs().max() > 1e-3  # <sent> opens each sentence: trained
+    assert torch.equal(after[:70], before[:70])  # the checkpoint's own rows stay frozen
+    for tied in (merged.led.encoder.embed_tokens, merged.led.decoder.embed_tokens, merged.lm_head):
+        assert torch.equal(tied.weight, merged.led.shared.weight)
+    adapter = PeftModel.from_pretrained(built["model"], out / "adapter")  # the unmerged adapter reloads them
+    rows = adapter.get_base_model().get_input_embeddings()(torch.tensor(markers))
+    assert torch.allclose(rows, after[markers], atol=1e-6)
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert config["trainable_token_indices"] == markers
+
+
 TINY_ABSTRACTIVE = ["num_train_epochs=1", "max_source_length=32", "max_target_length=16", "generation_max_length=16",
                     "max_decoder_positions=32", "attention_window=8", "vocab_min_frequency=1", "eval_strategy=no",
                     *[f"{k}={v}" for k, v in SMALL.items()]]  # fmt: skip

@@ -65,7 +65,7 @@ def test_all_results(toy_run):
     assert saved["wall_time_s"] > 0 and saved["start_step"] == 0 and saved["steps_this_run"] == 48
     assert saved["resumed_from"] is None
     assert saved["recipe"]["values"]["learning_rate"] == 3e-3
-    assert saved["recipe"]["source"] == str(out.parent / "toy.yaml")
+    assert saved["recipe"]["source"] == "toy.yaml"  # no folder of this machine (see the test below)
     assert saved["eval_accuracy"] == results["eval_accuracy"]
 
 
@@ -85,6 +85,45 @@ def test_outputs_and_reload(toy_run):
         card = (out / "README.md").read_text()
         assert "eval_accuracy" in card or "accuracy" in card
         assert results["model_card"] == str(out / "README.md")
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_no_pushed_file_names_a_folder_of_this_machine(tmp_path, monkeypatch):
+    """all_results.json is pushed with the model, and it held output_dir, the card's path, the task's plot paths,
+    the recipe file and the overrides as absolute paths (home folder, user name): now relative ones."""
+    from tests.training.toy_task import ToyTask
+
+    work, home = tmp_path / "work", tmp_path / "home"
+    (work / "recipes").mkdir(parents=True)
+    (home / "data").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(home))
+    out = work / "runs" / "out"
+
+    def after_training(self, trainer, args, output_dir):
+        return {"plot_png": os.path.join(output_dir, "plot.png"), "data": args.data_dir,
+                "elsewhere": str(tmp_path / "other" / "file.txt")}  # fmt: skip
+
+    monkeypatch.setattr(ToyTask, "after_training", after_training)
+    values = dict(max_steps=1, eval_strategy="no", save_strategy="no", num_test=0, model_card=True)
+    recipe = write_recipe(work / "recipes" / "r.yaml", toy_recipe(tmp_path / "unused", **values))
+    results = run(str(recipe), [f"output_dir={out}", f"data_dir={home / 'data'}"])
+    files = hub.upload_file_list(out)
+    assert "all_results.json" in files and "README.md" in files
+    for name in files:
+        if name.endswith((".json", ".md")):
+            text = (out / name).read_text()
+            for local in (str(tmp_path), str(REPO)):
+                assert local not in text, (name, local)
+    saved = json.loads((out / "all_results.json").read_text())
+    assert saved["output_dir"] == "runs/out" and saved["model_card"] == "README.md"
+    assert saved["extras"] == {"plot_png": "plot.png", "data": "~/data", "elsewhere": "file.txt"}
+    assert saved["recipe"]["source"] == "recipes/r.yaml"
+    assert saved["recipe"]["overrides"] == ["output_dir=runs/out", "data_dir=~/data"]
+    values = saved["recipe"]["values"]
+    assert values["output_dir"] == "runs/out" and values["data_dir"] == "~/data"
+    assert results["output_dir"] == str(out)  # run() returns the paths as they are
+    assert results["model_card"] == str(out / "README.md")
 
 
 def test_existing_checkpoints_need_resume_or_overwrite(toy_run, tmp_path):
@@ -334,6 +373,48 @@ def test_a_metric_that_is_not_finite_is_left_out_of_the_card_not_the_card(tmp_pa
     meta = yaml.safe_load(text.split("---")[1])
     assert [r["type"] for r in meta["model-index"][0]["results"][0]["metrics"]] == ["accuracy"]
     assert "metrics left out because they are not finite: eval_auroc=nan, test_loss=inf" in caplog.text
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_the_card_gives_each_split_a_result_and_publishes_no_count_as_a_metric(tmp_path):
+    """eval_ and test_ values sat in one model-index result without a split; the task's counts (n_*: the turns
+    an accuracy is over) were published as metrics."""
+    from hf_sparse.training.runner import _write_model_card
+
+    recipe_args, task_args, training_args = load_recipe(toy_recipe(tmp_path))
+    task = get_task(recipe_args.task)()
+    results = {"eval_accuracy": 0.5, "eval_n_seen": 5, "test_accuracy": 0.75, "test_num_turns": 8,
+               "test_runtime": 1.0}  # fmt: skip
+    path = _write_model_card(task, task_args, recipe_args, training_args, results, str(tmp_path), None)
+    text = Path(path).read_text()
+    meta = yaml.safe_load(text.split("---")[1])
+    assert [(r["dataset"]["split"], r["metrics"]) for r in meta["model-index"][0]["results"]] == [
+        ("validation", [{"type": "accuracy", "value": 0.5, "name": "eval_accuracy"}]),
+        ("test", [{"type": "accuracy", "value": 0.75, "name": "test_accuracy"}]),
+    ]
+    assert "| eval_n_seen | 5 |" in text and "| test_num_turns | 8 |" in text  # listed as counts
+    assert "n_seen" not in text.split("---")[1] and "runtime" not in text
+
+
+@pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
+def test_the_card_reads_the_remote_code_requirements_from_the_bundle(tmp_path):
+    """A task outside hf_sparse whose model uses ExportCodeMixin saves code that imports hf_sparse (its manifest
+    says so): the card said it loads without installing hf-sparse."""
+    from hf_sparse.hub.bundle import BUNDLE_MANIFEST
+    from hf_sparse.training.runner import _write_model_card
+
+    recipe_args, task_args, training_args = load_recipe(toy_recipe(tmp_path))
+    task = get_task(recipe_args.task)()
+
+    def card(requirements):
+        (tmp_path / BUNDLE_MANIFEST).write_text(json.dumps({"requirements": requirements}))
+        path = _write_model_card(task, task_args, recipe_args, training_args, {}, str(tmp_path), None)
+        return Path(path).read_text()
+
+    text = card(["hf_sparse", "torch", "transformers"])
+    assert "(`pip install hf-sparse`)" in text and "without installing hf-sparse" not in text
+    text = card(["torch", "transformers"])
+    assert "without\ninstalling hf-sparse" in text and "pip install hf-sparse" not in text
 
 
 @pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")

@@ -570,7 +570,7 @@ def test_resume_from_checkpoint_resumes_from_that_folder(saved_run, finetune, tm
     argv = [*_toy_argv(tmp_path, out, **values), "--override", f"resume_from_checkpoint={checkpoint}"]
     assert finetune.main(argv) == 0
     results = json.loads((out / "all_results.json").read_text())
-    assert results["resumed_from"] == str(checkpoint)
+    assert results["resumed_from"] == "checkpoint-2"  # outside output_dir and the working folder: its name
     assert (results["start_step"], results["steps_this_run"], results["global_step"]) == (2, 2, 4)
     assert finetune.main([*argv, "--resume"]) == 2  # the latest in output_dir, or that one: which?
     _one_error_line(capsys.readouterr().err, "resume", "resume_from_checkpoint=", "give one")

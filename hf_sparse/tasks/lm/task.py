@@ -252,7 +252,6 @@ class CausalLMTask(Task):
         name = os.path.basename(os.path.normpath(args.data_dir)) or "text"
         return {
             "dataset_name": f"{name} (field {args.text_field!r})",  # the folder's name: no path in a card
-            "dataset_split": "validation and test",
             "training_config": _card_settings(args.block_size, self._model_config),
         }
 

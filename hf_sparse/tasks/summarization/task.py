@@ -285,6 +285,7 @@ _MARKED_GLOBAL = {"type": "global"}
 
 class _SummarizationTask(Task):
     model_type = ""
+    count_metrics = (*Task.count_metrics, "truncated_documents")
 
     def __init__(self):
         self._rows: dict[str, list[dict]] | None = None
@@ -352,8 +353,8 @@ class _SummarizationTask(Task):
 
     def card_info(self, args, metrics):
         name = os.path.basename(os.path.normpath(args.data_dir)) or "summarization data"
-        # the folder's name, not its path (the card is public)
-        return {"dataset_name": name, "dataset_split": "validation and test"}
+        # the folder's name, not its path (the card is public); each metric's prefix gives its split
+        return {"dataset_name": name}
 
 
 # --------------------------------------------------------------------------------------- extractive
@@ -639,6 +640,7 @@ class AbstractiveSummarizationTask(_SummarizationTask):
     def __init__(self):
         super().__init__()
         self._truncated_rows: dict[str, list[bool]] = {}  # split -> whether each example was truncated
+        self._new_token_ids: list[int] = []  # build_model: rows no checkpoint trained (LoRA trains them)
 
     def _uses(self, args):
         return "sentences" in args.global_attention, "query" in args.global_attention
@@ -651,11 +653,15 @@ class AbstractiveSummarizationTask(_SummarizationTask):
 
         path = args.model_name_or_path
         ids = add_summarization_tokens(tokenizer, *self._uses(args))
-        if self._saved(path):  # the recipe's pattern and backend, when given, replace the saved ones
+        markers = {i for i in ids.values() if i is not None}
+        saved = self._saved(path)
+        if saved:  # the recipe's pattern and backend, when given, replace the saved ones
             given = {"encoder_attention_pattern": args.attention_pattern} if args.attention_pattern else {}
             if args.attention_pattern:
                 given["encoder_attention_backend"] = args.attention_backend
             model = LEDForSummarization.from_pretrained(path, **given)
+            cfg = model.config
+            markers -= {cfg.sentence_token_id, cfg.query_separator_token_id}  # trained in that model
         elif path:
             kind = AutoConfig.from_pretrained(path).model_type
             if kind != "led":
@@ -686,8 +692,14 @@ class AbstractiveSummarizationTask(_SummarizationTask):
                 args.max_target_length, model.config.max_decoder_position_embeddings,
                 f"{path}'s max_decoder_position_embeddings",
             )  # fmt: skip
-        if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        rows = model.get_input_embeddings().weight.shape[0]
+        if rows < len(tokenizer):
             model.resize_token_embeddings(len(tokenizer))
+        # the rows no checkpoint trained: every row of a vocabulary built from the data (or of a new model), else
+        # the markers a loaded checkpoint lacks (from_led added them) and rows added for new tokens
+        if not saved and not (path and args.tokenizer_name):
+            markers, rows = set(), 0
+        self._new_token_ids = sorted(markers | set(range(rows, len(tokenizer))))
         gen = model.generation_config
         gen.max_length = args.max_target_length
         gen.min_length = args.min_target_length
@@ -699,6 +711,14 @@ class AbstractiveSummarizationTask(_SummarizationTask):
         gen.bos_token_id = model.config.bos_token_id
         self._config = model.config
         return model
+
+    def lora_trainable_token_indices(self, model):
+        """The embedding rows no checkpoint trained (:meth:`build_model`): the ``<sent>`` / ``<query_sep>`` rows
+        that ``from_led`` adds to an LED checkpoint, or every row of a vocabulary built from the data. LoRA left
+        them at their initial values; ``lora_modules_to_save`` cannot train them, because LED's encoder and
+        decoder embeddings and its output layer share one weight (``led.shared``), which peft's trainable tokens
+        keep tied. None if there are none."""
+        return list(self._new_token_ids) or None
 
     def build_datasets(self, args, tokenizer):
         cfg = self._config
