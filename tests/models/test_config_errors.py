@@ -122,3 +122,16 @@ def test_fields_set_after_init_are_checked_when_a_model_is_built():
     config.layer_norm_eps = 0.0
     with pytest.raises(ValueError, match="layer_norm_eps must be a finite number > 0, got 0.0"):
         SparseTransformerModel(config)
+
+
+def test_numpy_numbers_are_taken_as_plain_ones():
+    """np.float32(0.1) was refused as "must be in [0, 1), got np.float32(0.1)" (and before that failed to save)."""
+    import numpy as np
+
+    config = SparseTransformerConfig(
+        hidden_dropout_prob=np.float32(0.1), max_attention_weights_length=np.int64(128),
+        layer_norm_eps=np.float32(1e-5), global_first_token=np.bool_(True),
+    )  # fmt: skip
+    assert type(config.hidden_dropout_prob) is float and type(config.max_attention_weights_length) is int
+    assert config.global_first_token is True
+    assert json.loads(config.to_json_string())["max_attention_weights_length"] == 128

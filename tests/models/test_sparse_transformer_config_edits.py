@@ -100,3 +100,21 @@ def test_a_cache_that_dropped_keys_of_the_old_pattern_is_refused_others_follow()
         want = model(ids).logits[:, 3:]
     assert [layer.pattern for layer in empty.layers + kept_all.layers] == [P.Causal()] * 4
     torch.testing.assert_close(continued, want, rtol=0, atol=1e-5)
+
+
+def test_a_compiled_model_compiles_once():
+    """The layers parsed their pattern on the first forward: a compiled model's first trace guarded on it being
+    unparsed, so its second call compiled everything again."""
+    from torch._dynamo.utils import counters
+
+    model = SparseTransformerForMaskedLM(tiny_config(attention_pattern=W4)).eval()
+    ids = torch.randint(5, 50, (2, 24))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        compiled(ids)
+        frames = counters["stats"]["unique_graphs"]
+        compiled(ids)
+    assert counters["stats"]["unique_graphs"] == frames
+    torch._dynamo.reset()

@@ -109,7 +109,10 @@ class SparseTransformerSelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
         self.scale = 1.0 / math.sqrt(self.head_dim)
-        self._spec, self._pattern = None, None  # the spec last read from the config, and its pattern
+        # the spec last read from the config, and its pattern; parsed now, so that a compiled forward finds it
+        # parsed (a first trace that parsed it guarded on _pattern being None: a recompile on the second call)
+        self._spec, self._pattern = None, None
+        self._pattern = self.pattern
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)

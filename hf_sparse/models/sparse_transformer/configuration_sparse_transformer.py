@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
@@ -344,6 +345,11 @@ class SparseTransformerConfig(PretrainedConfig):
         key=value)`` sets attributes after ``__init__``, and so does ``config.key = value``) is checked before a
         model is built from it: specs are normalised again, and MoE keys missing after ``num_experts`` was set get
         their defaults."""
+        for name, value in list(
+            vars(self).items()
+        ):  # numpy scalars (np.float32(0.1), np.int64(128)): plain ones
+            if isinstance(value, np.generic):
+                setattr(self, name, value.item())
         for name in (
             "vocab_size",
             "hidden_size",
