@@ -13,9 +13,10 @@ loaded whole), runs of at least ``--skip-n`` N are skipped, and every base is pr
 which it lies farthest from an edge (hf_sparse.genome). BED lines are 0-based, half-open, in FASTA order
 and by position; the score column is the hit's score x 1000 (model: mean tag probability; PWM: relative
 score). A JSON summary (bases, hits, wall time, bases per second, peak memory) goes to stdout and, with
-``--summary``, to a file. The PWM options are checked before any scan; each output is written to a
-temporary file next to it and renamed when complete, so a failed or interrupted run (an exception, Ctrl-C,
-SIGTERM) leaves no partial file at its path.
+``--summary``, to a file. The PWM options are checked before any scan, and the options of a track that is
+not scanned (model options without a MODEL, PWM options without ``--pwm``) are errors; each output is
+written to a temporary file next to it and renamed when complete, so a failed or interrupted run (an
+exception, Ctrl-C, SIGTERM) leaves no partial file at its path.
 """
 
 from __future__ import annotations
@@ -40,6 +41,19 @@ from hf_sparse.tasks.motif.data import read_motifs  # noqa: E402
 from hf_sparse.utils.io import atomic_open, atomic_write  # noqa: E402
 
 MAX_DEFAULT_WORKERS = 8
+BATCH_SIZE = 8
+#: Options of the model scan (default None): refused without a MODEL rather than ignored.
+MODEL_OPTIONS = (
+    "window",
+    "stride",
+    "batch_size",
+    "min_score",
+    "device",
+    "attention_backend",
+    "workers",
+    "threads",
+)
+PWM_OPTIONS = ("motif_ids", "threshold", "pwm_out")  # the same, without --pwm
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,10 +81,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="Bases between window starts (default: window - min(window // 4, 128)).",
     )
-    p.add_argument("--batch-size", type=int, default=8, help="Windows per forward pass.")
+    p.add_argument(
+        "--batch-size", type=int, default=None, help=f"Windows per forward pass (default {BATCH_SIZE})."
+    )
     p.add_argument("--skip-n", type=int, default=DEFAULT_SKIP_N, help="Skip runs of at least this many N.")
     p.add_argument(
-        "--min-score", type=float, default=0.0, help="Drop model hits with a lower mean tag probability."
+        "--min-score",
+        type=float,
+        default=None,
+        help="Drop model hits with a lower mean tag probability (default 0).",
     )
     p.add_argument("--device", default=None, help="Torch device for the model (default: cpu).")
     p.add_argument(
@@ -93,10 +112,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--threshold",
         type=float,
-        default=DEFAULT_THRESHOLD,
-        help="PWM relative-score threshold (the ctcf recipe's scan_threshold).",
+        default=None,
+        help=f"PWM relative-score threshold (default {DEFAULT_THRESHOLD}, the ctcf recipe's scan_threshold).",
     )
-    p.add_argument("--pwm-out", help="BED6 file of the PWM hits when a model is scanned too.")
+    p.add_argument("--pwm-out", help="BED6 file of the PWM hits when a model is scanned too (a MODEL only).")
     p.add_argument(
         "--write-index",
         action="store_true",
@@ -110,7 +129,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         value = getattr(args, flag)
         if value is not None and value < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
-    if not 0 <= args.threshold <= 1:
+    if args.threshold is not None and not 0 <= args.threshold <= 1:
         p.error(f"--threshold must be a relative score in [0, 1], got {args.threshold}")
     for flag in ("out", "gff", "pwm_out", "summary"):  # checked now, not after a scan
         path = getattr(args, flag)
@@ -125,6 +144,29 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"{seen[os.path.realpath(path)]} and {name} name the same file {path}")
         if path:
             seen[os.path.realpath(path)] = name
+    if len(args.inputs) > 2:
+        p.error(f"give [MODEL] FASTA, got {len(args.inputs)} positional arguments")
+    args.model, args.fasta = (None, args.inputs[0]) if len(args.inputs) == 1 else args.inputs
+    if args.model is None and not args.pwm:
+        p.error("without a MODEL, --pwm is required (the PWM scan is then the only track)")
+    if args.model is None:  # options a PWM-only run would drop without a word
+        given = [f"--{flag.replace('_', '-')}" for flag in MODEL_OPTIONS if getattr(args, flag) is not None]
+        if given:
+            p.error(f"{' '.join(given)}: option(s) of the model scan, given without a MODEL")
+        if args.pwm_out:
+            p.error(
+                "--pwm-out names the PWM track's file next to a MODEL's; without a MODEL it goes to --out"
+            )
+    if not args.pwm:
+        given = [f"--{flag.replace('_', '-')}" for flag in PWM_OPTIONS if getattr(args, flag) is not None]
+        if given:
+            p.error(f"{' '.join(given)}: option(s) of the PWM scan, given without --pwm")
+    if args.threshold is None:
+        args.threshold = DEFAULT_THRESHOLD
+    if args.batch_size is None:
+        args.batch_size = BATCH_SIZE
+    if args.min_score is None:
+        args.min_score = 0.0
     if args.device is not None:  # now, not after the model is loaded
         import torch
 
@@ -132,11 +174,6 @@ def parse_args(argv=None) -> argparse.Namespace:
             torch.empty(0, device=args.device)
         except (RuntimeError, AssertionError) as e:  # a bad name; a device this torch build or host lacks
             p.error(f"--device {args.device}: {str(e).strip().splitlines()[0]}")
-    if len(args.inputs) > 2:
-        p.error(f"give [MODEL] FASTA, got {len(args.inputs)} positional arguments")
-    args.model, args.fasta = (None, args.inputs[0]) if len(args.inputs) == 1 else args.inputs
-    if args.model is None and not args.pwm:
-        p.error("without a MODEL, --pwm is required (the PWM scan is then the only track)")
     if args.model is not None and args.pwm and not args.pwm_out:
         p.error("with both a MODEL and --pwm, name the PWM track's file with --pwm-out")
     if args.model is None and not args.motif_ids:
@@ -235,7 +272,7 @@ def main(argv=None) -> dict:
             summary["model"] = {"path": args.model, "out": args.out, "hits": n, "window": scanner.window,
                                 "stride": scanner.stride, "batch_size": scanner.batch_size, "workers": workers,
                                 "threads": threads or before,
-                                "attention_backend": getattr(scanner.model.backbone.config, "attention_backend", None), "scan_s": round(wall, 2),
+                                "attention_backend": scanner.attention_backend, "scan_s": round(wall, 2),
                                 "scan_cpu_s": round(cpu, 2), "bases_per_s": round(total / wall),
                                 "bases_per_cpu_s": round(total / max(cpu, 1e-9))}  # fmt: skip
         finally:

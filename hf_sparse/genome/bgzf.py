@@ -13,6 +13,7 @@ cut short (:func:`check_eof`).
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import struct
 import zlib
@@ -69,11 +70,12 @@ def check_eof(path: PathLike) -> None:
             )
 
 
-def iter_blocks(path: PathLike) -> Iterator[tuple[int, int]]:
-    """``(compressed offset, uncompressed size)`` of every block, from the headers and size trailers only."""
+def iter_blocks(path: PathLike, start: int = 0) -> Iterator[tuple[int, int]]:
+    """``(compressed offset, uncompressed size)`` of every block from the one at byte ``start`` (the first by
+    default), from the headers and size trailers only."""
     where = os.fspath(path)
     with open(path, "rb") as f:
-        offset = 0
+        offset = start
         while True:
             f.seek(offset)
             head = f.read(64)
@@ -95,6 +97,32 @@ def build_gzi(path: PathLike) -> list[tuple[int, int]]:
         entries.append((coffset, uoffset))
         uoffset += usize
     return entries
+
+
+def uncompressed_size(path: PathLike, index: list[tuple[int, int]]) -> int:
+    """Uncompressed size of the BGZF file ``path``: the last entry of its block ``index`` (:func:`build_gzi`,
+    :func:`read_gzi`) plus the sizes of the blocks from there on (their trailers only). Checks on the way that
+    the index fits the file, cheaply: entries in increasing order, the second where the first block ends
+    (holding as many bytes as it does), the last at a block start; ``ValueError`` saying what does not fit
+    (a ``.gzi`` of another version of the file)."""
+    where = os.fspath(path)
+    if any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(index, index[1:])) or index[:1] != [(0, 0)]:
+        raise ValueError(f"{where}: block index entries not in increasing order from (0, 0)")
+    head = list(itertools.islice(iter_blocks(path), 2))
+    if len(index) > 1 and (len(head) < 2 or index[1] != (head[1][0], head[0][1])):
+        raise ValueError(
+            f"{where}: the block index puts the second block at {index[1]}, the file at "
+            f"{(head[1][0], head[0][1]) if len(head) > 1 else 'none'} (compressed, uncompressed offset)"
+        )
+    coffset, uoffset = index[-1]
+    if coffset >= os.path.getsize(path):
+        raise ValueError(f"{where}: the block index has a block at byte {coffset}, past the end of the file")
+    try:
+        return uoffset + sum(size for _, size in iter_blocks(path, coffset))
+    except ValueError as e:
+        raise ValueError(
+            f"{where}: the block index's last entry {index[-1]} is not a block start ({e})"
+        ) from e
 
 
 def read_gzi(path: PathLike) -> list[tuple[int, int]]:
@@ -198,6 +226,7 @@ __all__ = [
     "is_bgzf",
     "iter_blocks",
     "read_gzi",
+    "uncompressed_size",
     "write_bgzf",
     "write_gzi",
 ]

@@ -10,9 +10,14 @@ Formats (detected from the content, not the file name):
   raises; :meth:`FastaFile.iter_chunks` (all that a genome scan needs) streams it. Recompress with
   ``bgzip`` for random access.
 
-An existing ``.fai`` (``<path>.fai`` or ``index_path``) no older than the FASTA is trusted, as samtools
-does; otherwise the index is built in one pass that also checks the file (below) and, with
-``write_index=True``, saved. Validation rules (``ValueError`` naming the file and the 1-based line):
+An existing ``.fai`` (``<path>.fai`` or ``index_path``) no older than the FASTA is used, as samtools
+does, once a few reads show that it fits the file (a FASTA copied over with its old time stamp, by
+``cp -p``, ``rsync -a``, ``tar x`` or ``wget``, keeps an older version's index "fresh"): its last record
+ends where the file does (but for line ends), its first and last records start right after their header
+line, and, for BGZF, the ``.gzi`` agrees with the blocks at its first and last entries. An index that does
+not fit is rebuilt, with a warning naming it and what does not fit; an empty ``.fai`` is an error. A
+missing or older index is built in one pass that also checks the file (below); with ``write_index=True``
+a built index is saved. Validation rules (``ValueError`` naming the file and the 1-based line):
 
 - the file has at least one record; nothing but blank lines before the first ``>`` header;
 - a header names the record (``>name description``: the name is the first word) and names are unique;
@@ -36,13 +41,14 @@ import contextlib
 import gzip
 import numbers
 import os
+import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
 from ..utils.io import atomic_write
-from .bgzf import BgzfReader, build_gzi, check_eof, is_bgzf, read_gzi, write_gzi
+from .bgzf import BgzfReader, build_gzi, check_eof, is_bgzf, read_gzi, uncompressed_size, write_gzi
 
 PathLike = str | os.PathLike
 
@@ -210,7 +216,8 @@ def build_fai(stream: IO[bytes], where: str, piece: int = PIECE) -> list[FaiReco
 
 
 def read_fai(path: PathLike) -> list[FaiRecord]:
-    """Records of a ``.fai`` file (5 tab-separated columns); ``ValueError`` naming file and line otherwise."""
+    """Records of a ``.fai`` file (5 tab-separated columns, at least one line); ``ValueError`` naming file and
+    line otherwise."""
     records = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
@@ -225,6 +232,10 @@ def read_fai(path: PathLike) -> list[FaiRecord]:
                 raise ValueError(
                     f"{os.fspath(path)}:{lineno}: fields 2-5 must be integers: {line!r}"
                 ) from None
+    if not records:
+        raise ValueError(
+            f"{os.fspath(path)}: empty index (no records; an interrupted samtools faidx?); delete it to rebuild it"
+        )
     return records
 
 
@@ -253,6 +264,11 @@ def _is_fresh(index: str, path: str) -> bool:
     return os.path.isfile(index) and os.path.getmtime(index) >= os.path.getmtime(path)
 
 
+def _data_end(rec: FaiRecord) -> int:
+    """Byte offset (uncompressed) just past the last base of ``rec`` (its offset for an empty record)."""
+    return rec.byte_offset(rec.length - 1) + 1 if rec.length else rec.offset
+
+
 class FastaFile:
     """A FASTA file (plain, BGZF or gzip; one or many records) read through its index.
 
@@ -260,7 +276,7 @@ class FastaFile:
         path: the FASTA file.
         index_path: the ``.fai`` to read or write (default ``<path>.fai``).
         write_index: save a built ``.fai`` (and, for BGZF, ``<path>.gzi``) for the next run; by default an
-            index that is missing or older than the file is built in memory only.
+            index that is missing, older than the file, or does not fit it is built in memory only.
 
     Attributes:
         kind: ``"plain"``, ``"bgzf"`` or ``"gzip"``.
@@ -282,23 +298,92 @@ class FastaFile:
         if self.kind == "bgzf":
             check_eof(self.path)
         fai = os.fspath(index_path) if index_path is not None else self.path + ".fai"
-        if self.kind != "gzip" and _is_fresh(fai, self.path):
-            self.records = read_fai(fai)
-        else:
-            with _open_stream(self.path, self.kind) as stream, _decompressing(self.path):
-                self.records = build_fai(stream, self.path)
-            if write_index and self.kind != "gzip":
-                write_fai(self.records, fai)
-        self._by_name = {r.name: r for r in self.records}
-        self._reader = None
+        self._reader, size = None, None  # size: uncompressed bytes
         if self.kind == "bgzf":
-            gzi = self.path + ".gzi"
-            blocks = read_gzi(gzi) if _is_fresh(gzi, self.path) else build_gzi(self.path)
-            if write_index and not _is_fresh(gzi, self.path):
-                write_gzi(blocks, gzi)
+            gzi, blocks = self.path + ".gzi", None
+            if _is_fresh(gzi, self.path):
+                blocks = read_gzi(gzi)
+                try:
+                    size = uncompressed_size(self.path, blocks)
+                except ValueError as e:
+                    self._rebuilding(gzi, str(e).removeprefix(f"{self.path}: "), write_index)
+                    blocks = None
+            if blocks is None:
+                blocks = build_gzi(self.path)
+                size = uncompressed_size(self.path, blocks)
+                if write_index:
+                    write_gzi(blocks, gzi)
             self._reader = BgzfReader(self.path, blocks)
         elif self.kind == "plain":
+            size = os.path.getsize(self.path)
             self._reader = open(self.path, "rb")
+        try:
+            self.records = None
+            if self.kind != "gzip" and _is_fresh(fai, self.path):
+                self.records = read_fai(fai)
+                misfit = self._misfit(self.records, size)
+                if misfit:
+                    self._rebuilding(fai, misfit, write_index)
+                    self.records = None
+            if self.records is None:
+                with _open_stream(self.path, self.kind) as stream, _decompressing(self.path):
+                    self.records = build_fai(stream, self.path)
+                if write_index and self.kind != "gzip":
+                    write_fai(self.records, fai)
+        except BaseException:
+            self.close()
+            raise
+        self._by_name = {r.name: r for r in self.records}
+
+    def _rebuilding(self, index: str, problem: str, write_index: bool) -> None:
+        warnings.warn(
+            f"{index} does not fit {self.path} ({problem}): an index of another version of the file (copied "
+            "with its old time stamp?) or cut short; it is rebuilt"
+            + (" and saved" if write_index else " in memory (write_index=True, --write-index, saves it)"),
+            stacklevel=3,
+        )
+
+    def _misfit(self, records: list[FaiRecord], size: int) -> str | None:
+        """Why an existing ``.fai`` cannot be this file's index, or None. Cheap checks (a few reads): entries
+        in file order with possible line sizes; the last record's bases end where the file does (but for its
+        last newline and blank lines); the first and last records start right after their header line."""
+        end = 0
+        for rec in records:
+            if rec.length and (rec.line_bases < 1 or rec.line_bytes - rec.line_bases not in (1, 2)):
+                return f"record {rec.name!r} has {rec.line_bases} bases in lines of {rec.line_bytes} bytes"
+            if rec.length < 0 or rec.offset < end + 3:  # 3: the shortest header line, ">a\n"
+                return f"record {rec.name!r} starts at byte {rec.offset}, inside the record before it"
+            end = _data_end(rec)
+        last = records[-1]
+        if end > size:
+            return (
+                f"its last record {last.name!r} ends at byte {end}, past the end of the file ({size} bytes)"
+            )
+        while end < size:  # what follows the last base: line ends (a final newline, blank lines) only
+            tail = self._read(end, min(size - end, PIECE))
+            if not tail or tail.translate(None, _NEWLINES):
+                return (
+                    f"its last record {last.name!r} ends at byte {end} but the file goes on to byte {size}: "
+                    "records missing or cut short"
+                )
+            end += len(tail)
+        for rec in {records[0].name: records[0], last.name: last}.values():
+            # the bytes before the record's first base, back to the start of its header line
+            start, before = rec.offset, b""
+            while start > 0 and b"\n" not in before[:-1]:
+                step = min(max(256, 2 * len(before)), start)
+                start -= step
+                before = self._read(start, step) + before
+            header = before[:-1].rsplit(b"\n", 1)[-1].rstrip(b"\r")
+            words = header[1:].split()
+            if (
+                before[-1:] != b"\n"
+                or header[:1] != b">"
+                or not words
+                or words[0].decode("utf-8", errors="replace") != rec.name
+            ):
+                return f"no header line '>{rec.name}' right before record {rec.name!r} at byte {rec.offset}"
+        return None
 
     def close(self) -> None:
         if self._reader is not None:

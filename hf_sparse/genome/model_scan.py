@@ -11,7 +11,9 @@ positions, Longformer) is capped at its table: longer windows are a ``ValueError
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -80,9 +82,11 @@ class GenomeScanner:
         min_score: drop hits whose mean tag probability is lower.
         span_decoding: ``"bio"`` or ``"fixed_length"`` (default the model's).
         device: where the model runs (default: where it is).
-        attention_backend: a SparseTransformer backbone's attention kernel for this scan (``"sdpa"``,
-            ``"blocked"``, ...; all exact; default the model's). ``"auto"`` runs the block kernel on CPU
-            (``hf_sparse.attention.dispatch.pick_backend``).
+        attention_backend: a SparseTransformer backbone's attention kernel for this scanner's forward passes
+            (``"sdpa"``, ``"blocked"``, ...; all exact; default the model's). ``"auto"`` runs the block kernel
+            on CPU (``hf_sparse.attention.dispatch.pick_backend``). The backbone's config holds it only while
+            this scanner's batches run, and gets its own value back after each (the model is left as it was
+            given: ``save_pretrained`` and other callers see its own backend).
         workers: batches in flight at once, each run by its own thread (torch releases the GIL inside its
             kernels). On a CPU, ``workers=2`` with one torch thread each (``torch.set_num_threads(1)``)
             keeps two cores busier than one batch at a time on two torch threads, whose small kernels
@@ -135,16 +139,21 @@ class GenomeScanner:
         self.min_score = float(min_score)
         self.span_decoding = check_span_decoding(cfg, span_decoding)
         self.model, self.tokenizer = model.eval(), tokenizer
+        self._backbone_config = getattr(getattr(model, "backbone", None), "config", None)
         if attention_backend is not None:
             from ..attention.dispatch import BACKENDS
 
-            backbone_config = getattr(getattr(model, "backbone", None), "config", None)
-            if attention_backend not in BACKENDS or not hasattr(backbone_config, "attention_backend"):
+            if attention_backend not in BACKENDS or not hasattr(self._backbone_config, "attention_backend"):
                 raise ValueError(
                     f"attention_backend must be one of {BACKENDS} for a SparseTransformer backbone, got "
-                    f"{attention_backend!r} for {type(backbone_config).__name__}"
+                    f"{attention_backend!r} for {type(self._backbone_config).__name__}"
                 )
-            backbone_config.attention_backend = attention_backend
+        #: the attention kernel the forward passes use (None: the model has no such setting)
+        self.attention_backend = attention_backend or getattr(
+            self._backbone_config, "attention_backend", None
+        )
+        self._own_backend = attention_backend  # set around forward passes; None: leave the model's
+        self._backend_lock, self._running, self._saved_backend = threading.Lock(), 0, None
         if device is not None:
             self.model.to(device)
         self.device = next(model.parameters()).device
@@ -178,9 +187,30 @@ class GenomeScanner:
         to hide, and the model skips the masking work (the same logits)."""
         ids, mask = self.encode(windows)
         mask = None if bool(mask.all()) else mask.to(self.device)
-        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask).logits
+        with self._backend():
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask).logits
         probs = torch.softmax(logits.float(), -1).cpu().numpy()  # (B, N, tags)
         return [probs[k, 1 : len(w) + 1].astype(np.float64) for k, w in enumerate(windows)]
+
+    @contextlib.contextmanager
+    def _backend(self) -> Iterator[None]:
+        """``attention_backend`` in the backbone's config while forward passes of this scanner run (several at
+        once with ``workers``: the first sets it, the last one out restores the model's own)."""
+        if self._own_backend is None:
+            yield
+            return
+        config = self._backbone_config
+        with self._backend_lock:
+            if self._running == 0:
+                self._saved_backend, config.attention_backend = config.attention_backend, self._own_backend
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._backend_lock:
+                self._running -= 1
+                if self._running == 0:
+                    config.attention_backend = self._saved_backend
 
     def scan(self, fasta, progress=None, chunk: int = DEFAULT_CHUNK) -> Iterator[dict]:
         """Hits of every record of ``fasta`` (a path, a :class:`FastaFile` or a :class:`MemoryFasta`),

@@ -5,7 +5,9 @@ uses it with ``scan_threshold: 0.85``): a site passes iff ``(score - min) / (max
 in bits of log-odds against a uniform background, N scoring 0 (a window made only of N is not a site). The genome is read in pieces of ``chunk``
 bases that overlap by the longest motif less one, over the same segments (N runs skipped) as the model
 scan; each site is reported once, by the piece in which it starts. Vectorised over positions
-(:func:`~hf_sparse.tasks.motif.data.scan` sums the motif's columns over whole arrays).
+(:func:`~hf_sparse.tasks.motif.scanning.scan_arrays` sums the motif's columns over whole arrays); a piece's
+hits are held as arrays (about 30 bytes a hit) and made into dicts one at a time as they are taken, so
+memory depends on ``chunk`` and the number of motifs, not on how many sites pass the threshold.
 """
 
 from __future__ import annotations
@@ -14,20 +16,29 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 
+import numpy as np
+
 from ..pipelines.progress import check_progress, wants_progress
-from ..tasks.motif.data import Motif, read_motifs, scan
+from ..tasks.motif.data import Motif, read_motifs
+from ..tasks.motif.scanning import scan_arrays
 from .fasta_index import DEFAULT_CHUNK, FastaFile, MemoryFasta
 from .windows import DEFAULT_SKIP_N, check_positive, iter_windows
 
 DEFAULT_THRESHOLD = 0.85  # pipelines/motif/ctcf.yaml: scan_threshold
+_BLOCK = 1 << 16  # hits turned into Python values at once
 
 
 def select_motifs(
     path, motif_ids: Sequence[str] | None = None, names: Sequence[str] | None = None
 ) -> list[Motif]:
     """Motifs of a JASPAR/TRANSFAC file chosen by matrix id (``MA0139.2``) or, failing ids, by name
-    (``CTCF``); ``ValueError`` naming what is missing, a name that several matrices share (JASPAR 2024
-    has three named CTCF: pass their ids), or when neither is given."""
+    (``CTCF``); ``ValueError`` naming what is missing, an id given twice (its sites would be reported
+    twice), a name that several matrices share (JASPAR 2024 has three named CTCF: pass their ids), or when
+    neither is given."""
+    if motif_ids:
+        repeated = sorted({i for i in motif_ids if list(motif_ids).count(i) > 1})
+        if repeated:
+            raise ValueError(f"motif ids given more than once: {repeated}; give each id once")
     motifs = read_motifs(path)
     if motif_ids:
         by_id = {m.matrix_id: m for m in motifs}
@@ -83,19 +94,30 @@ def pwm_scan(fasta, motifs: Sequence[Motif], threshold: float = DEFAULT_THRESHOL
         bar = tqdm(total=total, desc="pwm scan", unit="bp", unit_scale=True, dynamic_ncols=True)
     try:
         for w, bases in iter_windows(fasta, chunk + span - 1, chunk, skip_n, chunk):
-            hits = []
+            # the piece's hits as arrays (start, on the - strand, motif, bits); a dict is made per hit taken
+            starts, minus, which, scores = [], [], [], []
             for order, motif in enumerate(motifs):
-                worst, best = ranges[order]
-                for h in scan(bases, motif, threshold):
-                    start = w.start + h["start"]
-                    if start >= w.final:
-                        continue  # the next piece reports it
-                    hits.append((start, h["strand"] == "-", order, {
-                        "chrom": w.record, "start": start, "end": w.start + h["end"], "motif": motif.name,
-                        "score": round((h["score"] - worst) / (best - worst), 4), "strand": h["strand"],
-                        "bits": round(h["score"], 3), "matrix_id": motif.matrix_id}))  # fmt: skip
-            for *_, h in sorted(hits, key=lambda x: x[:3]):
-                yield h
+                found, on_minus, bits = scan_arrays(bases, motif, threshold)
+                keep = found < w.final - w.start  # the next piece reports the others
+                starts.append(found[keep] + w.start)
+                minus.append(on_minus[keep])
+                which.append(np.full(int(keep.sum()), order, dtype=np.int32))
+                scores.append(bits[keep])
+            starts, minus, which, scores = (np.concatenate(a) for a in (starts, minus, which, scores))
+            by_position = np.lexsort((which, minus, starts))  # (start, strand, motif)
+            for k in range(0, len(by_position), _BLOCK):
+                block = by_position[k : k + _BLOCK]
+                for start, is_minus, order, bits in zip(
+                    starts[block].tolist(),
+                    minus[block].tolist(),
+                    which[block].tolist(),
+                    scores[block].tolist(),
+                ):
+                    motif, (worst, best) = motifs[order], ranges[order]
+                    yield {"chrom": w.record, "start": start, "end": start + len(motif), "motif": motif.name,
+                           "score": round((bits - worst) / (best - worst), 4), "strand": "-" if is_minus else "+",
+                           "bits": round(bits, 3), "matrix_id": motif.matrix_id}  # fmt: skip
+            del starts, minus, which, scores, by_position
             if bar is not None:
                 # bases settled so far, N runs included, so the bar ends at the genome's length
                 bar.update(max(0, offsets[w.record] + w.final - done))

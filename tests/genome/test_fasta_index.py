@@ -5,9 +5,11 @@ import gzip
 import io
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -215,14 +217,136 @@ def test_an_index_is_written_whole_or_not_at_all(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_an_existing_index_is_used_and_a_stale_one_rebuilt(tmp_path):
+def test_an_existing_index_is_used_and_a_stale_one_rebuilt(tmp_path, monkeypatch):
     path = tmp_path / "s.fa"
     path.write_text(">a\nACGT\n")
+    (tmp_path / "s.fa.fai").write_text("a\t4\t3\t4\t5\n")
+    os.utime(tmp_path / "s.fa", (1, 1))  # the index is newer than the file: used as samtools does
+    build = fasta_index.build_fai
+    monkeypatch.setattr(fasta_index, "build_fai", None)  # not rebuilt
+    assert FastaFile(path).records == [FaiRecord("a", 4, 3, 4, 5)]
+    monkeypatch.setattr(fasta_index, "build_fai", build)
     (tmp_path / "s.fa.fai").write_text("a\t2\t3\t4\t5\n")
-    os.utime(tmp_path / "s.fa", (1, 1))  # the index is newer than the file: trusted as samtools does
-    assert FastaFile(path).records == [FaiRecord("a", 2, 3, 4, 5)]
     os.utime(tmp_path / "s.fa.fai", (0, 0))  # older: rebuilt
     assert FastaFile(path).records == [FaiRecord("a", 4, 3, 4, 5)]
+
+
+def replace_keeping_the_index_fresh(path, text):
+    """Write ``text`` (str: plain, bytes: BGZF) over ``path`` with an old time stamp, as ``cp -p``, ``rsync -a``,
+    ``tar x`` or ``wget`` do: the index of the file it replaces stays newer."""
+    if isinstance(text, bytes):
+        write_bgzf(text, path)
+    else:
+        path.write_bytes(text.encode())
+    os.utime(path, (1, 1))
+
+
+GROWN = [("chr1", "ACGT" * 30), ("chr2", "GGCA" * 100)]  # chr2 grew from 120 bases
+APPENDED = [("chr1", "ACGT" * 30), ("chr2", "GGCA" * 30), ("chrM", "TTAG" * 50)]
+
+
+@pytest.mark.parametrize("kind", ["plain", "bgzf"])
+@pytest.mark.parametrize(
+    "new, index, misfit",
+    [
+        (GROWN, None, r"its last record 'chr2' ends at byte 289 but the file goes on to byte 575"),
+        (APPENDED, None, r"its last record 'chr2' ends at byte 289 but the file goes on to byte 517"),
+        (APPENDED[:2], "first line only", r"its last record 'chr1' ends at byte 144 but the file goes on"),
+        (APPENDED[:2], "cut mid-line", r"record 'chr2' has 60 bases in lines of 6 bytes"),
+        ([("chr1", "ACGT" * 30), ("chrX", "GGCA" * 30)], None, r"no header line '>chr2' right before record"),
+        (
+            [("chr1", "ACGT" * 30 + "A"), ("chr2", "GGCA" * 29 + "GG")],
+            None,
+            r"no header line '>chr2' right before",
+        ),
+        (
+            [("chr1", "ACGT" * 30)],
+            None,
+            r"its last record 'chr2' ends at byte 289, past the end of the file \(145 bytes\)",
+        ),
+    ],
+)
+def test_a_fresh_index_that_does_not_fit_the_file_is_rebuilt_with_a_warning(
+    tmp_path, kind, new, index, misfit
+):
+    """An index of another version of the FASTA (copied over with its old time stamp) or one cut short is
+    noticed by its size and headers, and rebuilt (and saved with write_index) rather than read through."""
+    path = tmp_path / ("g.fa" if kind == "plain" else "g.fa.bgz")
+    old = fasta_text([("chr1", "ACGT" * 30), ("chr2", "GGCA" * 30)], width=60)
+    replace_keeping_the_index_fresh(path, old if kind == "plain" else old.encode())
+    FastaFile(path, write_index=True).close()
+    fai = tmp_path / (path.name + ".fai")
+    if index == "first line only":
+        fai.write_text(fai.read_text().splitlines(True)[0])
+    elif index == "cut mid-line":
+        fai.write_text(fai.read_text()[:-2])
+    text = fasta_text(new, width=60)
+    replace_keeping_the_index_fresh(path, text if kind == "plain" else text.encode())
+    with pytest.warns(UserWarning) as caught:  # BGZF: the .gzi does not fit either
+        fa = FastaFile(path)
+    expected = rf"{fai} does not fit {path} \({misfit}.*it is rebuilt in memory"
+    assert any(re.match(expected, str(w.message)) for w in caught), [str(w.message) for w in caught]
+    with fa:
+        assert [(r.name, r.length) for r in fa.records] == [(n, len(s)) for n, s in new]
+        assert {name: fa.fetch(name) for name in fa.names} == dict(new)
+    with pytest.warns(UserWarning, match=r"rebuilt and saved"):
+        FastaFile(path, write_index=True).close()
+    assert read_fai(fai) == build_fai(io.BytesIO(text.encode()), "x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FastaFile(path).close()  # the saved index fits
+
+
+@pytest.mark.parametrize("kind", ["plain", "bgzf"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        ">a desc\nACGTA\nCG\n>b\nAAAAAA\nAAAAAA\nA\n>c\n",
+        ">a\nACGT\n>b\nAC",
+        ">a\r\nACGTACG\r\nAC\r\n>bb " + "long description " * 40 + "\r\nGGGG\r\n\r\n\r\n",
+        "\n\n>a\nACGT\n>b\nAC\n\n\n\n",
+        ">a\n>b\n",
+    ],
+)
+def test_an_index_that_fits_is_used_without_a_warning(tmp_path, monkeypatch, kind, text):
+    """Line ends after the last base (none, CRLF, blank lines), long headers, empty records: the checks that
+    catch a stale index accept every index of the file itself."""
+    path = tmp_path / "g.fa"
+    replace_keeping_the_index_fresh(path, text if kind == "plain" else text.encode())
+    FastaFile(path, write_index=True).close()
+    monkeypatch.setattr(fasta_index, "build_fai", None)  # not rebuilt
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with FastaFile(path) as fa:
+            assert fa.records == read_fai(str(path) + ".fai")
+            assert [fa.fetch(name) for name in fa.names] == [r[1] for r in read_fasta(path)]
+
+
+def test_a_stale_gzi_is_rebuilt_with_a_warning(tmp_path):
+    path = tmp_path / "g.fa.bgz"
+    rng = random.Random(5)
+    old = fasta_text([("a", "".join(rng.choices("ACGT", k=150_000)))], width=60)
+    replace_keeping_the_index_fresh(path, old.encode())
+    FastaFile(path, write_index=True).close()
+    new = fasta_text([("a", "".join(rng.choices("ACGT", k=150_000)))], width=50)  # other block boundaries
+    replace_keeping_the_index_fresh(path, new.encode())
+    with pytest.warns(UserWarning) as caught:
+        with FastaFile(path, write_index=True) as fa:
+            assert fa.fetch("a") == "".join(new.splitlines()[1:])
+    assert re.search(
+        r"g\.fa\.bgz\.gzi does not fit .*the block index puts the second", str(caught[0].message)
+    )
+    assert re.search(r"g\.fa\.bgz\.fai does not fit .*its last record 'a' ends", str(caught[1].message))
+    assert read_gzi(str(path) + ".gzi") == build_gzi(path)
+
+
+def test_an_empty_fai_is_an_error_naming_it(tmp_path):
+    """An empty .fai (samtools faidx killed, a full disk, touch) is not an index of no records."""
+    path = tmp_path / "g.fa"
+    replace_keeping_the_index_fresh(path, ">a\nACGT\n")
+    (tmp_path / "g.fa.fai").write_text("")
+    with pytest.raises(ValueError, match=r"g\.fa\.fai: empty index \(no records.*delete it to rebuild it"):
+        FastaFile(path)
 
 
 def test_plain_gzip_streams_but_has_no_random_access(tmp_path):

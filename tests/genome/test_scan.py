@@ -4,9 +4,11 @@ sorted, in bounds, strand-aware and identical to scanning each sequence as one s
 
 import gzip
 import io
+import itertools
 import os
 import random
 import signal
+import tracemalloc
 import urllib.parse
 import warnings
 
@@ -198,6 +200,28 @@ def test_attention_backends_give_the_same_hits():
     assert len(runs[0]) > 5 and [h["start"] for h in runs[0]] == [h["start"] for h in runs[1]]
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_attention_backend_is_the_scanners_not_the_models_for_good(workers):
+    """The forward passes run on the scanner's kernel; the caller's model keeps its own backend (what
+    save_pretrained and later calls see), also between batches and after a scan in several threads."""
+    model = motif_model(max_tokens=130)
+    config = model.backbone.config
+    seen = []
+    model.backbone.register_forward_pre_hook(
+        lambda module, args: seen.append(module.config.attention_backend)
+    )
+    scanner = GenomeScanner(model, DNATokenizer(), window=40, stride=30, batch_size=2, workers=workers,
+                            attention_backend="dense")  # fmt: skip
+    assert config.attention_backend == "auto" and scanner.attention_backend == "dense"
+    hits = scanner.scan(MemoryFasta([("a", "ACGT" * 60)]), progress=False)
+    next(hits, None)
+    if workers == 1:  # (with more, the next batches are running)
+        assert config.attention_backend == "auto"  # between batches too
+    list(hits)
+    assert len(seen) >= 4 and set(seen) == {"dense"} and config.attention_backend == "auto"
+    assert GenomeScanner(model, DNATokenizer(), window=40).attention_backend == "auto"  # the model's
+
+
 def test_pwm_scan_finds_planted_sites_on_both_strands_once(tmp_path):
     records = planted_genome()
     path = write_fasta(tmp_path, records)["gzip"]
@@ -218,6 +242,28 @@ def test_pwm_scan_finds_planted_sites_on_both_strands_once(tmp_path):
                     )
     assert {h["strand"] for h in hits} == {"+", "-"}
     assert all(0.85 <= h["score"] <= 1 for h in hits)
+
+
+def test_pwm_scan_memory_does_not_follow_the_number_of_hits():
+    """At threshold 0 every window is a hit (two a base per matrix): a piece's hits are held as arrays and
+    made into dicts as they are taken, not all at once (about 600 bytes a hit before, twice as dicts)."""
+    seq = "".join(random.Random(0).choices("ACGTN", weights=[5, 5, 5, 5, 1], k=12_000))
+    motifs = [CTCF, builtin_motifs(["SP1"])[0]]
+    expected = sorted(
+        (h["start"], h["strand"] == "-", k, h["end"], round(h["score"], 3))
+        for k, m in enumerate(motifs)
+        for h in scan(seq, m, 0.0)
+    )
+    expected = [(start, minus, motifs[k].name, end, bits) for start, minus, k, end, bits in expected]
+    tracemalloc.start()
+    try:
+        hits = pwm_scan(MemoryFasta([("a", seq)]), motifs, 0.0, chunk=len(seq))  # one piece
+        for h, want in itertools.zip_longest(hits, expected):
+            assert (h["start"], h["strand"] == "-", h["motif"], h["end"], h["bits"]) == want
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(expected) > 40_000 and peak < 300 * len(expected)
 
 
 def test_pwm_scan_progress_bar_ends_at_the_genome_length(monkeypatch):
@@ -287,6 +333,19 @@ def test_select_motifs_by_a_name_that_several_matrices_share_asks_for_ids(tmp_pa
         select_motifs(jaspar, names=["CTCF", "SP1"])
     assert [m.matrix_id for m in select_motifs(jaspar, names=["SP1"])] == ["MA0079.5"]
     assert [m.matrix_id for m in select_motifs(jaspar, ["MA1929.2", "MA0139.2"])] == ["MA1929.2", "MA0139.2"]
+
+
+def test_a_motif_id_given_twice_is_an_error_not_every_site_twice(tmp_path):
+    jaspar = write_jaspar(tmp_path / "m.jaspar", [CTCF, builtin_motifs(["SP1"])[0]])
+    with pytest.raises(
+        ValueError, match=r"motif ids given more than once: \['MA0139.2'\]; give each id once"
+    ):
+        select_motifs(jaspar, ["MA0139.2", "MA0079.5", "MA0139.2"])
+    path = write_fasta(tmp_path, planted_genome())["plain"]
+    argv = [str(path), "--pwm", str(jaspar), "--out", str(tmp_path / "x.bed"), "--no-progress"]
+    with pytest.raises(ValueError, match=r"given more than once: \['MA0139.2'\]"):
+        scan_genome.main(argv + ["--motif-ids", "MA0139.2", "MA0139.2"])
+    assert not os.path.exists(tmp_path / "x.bed")
 
 
 def save_model(tmp_path):
@@ -595,6 +654,30 @@ def test_script_help_and_argument_errors(capsys):
     with pytest.raises(SystemExit):
         scan_genome.parse_args(["model", "g.fa", "--out", "x.bed", "--pwm", "m.txt"])
     assert "--pwm-out" in capsys.readouterr().err
+
+
+def test_script_refuses_the_options_of_a_track_it_does_not_scan(tmp_path, monkeypatch, capsys):
+    """Model options without a MODEL and PWM options without --pwm (given, even at their default value) are
+    errors, not dropped without a word; --pwm-out is the PWM file next to a model's, never unused."""
+    monkeypatch.chdir(tmp_path)
+    pwm_only = ["g.fa", "--pwm", "m.txt", "--motif-ids", "MA0139.2", "--out", "x.bed"]
+    model_only = ["model", "g.fa", "--out", "x.bed"]
+    for argv, message in [
+        (pwm_only + ["--window", "50", "--stride", "10"], "--window --stride: option(s) of the model scan, given without a MODEL"),
+        (pwm_only + ["--batch-size", "8", "--min-score", "0"], "--batch-size --min-score: option(s) of the model scan"),
+        (pwm_only + ["--workers", "3", "--threads", "2", "--attention-backend", "nonsense", "--device", "cpu"],
+         "--device --attention-backend --workers --threads: option(s) of the model scan, given without a MODEL"),
+        (pwm_only + ["--pwm-out", "p.bed"], "--pwm-out names the PWM track's file next to a MODEL's; without a MODEL it goes to --out"),
+        (model_only + ["--motif-ids", "MA0139.2", "--threshold", "0.85"], "--motif-ids --threshold: option(s) of the PWM scan, given without --pwm"),
+        (model_only + ["--pwm-out", "p.bed"], "--pwm-out: option(s) of the PWM scan, given without --pwm"),
+    ]:  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            scan_genome.parse_args(argv)
+        assert e.value.code == 2 and f": error: {message}" in capsys.readouterr().err.splitlines()[-1]
+    args = scan_genome.parse_args(pwm_only + ["--skip-n", "50", "--gff", "x.gff3"])  # options of both tracks
+    assert (args.threshold, args.batch_size, args.min_score, args.skip_n) == (0.85, 8, 0.0, 50)
+    args = scan_genome.parse_args(model_only + ["--batch-size", "3", "--pwm", "m.txt", "--pwm-out", "p.bed"])
+    assert (args.threshold, args.batch_size, args.min_score, args.window) == (0.85, 3, 0.0, None)
 
 
 def test_resolve_overlaps_keeps_the_best_of_each_chain():
