@@ -641,7 +641,24 @@ def fake_upload(online, monkeypatch):
         return type("Info", (), {"repo_url": "https://huggingface.co/someone/tiny"})()
 
     monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", upload_folder)
+    monkeypatch.setattr("huggingface_hub.HfApi.hf_hub_download", _no_manifest)
     return calls
+
+
+def _not_found(filename: str):
+    """The error ``hf_hub_download`` raises for a file the repository lacks (HTTP 404 EntryNotFound)."""
+    from httpx2 import Request, Response
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    url = f"https://huggingface.co/someone/tiny/resolve/main/{filename}"
+    return RemoteEntryNotFoundError(
+        f"404 Client Error. Entry Not Found for url: {url}.",
+        response=Response(404, request=Request("HEAD", url)),
+    )
+
+
+def _no_manifest(self, repo_id, filename, **kw):
+    raise _not_found(filename)
 
 
 @pytest.mark.parametrize("shard", [None, "20KB"])
@@ -722,6 +739,14 @@ class _FakeRepo:
             (self.root / name).write_bytes((local / name).read_bytes())
         return type("Info", (), {"repo_url": "https://huggingface.co/someone/tiny"})()
 
+    def hf_hub_download(self, repo_id, filename, *, cache_dir, **kw):
+        if not (self.root / filename).is_file():
+            raise _not_found(filename)
+        path = Path(cache_dir) / "snapshot" / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes((self.root / filename).read_bytes())
+        return str(path)
+
 
 @pytest.fixture
 def fake_repo(tmp_path, online, monkeypatch):
@@ -729,6 +754,9 @@ def fake_repo(tmp_path, online, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", SECRET)
     monkeypatch.setattr("huggingface_hub.HfApi.create_repo", lambda self, *a, **k: None)
     monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", lambda self, **k: repo.upload_folder(**k))
+    monkeypatch.setattr(
+        "huggingface_hub.HfApi.hf_hub_download", lambda self, *a, **k: repo.hf_hub_download(*a, **k)
+    )
     return repo
 
 
@@ -760,9 +788,10 @@ _SHARDED += ["model.safetensors.index.json"]
         # adapter/ and results of a LoRA run, then a run without them
         ([*_MODEL, "adapter/adapter_config.json", "adapter/adapter_model.safetensors", "all_results.json"], [],
          _MODEL, []),
-        # a new tokenizer replaces the old one (a fast tokenizer.json left would win over vocab.txt), and the code
+        # a new tokenizer replaces the old one (a fast tokenizer.json left would win over vocab.txt); code no
+        # manifest of ours lists is the user's (test_a_push_deletes_only_the_code_the_manifest_lists)
         ([*_MODEL, "tokenizer.json", "vocab.txt"], ["tokenization_x.py", "patterns_base.py"], [*_MODEL, "vocab.txt"],
-         []),
+         ["tokenization_x.py", "patterns_base.py"]),
         # no tokenizer in this push: the repository's (and the code its config may name) stays
         ([*_MODEL, "tokenizer_config.json"], ["tokenization_x.py"], _MODEL, ["tokenizer_config.json",
          "tokenization_x.py"]),
@@ -781,6 +810,87 @@ def test_a_second_push_replaces_what_the_first_left(tmp_path, fake_repo, first, 
     hub.push_to_hub(v2, "someone/tiny")
     assert fake_repo.files() == sorted({".gitattributes", *second, *kept})
     assert (fake_repo.root / second[-1]).read_text() == (v2 / second[-1]).read_text()
+
+
+_USER_CODE = ["utils.py", "data.py", "metrics.py", "viz.py", "conversion.py", "modeling_user.py"]
+
+
+def _bundle(folder: Path, names) -> Path:
+    """A remote-code bundle in ``folder``: the modules and the manifest listing them."""
+    for name in names:
+        (folder / name).write_text(f"# {folder.name}\n")
+    manifest = {"format": 1, "files": {n: f"hf_sparse.{n[:-3]}" for n in names}}
+    (folder / hub.BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "second, kept",
+    [
+        # a stock model with a tokenizer: the earlier bundle and its manifest go, the user's code stays
+        ([*_MODEL, "tokenizer.json"], []),
+        # a bundle again: what the new manifest lists is overwritten, what only the old one listed is deleted
+        ([*_MODEL, "tokenizer.json", "modeling_x.py"], []),
+        # no tokenizer: the repository's tokenizer (its config may name a bundled module) and the bundle stay
+        (_MODEL, ["tokenizer.json", hub.BUNDLE_MANIFEST, "modeling_x.py", "patterns_base.py", "utils_io.py"]),
+    ],
+)
+def test_a_push_deletes_only_the_code_the_manifest_lists(tmp_path, fake_repo, second, kept):
+    """Files named like the package's modules (utils.py, data.py, ...) that no push of ours sent stay."""
+    old = ["modeling_x.py", "patterns_base.py", "utils_io.py"]
+    hub.push_to_hub(_bundle(_folder(tmp_path / "v1", [*_MODEL, "tokenizer.json"]), old), "someone/tiny")
+    assert set(old) <= set(fake_repo.files())
+    for name in _USER_CODE:
+        (fake_repo.root / name).write_text("the user's own file")
+    code = [n for n in second if n.endswith(".py")]
+    v2 = _folder(tmp_path / "v2", [n for n in second if n not in code])
+    hub.push_to_hub(_bundle(v2, code) if code else v2, "someone/tiny")
+    sent = [*second, hub.BUNDLE_MANIFEST] if code else second
+    assert fake_repo.files() == sorted({".gitattributes", *sent, *_USER_CODE, *kept})
+    for name in _USER_CODE:
+        assert (fake_repo.root / name).read_text() == "the user's own file"
+    for name in code:
+        assert (fake_repo.root / name).read_text() == "# v2\n"
+
+
+def test_a_push_reads_the_manifest_at_its_branch_and_classifies_failures(
+    model_dir, fake_upload, monkeypatch, caplog
+):
+    """The manifest is read from the branch pushed to, with the push's token; a network failure there is the
+    push's one HubUnavailableError, a manifest that is not ours (no "files") deletes no code."""
+    import httpx2
+
+    (model_dir / "tokenizer.json").write_text("{}")
+    asked = []
+
+    def download(self, repo_id, filename, **kw):
+        asked.append((repo_id, filename, kw["revision"], kw["token"]))
+        path = Path(kw["cache_dir"]) / filename
+        path.write_text('{"format": 1}')
+        return str(path)
+
+    monkeypatch.setattr("huggingface_hub.HfApi.hf_hub_download", download)
+    with caplog.at_level(logging.WARNING):
+        hub.push_to_hub(model_dir, "someone/motif-tiny", revision="dev")
+    assert asked == [("someone/motif-tiny", hub.BUNDLE_MANIFEST, "dev", SECRET)]
+    assert "lists no files" in caplog.text
+    deleted = fake_upload["upload"]["delete_patterns"]
+    assert hub.BUNDLE_MANIFEST in deleted and not [p for p in deleted if p.endswith(".py")]
+
+    def offline(self, *a, **k):
+        raise httpx2.ConnectError("[Errno 101] Network is unreachable")
+
+    monkeypatch.setattr("huggingface_hub.HfApi.hf_hub_download", offline)
+    with pytest.raises(hub.HubUnavailableError, match="ConnectError") as info:
+        hub.push_to_hub(model_dir, "someone/motif-tiny")
+    _assert_unavailable(info.value, model_dir, "someone/motif-tiny")
+
+
+@pytest.mark.parametrize("name", ["*.py", "utils", "a/b.py", "x[0].py", 3])
+def test_stale_patterns_refuses_names_that_are_not_flat_modules(name):
+    with pytest.raises(ValueError, match="bundle_files must name flat module files") as info:
+        hub.stale_patterns(["config.json", "tokenizer.json"], [name])
+    assert repr(name) in str(info.value)
 
 
 def test_a_sharded_push_over_one_file_loads_the_new_weights(tmp_path, fake_repo):

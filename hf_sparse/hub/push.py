@@ -1,6 +1,7 @@
 """Pushing a saved folder: :func:`push_to_hub` is ``HfApi.create_repo`` + ``upload_folder`` of the
-:func:`upload_file_list` allow-list, after checking that no file holds the token; the same commit deletes
-what an earlier push left that this one replaces (:func:`stale_patterns`). Without a network it raises one
+:func:`upload_file_list` allow-list, after checking that no file holds the token; its first (usually only)
+commit deletes what an earlier push left that this one replaces (:func:`stale_patterns`; remote code only where
+the repository's bundle manifest lists it). Without a network it raises one
 :class:`HubUnavailableError` saying that the local folder is intact and which command pushes it later;
 rejected credentials raise :class:`HubAuthError`, any other failure :class:`HubError` with the same advice.
 The token is never printed or logged.
@@ -17,13 +18,13 @@ import os
 import re
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 from .bundle import BUNDLE_MANIFEST
 from .common import _COMMIT_MESSAGE, PUSH_COMMAND, _check_repo_id
 from .common import offline_reason as _offline_reason
 from .common import push_command as _push_command
-from .flatten import _KEEP_NAME_PREFIXES, flat_module_name
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ _BINARY_SUFFIXES = (".safetensors", ".png", ".model")
 
 
 # What an upload replaces: files of these kinds already in the repository (an earlier push) that it does
-# not send are deleted in the same commit (upload_folder's ``delete_patterns``; it never deletes a file it
+# not send are deleted with its first commit (upload_folder's ``delete_patterns``; it never deletes a file it
 # uploads, nor .gitattributes), so the repository loads what was pushed: an old ``model.safetensors`` next
 # to new shards would win, an old ``adapter_config.json`` would turn a full model into base + adapter. Globs
 # (``*`` also matches ``/``); README.md, images and files of other kinds stay.
@@ -115,42 +116,68 @@ _REPLACED = (
     "adapter/adapter_model.safetensors",
     "adapter/adapter_model.bin",
     "adapter/README.md",
-    BUNDLE_MANIFEST,
     # the results of the run that trained the weights
     "all_results.json",
     "log_history.json",
 )
 # _PREPROCESSOR_NAMES are replaced only by an upload that sends one of them (a tokenizer may have been pushed on
-# its own), and with them the remote code: a tokenizer or processor config left in the repository may name a
-# module of it in its auto_map.
+# its own), and with them the remote-code bundle of an earlier push: the .py files its manifest (BUNDLE_MANIFEST)
+# lists, and the manifest. Only those: a .py file no manifest lists (modeling_x.py, utils.py) is the user's, and
+# without a tokenizer in the upload the repository's tokenizer config may name a module of the bundle.
+_BUNDLE_FILE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.py")  # a flat module: an exact name, no glob characters
 
 
-def _package_code_files() -> list[str]:
-    """The file names of remote code: transformers-named modules (``modeling_*.py``, ...) and the name every
-    module of this package gets in a remote-code bundle (``patterns_base.py``)."""
-    package_dir = Path(__file__).resolve().parents[1]
-    names = set()
-    for path in package_dir.rglob("*.py"):
-        parts = path.relative_to(package_dir).with_suffix("").parts
-        if "__pycache__" in parts:
-            continue
-        module = ".".join((package_dir.name, *parts[: -1 if parts[-1] == "__init__" else None]))
-        names.add(flat_module_name(module, package_dir.name) + ".py")
-    return [f"{prefix}*.py" for prefix in _KEEP_NAME_PREFIXES] + sorted(names)
-
-
-def stale_patterns(files: list[str]) -> list[str]:
+def stale_patterns(files: list[str], bundle_files=()) -> list[str]:
     """The ``delete_patterns`` of an upload of ``files`` (from :func:`upload_file_list`): what an earlier push
     left in the repository that this one replaces. Always the model or adapter (config, weights of any format,
-    shards and index), ``adapter/``, the remote-code manifest and results; if ``files`` hold a tokenizer or
-    processor file, also the other tokenizer and processor files and the remote code (``modeling_*.py``, ...,
-    and this package's bundled modules). A file the upload sends is overwritten, not deleted; README.md,
-    images and files of other kinds stay."""
+    shards and index), ``adapter/`` and results; if ``files`` hold a tokenizer or processor file, also the other
+    tokenizer and processor files, the remote-code manifest and ``bundle_files``, the ``.py`` files the
+    repository's manifest lists (an earlier push's bundle). A file the upload sends is overwritten, not
+    deleted; README.md, images and files of other kinds (``.py`` files no manifest lists) stay.
+
+    Raises:
+        ValueError: a name in ``bundle_files`` that is not a flat module file (``patterns_base.py``).
+    """
+    bundle_files = [bundle_files] if isinstance(bundle_files, str) else list(bundle_files)
+    for name in bundle_files:
+        if not isinstance(name, str) or not _BUNDLE_FILE.fullmatch(name):
+            raise ValueError(
+                f"bundle_files must name flat module files such as 'patterns_base.py', got {name!r}"
+            )
     patterns = list(_REPLACED)
     if _PREPROCESSOR_NAMES & set(files):
-        patterns += sorted(_PREPROCESSOR_NAMES) + _package_code_files()
+        patterns += sorted(_PREPROCESSOR_NAMES) + [BUNDLE_MANIFEST] + sorted(bundle_files)
     sent = set(files)
     return [p for p in dict.fromkeys(patterns) if p not in sent]
+
+
+def _remote_bundle_files(api, repo_id: str, revision: str | None, token: str | None) -> list[str]:
+    """The ``.py`` files the bundle manifest in ``repo_id`` at ``revision`` lists (what an earlier push of a
+    remote-code bundle sent). None where the repository, the branch or the manifest is missing, or the manifest
+    is unreadable (a warning). Any other failure (network, credentials) is raised, for :func:`push_to_hub` to
+    classify."""
+    from huggingface_hub.errors import (
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    with tempfile.TemporaryDirectory(prefix="hf_sparse_push_") as cache:  # the user's cache stays as it was
+        try:
+            path = api.hf_hub_download(
+                repo_id, BUNDLE_MANIFEST, revision=revision, token=token, cache_dir=cache
+            )
+        except (RemoteEntryNotFoundError, RevisionNotFoundError, RepositoryNotFoundError):
+            return []
+        try:
+            listed = json.loads(Path(path).read_text(encoding="utf-8"))["files"]
+            names = [n for n in listed if isinstance(n, str) and _BUNDLE_FILE.fullmatch(n)]
+        except (OSError, ValueError, TypeError, KeyError):
+            logger.warning(
+                "%s in %s lists no files: no remote code there is deleted", BUNDLE_MANIFEST, repo_id
+            )
+            return []
+    return sorted(names)
 
 
 # the files whose ``auto_map`` names remote code: the model's, a custom tokenizer's, processor's, feature extractor's
@@ -316,10 +343,14 @@ def push_to_hub(
 ) -> str:
     """Create ``repo_id`` (if needed) and upload ``folder`` to it; return the repo URL.
 
-    The upload sends :func:`upload_file_list` and, in the same commit, deletes what an earlier push left and
-    this one replaces (:func:`stale_patterns`: another model's or adapter's weights and config, ``adapter/``,
-    remote code, results, and the tokenizer files when ``folder`` holds a tokenizer); the repository's
-    README.md (unless ``folder`` has one), images and other files stay.
+    The upload sends :func:`upload_file_list` and deletes what an earlier push left and this one replaces
+    (:func:`stale_patterns`: another model's or adapter's weights and config, ``adapter/``, results, and when
+    ``folder`` holds a tokenizer the tokenizer files and the remote code the repository's bundle manifest
+    lists); the repository's README.md (unless ``folder`` has one), images and other files stay. The deletions
+    ride the first commit; with ``hf_xet`` installed huggingface_hub may commit a large upload (over 250 files,
+    over 100 MiB of small non-LFS files, or a commit retried in smaller parts) in several commits (``... (part
+    N)``): a push that fails part-way leaves the repository holding the deletions and the files committed so
+    far, and running it again finishes it (committed files are skipped).
 
     Args:
         folder: a saved model folder (``config.json``, or ``adapter_config.json`` for a PEFT adapter, and
@@ -384,6 +415,9 @@ def push_to_hub(
         api.create_repo(repo_id, exist_ok=True, private=private, token=token)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True, token=token)
+        # the remote code an earlier push of ours left: no other .py file is deleted
+        replaces_code = bool(_PREPROCESSOR_NAMES & set(files))
+        bundle_files = _remote_bundle_files(api, repo_id, revision, token) if replaces_code else []
         info = api.upload_folder(
             folder_path=str(path),
             repo_id=repo_id,
@@ -391,7 +425,7 @@ def push_to_hub(
             revision=revision,
             token=token,
             allow_patterns=files,  # exact relative paths: the allow-list, nothing else
-            delete_patterns=stale_patterns(files),  # in the same commit: the repo holds this model only
+            delete_patterns=stale_patterns(files, bundle_files),  # with the first commit: this model only
         )
     except Exception as e:  # classify; never let the token or a multi-line trace through
         http = next((x for x in _chain(e) if isinstance(x, HfHubHTTPError)), None)

@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from hf_sparse.training import RecipeError, get_task, latest_checkpoint, load_recipe, run, validate_checkpoint
+from tests.test_hub import _no_manifest
 from tests.training.helpers import load_finetune_module, toy_recipe, write_recipe
 from tests.training.toy_task import ToyArguments, make_texts
 
@@ -250,6 +251,7 @@ def hub_calls(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_FaKeToKeN0123456789abcdefXYZ")
     calls = {}
     monkeypatch.setattr("huggingface_hub.HfApi.create_repo", lambda self, repo_id, **k: None)
+    monkeypatch.setattr("huggingface_hub.HfApi.hf_hub_download", _no_manifest)  # no earlier push's bundle
     monkeypatch.setattr(
         "huggingface_hub.HfApi.create_branch", lambda self, repo_id, branch, **k: calls.update(branch=branch)
     )

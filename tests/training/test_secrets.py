@@ -6,6 +6,7 @@ import pytest
 from huggingface_hub import constants
 
 from hf_sparse.training.secrets import REDACTED, is_secret_key, redact
+from tests.test_hub import _no_manifest
 from tests.training.helpers import load_finetune_module, toy_recipe, write_recipe
 
 TOKEN = "hf_PlAnTeDsEcReT0123456789abcdefGHIJ"
@@ -35,6 +36,7 @@ def fake_upload(monkeypatch):
 
     monkeypatch.setattr("huggingface_hub.HfApi.create_repo", create_repo)
     monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", upload_folder)
+    monkeypatch.setattr("huggingface_hub.HfApi.hf_hub_download", _no_manifest)  # no earlier push's bundle
     return calls
 
 
