@@ -243,6 +243,26 @@ def test_forward_needs_exactly_one_of_input_ids_and_inputs_embeds(tok_fmt):
         model(input_ids=ids, inputs_embeds=model.get_input_embeddings()(ids))
 
 
+def test_inputs_embeds_take_the_positions_of_input_ids_on_a_longformer_backbone():
+    """Longformer numbered every column of ``inputs_embeds``, padding and its padding to a multiple of
+    ``attention_window`` included: before, a batch padded to the 120 tokens the table holds (padded again to 128,
+    a multiple of the window) raised ``position id ... is out of range``; now real tokens take the positions
+    ``input_ids`` give them."""
+    tokenizer, formatter = tokenizer_and_formatter(max_length=120)  # not a multiple of the window (16)
+    torch.manual_seed(0)
+    model = tiny_model(tokenizer, formatter).eval()
+    batch = tracking_batch(tokenizer, formatter, model)
+    pad = formatter.max_length - batch["input_ids"].shape[1]
+    ids = torch.nn.functional.pad(batch["input_ids"], (0, pad), value=tokenizer.pad_token_id)
+    mask = torch.nn.functional.pad(batch["attention_mask"], (0, pad))
+    inputs = {"attention_mask": mask, "turn_positions": batch["turn_positions"]}
+    with torch.no_grad():
+        from_ids = model(input_ids=ids, **inputs)
+        from_embeds = model(inputs_embeds=model.get_input_embeddings()(ids), **inputs)
+    torch.testing.assert_close(from_embeds.act_logits, from_ids.act_logits)
+    torch.testing.assert_close(from_embeds.intent_logits, from_ids.intent_logits)
+
+
 def test_from_pretrained_kwargs_are_checked(tmp_path, tok_fmt):
     """``from_pretrained(path, key=value)`` sets attributes after ``__init__``; the model checks them as the config
     does (before: loaded)."""

@@ -126,6 +126,24 @@ def test_from_pretrained_kwargs_are_checked_as_the_config_checks_them(kwargs, ma
         AutoModel.from_pretrained(path, **kwargs)
 
 
+@pytest.mark.parametrize("kind", ["sparse_transformer", "longformer"])
+def test_from_pretrained_kwargs_of_the_backbone_reach_the_backbone(kind, saved_motif):
+    """As ``LongformerModel.from_pretrained(path, hidden_dropout_prob=0.5)``: before, the task model raised a bare
+    ``TypeError`` from ``__init__`` and ``AutoConfig`` dropped the value."""
+    from transformers import AutoConfig
+
+    path, _ = saved_motif[kind]
+    config = AutoConfig.from_pretrained(path, hidden_dropout_prob=0.5, global_every=7)
+    assert config.backbone["hidden_dropout_prob"] == 0.5 and config.global_every == 7
+    assert "hidden_dropout_prob" not in config.to_dict()  # not a top-level attribute nothing reads
+    model = AutoModel.from_pretrained(path, hidden_dropout_prob=0.5, output_hidden_states=True)
+    assert (
+        model.backbone.config.hidden_dropout_prob == 0.5
+        and model.config.backbone["hidden_dropout_prob"] == 0.5
+    )
+    assert model.config.output_hidden_states  # the task config's own attributes stay its own
+
+
 def test_a_changed_config_is_checked_when_a_model_is_built():
     config = motif_model().config
     config.pooling = "max"
@@ -208,3 +226,36 @@ def test_trainer_evaluates_the_loss_with_the_documented_label_names(heads, label
     assert "eval_loss" in evaluate(label_names)
     if len(label_names) == 1:  # the default waits for both
         assert "eval_loss" not in evaluate(None)
+
+
+@pytest.mark.parametrize(
+    "features", [{"conv_kernel_size": 3}, {"kmer_embedding": 3, "base_token_ids": [5, 6, 7, 8]}]
+)
+def test_embedding_features_take_a_full_length_input_on_a_longformer_backbone(features):
+    """Convolutions and k-mer embeddings hand a Longformer backbone ``inputs_embeds``, which it numbered column by
+    column, padding and the padding to a multiple of ``attention_window`` included. Before: the 130 tokens the
+    table holds (and the pipeline's default window) raised ``position id 144 is out of range``."""
+    from transformers import pipeline
+
+    from hf_sparse.tokenization_dna import DNATokenizer
+
+    torch.manual_seed(0)
+    model = motif_model("longformer", **features)  # 131 positions, pad_token_id 0, window 16
+    limit = model.config.backbone["max_position_embeddings"] - 1
+    ids = torch.randint(5, 9, (2, limit), generator=torch.Generator().manual_seed(0))
+    ids[:, 0] = 2
+    mask = torch.ones_like(ids)
+    ids[1, 100:], mask[1, 100:] = 0, 0  # second row padded
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask)
+        # the same encoder given RoBERTa's positions explicitly: pad_token_id + the count of real tokens
+        hidden = model.backbone(
+            inputs_embeds=model._embeddings(ids, None, mask),
+            attention_mask=mask,
+            global_attention_mask=model.default_global_attention_mask(ids, mask),
+            position_ids=mask.cumsum(-1) * mask,
+        ).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(out.logits[real], model.token_classifier(hidden)[real])
+    detect = pipeline("dna-motif-detection", model=model, tokenizer=DNATokenizer())
+    assert detect("ACGT" * 100)["windows"] > 1  # default window: the 128 bases the table holds

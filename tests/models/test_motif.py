@@ -82,6 +82,41 @@ def test_losses_are_the_documented_sum():
 
 
 @pytest.mark.parametrize(
+    "head, labels, sequence_labels",
+    [
+        ("tags only", torch.full((2, 70), -100), None),
+        ("class only", None, torch.tensor([-100, -100])),
+        ("tags+presence", torch.full((2, 70), -100), torch.tensor([[1.0, 0.0], [0.0, 1.0]])),
+        ("tags+class", torch.zeros(2, 70, dtype=torch.long), torch.tensor([-100, -100])),
+    ],
+)
+def test_a_head_with_nothing_labelled_adds_a_zero(head, labels, sequence_labels):
+    """Before: the empty mean of a head whose labels are all -100 was NaN, and the sum with the other head's loss
+    too (a NaN step)."""
+    model = motif_model(**HEADS[head]).train()
+    ids, mask = _batch()
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, sequence_labels=sequence_labels)
+    expected = torch.tensor(0.0)
+    if labels is not None and (labels != -100).any():
+        expected = torch.nn.functional.cross_entropy(out.logits.reshape(-1, 5), labels.reshape(-1))
+    if sequence_labels is not None and (sequence_labels != -100).any():
+        expected = torch.nn.functional.binary_cross_entropy_with_logits(out.sequence_logits, sequence_labels)
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()  # the graph is kept
+
+
+def test_presence_entries_labelled_minus_100_take_no_loss():
+    """Before: -100 was a BCE target (a loss of about 100 times the logit)."""
+    model = motif_model(sequence_task="motif_presence", motif_names=MOTIFS)
+    ids, mask = _batch()
+    seq = torch.tensor([[1.0, -100.0], [0.0, 1.0]])
+    out = model(input_ids=ids, attention_mask=mask, sequence_labels=seq)
+    keep = seq != -100
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(out.sequence_logits[keep], seq[keep])
+    torch.testing.assert_close(out.loss, expected)
+
+
+@pytest.mark.parametrize(
     "head, labels, match",
     [
         (
@@ -411,3 +446,25 @@ def test_kmer_features_do_not_read_padding(kw):
     torch.testing.assert_close(with_padding.sequence_logits, alone.sequence_logits, atol=1e-5, rtol=1e-5)
     if "kmer_spectrum" in kw:
         torch.testing.assert_close(model.kmer_spectrum(padded, mask), model.kmer_spectrum(real))
+
+
+def test_an_adaptive_span_backbone_adds_its_penalty_in_training_and_has_no_global_tokens():
+    """Before: the default global mask ([CLS]) met the backbone's ``adaptive_span layers have no global tokens``
+    at the first forward, and the training loss left the span penalty out (the spans trained nothing)."""
+    span = {"adaptive_span": {"max_span": 12, "ramp": 4, "init": 5, "loss_coef": 0.5}}
+    with pytest.raises(
+        ValueError, match="adaptive_span layers have no global tokens: set global_first_token=False"
+    ):
+        motif_config(backbone_overrides=span)
+    torch.manual_seed(0)
+    model = motif_model(global_first_token=False, global_every=None, pooling="mean", backbone_overrides=span)
+    ids, mask = _batch()
+    labels = torch.randint(0, 5, ids.shape, generator=torch.Generator().manual_seed(1))
+    inputs = dict(input_ids=ids, attention_mask=mask, labels=labels, sequence_labels=torch.eye(2))
+    with torch.no_grad():
+        evaluation = model(**inputs).loss  # evaluation losses stay the task's
+    loss = model.train()(**inputs).loss
+    torch.testing.assert_close(loss, evaluation + model.backbone.adaptive_span_loss())
+    loss.backward()
+    spans = [p.grad for n, p in model.named_parameters() if "adaptive_span" in n]
+    assert spans and all(g is not None and g.abs().sum() > 0 for g in spans)

@@ -5,6 +5,7 @@ backbone): ``config.output_attentions`` / ``output_hidden_states`` / ``return_di
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import pytest
@@ -182,3 +183,60 @@ def test_a_sparse_backbone_runs_the_attention_implementation_asked_for(requested
         config._attn_implementation = requested
     for _ in range(2):  # the first model's resolution must not leak into the second through the config
         assert type(model)(config).backbone.config._attn_implementation == (requested or "hf_sparse")
+
+
+LABELS = {  # labels for the head each builder reads
+    "motif": lambda model, inputs: {"labels": torch.zeros_like(inputs["input_ids"])},
+    "dialogue": lambda model, inputs: {
+        "act_labels": torch.zeros(*inputs["turn_positions"].shape, len(model.config.act_labels))
+    },
+    "extractive": lambda model, inputs: {"labels": torch.tensor([[1, 0, 0], [0, 1, 0]])},
+}
+
+
+@pytest.mark.parametrize("name", ["motif-sparse", "dialogue-sparse", "extractive-sparse"])
+def test_a_moe_backbone_adds_its_router_losses(name):
+    """As the SparseTransformer heads do (README): before, the task models left the router losses out, and the
+    routers' load balancing trained nothing."""
+    torch.manual_seed(0)
+    model, inputs, _ = MODELS[name]()
+    config = copy.deepcopy(model.config)
+    moe = dict(num_experts=4, num_experts_per_tok=1, router_aux_loss_coef=0.5, router_z_loss_coef=0.25)
+    config.backbone = {**config.backbone, **moe}
+    model = type(model)(config).eval()
+    inputs = {**inputs, **LABELS[name.split("-")[0]](model, inputs)}
+    encoder = []
+    model.backbone.register_forward_hook(lambda module, args, out: encoder.append(out))
+    with torch.no_grad():
+        loss = model(**inputs).loss
+        model.backbone.config.router_aux_loss_coef = model.backbone.config.router_z_loss_coef = 0.0
+        task_loss = model(**inputs).loss
+    aux, z = encoder[0].aux_loss, encoder[0].router_z_loss
+    assert aux > 0 and z > 0
+    torch.testing.assert_close(loss, task_loss + 0.5 * aux + 0.25 * z)
+
+
+def test_default_lora_targets_adapt_the_global_projections(built):
+    """The heads read global tokens ([CLS], [RSP], turn separators, sentence markers), whose outputs come from
+    ``query_global`` / ``key_global`` / ``value_global``: before, the default targets (``query``, ``value``) left
+    them frozen, and the extractive summarizer's last-layer adapters got no gradient at all."""
+    from peft import LoraConfig, get_peft_model
+
+    from hf_sparse.training.tasks import Task
+
+    model, inputs, key = built
+    targets = Task().lora_target_modules(model)  # what the runner's lora: true adapts
+    assert {"query_global", "key_global", "value_global"} <= set(targets)
+    model = get_peft_model(model, LoraConfig(r=2))  # peft's default targets for the model type
+    getattr(model(**inputs), key).float().square().sum().backward()
+    last = model.config.backbone["num_hidden_layers"] - 1
+    grads = {
+        name.split(".")[-4]: p.grad
+        for name, p in model.named_parameters()
+        if f"layer.{last}." in name and "lora_B" in name
+    }
+    if model.config.backbone["model_type"] == "longformer" or model.config.backbone.get("global_projections"):
+        assert {"query_global", "key_global", "value_global"} <= set(grads)
+        assert all(
+            grads[m] is not None and grads[m].abs().sum() > 0 for m in ("query_global", "value_global")
+        )

@@ -10,6 +10,7 @@ import torch
 from transformers import LongformerConfig, LongformerModel, PretrainedConfig
 
 from ..sparse_transformer import SparseTransformerConfig, SparseTransformerModel
+from ..sparse_transformer.moe_sparse_transformer import add_router_losses
 
 BACKBONES = {
     "longformer": (LongformerConfig, LongformerModel),
@@ -19,6 +20,13 @@ BACKBONES = {
 
 #: the encoder layer of each backbone: one FSDP unit / never split across devices (``_no_split_modules``)
 BACKBONE_LAYERS = {"longformer": "LongformerLayer", "sparse_transformer": "SparseTransformerLayer"}
+
+#: peft's default LoRA ``target_modules`` for the task models (what a recipe's ``lora: true`` adapts): the local
+#: projections and the global ones. Their heads read global tokens ([CLS], sentence markers, [RSP], turn separators),
+#: whose outputs Longformer (and a SparseTransformer with ``global_projections``) computes with ``query_global`` /
+#: ``key_global`` / ``value_global``: with ``query`` and ``value`` alone, the last layer's adapters got no gradient. A
+#: backbone without global projections has no such modules (peft needs only one name to match).
+TASK_LORA_TARGET_MODULES = ("query", "value", "query_global", "key_global", "value_global")
 
 #: ``from_pretrained``'s ``key_mapping`` for a backbone checkpoint saved with a head (``LongformerForMaskedLM``, as
 #: ``allenai/longformer-base-4096``: ``longformer.*``; ``SparseTransformerFor*``: ``sparse_transformer.*``): its encoder
@@ -36,11 +44,20 @@ class BackboneConfigMixin:
     def from_dict(cls, config_dict, **kwargs):
         """A backbone's own config (a Longformer or SparseTransformer checkpoint) becomes this config's ``backbone``,
         with the task arguments taken from ``kwargs``: ``LongformerForDialogue.from_pretrained(
-        "allenai/longformer-base-4096", act_labels=[...])`` starts from the pretrained encoder (new heads)."""
+        "allenai/longformer-base-4096", act_labels=[...])`` starts from the pretrained encoder (new heads).
+        ``kwargs`` that set the backbone (``hidden_dropout_prob=0.5``: keys of ``config.backbone`` that are no
+        attribute of the task config itself) go into ``backbone``, as ``LongformerModel.from_pretrained`` takes
+        them (before: a ``TypeError`` from the model's ``__init__``, and ``AutoConfig`` dropped them)."""
+        params = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
         if config_dict.get("model_type") in BACKBONES:
-            params = inspect.signature(cls.__init__).parameters
-            task = {k: kwargs.pop(k) for k in list(kwargs) if k in params and k not in ("self", "kwargs")}
+            task = {k: kwargs.pop(k) for k in list(kwargs) if k in params}
             config_dict = {"backbone": dict(config_dict), **task}
+        backbone = config_dict.get("backbone")
+        if isinstance(backbone, dict):
+            own = params | set(PretrainedConfig().to_dict()) | set(config_dict)
+            routed = {k: kwargs.pop(k) for k in list(kwargs) if k in backbone and k not in own}
+            if routed:
+                config_dict = {**config_dict, "backbone": {**backbone, **routed}}
         return super().from_dict(config_dict, **kwargs)
 
     def validate_task(self) -> None:
@@ -97,28 +114,64 @@ def recheck_config(config: PretrainedConfig) -> PretrainedConfig:
     return fresh
 
 
-def check_positions(config: PretrainedConfig, input_ids=None, inputs_embeds=None) -> None:
+def check_positions(config: PretrainedConfig, input_ids=None, inputs_embeds=None, position_ids=None) -> None:
     """``ValueError`` when a Longformer backbone would look a position up past its table (it raises a bare
     ``IndexError``). Its RoBERTa-style ids count the non-padding tokens of a row from ``pad_token_id + 1``;
-    ``inputs_embeds`` take one per position of the input padded to a multiple of ``attention_window``. A
-    SparseTransformer backbone checks its own positions. Skipped under ``torch.compile`` (a data-dependent check)."""
+    ``inputs_embeds`` without ``position_ids`` take one per position of the input padded to a multiple of
+    ``attention_window`` (given ``position_ids``, as :func:`embeds_position_ids` builds, the window padding takes
+    ``pad_token_id``). A SparseTransformer backbone checks its own positions. Skipped under ``torch.compile`` (a
+    data-dependent check)."""
     if config.model_type != "longformer" or torch.compiler.is_compiling():
         return
     pad, limit = config.pad_token_id or 0, config.max_position_embeddings
-    if input_ids is not None:
+    if position_ids is not None:
+        length = position_ids.shape[-1]
+        top = int(position_ids.max()) if position_ids.numel() else pad
+    elif input_ids is not None:
         length = input_ids.shape[-1]
-        tokens = int((input_ids != pad).sum(-1).max()) if input_ids.numel() else 0
+        top = pad + (int((input_ids != pad).sum(-1).max()) if input_ids.numel() else 0)
     else:
         length = tokens = inputs_embeds.shape[-2]
         w = config.attention_window
         w = int(max(w) if isinstance(w, (list, tuple)) else w)
-        tokens = -(-tokens // w) * w  # padded to a multiple of the window first
-    top = pad + tokens
+        top = pad + -(-tokens // w) * w  # padded to a multiple of the window first
     if top >= limit:
         raise ValueError(
             f"position id {top} is out of range: max_position_embeddings is {limit} (input of length {length}; "
             f"Longformer's positions start at pad_token_id + 1 = {pad + 1}); truncate the input"
         )
+
+
+def embeds_position_ids(config: PretrainedConfig, input_ids=None, attention_mask=None, inputs_embeds=None):
+    """``position_ids`` to pass a Longformer backbone with ``inputs_embeds`` (None for a SparseTransformer backbone,
+    or without ``inputs_embeds``): the RoBERTa-style ids its ``input_ids`` path numbers, ``pad_token_id`` plus the
+    running count of real tokens, ``pad_token_id`` at padding. Real tokens: ``input_ids != pad_token_id`` where the
+    ids are known, else ``attention_mask`` (else every column). Left to itself, Longformer numbers every column of
+    ``inputs_embeds`` from ``pad_token_id + 1``, padding and the padding to a multiple of ``attention_window``
+    included, so a batch padded to full length runs past the position table."""
+    if inputs_embeds is None or config.model_type != "longformer":
+        return None
+    pad = config.pad_token_id or 0
+    if input_ids is not None:
+        real = (input_ids != pad).long()  # (B, N)
+    elif attention_mask is not None:
+        real = (attention_mask != 0).long()
+    else:
+        real = torch.ones(inputs_embeds.shape[:-1], dtype=torch.long, device=inputs_embeds.device)
+    return (pad + real.cumsum(-1) * real).to(inputs_embeds.device)  # (B, N)
+
+
+def add_backbone_losses(model: torch.nn.Module, loss, output):
+    """A task head's ``loss`` plus what a SparseTransformer backbone (``model.backbone``, whose forward gave
+    ``output``) adds to the losses of its own heads: the MoE router losses (``router_aux_loss_coef * aux_loss +
+    router_z_loss_coef * router_z_loss``) and, in training mode, the adaptive-span penalty (evaluation losses stay
+    the task's). Unchanged without a loss or with a Longformer backbone."""
+    config = model.backbone.config
+    if loss is None or config.model_type != "sparse_transformer":
+        return loss
+    if model.training and config.adaptive_span is not None:
+        loss = loss + model.backbone.adaptive_span_loss().to(loss.device, loss.dtype)
+    return add_router_losses(loss, config, output)
 
 
 def build_backbone(config: PretrainedConfig, attn_implementation: str | None = None) -> torch.nn.Module:
@@ -185,11 +238,14 @@ __all__ = [
     "BACKBONE_KEY_MAPPING",
     "BACKBONE_LAYERS",
     "BackboneConfigMixin",
+    "TASK_LORA_TARGET_MODULES",
+    "add_backbone_losses",
     "backbone_config",
     "block_multiple",
     "build_backbone",
     "card_pattern",
     "check_positions",
+    "embeds_position_ids",
     "every_k_global",
     "recheck_config",
 ]

@@ -3,6 +3,7 @@
 collators (``collator``), per-turn act F1 and intent accuracy (``metrics``), R@k / MRR (``ranking``), the
 inference pipelines (``pipeline``) and the recipes' tasks (``task``)."""
 
+from ...models.longformer_tasks.backbone import TASK_LORA_TARGET_MODULES
 from ..registry import CardInfo, TaskDescriptor
 from .configuration_dialogue import LongformerDialogueConfig
 from .modeling_dialogue import LongformerForDialogue
@@ -19,7 +20,7 @@ DIALOGUE_RESPONSE_SELECTION = TaskDescriptor(
     pipeline="dialogue-response-selection",
     pipeline_class=DialogueResponseSelectionPipeline,
     pipeline_auto_classes=("AutoModel",),
-    lora_target_modules=("query", "value"),
+    lora_target_modules=TASK_LORA_TARGET_MODULES,
     card=CardInfo(
         template="dialogue-response-selection.jinja",
         title="Dialogue response selection",
@@ -39,7 +40,7 @@ DIALOGUE_STATE_TRACKING = TaskDescriptor(
     task_class="hf_sparse.tasks.dialogue.task:DialogueTrackingTask",
     pipeline="dialogue-state-tracking",
     pipeline_class=DialogueStateTrackingPipeline,
-    lora_target_modules=("query", "value"),
+    lora_target_modules=TASK_LORA_TARGET_MODULES,
     card=CardInfo(
         template="dialogue-state-tracking.jinja",
         title="Dialogue state tracking",

@@ -9,7 +9,13 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.utils import ModelOutput
 
-from ...models.longformer_tasks.backbone import backbone_config, build_backbone
+from ...models.longformer_tasks.backbone import (
+    add_backbone_losses,
+    backbone_config,
+    build_backbone,
+    check_positions,
+    embeds_position_ids,
+)
 from ...models.longformer_tasks.remote_code import LongformerTaskPreTrainedModel
 from ...utils.labels import IGNORE_INDEX
 from .configuration_dialogue import LongformerDialogueConfig
@@ -20,7 +26,8 @@ class DialogueOutput(ModelOutput):
     """Outputs of [`LongformerForDialogue`].
 
     Args:
-        loss: sum of the weighted losses of the heads that got labels.
+        loss: sum of the weighted losses of the heads that got labels (with a SparseTransformer backbone, plus its
+            MoE router losses and, in training, its adaptive-span penalty).
         selection_logits: `(batch, n_candidates)` score of each (history, candidate) pair (3-D inputs), or
             `(batch,)` for 2-D inputs with one candidate each.
         act_logits: `(batch, n_turns, n_acts)` per-turn act logits (sigmoid: probability of each act).
@@ -179,11 +186,14 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
             ids = input_ids if input_ids is not None else inputs_embeds[..., 0]
             global_attention_mask = self.default_global_attention_mask(ids, attention_mask)
         output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
-        self.check_positions(input_ids, inputs_embeds)
+        # inputs_embeds on a Longformer backbone: positions numbered as input_ids would be (padding at pad_token_id)
+        position_ids = embeds_position_ids(self.backbone.config, input_ids, attention_mask, inputs_embeds)
+        check_positions(self.backbone.config, input_ids, inputs_embeds, position_ids)
         out = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,
             global_attention_mask=global_attention_mask,
+            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
@@ -257,7 +267,7 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
                         loss = intent_logits.float().sum() * 0.0
                     losses.append(self.config.intent_loss_weight * loss)
 
-        loss = torch.stack(losses).sum() if losses else None
+        loss = add_backbone_losses(self, torch.stack(losses).sum() if losses else None, out)
         res = DialogueOutput(
             loss=loss,
             selection_logits=selection_logits,

@@ -4,6 +4,7 @@ labels (``scanning``), synthetic data (``synthetic``), the recipes' FASTA data (
 collator (``collator``), span F1 (``metrics``), the ``dna-motif-detection`` pipeline (``pipeline``)
 and the recipes' ``dna-motif-detection`` task (``task``)."""
 
+from ...models.longformer_tasks.backbone import TASK_LORA_TARGET_MODULES
 from ...tokenization_dna import DNATokenizer
 from ..registry import CardInfo, TaskDescriptor
 from .configuration_motif import LongformerMotifConfig
@@ -20,7 +21,7 @@ DNA_MOTIF_DETECTION = TaskDescriptor(
     task_class="hf_sparse.tasks.motif.task:MotifTask",
     pipeline="dna-motif-detection",
     pipeline_class=DNAMotifDetectionPipeline,
-    lora_target_modules=("query", "value"),
+    lora_target_modules=TASK_LORA_TARGET_MODULES,
     tokenizer_class=DNATokenizer,
     card=CardInfo(
         template="dna-motif-detection.jinja",

@@ -70,7 +70,8 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
             Positions `0, k, 2k, ...` get global attention when the caller passes no
             `global_attention_mask` (0 or `None`: only the first token, if `global_first_token`).
         global_first_token (`bool`, *optional*, defaults to `True`):
-            The first token (`[CLS]`) is global when the mask is built automatically.
+            The first token (`[CLS]`) is global when the mask is built automatically. A backbone with
+            `adaptive_span` has no global tokens: it needs `global_first_token=False` and `global_every=None`.
         conv_kernel_size (`int`, *optional*, defaults to 0):
             Width of residual 1-D convolutions (each followed by GELU) over the token embeddings
             before the encoder, which give the first attention layer k-mer features (odd; 0: none).
@@ -191,6 +192,12 @@ class LongformerMotifConfig(BackboneConfigMixin, PretrainedConfig):
         if not isinstance(global_first_token, bool):
             raise ValueError(f"global_first_token must be a bool, got {global_first_token!r}")
         self.global_first_token = global_first_token
+        if self.backbone.get("adaptive_span") is not None and (global_first_token or global_every):
+            raise ValueError(
+                "the backbone's adaptive_span layers have no global tokens: set global_first_token=False and "
+                f"global_every=None (got global_first_token={global_first_token!r}, global_every={global_every!r}); "
+                "pooling='mean' lets the sequence head read every token"
+            )
         if (
             isinstance(conv_kernel_size, bool)
             or not isinstance(conv_kernel_size, int)

@@ -6,12 +6,19 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss
 from torch.nn import functional as F
 from transformers.utils import ModelOutput
 
-from ...models.longformer_tasks.backbone import backbone_config, build_backbone, every_k_global
+from ...models.longformer_tasks.backbone import (
+    add_backbone_losses,
+    backbone_config,
+    build_backbone,
+    check_positions,
+    embeds_position_ids,
+    every_k_global,
+)
 from ...models.longformer_tasks.remote_code import LongformerTaskPreTrainedModel
+from ...utils.labels import IGNORE_INDEX
 from .configuration_motif import LongformerMotifConfig
 
 
@@ -21,7 +28,9 @@ class MotifDetectionOutput(ModelOutput):
 
     Args:
         loss: per-position cross-entropy (positions labelled -100 skipped) plus
-            ``sequence_loss_weight`` times the sequence loss, for the heads that got labels.
+            ``sequence_loss_weight`` times the sequence loss (entries labelled -100 skipped), for the heads that
+            got labels; a head whose labels are all -100 adds 0. With a SparseTransformer backbone, plus its MoE
+            router losses and (training only) its adaptive-span penalty.
         logits: `(batch, seq, tags)` per-position BIO scores (`config.id2label`); None without motifs.
         sequence_logits: `(batch, outputs)` motif-presence logits (sigmoid) or class logits (softmax).
         hidden_states, attentions: the encoder's, when asked for.
@@ -32,6 +41,13 @@ class MotifDetectionOutput(ModelOutput):
     sequence_logits: torch.FloatTensor | None = None
     hidden_states: tuple | None = None
     attentions: tuple | None = None
+
+
+def _masked_mean(per: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Mean of the losses ``per`` where ``keep``; where nothing is kept, a zero that keeps the head in the graph
+    (not the NaN of an empty mean, which would also wipe out the other head's loss)."""
+    keep = keep.to(per.dtype)
+    return (per * keep).sum() / keep.sum().clamp(min=1)
 
 
 class LongformerMotifPreTrainedModel(LongformerTaskPreTrainedModel):
@@ -134,10 +150,14 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
 
     def backbone_inputs(self, input_ids=None, inputs_embeds=None, attention_mask=None) -> dict:
         """``input_ids`` or ``inputs_embeds`` for the encoder: embeddings of our own when k-mer embeddings or
-        convolutions are configured."""
-        if self.embedding_conv is None and self.kmer_embeddings is None:
-            return {"input_ids": input_ids, "inputs_embeds": inputs_embeds}
-        return {"inputs_embeds": self._embeddings(input_ids, inputs_embeds, attention_mask)}
+        convolutions are configured. With ``inputs_embeds``, a Longformer backbone also gets ``position_ids``
+        numbered as its ``input_ids`` path numbers them (:func:`embeds_position_ids`: padding takes the padding
+        position, so a full-length input still fits the table)."""
+        ids = input_ids
+        if self.embedding_conv is not None or self.kmer_embeddings is not None:
+            ids, inputs_embeds = None, self._embeddings(input_ids, inputs_embeds, attention_mask)
+        position_ids = embeds_position_ids(self.backbone.config, input_ids, attention_mask, inputs_embeds)
+        return {"input_ids": ids, "inputs_embeds": inputs_embeds, "position_ids": position_ids}
 
     def _embeddings(self, input_ids, inputs_embeds, attention_mask):
         """Token embeddings, plus k-mer embeddings, through the residual convolutions (when configured)."""
@@ -170,7 +190,7 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
         labels (`(batch, seq)`): BIO tag ids (`config.label2id`); -100 where no loss is taken (special
             tokens, padding).
         sequence_labels: `(batch, motifs)` multi-hot for `"motif_presence"`, `(batch,)` class ids for
-            `"classification"`.
+            `"classification"`; -100 where no loss is taken.
 
         Labels for a head the model lacks raise `ValueError`: `labels` without motif_names, `sequence_labels`
         with `sequence_task=None`.
@@ -198,7 +218,7 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
             global_attention_mask = self.default_global_attention_mask(ref, attention_mask)
         output_attentions, output_hidden_states = self.output_flags(output_attentions, output_hidden_states)
         encoder_inputs = self.backbone_inputs(input_ids, inputs_embeds, attention_mask)
-        self.check_positions(encoder_inputs.get("input_ids"), encoder_inputs["inputs_embeds"])
+        check_positions(self.backbone.config, **encoder_inputs)
         out = self.backbone(
             **encoder_inputs,
             attention_mask=attention_mask,
@@ -224,21 +244,28 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
                 features = self.kmer_spectrum(input_ids, attention_mask).to(pooled.dtype)
                 pooled = torch.cat([pooled, self.spectrum(features)], -1)
             seq_logits = self.sequence_head(self.dropout(pooled))
+        # --- losses: each head's mean over its labelled entries (-100 skipped; nothing labelled: a zero) ---
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss()(
-                logits.reshape(-1, logits.shape[-1]), labels.to(logits.device).reshape(-1)
+            target = labels.to(logits.device).reshape(-1)  # (B*N,)
+            per = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), target, ignore_index=IGNORE_INDEX, reduction="none"
             )
+            loss = _masked_mean(per, target != IGNORE_INDEX)
         if sequence_labels is not None:
             sequence_labels = sequence_labels.to(seq_logits.device)
             if self.config.sequence_task == "motif_presence":
-                seq_loss = BCEWithLogitsLoss()(seq_logits, sequence_labels.to(seq_logits.dtype))
+                keep = sequence_labels != IGNORE_INDEX  # (B, motifs)
+                target = sequence_labels.masked_fill(~keep, 0).to(seq_logits.dtype)
+                per = F.binary_cross_entropy_with_logits(seq_logits, target, reduction="none")
             else:
-                seq_loss = CrossEntropyLoss()(seq_logits, sequence_labels.long().view(-1))
-            seq_loss = self.config.sequence_loss_weight * seq_loss
+                target = sequence_labels.long().view(-1)  # (B,)
+                keep = target != IGNORE_INDEX
+                per = F.cross_entropy(seq_logits, target, ignore_index=IGNORE_INDEX, reduction="none")
+            seq_loss = self.config.sequence_loss_weight * _masked_mean(per, keep)
             loss = seq_loss if loss is None else loss + seq_loss
         res = MotifDetectionOutput(
-            loss=loss,
+            loss=add_backbone_losses(self, loss, out),
             logits=logits,
             sequence_logits=seq_logits,
             hidden_states=getattr(out, "hidden_states", None),

@@ -3,6 +3,7 @@
 sentence splitter (``sentences``), ROUGE (``rouge``), oracles and baselines (``metrics``), the
 ``long-document-summarization`` pipeline (``pipeline``) and the recipes' tasks (``task``)."""
 
+from ...models.longformer_tasks.backbone import TASK_LORA_TARGET_MODULES
 from ..registry import CardInfo, TaskDescriptor
 from .configuration_summarization import LEDSummarizationConfig, LongformerExtractiveSummarizationConfig
 from .modeling_summarization import LEDForSummarization, LongformerForExtractiveSummarization
@@ -40,7 +41,7 @@ EXTRACTIVE_SUMMARIZATION = TaskDescriptor(
     task_class="hf_sparse.tasks.summarization.task:ExtractiveSummarizationTask",
     pipeline="long-document-summarization",
     pipeline_class=LongDocumentSummarizationPipeline,
-    lora_target_modules=("query", "value"),
+    lora_target_modules=TASK_LORA_TARGET_MODULES,
     card=CardInfo(
         title="Long-document summarization",
         description=(

@@ -22,7 +22,7 @@ from transformers.models.led.modeling_led import LEDEncoder
 from transformers.utils import ModelOutput
 
 from ...attention.dispatch import sparse_attention
-from ...models.longformer_tasks.backbone import backbone_config, build_backbone
+from ...models.longformer_tasks.backbone import add_backbone_losses, backbone_config, build_backbone
 from ...models.longformer_tasks.remote_code import ExportCodeMixin, LongformerTaskPreTrainedModel
 from ...utils.generation import fit_max_length
 from ...utils.labels import IGNORE_INDEX
@@ -366,7 +366,8 @@ class ExtractiveSummarizationOutput(ModelOutput):
     """Outputs of [`LongformerForExtractiveSummarization`].
 
     Args:
-        loss: the configured loss (``config.loss``) against ``labels``.
+        loss: the configured loss (``config.loss``) against ``labels`` (with a SparseTransformer backbone, plus
+            its MoE router losses and, in training, its adaptive-span penalty).
         logits: ``(batch, n_sentences)`` sentence scores, in marker order; padding sentences get -1e4.
     """
 
@@ -498,6 +499,7 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
         loss = None
         if labels is not None:
             loss = self._loss(logits, labels[:, : logits.shape[1]].to(logits.device), valid, document_index)
+        loss = add_backbone_losses(self, loss, out)
         res = ExtractiveSummarizationOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
                                             attentions=out.attentions)  # fmt: skip
         use = cfg.return_dict if return_dict is None else return_dict
