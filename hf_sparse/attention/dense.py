@@ -14,9 +14,10 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def all_true(mask: torch.Tensor) -> bool:
     """Whether every element of the bool ``mask`` is true, for skipping work that would not change the result
-    (an all-true padding mask, zeroing rows that all have keys). False while ``torch.compile`` or
-    ``torch.export`` traces: the values are data then, so the traced graph takes the general path."""
-    return not torch.compiler.is_compiling() and bool(mask.all())
+    (an all-true padding mask, zeroing rows that all have keys). False while ``torch.compile``, ``torch.export``
+    or ``torch.jit.trace`` traces: the values are data then, so the traced graph takes the general path (a trace
+    made with an all-zero global_attention_mask would otherwise ignore the global tokens of later inputs)."""
+    return not (torch.compiler.is_compiling() or torch.jit.is_tracing()) and bool(mask.all())
 
 
 def allowed_mask(

@@ -81,7 +81,8 @@ def _check_scale(scale) -> float:
 
 def _check_mask(name, m, B, n, device, meaning):
     """``m`` as a bool (batch, seq) tensor; a non-bool mask must hold only 0 and 1 (``meaning`` says which is which):
-    an additive mask (0 = attend, a large negative number = masked) read as ``!= 0`` would be inverted."""
+    an additive mask (0 = attend, a large negative number = masked) read as ``!= 0`` would be inverted. Traced
+    (``torch.compile``, ``torch.export``), the values are checked when the graph runs (a ``RuntimeError``)."""
     if m is None:
         return None
     if not isinstance(m, torch.Tensor):
@@ -90,10 +91,12 @@ def _check_mask(name, m, B, n, device, meaning):
         raise ValueError(f"{name} must have shape (batch, seq) = ({B}, {n}), got {tuple(m.shape)}")
     if m.dtype != torch.bool:
         outside = (m != 0) & (m != 1)
-        if outside.any():
+        additive = "additive masks (0 = attend, a large negative number or -inf = masked) are not accepted"
+        if torch.compiler.is_compiling():  # traced (torch.compile, torch.export): checked when the graph runs
+            torch._assert_async(~outside.any(), f"{name} must hold 0/1 values ({meaning}): {additive}")
+        elif outside.any():
             raise ValueError(
-                f"{name} must hold 0/1 values ({meaning}), got {m[outside][0].item()!r}: additive masks "
-                "(0 = attend, a large negative number or -inf = masked) are not accepted"
+                f"{name} must hold 0/1 values ({meaning}), got {m[outside][0].item()!r}: {additive}"
             )
     return m.to(device) != 0
 
@@ -176,9 +179,11 @@ def _add_globals(pattern: P.Pattern, global_mask) -> P.Pattern:
 def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
     """While ``torch.export`` traces, raise a clear error for what it cannot trace (instead of its
     data-dependent-guard error): random blocks (BigBird, Random), drawn in Python once the length is known,
-    and the ``"blocked"``/``"flex"`` backends, whose block plan is built in Python from the pattern's index
-    tensors. Exportable: every other pattern on the ``"sdpa"`` and ``"dense"`` backends (while exporting,
-    ``"auto"`` picks ``"sdpa"`` up to ``SDPA_MAX_PAIRS`` query-key pairs), and ``attn_implementation="sdpa"``/``"eager"``."""
+    content-based patterns (LSH, TopKBlocks), whose blocks are chosen from the queries and keys in Python and
+    the compiled CPU kernel, and the ``"blocked"``/``"flex"`` backends, whose block plan is built in Python from
+    the pattern's index tensors. Exportable: every other pattern on the ``"sdpa"`` and ``"dense"`` backends (while
+    exporting, ``"auto"`` picks ``"sdpa"`` up to ``SDPA_MAX_PAIRS`` query-key pairs), and
+    ``attn_implementation="sdpa"``/``"eager"``."""
     if not torch.compiler.is_exporting():
         return
     if pattern.length_dependent:
@@ -186,6 +191,12 @@ def check_exportable(pattern: P.Pattern, backend: str | None = None) -> None:
             f"torch.export cannot trace {pattern!r}: its random blocks are drawn in Python (seeded) once the "
             "sequence length is known, which export sees as data-dependent steps; use a pattern without random "
             "blocks (e.g. Longformer or SlidingWindow | Global) to export"
+        )
+    if pattern.content_based:
+        raise NotImplementedError(
+            f"torch.export cannot trace {pattern!r}: its blocks are chosen from the queries and keys (LSH buckets, "
+            "top-k blocks) in Python and the compiled CPU kernel, data-dependent steps that export cannot record; "
+            "use a pattern fixed in advance (e.g. Longformer or SlidingWindow | Global) to export"
         )
     if backend in ("auto", "blocked", "flex"):  # "auto" here: above SDPA_MAX_PAIRS, the block kernels
         raise NotImplementedError(
@@ -293,7 +304,8 @@ def sparse_attention(
         raise ValueError(
             f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
         )
-    if key.shape[1] != value.shape[1] or H % key.shape[1]:
+    kv_heads = key.shape[1]  # none (and no query heads): an empty output
+    if kv_heads != value.shape[1] or (H % kv_heads if kv_heads else H):
         raise ValueError(
             f"key/value heads must be equal and divide query heads: query {tuple(query.shape)}, "
             f"key {tuple(key.shape)}, value {tuple(value.shape)}"
@@ -335,7 +347,7 @@ def sparse_attention(
 
     effective = with_runtime_globals(pattern, global_mask)
     if effective.length_dependent and not effective.content_based:  # seeded: the same blocks every call
-        bound = effective.derived(("bind", q_len, kv_len), lambda: effective.bind(q_len, kv_len))
+        bound = _bind_to_length(effective, q_len, kv_len)
     elif effective.content_based:
         bound = _bind_to_content(effective, q_len, kv_len, query, key, key_valid)
     else:
@@ -350,14 +362,11 @@ def sparse_attention(
     if backend in ("sdpa", "dense"):
         allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
     if backend == "sdpa":
-        if dropout_p == 0.0 or seed is None:
-            return sdpa_attention(query, key, value, allowed, scale, dropout_p)
-        with torch.random.fork_rng(devices=[query.device] if query.device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            return sdpa_attention(query, key, value, allowed, scale, dropout_p)
+        if dropout_p == 0.0:
+            return sdpa_attention(query, key, value, allowed, scale)
+        return _sdpa_dropout(query, key, value, allowed, scale, dropout_p, seed)
     if backend == "dense":  # the blocked kernels' dropout mask (``dropout.py``): the same result for a seed
-        seed = _seed(seed, dropout_p)
-        keep = None if dropout_p == 0.0 else keep_mask(seed, dropout_p, B, H, q_len, kv_len, query.device)
+        keep = None if dropout_p == 0.0 else _dense_keep(seed, dropout_p, B, H, q_len, kv_len, query.device)
         return dense_attention(query, key, value, allowed, scale, dropout_p, keep=keep)
 
     check_exportable(pattern, asked)
@@ -367,12 +376,40 @@ def sparse_attention(
 
 
 @torch.compiler.disable
+def _bind_to_length(pattern, q_len, kv_len):
+    """Random blocks (BigBird, Random) drawn for this length, eagerly inside ``torch.compile``d code: traced, the
+    draw (Python loops over the length's blocks) was compiled anew for every sequence length until dynamo's
+    recompile limit. Kept on the pattern (``Pattern.derived``): one seed and length give the same blocks."""
+    return pattern.derived(("bind", q_len, kv_len), lambda: pattern.bind(q_len, kv_len))
+
+
+@torch.compiler.disable
 def _bind_to_content(pattern, q_len, kv_len, query, key, key_valid=None):
     """LSH buckets and top-k blocks, chosen from q and k eagerly inside ``torch.compile``d code (the hashing runs
     in the compiled CPU kernel, which dynamo cannot trace), from the real tokens only (``key_valid``: the
     padding, so a padded row selects as it would alone). Bound anew on every call: never kept on the pattern
     (``Pattern.derived``), since the selection depends on the queries, keys and padding."""
     return P.base.bind_part(pattern, q_len, kv_len, query=query, key=key, key_valid=key_valid)
+
+
+@torch.compiler.disable
+def _sdpa_dropout(query, key, value, allowed, scale, dropout_p, seed):
+    """SDPA with dropout, eagerly inside ``torch.compile``d code (a graph break): compiled, inductor would draw the
+    dropout from its own generator, so the compiled model would not train as the eager one does."""
+    if seed is None:
+        return sdpa_attention(query, key, value, allowed, scale, dropout_p)
+    with torch.random.fork_rng(devices=[query.device] if query.device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        return sdpa_attention(query, key, value, allowed, scale, dropout_p)
+
+
+@torch.compiler.disable
+def _dense_keep(seed, dropout_p, B, H, q_len, kv_len, device):
+    """The dense backend's dropout mask (``dropout.keep_mask``), eagerly inside ``torch.compile``d code (a graph
+    break): the seed is drawn from torch's generator as in eager mode (inductor draws from its own), and the
+    hash's 64-bit integer arithmetic stays out of inductor, which failed to compile it for a seed that changes
+    between calls (a dynamic int)."""
+    return keep_mask(_seed(seed, dropout_p), dropout_p, B, H, q_len, kv_len, device)
 
 
 def _seed(seed: int | None, dropout_p: float) -> int:

@@ -65,8 +65,9 @@ def _fused_kind(p: _Prep, q: torch.Tensor, grad: bool, v_dim: int, class_stride:
     ``"class_band"`` for bands inside residue classes (``Component.class_band``, rows of class stride
     ``class_stride``; float32 where the build has the register-blocked kernels), ``"tables"`` for
     gathered, dense and other band components, None for the pure-PyTorch path (not CPU, half
-    precision, the kernel not built / ``HF_SPARSE_FUSED=0``, or, by default, a (kind, grad) the
-    measurements above do not put in ``FUSED_DEFAULT``). ``grad``: the call needs a backward."""
+    precision (``blocked_attention`` gives the kernels float32 copies of half inputs), the kernel not
+    built / ``HF_SPARSE_FUSED=0``, or, by default, a (kind, grad) the measurements above do not put in
+    ``FUSED_DEFAULT``). ``grad``: the call needs a backward."""
     if q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
         return None
     if p.comp.key_range is not None and p.q_valid is None and p.nq == q.shape[2]:

@@ -92,16 +92,21 @@ def test_rows_without_keys_match_dense_float64(name, pattern, n, mode, backend, 
 @pytest.mark.parametrize("backend", ["auto", "dense", "sdpa", "blocked"])
 @pytest.mark.parametrize("name", list(all_patterns()))
 def test_empty_batch_and_empty_sequence_give_empty_outputs_and_gradients(name, backend):
-    """As torch's own attention does: an empty batch (a rank's share of an uneven split) or an empty sequence
-    gives an empty output and empty gradients, on every backend, never the block planner's reshape error."""
+    """As torch's own attention does: an empty batch (a rank's share of an uneven split), an empty sequence or no
+    heads gives an empty output and empty gradients, on every backend, never the block planner's reshape error
+    (nor a ZeroDivisionError from the grouped-query check)."""
     pattern = all_patterns()[name]
-    for B, n in ((0, 64), (2, 0)):
-        q, k, v = (torch.randn(B, 3, n, 8, requires_grad=True) for _ in range(3))
+    for B, H, n in ((0, 3, 64), (2, 3, 0), (2, 0, 64)):
+        q, k, v = (torch.randn(B, H, n, 8, requires_grad=True) for _ in range(3))
         if n == 0 and name == "global_indices":  # as for any sequence too short to hold one of its indices
             with pytest.raises(ValueError, match="index 0 is out of range for a sequence of 0 tokens"):
                 sparse_attention(q, k, v, pattern, backend=backend)
             continue
+        if H == 0 and name == "per_head":
+            with pytest.raises(ValueError, match="PerHead has 3 patterns but the input has 0 heads"):
+                sparse_attention(q, k, v, pattern, backend=backend)
+            continue
         out = sparse_attention(q, k, v, pattern, backend=backend)
-        assert out.shape == (B, 3, n, 8)
+        assert out.shape == (B, H, n, 8)
         grads = torch.autograd.grad(out.sum(), (q, k, v), allow_unused=True)
         assert all(g is None or g.shape == q.shape for g in grads)

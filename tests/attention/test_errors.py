@@ -27,6 +27,7 @@ def qkv(B=1, H=2, n=8, D=4):
         (lambda q, k, v: (q.long(), k.long(), v.long()), TypeError, "floating point"),
         (lambda q, k, v: ([1, 2], k, v), TypeError, "query must be a torch.Tensor"),
         (lambda q, k, v: (torch.randn(1, 3, 8, 4), k, v), ValueError, "divide query heads"),
+        (lambda q, k, v: (q, k[:, :0], v[:, :0]), ValueError, "divide query heads"),  # no key heads
         (lambda q, k, v: (torch.randn(1, 2, 9, 4), k, v), ValueError, "query is longer than key"),
     ],
 )

@@ -489,6 +489,12 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         )
         use_cache = bool(cfg.is_decoder and (cfg.use_cache if use_cache is None else use_cache))
         given = _pick_cache(cache, past_key_values)
+        if torch.compiler.is_exporting() and cfg.is_decoder and (use_cache or given is not None):
+            raise NotImplementedError(
+                "torch.export cannot trace the decoder's SparsePatternCache: which keys it keeps is decided in Python "
+                "from the positions and padding, data-dependent steps that export cannot record; export with "
+                "use_cache=False (model(..., use_cache=False), or config.use_cache = False) and no cache"
+            )
         if (
             cfg.is_decoder
             and (use_cache or given is not None)
