@@ -253,6 +253,25 @@ def test_sequence_metrics_macro_f1_leaves_out_a_class_absent_from_the_split():
     assert s["f1"] == pytest.approx((2 * 2 / (3 + 2) + 1 + 0) / 3)
 
 
+@pytest.mark.parametrize("decoding", ["bio", "fixed_length"])
+def test_span_f1_per_motif_leaves_out_a_motif_absent_from_the_split(decoding):
+    """Motif B has no true and no predicted span: before, ``span_f1_B`` was 0.0 (and a 0 bar in motif_f1.png) for a
+    perfect tagger; a motif predicted but never true still counts, with F1 0."""
+    from hf_sparse.tasks.motif.configuration_motif import LongformerMotifConfig
+    from tests.models.motif_tiny import backbone
+
+    config = LongformerMotifConfig(backbone=backbone(), motif_names=["A", "B"], span_decoding=decoding,
+                                   motifs={"A": [[1, 1]] * 4, "B": [[1, 1]] * 4})  # fmt: skip
+    labels = np.array([[-100, 0, 1, 2, 0, 0, 0, -100]])  # one A span; no B
+    perfect = 5 * np.eye(5)[np.where(labels < 0, 0, labels)]
+    m = tag_metrics(perfect, labels, config)
+    assert m["span_f1_A"] == m["span_f1"] == 1.0 and "span_f1_B" not in m
+    predicted_b = perfect.copy()
+    predicted_b[0, 4:6] = 5 * np.eye(5)[[3, 4]]  # a B span where there is none
+    m = tag_metrics(predicted_b, labels, config)
+    assert m["span_f1_A"] == 1.0 and m["span_f1_B"] == 0.0
+
+
 @pytest.mark.parametrize("kind", ["sparse_transformer", "longformer"])
 def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
     model = motif_model(kind, global_every=20, conv_kernel_size=3)
@@ -290,6 +309,8 @@ def test_attention_matrices_are_dense_softmax_rows_within_the_pattern(kind):
         (dict(backbone="longformer", attention_window=63), "attention_window must be even for longformer"),
         (dict(attention_backend="fast"), "attention_backend must be one of"),
         (dict(num_train=0), "num_train must be at least 1 for data: synthetic"),
+        (dict(dataset_seed=-1), r"^dataset_seed must be an int >= 0, got -1$"),
+        (dict(dataset_seed=1.5), r"^dataset_seed must be an int >= 0, got 1.5$"),
     ],
 )
 def test_argument_errors_name_the_key(kwargs, match):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, logging
 
 from ...models.longformer_tasks.backbone import (
     add_backbone_losses,
@@ -19,7 +19,9 @@ from ...models.longformer_tasks.backbone import (
 )
 from ...models.longformer_tasks.remote_code import LongformerTaskPreTrainedModel
 from ...utils.labels import IGNORE_INDEX
-from .configuration_motif import LongformerMotifConfig
+from .configuration_motif import _DERIVED, LongformerMotifConfig
+
+logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -70,7 +72,12 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
     """
 
     def __init__(self, config: LongformerMotifConfig):
+        # the motifs the config was built with, before a changed motif_names derives its tags again (validate_task):
+        # the order of a checkpoint's head rows, which from_pretrained matches to motif_names
+        tags = getattr(config, _DERIVED, None) or {}
+        built = [t[2:] for _, t in sorted(tags.items(), key=lambda kv: int(kv[0])) if t.startswith("B-")]
         super().__init__(config)
+        self._built_motif_names = built
         self.backbone = build_backbone(backbone_config(config.backbone), config._attn_implementation)
         hidden = config.hidden_size
         k = config.conv_kernel_size
@@ -101,6 +108,51 @@ class LongformerForMotifDetection(LongformerMotifPreTrainedModel):
                 nn.Linear(hidden, config.num_sequence_outputs),
             )
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """[`LongformerTaskPreTrainedModel.from_pretrained`], with the motif heads (tags, and presence) following
+        ``config.motif_names`` where ``from_pretrained(path, motif_names=[...])`` (or a ``config`` whose
+        ``motif_names`` were set) names as many motifs as the checkpoint has. The checkpoint's motifs in another
+        order: the heads' rows are reordered to match (every motif's outputs are unchanged). Other motifs:
+        ``ValueError`` (the trained rows would be read as other motifs), unless ``ignore_mismatched_sizes=True``,
+        which starts both motif heads afresh, as transformers does for a different number of motifs."""
+        out = super().from_pretrained(*args, **kwargs)
+        model = out[0] if kwargs.get("output_loading_info") else out
+        model._match_motif_heads(kwargs.get("ignore_mismatched_sizes", False))
+        return out
+
+    def _match_motif_heads(self, fresh_heads: bool) -> None:
+        """Reorder (or, with ``fresh_heads``, initialise again) the motif heads loaded in the order of the motifs
+        the config was built with (see ``from_pretrained``)."""
+        saved, names = self.__dict__.pop("_built_motif_names", None), self.config.motif_names
+        if saved is None or len(saved) != len(names) or saved == names:
+            return  # the checkpoint's motifs, or another number of them (transformers' shape check)
+        heads = [self.token_classifier]
+        if self.config.sequence_task == "motif_presence":
+            heads.append(self.sequence_head[-1])
+        if set(saved) == set(names):
+            order = [saved.index(m) for m in names]  # motif i is the checkpoint's motif order[i]
+            tags = [0] + [1 + 2 * j + k for j in order for k in (0, 1)]  # O, then B- and I- of each motif
+            with torch.no_grad():
+                for head, index in zip(heads, (tags, order)):  # the presence head: one row per motif
+                    head.weight.copy_(head.weight[index])
+                    head.bias.copy_(head.bias[index])
+            return
+        if not fresh_heads:
+            raise ValueError(
+                f"motif_names={names} are not the motifs {saved} the checkpoint's tag and presence heads were "
+                "trained for, and would be read as them; pass ignore_mismatched_sizes=True to start those heads "
+                "afresh, or the checkpoint's motif names (in any order)"
+            )
+        for head in heads:
+            self._init_weights(head)
+        logger.warning(
+            "the motif heads of %s were initialised afresh: the checkpoint's are for motifs %s, not motif_names=%s",
+            type(self).__name__,
+            saved,
+            names,
+        )
 
     def get_input_embeddings(self):
         return self.backbone.get_input_embeddings()

@@ -22,7 +22,7 @@ Metrics (each evaluation; ``eval_``/``test_`` prefixes added by the runner):
 
 - per-base heads: ``span_f1``, ``span_precision``, ``span_recall`` (exact ``(motif, start, end)``
   matches, :func:`hf_sparse.tasks.motif.metrics.span_f1`), ``span_overlap_f1``, ``per_base_f1`` and
-  ``span_f1_<motif>`` per motif;
+  ``span_f1_<motif>`` per motif (left out for a motif with neither a true nor a predicted span in the split);
 - sequence heads: ``accuracy`` and ``auroc`` (classification: class accuracy and the AUROC of the
   positive class, macro one-vs-rest for more classes; motif presence: accuracy over every (sequence,
   motif) cell at probability 0.5 and the macro AUROC over motifs), and ``f1`` (binary/macro F1, or
@@ -60,6 +60,7 @@ from ...tokenization_dna import normalize_sequence, reverse_complement
 from ...training import Task, path_field
 from ...training.recipe import require_model, require_path
 from ...utils.labels import IGNORE_INDEX, spans_from_bio
+from ...utils.validation import check_int
 from ..arguments import BackboneArguments
 from .collator import MotifCollator
 from .data import check_classification_row, fasta_dataset, scan_rows
@@ -231,6 +232,7 @@ class MotifArguments(BackboneArguments):
                 )
         for key in ("num_train", "num_validation", "num_test"):
             check(getattr(self, key) >= 0, key, "an int >= 0")
+        check_int("dataset_seed", self.dataset_seed, 0)  # named as the recipe key, not the generator's "seed"
         if self.data == "synthetic":
             check(self.num_train >= 1, "num_train", "at least 1 for data: synthetic (a recipe run trains)")
         for key in ("validation_fraction", "test_fraction", "scan_threshold", "negative_fraction"):
@@ -344,7 +346,9 @@ def tag_metrics(logits: np.ndarray, labels: np.ndarray, config) -> dict:
     """Span and per-base scores of per-token ``logits`` (N, L, T) against tag ids ``labels`` (N, L; -100
     skipped: special tokens and padding). Predicted spans come from :func:`decode_spans` with the
     config's ``span_decoding`` (what the pipeline returns); with ``"fixed_length"`` the argmax-tag
-    spans are scored too (``span_f1_bio``). ``per_base_f1`` compares argmax tags."""
+    spans are scored too (``span_f1_bio``). ``per_base_f1`` compares argmax tags. ``span_f1_<motif>`` is left
+    out for a motif with neither a true nor a predicted span in the split (its F1 is undefined, not 0; as the
+    sequence head's macro F1 leaves out such a class)."""
     id2label = config.id2label
     true_spans, pred_spans, bio_spans, true_tags, pred_tags = [], [], [], [], []
     for x, t in zip(logits, labels):
@@ -373,7 +377,8 @@ def tag_metrics(logits: np.ndarray, labels: np.ndarray, config) -> dict:
             predictions=span_dicts(bio_spans), references=truth
         )["f1"]
     for name in config.motif_names:
-        out[f"span_f1_{name}"] = exact["per_type"].get(name, {}).get("f1", 0.0)
+        if name in exact["per_type"]:  # the motifs with a true or a predicted span
+            out[f"span_f1_{name}"] = exact["per_type"][name]["f1"]
     return out
 
 
@@ -736,8 +741,13 @@ class MotifTask(Task):
             logger.warning("motif plots skipped: %s", e)
             return extras
 
-        if self.config.motif_names and metrics:
-            per_motif = {m: float(metrics.get(f"{prefix}span_f1_{m}", 0.0)) for m in self.config.motif_names}
+        # a motif absent from the split (no true, no predicted span) has no F1: no bar
+        per_motif = {
+            m: float(metrics[f"{prefix}span_f1_{m}"])
+            for m in self.config.motif_names
+            if f"{prefix}span_f1_{m}" in metrics
+        }
+        if per_motif:
             path = os.path.join(output_dir, "motif_f1.png")
             plot_bars(per_motif, ylabel="span F1", title=f"span F1 per motif ({split})", path=path)
             extras["motif_f1_png"] = path
