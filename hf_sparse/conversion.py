@@ -11,8 +11,9 @@
 
 Both accept a model instance or anything ``from_pretrained`` accepts (a folder or a Hub id, e.g.
 ``from_longformer("allenai/longformer-base-4096", head="masked_lm")``), with ``from_pretrained``'s loading
-arguments (:data:`LOADING_ARGS`: ``dtype=``, ``revision=``, ``token=``, ...); their other keyword arguments
-override fields of the converted config.
+arguments (:data:`LOADING_ARGS`: ``dtype=``, ``revision=``, ``token=``, ...), and a ``tokenizer=`` whose
+``model_max_length`` they set to the converted model's length; their other keyword arguments override fields of
+the converted config.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import difflib
 
 import torch
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging
 
 from .models.sparse_transformer import (
@@ -52,6 +53,8 @@ _SUFFIX = {
     "ForTokenClassification": "token_classification",
     "ForMultipleChoice": "multiple_choice",
     "ForQuestionAnswering": "question_answering",
+    # BERT's pre-training heads: the masked-LM head converts; next-sentence prediction has no counterpart
+    "ForPreTraining": "masked_lm",
     "Model": "base",
 }
 ROBERTA_STYLE = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text")
@@ -177,16 +180,24 @@ def _load(model_or_path, head: str | None, loading: dict) -> PreTrainedModel:
 
 def _saved_head(path: str, loading: dict) -> str:
     """The head of a saved checkpoint, from its config's ``architectures`` (``BertForMaskedLM`` ->
-    ``masked_lm``); ``base`` when the config names none we convert."""
+    ``masked_lm``, ``BertModel`` -> ``base``), as :func:`_source_head` finds it for a model instance; ``base``
+    when the config names no architecture. A head we do not convert (``BertLMHeadModel``, ``...ForCausalLM``,
+    ``...ForNextSentencePrediction``) is the instance's ``ValueError``."""
     from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     where = {k: v for k, v in loading.items() if k not in ("dtype", "torch_dtype")}
-    architectures = getattr(AutoConfig.from_pretrained(path, **where), "architectures", None) or []
-    for name in architectures[:1]:
-        for suffix, h in _SUFFIX.items():
-            if name.endswith(suffix):
-                return h
-    return "base"
+    config = AutoConfig.from_pretrained(path, **where)
+    architectures = getattr(config, "architectures", None) or []
+    if not architectures or config.model_type not in ROBERTA_STYLE + BERT_STYLE:
+        return "base"  # no head named, or a model type the caller refuses with its own message
+    name = architectures[0]
+    if name == MODEL_MAPPING_NAMES.get(config.model_type):
+        return "base"
+    for suffix, h in _SUFFIX.items():
+        if h != "base" and name.endswith(suffix):
+            return h
+    raise _unsupported_head(name)
 
 
 def _source_head(model: PreTrainedModel) -> str | None:
@@ -201,6 +212,13 @@ def _source_head(model: PreTrainedModel) -> str | None:
     return None
 
 
+def _unsupported_head(name: str) -> ValueError:
+    return ValueError(
+        f"unsupported head: {name} has none of the heads from_bert converts; pass head=... (one of "
+        f"{sorted(HEADS)}) to convert its encoder under a new head"
+    )
+
+
 def _head_of(model: PreTrainedModel, head: str | None) -> str:
     if head is not None:
         if head not in HEADS:
@@ -208,11 +226,7 @@ def _head_of(model: PreTrainedModel, head: str | None) -> str:
         return head
     found = _source_head(model)
     if found is None:
-        name = type(model).__name__
-        raise ValueError(
-            f"unsupported head: {name} has none of the heads from_bert converts; pass head=... (one of "
-            f"{sorted(HEADS)}) to convert its encoder under a new head"
-        )
+        raise _unsupported_head(type(model).__name__)
     return found
 
 
@@ -228,9 +242,12 @@ def _rename(state: dict, model, head: str, kind: str) -> tuple[dict, dict, dict]
     """Source parameter names -> SparseTransformer names, split into the encoder's weights (its pooler included
     where ``head`` has one) and the source head's weights; and the head weights' source names."""
     prefix = _base_prefix(model)
-    body, own_head, origin = {}, {}, {}
+    body, own_head, origin, nsp = {}, {}, {}, []
     for name, t in state.items():
-        if prefix and name.startswith(prefix):
+        if kind == "bert" and name.startswith("cls.seq_relationship."):
+            # BertForPreTraining's next-sentence-prediction head: no SparseTransformer counterpart
+            nsp.append(name)
+        elif prefix and name.startswith(prefix):
             body["sparse_transformer." + name[len(prefix) :]] = t
         elif not prefix:
             body["sparse_transformer." + name] = t
@@ -250,6 +267,12 @@ def _rename(state: dict, model, head: str, kind: str) -> tuple[dict, dict, dict]
                 body[f"classifier.dense.{p}"] = body.pop(key)
     if head not in ("multiple_choice", "base"):  # only these heads have a pooler
         body = {k: v for k, v in body.items() if not k.startswith("sparse_transformer.pooler.")}
+    if nsp:
+        pooler = "" if head in ("multiple_choice", "base") else " and the pooler it reads"
+        logger.warning(
+            f"Some weights of {type(model).__name__} are not converted: its next-sentence-prediction head {nsp}"
+            f"{pooler} (no SparseTransformer counterpart)"
+        )
     if head == "base":
         body = {k.removeprefix("sparse_transformer."): v for k, v in body.items()}
     return body, own_head, origin
@@ -343,7 +366,9 @@ def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides:
         label2id=cfg.label2id,
         problem_type=cfg.problem_type,
         classifier_dropout=getattr(cfg, "classifier_dropout", None),
-        global_first_token=False,  # BERT's heads add no global tokens by themselves
+        # the heads that read [CLS] make it global when no global_attention_mask is given, as SparseTransformer's
+        # do: the same maths as BERT's wherever the pattern already lets [CLS] and every token see each other
+        global_first_token=True,
         **{k: getattr(cfg, k) for k in _CARRIED if hasattr(cfg, k)},
     )
     for k in _SHAPES:
@@ -367,6 +392,21 @@ def _convert(source, pattern, new_len: int, head: str, roberta: bool, overrides:
     return target.train(source.training)
 
 
+def _check_tokenizer(tokenizer) -> None:
+    if tokenizer is not None and not isinstance(tokenizer, PreTrainedTokenizerBase):
+        raise TypeError(f"tokenizer must be a transformers tokenizer or None, got {type(tokenizer).__name__}")
+
+
+def _fit_tokenizer(tokenizer, model) -> None:
+    """Set ``tokenizer.model_max_length`` to the number of tokens ``model`` takes: ``max_position_embeddings``,
+    less RoBERTa-style models' ``pad_token_id + 1`` offset rows."""
+    if tokenizer is None:
+        return
+    cfg = model.config
+    offset = cfg.pad_token_id + 1 if cfg.position_ids_style == "roberta" else 0
+    tokenizer.model_max_length = cfg.max_position_embeddings - offset
+
+
 def _specs(pattern):
     if isinstance(pattern, (list, tuple)):
         return [p.to_dict() if isinstance(p, Pattern) else from_dict(p).to_dict() for p in pattern]
@@ -378,6 +418,8 @@ def from_bert(
     attention_pattern,
     max_position_embeddings: int | None = None,
     head: str | None = None,
+    *,
+    tokenizer=None,
     **config_overrides,
 ):
     """A BERT/RoBERTa-family checkpoint as a SparseTransformer with ``attention_pattern``.
@@ -394,7 +436,15 @@ def from_bert(
             its config's ``architectures`` names, e.g. ``BertForMaskedLM`` -> ``masked_lm``). Another
             head than the source's keeps the source's encoder and initialises the new head (and a
             pooler the source lacks), as ``from_pretrained`` does; the new and the unused weights are
-            logged as warnings. Every encoder weight must map.
+            logged as warnings. Every encoder weight must map. A ``...ForPreTraining`` source converts to
+            ``masked_lm`` (its next-sentence-prediction head, and the pooler only it reads, have no counterpart:
+            they are logged and dropped); a head with no counterpart here (``BertLMHeadModel``, ``...ForCausalLM``,
+            ``...ForNextSentencePrediction``) raises ``ValueError``, for a model as for a path: pass ``head=``
+            to convert its encoder under one of these.
+        tokenizer: the source's tokenizer, if you have it loaded: its ``model_max_length`` is set (in place) to
+            the number of tokens the converted model takes (``max_position_embeddings``, less RoBERTa-style
+            models' ``pad_token_id + 1`` rows), so that ``tokenizer(..., truncation=True)`` and pipelines cut at
+            the new length, not at the source's; save it next to the model (``tokenizer.save_pretrained``).
         **config_overrides: ``from_pretrained`` loading arguments for a path or Hub id (:data:`LOADING_ARGS`:
             ``dtype``, ``revision``, ``token``, ``cache_dir``, ...), and any other SparseTransformerConfig field
             (e.g. ``attention_backend``, ``num_labels``, ``id2label``, ``hidden_dropout_prob``), which replaces the
@@ -404,14 +454,23 @@ def from_bert(
             its output layer, as for another head. Fields the copied weights fix (``hidden_size``, ...) raise, and
             so does a key that is neither a config field nor a loading argument (a typo).
 
-    Returns: the SparseTransformer model, in the source's dtype. With a pattern that covers the whole
+    Returns: the SparseTransformer model, in the source's dtype. Its sequence-classification,
+    question-answering and multiple-choice heads make the first token ([CLS]) global when no
+    ``global_attention_mask`` is passed (``global_first_token=True``, SparseTransformer's default; pass
+    ``global_first_token=False`` for none), so the ``Global()`` part of e.g. ``patterns.Longformer`` applies to
+    Trainer batches and pipelines too. With a pattern that covers the whole
     input and the original length it reproduces the source model's outputs at every non-padding
     position, and so every loss that ignores padding. At padding positions the outputs differ:
     SparseTransformer gives padding queries a zero attention output (the Longformer convention) where
     BERT lets them attend to the real tokens, so the hidden states and per-token logits there differ.
     The question-answering loss, a softmax over all positions (padding included, in both models),
     differs with them; to compare it, mask padding logits (e.g. fill them with ``-inf``) in both.
+    BERT's sequence-classification pooler (dense, tanh) becomes the converted head's ``classifier.dense``,
+    so the outputs match in evaluation; in training the converted head (RoBERTa's: dropout, dense, tanh,
+    dropout, output layer) also applies ``classifier_dropout`` (else ``hidden_dropout_prob``) to [CLS] before
+    that dense layer, which BERT's pooler does not: fine-tuning trains with one more dropout.
     """
+    _check_tokenizer(tokenizer)
     loading, config_overrides = _split_kwargs(config_overrides)
     source = _load(model_or_path, head, loading)
     cfg = source.config
@@ -425,7 +484,7 @@ def from_bert(
             f"only absolute position embeddings convert, got position_embedding_type={cfg.position_embedding_type!r}"
         )
     new_len = max_position_embeddings or cfg.max_position_embeddings
-    return _convert(
+    model = _convert(
         source,
         _specs(attention_pattern),
         new_len,
@@ -433,6 +492,8 @@ def from_bert(
         cfg.model_type in ROBERTA_STYLE,
         config_overrides,
     )
+    _fit_tokenizer(tokenizer, model)
+    return model
 
 
 def from_longformer(
@@ -440,6 +501,8 @@ def from_longformer(
     head: str | None = None,
     attention_pattern=None,
     max_position_embeddings: int | None = None,
+    *,
+    tokenizer=None,
     **config_overrides,
 ):
     """A ``Longformer*`` checkpoint as a SparseTransformer running hf-sparse kernels.
@@ -454,8 +517,10 @@ def from_longformer(
     ``"before"`` / ``"after"``; they need ``input_ids``: with ``inputs_embeds``, pass the mask).
 
     ``max_position_embeddings`` tiles the position embeddings to a longer table, as in :func:`from_bert`
-    (counting the ``pad_token_id + 1`` offset rows); ``**config_overrides`` are as in :func:`from_bert`.
+    (counting the ``pad_token_id + 1`` offset rows); ``tokenizer`` and ``**config_overrides`` are as in
+    :func:`from_bert`.
     """
+    _check_tokenizer(tokenizer)
     loading, config_overrides = _split_kwargs(config_overrides)
     source = _load(model_or_path, head, loading)
     cfg = source.config
@@ -478,7 +543,7 @@ def from_longformer(
         "global_tokens_from_sep": _LONGFORMER_SEP_GLOBALS.get(head),
         **config_overrides,
     }
-    return _convert(
+    model = _convert(
         source,
         _specs(attention_pattern),
         max_position_embeddings or cfg.max_position_embeddings,
@@ -486,6 +551,8 @@ def from_longformer(
         True,
         overrides,
     )
+    _fit_tokenizer(tokenizer, model)
+    return model
 
 
 __all__ = ["HEADS", "LOADING_ARGS", "from_bert", "from_longformer"]

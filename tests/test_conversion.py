@@ -494,3 +494,128 @@ def test_generic_config_fields_are_carried_across():
     model = from_bert(src, P.SlidingWindow(window=8))
     assert {k: getattr(model.config, k, None) for k in fields} == fields
     assert model.config.add_cross_attention is False
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BertForSequenceClassification(_bert(num_labels=3, initializer_range=0.3)),
+        lambda: transformers.RobertaForSequenceClassification(_roberta(initializer_range=0.3)),
+        lambda: transformers.BertForQuestionAnswering(_bert(initializer_range=0.3)),
+        lambda: transformers.BertForMultipleChoice(_bert(initializer_range=0.3)),
+    ],
+    ids=["bert-classification", "roberta-classification", "question-answering", "multiple-choice"],
+)
+def test_converted_heads_that_read_cls_make_it_global(make):
+    """Without a global_attention_mask (Trainer batches, pipelines) the converted classification, QA and
+    multiple-choice heads make [CLS] global, as SparseTransformer's heads do, so a Longformer pattern's Global()
+    part applies; with a window covering the input that is BERT's own maths."""
+    torch.manual_seed(0)
+    src = make().eval()
+    ids, am = _ids(src.config, pad=src.config.pad_token_id)
+    mc = isinstance(src, transformers.BertForMultipleChoice)
+    if mc:  # (batch, choices, seq)
+        ids, am = torch.stack([ids, ids.roll(1, 0)], 1), torch.stack([am, am.roll(1, 0)], 1)
+    cls_global = torch.zeros_like(ids)
+    cls_global[..., 0] = 1
+    field = "start_logits" if isinstance(src, transformers.BertForQuestionAnswering) else "logits"
+    sparse = from_bert(src, P.Longformer(window=4)).eval()
+    with torch.no_grad():
+        default = getattr(sparse(input_ids=ids, attention_mask=am), field)
+        with_cls = getattr(sparse(input_ids=ids, attention_mask=am, global_attention_mask=cls_global), field)
+        without = getattr(
+            sparse(input_ids=ids, attention_mask=am, global_attention_mask=0 * cls_global), field
+        )
+    torch.testing.assert_close(default, with_cls)
+    assert not torch.allclose(default, without, atol=1e-3)
+    assert sparse.config.global_first_token
+    covering = from_bert(src, P.SlidingWindow(window=128)).eval()
+    with torch.no_grad():
+        want = getattr(src(input_ids=ids, attention_mask=am), field)
+        got = getattr(covering(input_ids=ids, attention_mask=am), field)
+    if field == "start_logits":  # padding positions differ (documented)
+        got, want = got[am.bool()], want[am.bool()]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_pre_training_checkpoints_convert_their_masked_lm_head(tmp_path, caplog):
+    """BertForPreTraining, as an instance or a saved folder, becomes the masked-LM head with the same MLM logits;
+    its next-sentence-prediction head has no counterpart and is reported, not silently dropped."""
+    from hf_sparse.models.sparse_transformer import SparseTransformerForMaskedLM
+
+    torch.manual_seed(0)
+    src = transformers.BertForPreTraining(_bert()).eval()
+    src.save_pretrained(tmp_path)
+    ids, am = _ids(src.config)
+    with torch.no_grad():
+        want = src(input_ids=ids, attention_mask=am).prediction_logits[am.bool()]
+    with caplog.at_level("WARNING", logger="hf_sparse.conversion"):
+        from_instance = from_bert(src, P.SlidingWindow(window=128)).eval()
+    assert any("'cls.seq_relationship.weight'" in r.getMessage() for r in caplog.records)
+    for model in (from_instance, from_bert(str(tmp_path), P.SlidingWindow(window=128)).eval()):
+        assert isinstance(model, SparseTransformerForMaskedLM)
+        with torch.no_grad():
+            got = model(input_ids=ids, attention_mask=am).logits[am.bool()]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: transformers.BertLMHeadModel(_bert(is_decoder=True)),
+        lambda: transformers.RobertaForCausalLM(_roberta(is_decoder=True)),
+        lambda: transformers.BertForNextSentencePrediction(_bert()),
+    ],
+    ids=["BertLMHeadModel", "RobertaForCausalLM", "BertForNextSentencePrediction"],
+)
+def test_a_saved_head_from_bert_does_not_convert_is_refused_as_the_instance_is(make, tmp_path):
+    """A folder whose head from_bert cannot convert raises the instance's error instead of silently becoming the
+    bare encoder (its head weights dropped); head= converts the encoder under a chosen head, as for an instance."""
+    src = make()
+    name = type(src).__name__
+    src.save_pretrained(tmp_path)
+    for source in (src, str(tmp_path)):
+        with pytest.raises(
+            ValueError, match=f"unsupported head: {name} has none of the heads from_bert converts"
+        ):
+            from_bert(source, P.SlidingWindow(window=8))
+    assert (
+        type(from_bert(str(tmp_path), P.SlidingWindow(window=8), head="base")).__name__
+        == "SparseTransformerModel"
+    )
+
+
+def _tokenizer(tmp_path, model_max_length):
+    words = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", *"the cat sat on a mat".split()]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    special = dict(
+        cls_token="<s>", sep_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>"
+    )
+    return transformers.BertTokenizer(
+        str(tmp_path / "vocab.txt"), model_max_length=model_max_length, **special
+    )
+
+
+@pytest.mark.parametrize(
+    "make, length, tokens",
+    [
+        (lambda: RobertaForMaskedLM(_roberta()), 130, 128),  # pad_token_id + 1 = 2 offset rows
+        (lambda: BertForMaskedLM(_bert()), 130, 130),
+        (lambda: LongformerModel(_longformer()), 258, 256),
+    ],
+    ids=["roberta", "bert", "longformer"],
+)
+def test_a_given_tokenizer_gets_the_converted_length(make, length, tokens, tmp_path):
+    """A lengthened model's tokenizer truncates at the new length, not at the source's (Longformer's recipe)."""
+    tok = _tokenizer(tmp_path, model_max_length=32)
+    src = make()
+    convert = from_longformer if isinstance(src, LongformerModel) else from_bert
+    args = () if convert is from_longformer else (P.SlidingWindow(window=8),)
+    model = convert(src, *args, max_position_embeddings=length, tokenizer=tok).eval()
+    assert tok.model_max_length == tokens
+    ids = tok(" ".join(["the cat sat on a mat"] * 60), truncation=True, return_tensors="pt")["input_ids"]
+    assert ids.shape == (1, tokens)
+    with torch.no_grad():
+        model(ids)  # every token has a position
+    with pytest.raises(TypeError, match="tokenizer must be a transformers tokenizer or None, got str"):
+        convert(src, *args, tokenizer="roberta-base")

@@ -71,12 +71,16 @@ a pattern with a ``Global()`` part (e.g. :class:`~hf_sparse.patterns.Longformer`
 ``ValueError`` for it instead of running as the bare window; fixed global tokens are
 ``Global(indices=...)`` or ``Global(every=...)``.
 
-Models that ignore ``attn_implementation`` (Longformer, LED, BigBird, BigBirdPegasus, Reformer, and
-any transformers model whose attention does not go through ``AttentionInterface``) raise a
-``ValueError`` when asked for ``"hf_sparse"``, instead of silently running their own attention:
+Models that ignore ``attn_implementation`` (Longformer, LED, BigBird, BigBirdPegasus, Reformer, PegasusX,
+LongT5, and any transformers model whose attention does not go through ``AttentionInterface``) raise a
+``ValueError`` when asked for ``"hf_sparse"``, instead of silently running their own attention. So does a
+model that built any transformers ``*Attention*`` module running attention code of its own, with no
+dispatching module inside it (Informer's ProbSparse attention, the linear attention layers of hybrids such as
+MiniMax; cross-attention and attention-pooling modules excepted: they attend every key, as here).
 :func:`register_attention` wraps ``PreTrainedModel.get_correct_attn_implementation`` (the check
 every model runs in ``__init__``, so also ``from_pretrained(..., attn_implementation=...)`` and
-``config._attn_implementation = "hf_sparse"`` before construction) and
+``config._attn_implementation = "hf_sparse"`` before construction), ``PreTrainedModel.post_init`` (run at
+the end of ``__init__``, once the modules exist) and
 ``PreTrainedModel.set_attn_implementation``, which runs the model's ``get_correct_attn_implementation`` first
 (a class that overrides it decides for itself: a task model checks its backbone's pattern). The wrappers only
 act when the requested name is ``"hf_sparse"``.
@@ -90,6 +94,7 @@ attention masks, logit soft-capping and attention sinks.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass, replace
 
 import torch
@@ -120,14 +125,17 @@ OWN_ATTN_IMPLEMENTATION = (
 #: its square) it raises instead.
 MAX_DENSE_ATTENTION_WEIGHTS = 4096 * 4096
 
-#: transformers model families that never call ``AttentionInterface`` for their sparse attention:
-#: they accept any ``attn_implementation`` and ignore it. Matched against the modules of a model's MRO.
+#: transformers model families that never call ``AttentionInterface`` for their sparse attention (PegasusX and
+#: LongT5: for their encoder's): they accept any ``attn_implementation`` and ignore it. Matched against the modules
+#: of a model's MRO, before the model builds its modules (the modules it builds are checked as well).
 IGNORING_FAMILIES = {
     "transformers.models.longformer.": "Longformer",
     "transformers.models.led.": "LED",
     "transformers.models.big_bird.": "BigBird",
     "transformers.models.bigbird_pegasus.": "BigBirdPegasus",
     "transformers.models.reformer.": "Reformer",
+    "transformers.models.pegasus_x.": "PegasusX",  # its encoder: PegasusXGlobalLocalAttention
+    "transformers.models.longt5.": "LongT5",  # its encoder: local or transient-global attention
 }
 
 # qualnames (prefixes) of transformers mask-function pieces that the attention function cannot honour
@@ -883,10 +891,57 @@ def _ignoring_family(model) -> str | None:
     return None
 
 
+@functools.cache
+def _dispatches(cls: type) -> bool | None:
+    """Whether the code of ``cls`` (or of a transformers model class it derives from) hands attention to
+    ``AttentionInterface`` (``ALL_ATTENTION_FUNCTIONS``); ``None`` where the source cannot be read."""
+    try:
+        return any(
+            "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(klass)
+            for klass in cls.__mro__
+            if klass.__module__.startswith("transformers.models.")
+        )
+    except (OSError, TypeError):
+        return None
+
+
+def _own_attention_module(model) -> str | None:
+    """``"<name> (<class>)"`` of the first module of ``model`` that runs attention code of its own: a transformers
+    ``*Attention*`` module whose code never calls ``AttentionInterface`` and that holds no module that does
+    (``BertAttention`` holds the dispatching ``BertSelfAttention``), e.g. PegasusX's global-local, LongT5's local,
+    Informer's ProbSparse or MiniMax's linear ("lightning") attention. Cross-attention and attention-pooling modules
+    do not count (they attend every key, as hf-sparse's cross-attention does), nor do nested sub-models with a
+    config of their own (checked with it). ``None`` when there is none, or before the modules exist (``__init__``:
+    the ``post_init`` check then finds them)."""
+
+    def walk(module, name) -> tuple[str | None, bool]:
+        """(the module found under ``module``, whether a dispatching module is inside it)"""
+        held = False
+        for child_name, child in module.named_children():
+            if isinstance(child, PreTrainedModel) and child.config is not model.config:
+                continue
+            found, child_held = walk(child, f"{name}.{child_name}" if name else child_name)
+            if found is not None:
+                return found, True
+            held = held or child_held
+        cls = type(module)
+        if "Attention" not in cls.__name__ or not cls.__module__.startswith("transformers.models."):
+            return None, held
+        dispatches = _dispatches(cls)
+        if dispatches:
+            return None, True
+        if held or dispatches is None or "Cross" in cls.__name__ or "Pooling" in cls.__name__:
+            return None, held
+        return f"{name} ({cls.__name__})", False
+
+    return walk(model, "")[0]
+
+
 def check_model(model) -> None:
     """Raise ``ValueError`` unless ``model`` can run ``attn_implementation="hf_sparse"``: it must route
-    its attention through ``AttentionInterface`` and (unless it is a composite model whose sub-configs
-    carry the patterns) have a valid ``config.attention_pattern`` (:func:`check_config`)."""
+    its attention through ``AttentionInterface`` (its family, and every attention module it has built:
+    :func:`_own_attention_module`) and (unless it is a composite model whose sub-configs carry the patterns)
+    have a valid ``config.attention_pattern`` (:func:`check_config`)."""
     family = _ignoring_family(model)
     if family is not None:
         raise ValueError(
@@ -894,6 +949,13 @@ def check_model(model) -> None:
             "attention code and ignore attn_implementation, so the request would be a silent no-op. Convert "
             "the checkpoint to a hf-sparse SparseTransformer with any pattern instead (hf_sparse.conversion, "
             "e.g. patterns.Longformer(window=512)), or keep this class with its own attention."
+        )
+    module = _own_attention_module(model)
+    if module is not None:
+        raise ValueError(
+            f"{type(model).__name__} cannot use attn_implementation='hf_sparse': its module {module} runs its own "
+            "attention code and ignores attn_implementation, so the request would be silently ignored there. "
+            "Keep this model with its own attention (attn_implementation='eager', 'sdpa', ...)."
         )
     config = model.config
     if getattr(config, "attention_pattern", None) is None and getattr(config, "sub_configs", None):
@@ -915,6 +977,20 @@ def _wrap_get_correct(original):
 
     get_correct_attn_implementation._hf_sparse_wrapped = True
     return get_correct_attn_implementation
+
+
+def _wrap_post_init(original):
+    @functools.wraps(original)
+    def post_init(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        # the __init__ check runs before the modules exist; now that they do, check what was built
+        requested = getattr(self.config, "_attn_implementation", None)
+        if requested == ATTN_IMPLEMENTATION and _own_attention_module(self) is not None:
+            check_model(self)
+        return out
+
+    post_init._hf_sparse_wrapped = True
+    return post_init
 
 
 def _wrap_set_attn(original):
@@ -990,6 +1066,8 @@ def register_attention() -> None:
         PreTrainedModel.get_correct_attn_implementation = _wrap_get_correct(
             PreTrainedModel.get_correct_attn_implementation
         )
+    if not getattr(PreTrainedModel.post_init, "_hf_sparse_wrapped", False):
+        PreTrainedModel.post_init = _wrap_post_init(PreTrainedModel.post_init)
     if not getattr(PreTrainedModel.set_attn_implementation, "_hf_sparse_wrapped", False):
         PreTrainedModel.set_attn_implementation = _wrap_set_attn(PreTrainedModel.set_attn_implementation)
     if not getattr(PretrainedConfig.to_dict, "_hf_sparse_wrapped", False):

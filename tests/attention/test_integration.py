@@ -401,6 +401,32 @@ IGNORING = {
         local_attn_chunk_length=4,
         lsh_attn_chunk_length=4,
     ),
+    # other attention classes of these modelling files dispatch, so transformers' heuristic says they can
+    "PegasusXModel": lambda: transformers.PegasusXConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        block_size=4,
+        num_global_tokens=2,
+    ),
+    "LongT5EncoderModel": lambda: transformers.LongT5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=32, num_layers=1, num_heads=2, local_radius=4
+    ),
+    "LongT5Model": lambda: transformers.LongT5Config(
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_heads=2,
+        local_radius=4,
+        encoder_attention_type="transient-global",
+    ),
 }
 
 
@@ -427,6 +453,77 @@ def test_longformer_from_pretrained_and_set_attn_implementation_raise(tmp_path):
         transformers.LongformerModel.from_pretrained(tmp_path, attn_implementation="hf_sparse")
     with pytest.raises(ValueError, match="LongformerForMaskedLM cannot use"):
         transformers.AutoModelForMaskedLM.from_pretrained(tmp_path, attn_implementation="hf_sparse")
+
+
+def _informer(attention_type):
+    return transformers.InformerConfig(
+        prediction_length=2,
+        context_length=4,
+        lags_sequence=[1],
+        num_time_features=1,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        attention_type=attention_type,
+        distil=False,
+    )
+
+
+OWN_ATTENTION_MODULES = {
+    # model class: (config, the class of the module that runs its own attention)
+    "InformerModel": (lambda: _informer("prob"), "InformerProbSparseAttention"),
+    "MiniMaxModel": (
+        lambda: transformers.MiniMaxConfig(
+            **SMALL,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            num_local_experts=2,
+            num_experts_per_tok=1,
+            layer_types=["linear_attention", "full_attention"],
+            block_size=4,
+        ),
+        "MiniMaxLightningAttention",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(OWN_ATTENTION_MODULES))
+def test_models_with_an_attention_module_of_their_own_raise(name, tmp_path):
+    """A model whose family mostly dispatches, but which built a module that runs its own attention (Informer's
+    ProbSparse, MiniMax's linear layers), raises instead of running that module as it is: at construction (the
+    post_init check), in set_attn_implementation and in from_pretrained."""
+    make_config, module = OWN_ATTENTION_MODULES[name]
+    config = make_config()
+    config.attention_pattern = {"type": "sliding_window", "window": 1}
+    model = getattr(transformers, name)(config)  # its own attention: fine
+    # the model, or the sub-model (InformerEncoder) whose construction finds the module, names it and its path
+    match = rf"cannot use attn_implementation='hf_sparse': its module [\w.]+ \({module}\) runs its own attention code"
+    with pytest.raises(ValueError, match=match):
+        model.set_attn_implementation("hf_sparse")
+    assert model.config._attn_implementation != "hf_sparse"
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        getattr(transformers, name).from_pretrained(tmp_path, attn_implementation="hf_sparse")
+    config._attn_implementation = "hf_sparse"
+    with pytest.raises(ValueError, match=match):
+        getattr(transformers, name)(config)
+
+
+def test_informer_with_full_attention_runs_hf_sparse():
+    """Only the modules a model builds count: Informer with attention_type="full" dispatches everywhere."""
+    config = _informer("full")
+    config.attention_pattern = {"type": "sliding_window", "window": 1}
+    model = transformers.InformerModel(config)
+    model.set_attn_implementation("hf_sparse")
+    assert model.config._attn_implementation == "hf_sparse"
+    assert (
+        integration._own_attention_module(make_model("bert")) is None
+    )  # BertAttention holds BertSelfAttention
 
 
 def test_four_dimensional_mask_and_packed_sequences_raise():
