@@ -262,11 +262,14 @@ class LSHBuckets(Pattern):
 class TopKBlocks(Pattern):
     """Content-based block selection (MoBA / NSA style): each query block of ``block`` positions
     attends its own block and the ``k - 1`` other key blocks whose mean key has the largest dot
-    product with the block's mean query (``k`` blocks in all, fewer if there are fewer); with
-    ``causal`` only key blocks at or before the query block, and ``j <= i``. Query i attends key j
-    iff ``j // block`` is selected for ``i // block``. The selection is not differentiated. Bound with
-    ``key_valid`` (padding), the means are over real positions only and a key block of padding only is
-    never selected (other than as a query block's own), so a right-padded row selects as it would alone."""
+    product with the block's mean query (``k`` blocks in all, fewer if there are fewer). With
+    ``causal``, only key blocks before the query block compete, scored against the block's *first*
+    query (its first real one given: with a cache, the first query of the call in that block) instead of
+    the mean, and ``j <= i``: the blocks a query sees then depend on no later position, so output i does
+    not change when a token after i does. Query i attends key j iff ``j // block`` is selected for
+    ``i // block``. The selection is not differentiated. Bound with ``key_valid`` (padding), the means are
+    over real positions only and a key block of padding only is never selected (other than as a query
+    block's own), so a right-padded row selects as it would alone."""
 
     content_based = True
 
@@ -305,10 +308,22 @@ class TopKBlocks(Pattern):
             cnt = torch.zeros(weight.shape[0], nb, device=dev).index_add_(1, blk, weight)
             return s / cnt.clamp(min=1)[:, None, :, None], cnt
 
+        def block_first(x, offset, real):  # each block's first real row (zeros where none) -> (B, H, nb, D)
+            blk = torch.div(torch.arange(offset, offset + x.shape[-2], device=dev), p, rounding_mode="floor")
+            row = torch.arange(x.shape[-2], device=dev).expand(1 if real is None else B, -1)
+            row = row if real is None else torch.where(real, row, x.shape[-2])  # padding: past the last row
+            first = torch.full((row.shape[0], nb), x.shape[-2], device=dev)
+            first = first.scatter_reduce_(1, blk.expand_as(row), row, "amin")  # (B|1, nb)
+            x = torch.nn.functional.pad(x.detach().float(), (0, 0, 0, 1))  # (B, H, len + 1, D): zeros last
+            return x.gather(2, first.expand(B, -1)[:, None, :, None].expand(B, H, nb, D))
+
         real_q = None if key_valid is None else key_valid[:, kv_len - q_len :]
-        q_mean, _ = block_mean(query, kv_len - q_len, real_q)
+        if self.causal:  # the first query: what a block selects depends on no later position
+            q_stat = block_first(query, kv_len - q_len, real_q)
+        else:
+            q_stat, _ = block_mean(query, kv_len - q_len, real_q)
         k_mean, k_count = block_mean(key, 0, key_valid)
-        scores = q_mean @ k_mean.transpose(-1, -2)  # (B, H, nb, nb)
+        scores = q_stat @ k_mean.transpose(-1, -2)  # (B, H, nb, nb)
         if key_valid is not None:  # a block of padding only is never another block's choice
             scores = scores.masked_fill((k_count == 0)[:, None, None, :], float("-inf"))
         qb = torch.arange(nb, device=dev)

@@ -123,6 +123,29 @@ def test_group_texts_cuts_the_stream_into_full_blocks():
     assert out["labels"] == out["input_ids"] and out["attention_mask"] == [[1] * 4] * 2
 
 
+def test_lm_blocks_cut_the_whole_stream_across_map_batches():
+    """Blocks are consecutive pieces of the one token stream, across ``datasets.map``'s 1000-document batches:
+    only the stream's final remainder is dropped (each batch used to drop its own), and the error for too little
+    text says what it tests."""
+    from datasets import Dataset
+
+    from hf_sparse.tasks.lm.data import lm_blocks, train_word_tokenizer
+
+    docs = [" ".join(["a", "b", "c"][: 1 + i % 3]) for i in range(2100)]  # three map batches, 4-6 tokens each
+    tok = train_word_tokenizer(docs, min_frequency=1)
+    rows = Dataset.from_dict({"document": docs})
+    stream = [t for d in docs for t in tok(d)["input_ids"] + [tok.eos_token_id]]
+    for block_size in (7, 1000, 4096):  # 4096: more than one batch's tokens, fewer than the stream's
+        blocks = lm_blocks(rows, tok, block_size)
+        assert len(blocks) == len(stream) // block_size, block_size
+        assert [t for b in blocks["input_ids"] for t in b] == stream[: len(blocks) * block_size]
+    with pytest.raises(
+        ValueError, match=f"2100 document\\(s\\) of {len(stream)} tokens .* fewer than block_size"
+    ):
+        lm_blocks(rows, tok, len(stream) + 1)
+    assert len(lm_blocks(rows, tok, len(stream))) == 1
+
+
 def test_prompts_end_without_eos_and_training_documents_are_closed_by_it(tmp_path):
     """generate() and the text-generation pipeline encode a prompt with the saved tokenizer: it must not end in
     </s> (the model would go on after an ended document), while the training stream still separates documents."""
@@ -385,6 +408,53 @@ def test_saved_model_keeps_its_size(saved_lm, tmp_path, values, match):
     )
     with pytest.raises(ValueError, match=match):
         CausalLMTask().build_model(args, None)
+
+
+@pytest.fixture
+def saved_span_lm(tmp_path):
+    """A tiny saved causal LM with 2 experts (top-1) and an adaptive span (max_span 16, ramp 4)."""
+    from hf_sparse.models.sparse_transformer import SparseTransformerForCausalLM
+    from tests.models.tiny import tiny_decoder_config
+
+    config = tiny_decoder_config({"type": "causal"}, max_position_embeddings=32, num_experts=2,
+                                 num_experts_per_tok=1, adaptive_span={"max_span": 16, "ramp": 4, "init": 8})  # fmt: skip
+    SparseTransformerForCausalLM(config).save_pretrained(tmp_path / "saved")
+    return tmp_path / "saved"
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        # same shapes, other meaning: every learned span would be rescaled
+        ({"adaptive_span": {"max_span": 8}}, "adaptive_span.max_span=8 would change what the weights .* mean "
+         "\\(adaptive_span.max_span=16 there\\)"),
+        ({"adaptive_span": {"ramp": 2, "loss_coef": 0.1}}, "adaptive_span.ramp=2 would change .*\\(adaptive_span.ramp=4"),
+        ({"num_experts_per_tok": 2}, "num_experts_per_tok=2 would change what .* \\(num_experts_per_tok=1 there\\)"),
+        ({"norm_topk_prob": False}, "norm_topk_prob=False would change what .* \\(norm_topk_prob=True there\\)"),
+        ({"hidden_act": "relu"}, "hidden_act='relu' would change what the weights"),
+        ({"layer_norm_eps": 0.1}, "layer_norm_eps=0.1 would change what the weights"),
+    ],
+)  # fmt: skip
+def test_saved_model_refuses_kwargs_that_change_what_its_weights_mean(saved_span_lm, tmp_path, kwargs, match):
+    from hf_sparse.tasks.lm.task import CausalLMTask
+
+    args = CausalLMArguments(data_dir=str(tmp_path), model_name_or_path=str(saved_span_lm), block_size=32,
+                             model_kwargs=kwargs)  # fmt: skip
+    with pytest.raises(ValueError, match=f"model_kwargs: {match}.*may change only .*router_aux_loss_coef"):
+        CausalLMTask().build_model(args, None)
+
+
+def test_saved_model_takes_the_allowed_kwargs_and_its_own_values(saved_span_lm, tmp_path):
+    from hf_sparse.tasks.lm.task import CausalLMTask
+
+    kwargs = {"adaptive_span": {"loss_coef": 0.5, "max_span": 16}, "router_z_loss_coef": 0.5,
+              "hidden_dropout_prob": 0.0, "num_experts_per_tok": 1, "attention_backend": "dense"}  # fmt: skip
+    args = CausalLMArguments(data_dir=str(tmp_path), model_name_or_path=str(saved_span_lm), block_size=32,
+                             model_kwargs=kwargs)  # fmt: skip
+    config = CausalLMTask().build_model(args, None).config
+    assert config.adaptive_span["loss_coef"] == 0.5 and config.adaptive_span["ramp"] == 4
+    assert config.router_z_loss_coef == 0.5 and config.hidden_dropout_prob == 0.0
+    assert config.attention_backend == "dense"
 
 
 def test_block_size_longer_than_a_saved_model_is_a_recipe_error_before_the_data(

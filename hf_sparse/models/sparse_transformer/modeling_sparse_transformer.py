@@ -397,12 +397,24 @@ class SparseTransformerPreTrainedModel(ExportCodeMixin, PreTrainedModel):
             module.inv_freq.copy_(module.compute_inv_freq())  # deterministic: always recomputed
 
 
-def with_span_penalty(model, loss):
-    """A head's loss plus the adaptive-span penalty, in training mode only (evaluation losses stay
-    the task's loss, comparable across models)."""
+def with_span_penalty(model, loss, weight=1.0):
+    """A head's loss plus ``weight`` times the adaptive-span penalty, in training mode only (evaluation losses
+    stay the task's loss, comparable across models); ``weight``: see :func:`batch_share`."""
     if loss is None or not model.training or model.config.adaptive_span is None:
         return loss
-    return loss + model.sparse_transformer.adaptive_span_loss().to(loss.dtype)
+    return loss + (weight * model.sparse_transformer.adaptive_span_loss()).to(loss.dtype)
+
+
+def batch_share(labels, num_items_in_batch=None):
+    """The weight of a forward's per-batch penalties (router losses, span penalty) next to a token loss: 1 for a
+    loss averaged over this batch (``num_items_in_batch`` None), else this batch's labels (``labels`` != -100,
+    as the token loss counts them) over the ``num_items_in_batch`` the Trainer hands every micro-batch of an
+    accumulated step. The micro-batches' shares then add up to 1 (over the processes too, whose losses the
+    Trainer scales by their number when it averages tokens across devices), so the accumulated step counts each
+    penalty once, every micro-batch weighted by its tokens, as the token loss is."""
+    if num_items_in_batch is None:
+        return 1.0
+    return (labels != -100).sum().to(torch.float32) / num_items_in_batch
 
 
 def _fillable_dynamic_cache(cache) -> bool:
@@ -414,13 +426,6 @@ def _fillable_dynamic_cache(cache) -> bool:
         and not getattr(cache, "offloading", False)
         and (cache.get_seq_length() == 0 or holds_pattern_layers(cache))
     )
-
-
-def _token_loss_accepts_loss_kwargs(model) -> bool:
-    """``accepts_loss_kwargs`` of a token-level loss (``self.loss_function``, which sums over ``num_items_in_batch``):
-    not when a per-batch penalty is added (MoE router losses, the adaptive-span penalty), which would then count
-    once per accumulated micro-batch."""
-    return model.config.num_experts == 0 and model.config.adaptive_span is None
 
 
 def _return(return_dict, output, config):
@@ -745,7 +750,8 @@ class SparseTransformerForMaskedLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         self.lm_head = SparseTransformerLMHead(config)
         self.post_init()
 
-    accepts_loss_kwargs = property(_token_loss_accepts_loss_kwargs)
+    #: the token loss divides by the Trainer's ``num_items_in_batch``, the penalties are weighted by ``batch_share``
+    accepts_loss_kwargs = True
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
@@ -758,12 +764,13 @@ class SparseTransformerForMaskedLM(_LMHeadMixin, SparseTransformerPreTrainedMode
             output_router_logits=output_router_logits,
         )  # fmt: skip
         logits = self.lm_head(out.last_hidden_state)
-        loss = None
+        loss, share = None, 1.0
         if labels is not None:  # transformers' ForMaskedLM loss: a mean, or a sum over num_items_in_batch
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        loss = with_span_penalty(self, loss)
+            share = batch_share(labels, kwargs.get("num_items_in_batch"))
+        loss = with_span_penalty(self, loss, share)
         res = SparseTransformerMaskedLMOutput(
-            loss=add_router_losses(loss, self.config, out),
+            loss=add_router_losses(loss, self.config, out, share),
             logits=logits,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
@@ -785,7 +792,8 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         self.lm_head = SparseTransformerLMHead(config)
         self.post_init()
 
-    accepts_loss_kwargs = property(_token_loss_accepts_loss_kwargs)
+    #: the token loss divides by the Trainer's ``num_items_in_batch``, the penalties are weighted by ``batch_share``
+    accepts_loss_kwargs = True
 
     def prepare_inputs_for_generation(self, *args, **kwargs):
         """transformers' inputs, with the cache also as ``past_key_values`` where transformers passes it as
@@ -896,12 +904,14 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         else:
             hidden = hidden[:, logits_to_keep]
         logits = self.lm_head(hidden)
-        loss = None
-        if labels is not None:
+        loss, share = None, 1.0
+        if labels is not None:  # transformers' ForCausalLM loss: of the next tokens (or shift_labels)
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        loss = with_span_penalty(self, loss)
+            targets = labels[..., 1:] if kwargs.get("shift_labels") is None else kwargs["shift_labels"]
+            share = batch_share(targets, kwargs.get("num_items_in_batch"))
+        loss = with_span_penalty(self, loss, share)
         res = SparseTransformerCausalLMOutput(
-            loss=add_router_losses(loss, self.config, out),
+            loss=add_router_losses(loss, self.config, out, share),
             logits=logits,
             hidden_states=out.hidden_states,
             attentions=out.attentions,

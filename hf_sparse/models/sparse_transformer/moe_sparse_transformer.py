@@ -232,13 +232,14 @@ def router_losses(config, router_logits, token_mask=None):
     )
 
 
-def add_router_losses(loss, config, output):
-    """A head's ``loss`` plus ``router_aux_loss_coef * aux_loss + router_z_loss_coef * router_z_loss`` of the
-    base ``output`` (unchanged without MoE layers or without a loss)."""
+def add_router_losses(loss, config, output, weight=1.0):
+    """A head's ``loss`` plus ``weight * (router_aux_loss_coef * aux_loss + router_z_loss_coef * router_z_loss)``
+    of the base ``output`` (unchanged without MoE layers or without a loss). ``weight``: 1, or a number or 0-dim
+    tensor (the micro-batch's share of an accumulated batch's labels: ``batch_share``)."""
     if loss is None or getattr(output, "aux_loss", None) is None:
         return loss
     extra = config.router_aux_loss_coef * output.aux_loss + config.router_z_loss_coef * output.router_z_loss
-    return loss + extra.to(loss.device, loss.dtype)
+    return loss + (weight * extra).to(loss.device, loss.dtype)
 
 
 def router_fields(output) -> dict:

@@ -77,11 +77,9 @@ def _closed(ids: list[int], eos: int | None) -> list[int]:
     return ids if eos is None or (ids and ids[-1] == eos) else ids + [eos]
 
 
-def group_texts(batch: dict, block_size: int) -> dict:
-    """``datasets.map(batched=True)`` function: concatenate the batch's ``input_ids`` and cut them into
-    blocks of exactly ``block_size`` tokens (the remainder of the batch is dropped); ``labels`` are the
-    inputs (the model shifts them)."""
-    stream = [t for ids in batch["input_ids"] for t in ids]
+def _cut(stream: list[int], block_size: int) -> dict:
+    """``stream`` cut into examples of exactly ``block_size`` tokens (an incomplete last one dropped);
+    ``labels`` are the inputs (the model shifts them)."""
     usable = (len(stream) // block_size) * block_size
     blocks = [stream[i : i + block_size] for i in range(0, usable, block_size)]
     return {
@@ -91,14 +89,52 @@ def group_texts(batch: dict, block_size: int) -> dict:
     }
 
 
+def group_texts(batch: dict, block_size: int) -> dict:
+    """One batch on its own (transformers' ``run_clm``): its ``input_ids`` concatenated and cut into blocks of
+    exactly ``block_size`` tokens, the batch's remainder dropped. :func:`lm_blocks` cuts the whole stream
+    instead, so blocks run across its batches."""
+    return _cut([t for ids in batch["input_ids"] for t in ids], block_size)
+
+
+def _stream_blocks(ids, block_size: int):
+    """``(group, tokens)``: ``tokens`` the length of the documents ``ids``' concatenated token stream, ``group``
+    a ``datasets.map(batched=True, with_indices=True)`` function over ``ids`` giving the blocks of that stream
+    which *start* in its batch, the last one completed from the following documents (read from ``ids``). Every
+    batch is thus cut where the whole stream is, and only the stream's final remainder (< ``block_size``
+    tokens) is dropped; memory stays one batch and one block (plus a length per document)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(ids.with_format("arrow")["input_ids"]).to_numpy(zero_copy_only=False)
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])  # each document's first token
+    total = int(starts[-1])
+    usable = total // block_size * block_size
+
+    def group(batch, indices):
+        lo, hi = int(starts[indices[0]]), int(starts[indices[-1] + 1])  # the batch's tokens in the stream
+        first = -(-lo // block_size) * block_size  # the first block starting in the batch
+        last = min(-(-hi // block_size) * block_size, usable)  # the end of the last complete one
+        if first >= last:
+            return _cut([], block_size)
+        stream = [t for d in batch["input_ids"] for t in d][first - lo :]
+        if last > hi:  # the following documents that complete the last block
+            end = int(np.searchsorted(starts, last))
+            stream += [t for d in ids[indices[-1] + 1 : end]["input_ids"] for t in d]
+        return _cut(stream[: last - first], block_size)
+
+    return group, total
+
+
 def lm_blocks(
     rows, tokenizer, block_size: int, text_field: str = "document", max_blocks: int | None = None,
     source: str = "the documents",
 ):  # fmt: skip
-    """``rows`` tokenized (each document closed by the tokenizer's eos) and grouped into ``block_size``-token
-    examples (``input_ids``, ``attention_mask``, ``labels``), the first ``max_blocks`` kept when given. Cached
-    by ``datasets`` under a fingerprint of the rows, the tokenizer and the block size. ``ValueError`` naming
-    ``source`` (e.g. the file the rows come from) if they hold fewer than ``block_size`` tokens."""
+    """``rows`` tokenized (each document closed by the tokenizer's eos), concatenated and cut into
+    ``block_size``-token examples (``input_ids``, ``attention_mask``, ``labels``): consecutive pieces of the
+    one stream, only its final remainder (< ``block_size`` tokens) dropped; the first ``max_blocks`` kept when
+    given. Cached by ``datasets`` under a fingerprint of the rows, the tokenizer and the block size.
+    ``ValueError`` naming ``source`` (e.g. the file the rows come from) if they hold fewer than ``block_size``
+    tokens."""
     check_positive_int("block_size", block_size)
     check_positive_int("max_blocks", max_blocks, allow_none=True)
     tok_fp = tokenizer_fingerprint(tokenizer)
@@ -108,17 +144,17 @@ def lm_blocks(
         remove_columns=rows.column_names, desc="tokenizing",
         new_fingerprint=fingerprint(rows._fingerprint, "lm_tokenize_eos", text_field, tok_fp),
     )  # fmt: skip
-    blocks = ids.map(
-        group_texts, batched=True, fn_kwargs={"block_size": block_size}, remove_columns=ids.column_names,
-        desc=f"grouping into {block_size}-token blocks",
-        new_fingerprint=fingerprint(ids._fingerprint, "lm_group", block_size),
-    )  # fmt: skip
-    if len(blocks) == 0:
-        tokens = sum(len(d) for d in ids["input_ids"])
+    group, tokens = _stream_blocks(ids, block_size)
+    if tokens < block_size:
         raise ValueError(
             f"{source}: {len(rows)} document(s) of {tokens} tokens in all (each closed by the eos), fewer than "
             f"block_size={block_size}: no example"
         )
+    blocks = ids.map(
+        group, batched=True, with_indices=True, remove_columns=ids.column_names,
+        desc=f"grouping into {block_size}-token blocks",
+        new_fingerprint=fingerprint(ids._fingerprint, "lm_group_stream", block_size),
+    )  # fmt: skip
     if max_blocks and max_blocks < len(blocks):
         blocks = blocks.select(range(max_blocks))
     return blocks

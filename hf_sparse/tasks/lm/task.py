@@ -8,10 +8,10 @@ split is tokenized, concatenated and cut into ``block_size``-token blocks. Extra
 mixture-of-experts feed-forward, other attention options) go in ``model_kwargs``, passed to
 :class:`~hf_sparse.SparseTransformerConfig` as they are. A saved model (``model_name_or_path``) keeps its size
 and its tokenizer: the size keys must stay unset, and ``model_kwargs`` may change only settings that leave its
-weights as they are (the router's loss coefficients, its capacity and jitter, the adaptive span's ``loss_coef``,
-the attention kernel). Metrics: the loss (cross-entropy per token, plus the router's auxiliary losses when the
-model has experts) and the perplexity of the language-model part (``eval_perplexity`` = exp of the token
-cross-entropy).
+weights and their meaning as they are (``SAVED_MODEL_KWARGS``: the router's loss coefficients, its capacity
+and jitter, the adaptive span's ``loss_coef``, dropout, the attention pattern and kernel). Metrics: the loss
+(cross-entropy per token, plus the router's auxiliary losses when the model has experts) and the perplexity of
+the language-model part (``eval_perplexity`` = exp of the token cross-entropy).
 """
 
 from __future__ import annotations
@@ -54,6 +54,16 @@ NEW_MODEL_KEYS = {
     "hidden_dropout_prob": "hidden_dropout_prob",
     "attention_dropout": "attention_probs_dropout_prob",
 }
+#: the config keys ``model_kwargs`` may change on a saved model, whose learned weights keep their meaning: the
+#: router's loss coefficients, capacity and jitter, dropout, the attention pattern and kernels, what the forward
+#: returns; of ``adaptive_span``, its ``loss_coef`` (``SAVED_SPAN_KWARGS``: ``max_span`` and ``ramp`` rescale the
+#: learned spans). Any other key that differs from the saved config is an error.
+SAVED_MODEL_KWARGS = frozenset({
+    "router_aux_loss_coef", "router_z_loss_coef", "expert_capacity_factor", "router_jitter_noise",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "attention_pattern", "attention_backend",
+    "attention_block_size", "output_router_logits", "adaptive_span",
+})  # fmt: skip
+SAVED_SPAN_KWARGS = frozenset({"loss_coef"})
 
 
 @dataclass
@@ -272,8 +282,10 @@ def _card_settings(block_size: int, config=None) -> dict:
 def _saved_model_config(args):
     """The config of the saved model ``args.model_name_or_path`` with ``args.model_kwargs`` applied (keys given
     in ``adaptive_span`` replace the saved ones). ``ValueError`` naming the key if a value changes the model's
-    weights (their shapes or set: size, experts, positions, an adaptive span added) or if ``block_size`` is longer
-    than its absolute-position table."""
+    weights (their shapes or set: size, experts, positions, an adaptive span added), if a key outside
+    ``SAVED_MODEL_KWARGS`` (``SAVED_SPAN_KWARGS`` in ``adaptive_span``) differs from the saved config (what the
+    learned weights mean: e.g. ``adaptive_span.max_span`` rescales every learned span), or if ``block_size`` is
+    longer than its absolute-position table."""
     from ...models import SparseTransformerConfig
 
     path = args.model_name_or_path
@@ -292,6 +304,25 @@ def _saved_model_config(args):
                     f"{path} ({key}={getattr(saved, key, None)!r} there); a saved model keeps its size: remove "
                     f"{key}, or train a new model (no model_name_or_path)"
                 )
+        changed = [
+            (key, getattr(saved, key, None), getattr(config, key, None))
+            for key in kwargs
+            if key not in SAVED_MODEL_KWARGS and getattr(config, key, None) != getattr(saved, key, None)
+        ]
+        if "adaptive_span" in kwargs and saved.adaptive_span and config.adaptive_span:
+            changed += [
+                (f"adaptive_span.{key}", saved.adaptive_span.get(key), config.adaptive_span[key])
+                for key in kwargs["adaptive_span"]
+                if key not in SAVED_SPAN_KWARGS and config.adaptive_span[key] != saved.adaptive_span.get(key)
+            ]
+        if changed:
+            key, was, value = changed[0]
+            raise ValueError(
+                f"model_kwargs: {key}={value!r} would change what the weights of the saved model {path} mean "
+                f"({key}={was!r} there); a saved model may change only {', '.join(sorted(SAVED_MODEL_KWARGS))} "
+                f"(of adaptive_span: {', '.join(sorted(SAVED_SPAN_KWARGS))}): remove {key}, or train a new model "
+                "(no model_name_or_path)"
+            )
     if config.position_embedding_type == "absolute":
         offset = config.pad_token_id + 1 if config.position_ids_style == "roberta" else 0
         limit = config.max_position_embeddings - offset
