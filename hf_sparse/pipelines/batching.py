@@ -7,13 +7,32 @@ pad id, other keys with 0; on the right whatever the tokenizer's ``padding_side`
 lists and hands back per item after the forward. ``_forward`` then pads the batch further with
 :func:`pad_to_multiple` (Longformer reads a multiple of its window) and runs the model; the base moves the
 outputs back to the CPU and splits them per item.
+
+Padding a row to the longest row of its batch leaves its outputs as they are alone (the models mask the
+padding), except where an attention pattern depends on the sequence length: BigBird's random blocks are drawn
+for the padded length, so a row would attend other keys in a batch than alone. For such a model
+(:func:`length_dependent_attention`) the pipelines run one row per forward pass whatever ``batch_size`` says,
+so outputs never depend on it.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["RightPaddedBatches", "pad_to_multiple", "right_padded"]
+__all__ = ["RightPaddedBatches", "length_dependent_attention", "pad_to_multiple", "right_padded"]
+
+
+def length_dependent_attention(model) -> bool:
+    """Whether an attention layer of ``model`` has a pattern whose rule depends on the sequence length
+    (:attr:`~hf_sparse.patterns.Pattern.length_dependent`: random blocks, drawn for the padded length of a
+    batch): a layer that exposes it as ``pattern`` (SparseTransformer, LED's encoder with hf-sparse kernels)."""
+    from ..patterns import Pattern
+
+    for module in model.modules():
+        pattern = getattr(module, "pattern", None)
+        if isinstance(pattern, Pattern) and pattern.length_dependent:
+            return True
+    return False
 
 
 class RightPaddedBatches:
@@ -22,14 +41,19 @@ class RightPaddedBatches:
     the start of a row, and pad further on the right with :func:`pad_to_multiple`).
 
     ``pad_collate_fn`` reads ``tokenizer.padding_side`` once, when ``get_iterator`` builds the collate; the
-    tokenizer's own setting is put back right after, so the user's tokenizer is left as it was."""
+    tokenizer's own setting is put back right after, so the user's tokenizer is left as it was.
 
-    def get_iterator(self, *args, **kwargs):
+    A model with :func:`length_dependent_attention` runs one row per forward pass (``batch_size`` 1), so that
+    padding never changes its outputs."""
+
+    def get_iterator(self, inputs, num_workers, batch_size, *args, **kwargs):
+        if batch_size != 1 and length_dependent_attention(self.model):
+            batch_size = 1  # random blocks drawn for a batch's padded length would differ from a row's own
         tokenizer = self.tokenizer
         side = tokenizer.padding_side
         tokenizer.padding_side = "right"
         try:
-            return super().get_iterator(*args, **kwargs)
+            return super().get_iterator(inputs, num_workers, batch_size, *args, **kwargs)
         finally:
             tokenizer.padding_side = side
 

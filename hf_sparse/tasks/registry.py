@@ -5,7 +5,8 @@ A task folder (``hf_sparse/tasks/<task>/``, or any package of your own) defines 
 
 - the model: ``AutoConfig`` / the Auto model classes (``auto_classes``), peft's default LoRA targets,
   the tokenizer with ``AutoTokenizer``, and the remote-code bundle ``save_pretrained`` writes (the
-  modules of the model and of its pipeline, ``auto_map``, ``custom_pipelines``);
+  modules of the model and of its pipeline, ``auto_map``, ``custom_pipelines``: the pipelines the saved
+  model serves, see :func:`serves`);
 - the inference pipeline: ``transformers``' ``PIPELINE_REGISTRY`` under ``pipeline``;
 - the recipes: ``task: <name>`` runs ``task_class`` (a :class:`hf_sparse.training.Task`, imported on
   first use) with its ``Arguments`` dataclass;
@@ -191,9 +192,35 @@ def _register_model(config_class: type) -> None:
         if d.pipeline is not None:
             pipelines[d.pipeline] = (d.pipeline_class, pipeline_auto_classes(d.pipeline))
     register_auto(config_class, mapping, lora or None, pipelines=pipelines)
+    # a saved folder lists only the pipelines its model serves (pipeline(model=folder) infers the task from them)
+    if pipelines:
+        hook = _export_served(config_class, mapping, pipelines)
+        for model_cls in mapping.values():
+            model_cls.export_code_hook = staticmethod(hook)
     for d in tasks:
         if d.tokenizer_class is not None:
             register_tokenizer(config_class, d.tokenizer_class)
+
+
+def serves(pipeline_cls: type, config) -> bool:
+    """Whether the pipeline class serves a model of ``config``: its ``supports_config(config)`` (a
+    classmethod a pipeline defines when it needs a head not every model of its configuration has, as the
+    dialogue pipelines do), True for a pipeline class without one."""
+    supports = getattr(pipeline_cls, "supports_config", None)
+    return True if supports is None else bool(supports(config))
+
+
+def _export_served(config_class: type, mapping: dict, pipelines: dict):
+    """The ``export_code_hook`` of ``config_class``'s models: :func:`hf_sparse.models.export_code_hook` with
+    the ``pipelines`` (``{task: (Pipeline subclass, Auto class names)}``) the saved model :func:`serves`, so
+    that ``custom_pipelines`` names no task its model cannot run."""
+    from ..models import export_code_hook
+
+    def export(model, folder):
+        served = {task: entry for task, entry in pipelines.items() if serves(entry[0], model.config)}
+        export_code_hook(config_class, mapping, served)(model, folder)
+
+    return export
 
 
 def get(name: str) -> TaskDescriptor:
@@ -265,4 +292,5 @@ __all__ = [
     "pipeline_tasks",
     "register",
     "register_pipeline",
+    "serves",
 ]

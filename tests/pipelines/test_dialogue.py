@@ -458,3 +458,57 @@ def test_long_candidate_is_reported_and_warned(select):
         out = select({**HISTORY, "candidates": candidates})
     assert out["truncated_candidate_tokens"] == max(cut)
     assert select({**HISTORY, "candidates": CANDIDATES})["truncated_candidate_tokens"] == 0
+
+
+def test_positional_arguments_are_a_type_error(select, track):
+    """An option given by position (the speakers, the candidates) was dropped with a log line."""
+    with pytest.raises(TypeError, match=r"takes one positional argument \(the inputs\), got 1 more"):
+        track(HISTORY, ["SYSTEM", "USER", "SYSTEM"])
+    with pytest.raises(TypeError, match=r"dialogue-response-selection takes one positional argument"):
+        select({"turns": HISTORY["turns"]}, CANDIDATES)
+    with pytest.raises(TypeError, match="takes one positional argument"):
+        track([HISTORY, HISTORY], ["SYSTEM", "USER", "SYSTEM"])
+
+
+def test_an_inputs_own_candidates_and_speakers_replace_the_constructor_defaults(saved, select, track):
+    """Constructor options are defaults: an input dict with its own values uses them (a call argument and the
+    input's own still conflict)."""
+    defaults = pipeline("dialogue-response-selection", model=saved, trust_remote_code=True,
+                        candidates=["goodbye", "thanks bye"])  # fmt: skip
+    ranked = [r["candidate"] for r in defaults({"turns": HISTORY["turns"]})["ranking"]]
+    assert sorted(ranked) == ["goodbye", "thanks bye"]
+    own = {**HISTORY, "candidates": CANDIDATES}
+    assert_same_outputs(defaults(own), select(own))
+    with pytest.raises(ValueError, match="candidates given both in inputs and as a call argument"):
+        defaults(own, candidates=["goodbye"])
+    system_first = pipeline("dialogue-state-tracking", model=saved, trust_remote_code=True,
+                            speakers=["SYSTEM", "USER", "SYSTEM"])  # fmt: skip
+    speakers = [t["speaker"] for t in system_first({"turns": HISTORY["turns"]})["turns"]]
+    assert speakers == ["SYSTEM", "USER", "SYSTEM"]
+    assert_same_outputs(system_first(HISTORY), track(HISTORY))  # HISTORY's own speakers: USER, SYSTEM, USER
+    with pytest.raises(ValueError, match="speakers given both in inputs and as a call argument"):
+        system_first(HISTORY, speakers=["USER", "SYSTEM", "USER"])
+
+
+@pytest.mark.parametrize(
+    "heads,tasks",
+    [
+        ({"selection_head": True}, ["dialogue-response-selection"]),
+        ({"selection_head": False, "act_labels": ACTS}, ["dialogue-state-tracking"]),
+        ({"selection_head": True, "intent_labels": ["NONE", "X"]},
+         ["dialogue-response-selection", "dialogue-state-tracking"]),
+    ],
+    ids=["selection", "tracking", "both"],
+)  # fmt: skip
+def test_saved_folder_lists_only_the_pipelines_its_heads_serve(tmp_path, heads, tasks):
+    """A selection-only folder listed both dialogue pipelines: pipeline(model=folder) could not infer its task."""
+    import json
+
+    tokenizer, formatter = tokenizer_and_formatter(max_length=40)
+    tiny_model(tokenizer, formatter, **heads).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert sorted(json.loads((tmp_path / "config.json").read_text())["custom_pipelines"]) == tasks
+    if len(tasks) == 1:
+        pipe = pipeline(model=str(tmp_path), trust_remote_code=True)
+        assert type(pipe).__name__ == {"dialogue-response-selection": "DialogueResponseSelectionPipeline",
+                                       "dialogue-state-tracking": "DialogueStateTrackingPipeline"}[tasks[0]]  # fmt: skip

@@ -351,3 +351,57 @@ def test_a_tuple_of_sequences_is_read_as_a_list(kwargs):
     pipe = make_pipe(rule_model())
     seqs = ("ACGGT", "GG", "TTAGGCA")
     assert pipe(seqs, **kwargs) == pipe(list(seqs), **kwargs)
+
+
+def test_unknown_constructor_option_is_a_type_error():
+    """A misspelled constructor option must not be dropped (it was, until the first call's options met it)."""
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['min_scroe'\]"):
+        pipeline("dna-motif-detection", model=rule_model(), tokenizer=DNATokenizer(), min_scroe=0.9)
+    strict = pipeline("dna-motif-detection", model=rule_model(), tokenizer=DNATokenizer(), min_score=1.0)
+    assert not strict("AAGGGAA")["spans"]  # a known one is the default of every call
+
+
+def test_model_in_training_mode_is_put_in_eval_mode():
+    torch.manual_seed(0)
+    model = motif_model(
+        backbone_overrides={"hidden_dropout_prob": 0.3, "attention_probs_dropout_prob": 0.3},
+        classifier_dropout=0.3,
+    ).train()
+    pipe = make_pipe(model)
+    assert not model.training
+    seq = "ACGTTAGCCACCAGGGGGCGCTAT" * 4
+    assert pipe(seq) == pipe(seq)
+
+
+def test_constructor_progress_is_the_default_of_every_call(capsys):
+    seqs = [random_seq(50, seed=i) for i in range(20)]
+    quiet = pipeline("dna-motif-detection", model=rule_model(), tokenizer=DNATokenizer(), progress=False)
+    capsys.readouterr()
+    assert len(quiet(seqs)) == 20 and "dna-motif-detection" not in capsys.readouterr().err
+    assert quiet(seqs[:2], progress=True)  # the call's progress wins
+    assert "dna-motif-detection" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "pattern,rows",
+    [
+        ({"type": "bigbird", "block": 8, "seed": 0}, [1, 1, 1]),
+        ({"type": "sliding_window", "window": 16}, [3]),
+    ],
+    ids=["bigbird", "sliding_window"],
+)
+def test_random_blocks_give_the_same_outputs_whatever_the_batch_size(pattern, rows):
+    """BigBird draws its random blocks for the padded length: a padded row attended other keys than alone, so
+    such a model runs one row per forward pass; other patterns keep sharing passes."""
+    from hf_sparse.pipelines.batching import length_dependent_attention
+
+    torch.manual_seed(0)
+    model = motif_model(backbone_overrides={"attention_pattern": pattern, "initializer_range": 0.5})
+    assert length_dependent_attention(model) == (pattern["type"] == "bigbird")
+    seqs = [random_seq(n, seed=n) for n in (40, 128, 70)]
+    pipe = make_pipe(model)
+    one = [pipe(s) for s in seqs]
+    seen = []
+    model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    assert_same_outputs(pipe(seqs, batch_size=3), one)
+    assert seen == rows

@@ -160,6 +160,10 @@ def test_plain_led_gets_a_global_first_token(tok):
         (lambda p: p(DOC, max_sentences=2.5), ValueError, "max_sentences must be a positive int, got 2.5"),
         (lambda p: p(DOC, num_beams=4), ValueError, "apply to abstractive models"),
         (lambda p: p(DOC, temperature=0.5), ValueError, "unknown option"),
+        (lambda p: p("\u200b\u200b"), ValueError, r"text is empty: '\\u200b\\u200b' gives no token"),
+        (lambda p: p({"text": "\x00\x00"}), ValueError, r"text is empty: '\\x00\\x00' gives no token"),
+        (lambda p: p(DOC, 1), TypeError, r"takes one positional argument \(the inputs\), got 1 more \[1\]"),
+        (lambda p: p([DOC, DOC], 1), TypeError, "takes one positional argument"),
     ],
 )
 def test_extractive_bad_input(extractive, call, error, match):
@@ -180,6 +184,10 @@ def test_extractive_bad_input(extractive, call, error, match):
         (lambda p: p(DOC, min_length=5, max_length=2), ValueError, "min_length"),
         (lambda p: p(DOC, length_penalty="long"), TypeError, "length_penalty"),
         (lambda p: p(DOC, max_input_length=0), ValueError, "max_input_length must be a positive int, got 0"),
+        (lambda p: p("\u200b\u200b"), ValueError, r"text is empty: '\\u200b\\u200b' gives no token"),
+        (lambda p: p("\x00\x00"), ValueError, r"text is empty: '\\x00\\x00' gives no token"),
+        (lambda p: p(DOC, query="\u200b"), ValueError, r"query is empty: '\\u200b' gives no token"),
+        (lambda p: p(DOC, 8), TypeError, r"takes one positional argument \(the inputs\), got 1 more \[8\]"),
     ],
 )
 def test_abstractive_bad_input(abstractive, call, error, match):
@@ -203,6 +211,35 @@ def test_progress_bar_over_many_documents(extractive, capsys):
     assert "long-document-summarization" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="no documents"):
         extractive([])
+
+
+@pytest.mark.parametrize("kind", ["extractive", "abstractive"])
+def test_constructor_progress_is_the_default_of_every_call(tok, kind, capsys):
+    torch.manual_seed(0)
+    model = tiny_extractive(tok) if kind == "extractive" else tiny_led(tok)
+    kwargs = {} if kind == "extractive" else {"max_length": 4}
+    quiet = pipeline("long-document-summarization", model=model, tokenizer=tok, progress=False)
+    capsys.readouterr()
+    assert len(quiet([DOC] * 16, **kwargs)) == 16
+    assert "long-document-summarization" not in capsys.readouterr().err
+    shown = pipeline("long-document-summarization", model=model, tokenizer=tok, progress=True)
+    assert len(shown([DOC] * 2, **kwargs)) == 2  # a bar even for a short list
+    assert "long-document-summarization" in capsys.readouterr().err
+
+
+def test_abstractive_random_blocks_give_the_same_summaries_whatever_the_batch_size(tok):
+    """An LED encoder on hf-sparse BigBird kernels draws its random blocks for the padded length: documents
+    batched with longer ones got other summaries than alone."""
+    torch.manual_seed(0)
+    model = tiny_led(tok, init_std=0.3, encoder_attention_pattern={"type": "bigbird", "block": 8, "seed": 0},
+                     global_attention=["first", "sentences"], sentence_token_id=SENT)  # fmt: skip
+    pipe = pipeline("long-document-summarization", model=model, tokenizer=tok)
+    docs = [
+        " ".join(d["document"].split()) for d in synthetic_copy_documents(3, num_sentences=(3, 40), seed=3)
+    ]
+    one = [pipe(d, max_length=8) for d in docs]
+    assert len({o["input_tokens"] for o in one}) == 3
+    assert_same_outputs(pipe(docs, batch_size=3, max_length=8), one)
 
 
 def test_extractive_sparse_backbone_is_not_padded_past_its_position_table(tok):

@@ -16,14 +16,16 @@ fit next to the newest turn keeps its first tokens: selection outputs say how ma
 
 Bad input raises ``TypeError``/``ValueError`` naming the field: no candidates, an empty history, ``speakers``
 and ``turns`` of different lengths, a turn or candidate that is not a str or is empty (blank, or giving no
-token, e.g. only zero-width characters), an unknown speaker or key; an unknown (misspelled) call option is a
-``TypeError`` naming it.
+token, e.g. only zero-width characters), an unknown speaker or key; an unknown (misspelled) option, or one given
+by position, is a ``TypeError`` naming it. Options given to the constructor are the defaults of every call: an
+input dict's own ``candidates`` / ``speakers`` replace them (a call's conflict with them).
 
 The model is put in eval mode when the pipeline is built, so scores are deterministic.
 
 Batching is transformers' ``Pipeline`` base's: ``batch_size=`` (in the constructor or the call) is the number
 of model rows per forward pass, one row per (history, candidate) pair for selection (pairs of several
-dialogues share a pass) and one per dialogue for tracking; outputs do not depend on it beyond float rounding.
+dialogues share a pass) and one per dialogue for tracking; outputs do not depend on it beyond float rounding (a
+model with random-block attention runs one row per pass: :mod:`hf_sparse.pipelines.batching`).
 """
 
 from __future__ import annotations
@@ -126,8 +128,20 @@ class _DialogueMixin(SaveModelMixin, RightPaddedBatches):
         self.model.eval()  # dropout off: deterministic scores
         self.formatter = formatter_for(self.model, self.tokenizer)
         self.pad_multiple = block_multiple(backbone_config(self.model.config.backbone))
+        # the constructor's candidates / speakers are defaults: an input dict's own take their place (a call's
+        # conflict with the input's, see _dialogue)
+        self._input_defaults = {
+            name: self._preprocess_params.pop(name)
+            for name in ("candidates", "speakers")
+            if name in self._preprocess_params
+        }
 
     def __call__(self, inputs, *args, progress=None, **kwargs):
+        if args:
+            raise TypeError(
+                f"{self.task or type(self).__name__} takes one positional argument (the inputs), got {len(args)} "
+                f"more {list(args)}; give options by name: {list(self._CALL_OPTIONS)}"
+            )
         progress = self._progress if check_progress(progress) is None else progress
         if isinstance(inputs, (list, tuple)):
             if not inputs:
@@ -136,14 +150,14 @@ class _DialogueMixin(SaveModelMixin, RightPaddedBatches):
             if bar is not None:  # the base batches a generator as a list (batch_size) and yields per dialogue
                 try:
                     results = []
-                    for result in super().__call__((d for d in inputs), *args, **kwargs):
+                    for result in super().__call__((d for d in inputs), **kwargs):
                         results.append(result)
                         bar.update(1)
                     return results
                 finally:
                     bar.close()
             inputs = list(inputs)  # the base batches lists (a tuple would be one input)
-        return super().__call__(inputs, *args, **kwargs)
+        return super().__call__(inputs, **kwargs)
 
     def _check_options(self, unknown: Mapping) -> None:
         """``_sanitize_parameters``' left-over keywords (of the call or the constructor): a TypeError naming them."""
@@ -156,7 +170,8 @@ class _DialogueMixin(SaveModelMixin, RightPaddedBatches):
     def _dialogue(
         self, inputs, candidates=None, speakers=None
     ) -> tuple[list[str], list[str], list[str] | None]:
-        """Validated ``(speakers, turns, candidates)``; errors name the field."""
+        """Validated ``(speakers, turns, candidates)``; errors name the field. ``candidates`` / ``speakers``:
+        the call's (a ValueError when the input has its own too); without either, the constructor's."""
         if not isinstance(inputs, Mapping):
             raise TypeError(
                 "inputs must be a dict {'turns': [...], 'speakers': [...]"
@@ -178,6 +193,8 @@ class _DialogueMixin(SaveModelMixin, RightPaddedBatches):
                 raise ValueError(f"{name} given both in inputs and as a call argument")
         speakers = inputs.get("speakers", speakers)
         if speakers is None:
+            speakers = self._input_defaults.get("speakers")
+        if speakers is None:
             speakers = _default_speakers(self.model.config, len(turns))
         if isinstance(speakers, str) or not isinstance(speakers, Sequence):
             raise TypeError(f"speakers must be a list of str, got {type(speakers).__name__}")
@@ -186,6 +203,8 @@ class _DialogueMixin(SaveModelMixin, RightPaddedBatches):
         if not self._needs_candidates:
             return list(speakers), turns, None
         candidates = inputs.get("candidates", candidates)
+        if candidates is None:
+            candidates = self._input_defaults.get("candidates")
         if candidates is None:
             raise ValueError("no candidates: pass inputs['candidates'] or candidates=[...] (a list of str)")
         if isinstance(candidates, str) or not isinstance(candidates, Sequence):
@@ -231,10 +250,16 @@ class DialogueResponseSelectionPipeline(_DialogueMixin, ChunkPipeline):
     def __init__(self, *args, candidate_batch_size=None, **kwargs):
         _merge_candidate_batch_size(kwargs, candidate_batch_size)
         super().__init__(*args, **kwargs)
-        if not self.model.config.selection_head:
+        if not self.supports_config(self.model.config):
             raise ValueError("this model has no response-selection head (config.selection_head=False)")
         if self._batch_size is None:
             self._batch_size = DEFAULT_BATCH_SIZE
+
+    @classmethod
+    def supports_config(cls, config) -> bool:
+        """Whether a dialogue model of ``config`` has a response-selection head (its saved folder lists this
+        pipeline in ``custom_pipelines`` only then: :func:`hf_sparse.tasks.registry.serves`)."""
+        return bool(getattr(config, "selection_head", False))
 
     def __call__(self, inputs, *args, candidate_batch_size=None, **kwargs):
         _merge_candidate_batch_size(kwargs, candidate_batch_size)
@@ -346,10 +371,16 @@ class DialogueStateTrackingPipeline(_DialogueMixin, Pipeline):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if not (self.model.config.act_labels or self.model.config.intent_labels):
+        if not self.supports_config(self.model.config):
             raise ValueError(
                 "this model has no act or intent head (config.act_labels / intent_labels are empty)"
             )
+
+    @classmethod
+    def supports_config(cls, config) -> bool:
+        """Whether a dialogue model of ``config`` has an act or intent head (its saved folder lists this
+        pipeline in ``custom_pipelines`` only then: :func:`hf_sparse.tasks.registry.serves`)."""
+        return bool(getattr(config, "act_labels", None) or getattr(config, "intent_labels", None))
 
     def _sanitize_parameters(self, speakers=None, act_threshold=None, **kwargs):
         self._check_options(kwargs)

@@ -150,8 +150,10 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
     ``stride`` (default three quarters of the window), ``min_score`` (drop spans whose score is lower,
     in [0, 1]), ``span_decoding`` (``"bio"`` or ``"fixed_length"``; default the config's, see
     :func:`decode_spans`), ``progress`` (a progress bar over the windows of a long sequence or the
-    items of a list: None = when there are many, True, False; see :mod:`.progress`). Any other
-    keyword is a ``TypeError``; an empty list a ``ValueError``.
+    items of a list: None = when there are many, True, False; see :mod:`.progress`). Options given to
+    the constructor are the defaults of every call. Any other keyword (of the call or the constructor) is
+    a ``TypeError``; an empty list a ``ValueError``. The model is put in eval mode when the pipeline is
+    built, so outputs are deterministic.
 
     Input rules are the tokenizer's: ``A C G T N`` in either case, IUPAC ambiguity codes read as N,
     whitespace ignored; an empty sequence is a ``ValueError``, any other character a ``ValueError``
@@ -169,6 +171,11 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
         "num_workers",
     )
 
+    def __init__(self, *args, progress=None, **kwargs):
+        self._progress = check_progress(progress)  # the default of every call
+        super().__init__(*args, **kwargs)
+        self.model.eval()  # dropout off: deterministic outputs
+
     def __call__(self, inputs, *args, **kwargs):
         unknown = sorted(set(kwargs) - set(self._CALL_OPTIONS))
         if unknown or args:
@@ -176,10 +183,14 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
                 f"dna-motif-detection got unknown argument(s) {unknown or list(args)}; the call options are "
                 f"{list(self._CALL_OPTIONS)}"
             )
+        progress = check_progress(kwargs.pop("progress", None))
+        if progress is None:
+            progress = self._progress  # the constructor's
+        if progress is not None:
+            kwargs["progress"] = progress
         if isinstance(inputs, (list, tuple)):
             if not inputs:
                 raise ValueError("no sequences: pass a DNA sequence (str) or a non-empty list of them")
-            progress = check_progress(kwargs.get("progress"))
             batch_size = kwargs.get("batch_size") or self._batch_size
             bar = (
                 None
@@ -202,6 +213,11 @@ class DNAMotifDetectionPipeline(SaveModelMixin, RightPaddedBatches, ChunkPipelin
     def _sanitize_parameters(
         self, window=None, stride=None, min_score=None, span_decoding=None, progress=None, **kwargs
     ):
+        if kwargs:  # a constructor option (the call's are checked in __call__): a misspelling must not run
+            raise TypeError(
+                f"dna-motif-detection got unknown option(s) {sorted(kwargs)}; the options are "
+                f"{list(self._CALL_OPTIONS)}"
+            )
         pre, post = {}, {}
         if progress is not None:
             pre["progress"] = check_progress(progress)

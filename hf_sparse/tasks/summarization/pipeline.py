@@ -31,13 +31,16 @@ True too).
 Inputs: a string, ``{"text": ..., "query": ...}``, or a list of those; ``query=`` in the call applies to
 every input. Outputs: ``{"summary_text": str, ...}`` (one dict per input; a list of ``n`` dicts with
 ``num_return_sequences=n > 1``). ``progress`` (None: when there are many; True; False) shows a progress bar
-over the documents of a list and the chunks of a long document.
+over the documents of a list and the chunks of a long document. Options given to the constructor are the
+defaults of every call.
 
 Batching is transformers' ``ChunkPipeline`` base's: ``batch_size=`` (constructor or call) is the number of
 model rows per forward pass (chunks of one or several documents for extractive models, documents for
-abstractive ones); outputs do not depend on it beyond float rounding.
+abstractive ones); outputs do not depend on it beyond float rounding (a model with random-block attention
+runs one row per pass: :mod:`hf_sparse.pipelines.batching`).
 
-Errors (raised before any model call): a non-string text or query (``TypeError``), an empty text, a text
+Errors (raised before any model call): a non-string text or query, or an option given by position
+(``TypeError``); an empty text or query (blank, or giving no token, e.g. only zero-width characters), a text
 without sentences, a query for a model without query support, a budget ``<= 0``, a summary length past the
 decoder's position table, an option of the other model kind, or an unknown option (``ValueError`` naming it).
 """
@@ -95,7 +98,8 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, RightPaddedBatches, Chun
     ```
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, progress=None, **kwargs):
+        self._progress = check_progress(progress)  # the default of every call
         super().__init__(*args, **kwargs)
         model_type = getattr(self.model.config, "model_type", None)
         if model_type not in ABSTRACTIVE_TYPES + EXTRACTIVE_TYPES:
@@ -139,7 +143,12 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, RightPaddedBatches, Chun
         return limit - limit % multiple if multiple else limit
 
     def __call__(self, inputs, *args, progress=None, **kwargs):
-        check_progress(progress)
+        if args:
+            raise TypeError(
+                f"long-document-summarization takes one positional argument (the inputs), got {len(args)} more "
+                f"{list(args)}; give options by name (query=..., max_sentences=..., max_length=...)"
+            )
+        progress = self._progress if check_progress(progress) is None else progress
         if isinstance(inputs, (list, tuple)):
             if not inputs:
                 raise ValueError("no documents: pass a text (str or dict) or a non-empty list of them")
@@ -151,13 +160,13 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, RightPaddedBatches, Chun
                 try:
                     results = []
                     for document in inputs:
-                        results.append(super().__call__(document, *args, progress=False, **kwargs))
+                        results.append(super().__call__(document, progress=False, **kwargs))
                         bar.update(1)
                     return results
                 finally:
                     bar.close()
             inputs = list(inputs)  # the base batches lists (a tuple would be one input)
-        return super().__call__(inputs, *args, progress=progress, **kwargs)
+        return super().__call__(inputs, progress=progress, **kwargs)
 
     def _sanitize_parameters(
         self, query=None, max_input_length=None, generate_kwargs=None, progress=None, **kwargs
@@ -254,17 +263,26 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, RightPaddedBatches, Chun
             raise TypeError(f"text must be a str (or a dict with 'text'), got {type(inputs).__name__}")
         if not inputs.strip():
             raise ValueError("text is empty")
+        self._check_has_tokens("text", inputs)
         if query is not None:
             if not isinstance(query, str):
                 raise TypeError(f"query must be a str, got {type(query).__name__}")
             if not query.strip():
                 raise ValueError("query is empty")
+            self._check_has_tokens("query", query)
             if not self.supports_query:
                 raise ValueError(
                     "this model has no query support (its config has no query_separator_token_id); "
                     "call it without query="
                 )
         return inputs, query
+
+    def _check_has_tokens(self, name: str, text: str) -> None:
+        """A text the tokenizer reads as nothing (only zero-width or control characters, such as ``"\\u200b"``
+        or ``"\\x00"``) is as empty as a blank one: a ValueError naming it."""
+        encoded = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True, verbose=False)
+        if not encoded["input_ids"]:
+            raise ValueError(f"{name} is empty: {text!r} gives no token with the model's tokenizer")
 
     def preprocess(self, inputs, query=None, max_input_length=None, progress=None):
         """One model row per chunk of whole sentences (extractive) or the one encoded input (abstractive)."""
