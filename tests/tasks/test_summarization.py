@@ -181,6 +181,26 @@ def test_qmsum_specific_queries_are_query_prefixed(shared_data, tmp_path):
     assert int(g.sum()) == first.index(qsep) + 1  # <s>, the query and its separator
 
 
+@pytest.mark.parametrize("task_name", ["extractive-summarization", "abstractive-summarization"])
+def test_specific_queries_that_give_no_example_name_the_split_and_file(tmp_path, task_name):
+    """query_mode: specific with every row's specific_queries empty: a split without examples failed later with
+    "Column 'sentence_indices' doesn't exist." (extractive) or "Column 'truncated' doesn't exist." (abstractive)."""
+    rows = synthetic_copy_documents(3, seed=0)
+    for split, queries in (("train", [{"query": "what?", "answer": "an answer"}]), ("validation", [])):
+        write_jsonl(tmp_path / f"{split}.jsonl", [{**row, "specific_queries": queries} for row in rows])
+    recipe = {"task": task_name, "data_dir": str(tmp_path), "output_dir": str(tmp_path / "out"),
+              "query_mode": "specific", "vocab_min_frequency": 1, **SMALL}  # fmt: skip
+    if task_name == "abstractive-summarization":
+        recipe["global_attention"] = ["first", "query"]
+    _, args, _ = load_recipe(recipe)
+    task = get_task(task_name)()
+    with pytest.raises(ValueError, match=r"^validation: the rows of .*validation\.jsonl gave no example: "
+                       r"query_mode='specific' makes one per item of a row's 'specific_queries'"):  # fmt: skip
+        tokenizer = task.build_tokenizer(args)
+        task.build_model(args, tokenizer)
+        task.build_datasets(args, tokenizer)
+
+
 def test_squality_scores_against_all_references(shared_data, tmp_path):
     recipe = {"task": "abstractive-summarization", "data_dir": f"{shared_data}/summarization/squality",
               "output_dir": str(tmp_path), "max_train_documents": 2, "max_eval_documents": 2,

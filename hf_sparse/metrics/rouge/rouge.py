@@ -25,6 +25,9 @@ Args:
     sentence_split: for ROUGE-Lsum, split sentences with hf_sparse's splitter within the texts' lines (default
         True); False uses the texts' own line breaks only.
     precision_recall: also return <type>_precision and <type>_recall (default False).
+    tokenizer: "default" (rouge_score's: only the letters a-z and digits 0-9 count, so text in other scripts
+        scores 0) or "unicode" (the letters and digits of every script, CJK characters one token each; the same
+        tokens as "default" on ASCII text).
 Returns:
     rouge1, rouge2, rougeL, rougeLsum: fractions in [0, 1]. No examples at all is a ValueError, as in
     `hf_sparse.tasks.summarization.rouge.rouge`.
@@ -66,6 +69,7 @@ class Rouge(info.CheckedMetric):
         return self.features[0]
 
     def _compute(
-        self, predictions, references, use_stemmer=True, sentence_split=True, precision_recall=False
-    ):
-        return rouge(predictions, references, use_stemmer, sentence_split, precision_recall)
+        self, predictions, references, use_stemmer=True, sentence_split=True, precision_recall=False,
+        tokenizer="default",
+    ):  # fmt: skip
+        return rouge(predictions, references, use_stemmer, sentence_split, precision_recall, tokenizer)

@@ -8,8 +8,9 @@ starts from the empty selection and repeatedly adds the sentence whose addition 
 ROUGE of the selection against the reference; it stops when no sentence strictly increases it or when
 ``max_sentences`` are selected. Ties go to the earlier sentence. ROUGE-n here is computed
 incrementally with n-gram *multisets* (clipped counts, as real ROUGE, whereas BertSum uses sets),
-with ``rouge_score``'s tokenizer and stemmer; n-grams do not cross sentence boundaries, so ROUGE-2 may
-differ slightly from ``rouge_score`` on the joined text. The objective for ``metric``:
+with ``rouge_score``'s tokenizer (or ``tokenizer="unicode"``, see :mod:`~hf_sparse.tasks.summarization.rouge`)
+and stemmer; n-grams do not cross sentence boundaries, so ROUGE-2 may differ slightly from ``rouge_score`` on
+the joined text. The objective for ``metric``:
 
 - ``"rouge1"`` / ``"rouge2"``: that F-measure;
 - ``"rouge1+rouge2"``: F(ROUGE-1) + F(ROUGE-2) (BertSum's criterion).
@@ -84,6 +85,7 @@ def greedy_oracle(
     max_sentences: int | None = 3,
     metric: str = "rouge2",
     use_stemmer: bool = True,
+    tokenizer: str = "default",
 ) -> list[int]:
     """Indices (ascending) of the sentences chosen by the greedy ROUGE oracle (see the module docstring).
 
@@ -93,6 +95,9 @@ def greedy_oracle(
         max_sentences: the most sentences to select; ``None`` for no limit (stop when no gain).
         metric: ``"rouge1"``, ``"rouge2"`` or ``"rouge1+rouge2"``.
         use_stemmer: as in ``rouge_score``.
+        tokenizer: ``"default"`` (``rouge_score``'s: ``a-z0-9`` only, so text in other scripts has no token and
+            nothing is selected) or ``"unicode"`` (the letters and digits of every script; see
+            :func:`~hf_sparse.tasks.summarization.rouge.rouge_tokenize`).
 
     Cost: tokenization once per sentence, then O(total tokens) per selected sentence.
     """
@@ -105,10 +110,10 @@ def greedy_oracle(
         raise ValueError(f"metric must be one of {sorted(ORACLE_METRICS)}, got {metric!r}")
     orders = ORACLE_METRICS[metric]
 
-    sent_tokens = [rouge_tokenize(s, use_stemmer) for s in sentences]
+    sent_tokens = [rouge_tokenize(s, use_stemmer, tokenizer) for s in sentences]
     sent_grams = {n: [_ngrams(t, n) for t in sent_tokens] for n in orders}
     sent_sizes = {n: [max(len(t) - n + 1, 0) for t in sent_tokens] for n in orders}
-    ref_grams = [{n: _ngrams(rouge_tokenize(r, use_stemmer), n) for n in orders} for r in refs]
+    ref_grams = [{n: _ngrams(rouge_tokenize(r, use_stemmer, tokenizer), n) for n in orders} for r in refs]
     ref_sizes = [{n: sum(g[n].values()) for n in orders} for g in ref_grams]
 
     # Running state of the selection, per reference and order: clipped overlap, selected n-gram counts.
@@ -165,11 +170,12 @@ def oracle_labels(
     max_sentences: int | None = 3,
     metric: str = "rouge2",
     use_stemmer: bool = True,
+    tokenizer: str = "default",
 ) -> np.ndarray:
     """0/1 int64 array, one entry per sentence: 1 iff :func:`greedy_oracle` selects that sentence."""
     sentences = _sentences(document_sentences, "document_sentences")
     labels = np.zeros(len(sentences), dtype=np.int64)
-    labels[greedy_oracle(sentences, reference, max_sentences, metric, use_stemmer)] = 1
+    labels[greedy_oracle(sentences, reference, max_sentences, metric, use_stemmer, tokenizer)] = 1
     return labels
 
 

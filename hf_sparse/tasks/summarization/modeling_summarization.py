@@ -510,35 +510,67 @@ class LongformerForExtractiveSummarization(LongformerExtractivePreTrainedModel):
             raise ValueError(
                 f"labels has {labels.shape[1]} sentences but input_ids has {logits.shape[1]} markers"
             )
-        mask = valid & (labels != IGNORE_INDEX)  # (B, S)
-        target = labels.masked_fill(~mask, 0.0).float()
-        if self.config.loss == "bce":
-            weight = torch.tensor(self.config.positive_weight, device=logits.device)
-            per = F.binary_cross_entropy_with_logits(
-                logits.float(), target, reduction="none", pos_weight=weight
-            )
-            return (per * mask).sum() / mask.sum().clamp(min=1)
-        # listwise: one softmax over each group's sentences vs. the uniform distribution over its oracle
-        # sentences; groups without an oracle sentence are skipped
-        B = logits.shape[0]
-        if document_index is None:
-            groups = torch.arange(B, device=logits.device)
-        else:
-            groups = torch.as_tensor(document_index, device=logits.device).reshape(-1)
-            if groups.numel() != B:
-                raise ValueError(f"document_index must have one entry per row ({B}), got {groups.numel()}")
-        scores = logits.float().masked_fill(~mask, float("-inf"))  # (B, S)
-        losses = []
-        for g in torch.unique(groups):
-            rows = groups == g
-            z, t = scores[rows].reshape(-1), target[rows].reshape(-1)  # the group's sentences
-            if t.sum() <= 0:
-                continue
-            log_probs = z - torch.logsumexp(z, dim=0)
-            losses.append(-(t * log_probs.masked_fill(t == 0, 0.0)).sum() / t.sum())
-        if not losses:
-            return logits.sum() * 0.0
-        return torch.stack(losses).mean()
+        labels = labels[:, : logits.shape[1]].masked_fill(~valid, IGNORE_INDEX)
+        sums, counts = sentence_loss_terms(
+            logits, labels, loss=self.config.loss, positive_weight=self.config.positive_weight,
+            document_index=document_index,
+        )  # fmt: skip
+        return sums.sum() / counts.sum().clamp(min=1)
+
+
+def sentence_loss_terms(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    loss: str = "listwise",
+    positive_weight: float = 1.0,
+    document_index=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The terms of the extractive loss, per row: ``(sums, counts)``, both ``(batch,)`` float32. The loss of a
+    batch is ``sums.sum() / counts.sum()`` (0 without a term), and so is the loss of a whole split from its rows'
+    terms, however it is batched.
+
+    ``labels`` ``(batch, >= n_sentences)``: 1 = oracle sentence, 0 = not, -100 = padding (no term).
+
+    - ``"bce"``: one term per sentence, ``positive_weight`` on the oracle sentences' terms.
+    - ``"listwise"``: one term per group of rows with an oracle sentence (a group: the rows of one
+      ``document_index`` value; default: each row), counted on the group's first row: the cross-entropy of one
+      softmax over the group's sentences against the uniform distribution over its oracle sentences. A group
+      without an oracle sentence has no term.
+    """
+    B, S = logits.shape
+    labels = labels[:, :S].to(logits.device)
+    mask = labels != IGNORE_INDEX  # (B, S)
+    target = labels.masked_fill(~mask, 0.0).float()
+    # (B,) zeros that keep the graph: a batch without a term still backpropagates (DDP waits for every gradient)
+    sums = logits.float().sum(-1) * 0.0
+    if loss == "bce":
+        weight = torch.tensor(positive_weight, device=logits.device)
+        per = F.binary_cross_entropy_with_logits(logits.float(), target, reduction="none", pos_weight=weight)
+        return sums + (per * mask).sum(-1), mask.sum(-1).float()
+    if loss != "listwise":
+        raise ValueError(f"loss must be 'bce' or 'listwise', got {loss!r}")
+    if document_index is None:
+        groups = torch.arange(B, device=logits.device)
+    else:
+        groups = torch.as_tensor(document_index, device=logits.device).reshape(-1)
+        if groups.numel() != B:
+            raise ValueError(f"document_index must have one entry per row ({B}), got {groups.numel()}")
+    scores = logits.float().masked_fill(~mask, float("-inf"))  # (B, S)
+    terms, counts, first = [], torch.zeros(B, device=logits.device), []
+    for g in torch.unique(groups):
+        rows = groups == g
+        z, t = scores[rows].reshape(-1), target[rows].reshape(-1)  # the group's sentences
+        if t.sum() <= 0:
+            continue
+        log_probs = z - torch.logsumexp(z, dim=0)
+        terms.append(-(t * log_probs.masked_fill(t == 0, 0.0)).sum() / t.sum())
+        first.append(int(rows.nonzero()[0]))
+    if terms:
+        index = torch.tensor(first, device=logits.device)
+        sums = sums.index_add(0, index, torch.stack(terms))
+        counts[index] = 1.0
+    return sums, counts
 
 
 __all__ = [
@@ -549,4 +581,5 @@ __all__ = [
     "LongformerForExtractiveSummarization",
     "SparseLEDEncoderSelfAttention",
     "build_global_attention_mask",
+    "sentence_loss_terms",
 ]

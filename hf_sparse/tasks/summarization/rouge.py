@@ -9,6 +9,13 @@ text already one sentence per line is scored as it is), and each line is split f
 punctuation and whitespace end a sentence whatever the next word's case, as in lowercased summaries; the
 splitter's abbreviation rules stay). Pass ``sentence_split=False`` to use the texts' own lines only.
 
+``rouge_score``'s tokenizer keeps only the letters ``a-z`` and the digits ``0-9``: text in other scripts
+(Cyrillic, Greek, Arabic, CJK, accented letters) loses those words, and a Russian summary scores 0 even against
+itself. ``tokenizer="unicode"`` keeps the letters and digits of every script instead (:func:`unicode_words`: runs of
+letters, combining marks and digits, lowercased; kana and CJK ideographs, written without spaces, one token per
+character; other scripts written without spaces, such as Thai, need their words separated beforehand) and stems
+only ASCII words; on ASCII text both tokenizers give the same tokens, so English scores do not change.
+
 Several references per example (SQuALITY has 4): each ROUGE type is scored against every reference
 and the reference with the highest F-measure is kept, per type and per example (``max``, the
 convention of ``rouge_score.RougeScorer.score_multi``, SQuALITY and ``evaluate``); precision and
@@ -18,6 +25,7 @@ recall are those of that reference. Dataset-level scores are means of the per-ex
 from __future__ import annotations
 
 import functools
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,6 +33,38 @@ import numpy as np
 from .sentences import split_sentences
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+#: ``"default"``: ``rouge_score``'s (``a-z0-9`` only); ``"unicode"``: letters and digits of every script
+ROUGE_TOKENIZERS = ("default", "unicode")
+# kana and CJK ideographs: written without spaces, one token per character
+_CJK = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x3134F))
+
+
+@functools.lru_cache(maxsize=65536)
+def _char_kind(ch: str) -> int:
+    """0: separator, 1: part of a word (a letter, combining mark or digit), 2: a token of its own (CJK)."""
+    if any(lo <= ord(ch) <= hi for lo, hi in _CJK):
+        return 2
+    return 1 if unicodedata.category(ch)[0] in "LMN" else 0
+
+
+def unicode_words(text: str) -> list[str]:
+    """``text`` lowercased, as runs of letters, combining marks and digits of any script (Unicode categories
+    L, M, N; everything else separates), each kana or CJK ideograph a token of its own. On ASCII text: the runs
+    of ``a-z0-9``, as ``rouge_score``'s tokenizer."""
+    tokens, start = [], None
+    text = text.lower()
+    for i, ch in enumerate(text):
+        kind = _char_kind(ch)
+        if kind != 1 and start is not None:
+            tokens.append(text[start:i])
+            start = None
+        if kind == 2:
+            tokens.append(ch)
+        elif kind == 1 and start is None:
+            start = i
+    if start is not None:
+        tokens.append(text[start:])
+    return tokens
 
 
 def _require_rouge_score():
@@ -50,32 +90,46 @@ class _CachedStemmer:
 
 
 class _Tokenizer:
-    """``rouge_score``'s default tokenizer (``tokenize.tokenize``) with a cached stemmer."""
+    """``rouge_score``'s default tokenizer (``tokenize.tokenize``) with a cached stemmer, or (``kind="unicode"``)
+    the letters and digits of every script (see the module docstring)."""
 
-    def __init__(self, use_stemmer: bool):
+    def __init__(self, use_stemmer: bool, kind: str = "default"):
         _, self._tokenize = _require_rouge_score()
         self._stemmer = _CachedStemmer() if use_stemmer else None
+        self._kind = kind
 
     def tokenize(self, text: str) -> list[str]:
-        return self._tokenize.tokenize(text, self._stemmer)
+        if self._kind == "default":
+            return self._tokenize.tokenize(text, self._stemmer)
+        tokens = unicode_words(text)
+        if self._stemmer is None:
+            return tokens
+        return [self._stemmer.stem(t) if len(t) > 3 and t.isascii() else t for t in tokens]  # as rouge_score
 
 
-@functools.lru_cache(maxsize=2)
-def _tokenizer(use_stemmer: bool) -> _Tokenizer:
-    return _Tokenizer(use_stemmer)
+def _check_tokenizer(tokenizer: str) -> str:
+    if tokenizer not in ROUGE_TOKENIZERS:
+        raise ValueError(f"tokenizer must be one of {ROUGE_TOKENIZERS}, got {tokenizer!r}")
+    return tokenizer
 
 
 @functools.lru_cache(maxsize=4)
-def _scorer(use_stemmer: bool, rouge_types: tuple[str, ...]):
+def _tokenizer(use_stemmer: bool, kind: str = "default") -> _Tokenizer:
+    return _Tokenizer(use_stemmer, kind)
+
+
+@functools.lru_cache(maxsize=8)
+def _scorer(use_stemmer: bool, rouge_types: tuple[str, ...], kind: str = "default"):
     rouge_scorer, _ = _require_rouge_score()
-    return rouge_scorer.RougeScorer(list(rouge_types), tokenizer=_tokenizer(use_stemmer))
+    return rouge_scorer.RougeScorer(list(rouge_types), tokenizer=_tokenizer(use_stemmer, kind))
 
 
-def rouge_tokenize(text: str, use_stemmer: bool = True) -> list[str]:
-    """The tokens ``rouge_score`` scores: ``DefaultTokenizer(use_stemmer).tokenize(text)``."""
+def rouge_tokenize(text: str, use_stemmer: bool = True, tokenizer: str = "default") -> list[str]:
+    """The tokens ROUGE scores: ``rouge_score``'s ``DefaultTokenizer(use_stemmer).tokenize(text)``, or with
+    ``tokenizer="unicode"`` the letters and digits of every script (see the module docstring)."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    return _tokenizer(bool(use_stemmer)).tokenize(text)
+    return _tokenizer(bool(use_stemmer), _check_tokenizer(tokenizer)).tokenize(text)
 
 
 def lsum_text(text: str) -> str:
@@ -125,6 +179,7 @@ def rouge_per_example(
     references: Sequence[str] | Sequence[Sequence[str]],
     use_stemmer: bool = True,
     sentence_split: bool = True,
+    tokenizer: str = "default",
 ) -> dict[str, np.ndarray]:
     """Per-example ROUGE, each value a float array of shape ``(n_examples,)``.
 
@@ -139,10 +194,13 @@ def rouge_per_example(
         sentence_split: for ``rougeLsum``, put one sentence per line with :func:`lsum_text` (the texts'
             line breaks and :func:`split_sentences` within lines); ``False`` uses the texts' own line breaks
             only.
+        tokenizer: ``"default"`` (``rouge_score``'s: ``a-z0-9`` only) or ``"unicode"`` (the letters and digits of
+            every script; the same tokens on ASCII text).
     """
     refs = _check_inputs(predictions, references)
-    scorer = _scorer(bool(use_stemmer), ("rouge1", "rouge2", "rougeL"))
-    lsum_scorer = _scorer(bool(use_stemmer), ("rougeLsum",))
+    kind = _check_tokenizer(tokenizer)
+    scorer = _scorer(bool(use_stemmer), ("rouge1", "rouge2", "rougeL"), kind)
+    lsum_scorer = _scorer(bool(use_stemmer), ("rougeLsum",), kind)
     n = len(predictions)
     out = {f"{t}{s}": np.zeros(n) for t in ROUGE_TYPES for s in ("", "_precision", "_recall")}
     prep = lsum_text if sentence_split else (lambda x: x)
@@ -162,20 +220,30 @@ def rouge(
     use_stemmer: bool = True,
     sentence_split: bool = True,
     precision_recall: bool = False,
+    tokenizer: str = "default",
 ) -> dict[str, float]:
     """Mean ROUGE F-measure over examples: ``{"rouge1", "rouge2", "rougeL", "rougeLsum"}``.
 
     Each value is the mean over examples of the per-example F-measure of :func:`rouge_per_example`
     (max over references when there are several). ``precision_recall=True`` adds the means of
-    ``<type>_precision`` and ``<type>_recall``. Scores are fractions in [0, 1], not percentages.
+    ``<type>_precision`` and ``<type>_recall``. Scores are fractions in [0, 1], not percentages. ``tokenizer``:
+    ``"default"`` (``rouge_score``'s, ``a-z0-9`` only) or ``"unicode"`` (every script; see the module docstring).
 
     Example:
         >>> rouge(["the cat sat"], [["a cat sat down", "the cat sat"]])["rouge1"]
         1.0
     """
-    per_example = rouge_per_example(predictions, references, use_stemmer, sentence_split)
+    per_example = rouge_per_example(predictions, references, use_stemmer, sentence_split, tokenizer)
     keys = [k for k in per_example if precision_recall or k in ROUGE_TYPES]
     return {k: float(per_example[k].mean()) for k in keys}
 
 
-__all__ = ["ROUGE_TYPES", "lsum_text", "rouge", "rouge_per_example", "rouge_tokenize"]
+__all__ = [
+    "ROUGE_TOKENIZERS",
+    "ROUGE_TYPES",
+    "lsum_text",
+    "rouge",
+    "rouge_per_example",
+    "rouge_tokenize",
+    "unicode_words",
+]

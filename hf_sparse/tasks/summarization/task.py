@@ -20,6 +20,10 @@ example); ``query_mode`` turns QMSum's queries into query-focused examples.
   reports ROUGE. Documents longer than ``max_source_length`` tokens are truncated; how many were is logged
   and recorded (``<split>_truncated_documents``).
 
+``eval_loss`` / ``test_loss`` cover the whole split (any evaluation batch size, any number of processes: the
+Trainers' :class:`_SplitLossMixin`). ROUGE (the metric and the extractive oracle) keeps only ``a-z0-9`` as
+rouge_score does; ``rouge_tokenizer: unicode`` counts the letters and digits of every script.
+
 Without ``tokenizer_name`` both train a word-level tokenizer on the training documents (and summaries),
 with the ``<sent>`` / ``<query_sep>`` markers; nothing is downloaded.
 """
@@ -39,6 +43,7 @@ from ...models.longformer_tasks.backbone import card_pattern
 from ...training import Task, path_field
 from ...training.recipe import RecipeError, require_model, require_path
 from ...training.tasks import metric_prefix
+from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
 from ..arguments import BackboneArguments
 from .data import (
@@ -54,6 +59,7 @@ from .data import (
     train_summarization_tokenizer,
 )
 from .metrics import ORACLE_METRICS, oracle_labels, select_in_order
+from .rouge import ROUGE_TOKENIZERS, rouge_tokenize
 from .sentences import split_sentences
 
 logger = logging.getLogger(__name__)
@@ -93,6 +99,11 @@ class SummarizationArguments(BackboneArguments):
     max_eval_documents: int | None = field(
         default=None, metadata={"help": "Use only the first N validation and test documents."}
     )
+    rouge_tokenizer: str = field(
+        default="default",
+        metadata={"help": "ROUGE (metrics and extractive oracle) tokens: 'default' (rouge_score's: a-z0-9 only) "
+                  "or 'unicode' (letters and digits of every script; same tokens on ASCII text)."},
+    )  # fmt: skip
 
     def __post_init__(self):
         super().__post_init__()
@@ -102,6 +113,10 @@ class SummarizationArguments(BackboneArguments):
             )
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, got {self.query_mode!r}")
+        if self.rouge_tokenizer not in ROUGE_TOKENIZERS:
+            raise ValueError(
+                f"rouge_tokenizer must be one of {ROUGE_TOKENIZERS}, got {self.rouge_tokenizer!r}"
+            )
         check_positive_int("vocab_min_frequency", self.vocab_min_frequency)
         for name in ("vocab_size", "max_train_documents", "max_eval_documents"):
             check_positive_int(name, getattr(self, name), allow_none=True)
@@ -232,6 +247,7 @@ def extractive_documents(
     oracle_sentences: int,
     oracle_metric: str,
     split: str,
+    rouge_tokenizer: str = "default",
 ) -> dict[str, list]:
     """Batched ``map`` over examples: each document split into sentences, labelled with the greedy
     ROUGE oracle and encoded in chunks of whole sentences. Columns: ``sentences``, ``input_ids`` /
@@ -252,7 +268,9 @@ def extractive_documents(
         sentences = split_sentences(document)
         if not sentences:
             raise ValueError(f"{split} document {id_!r} has no sentences")
-        labels = oracle_labels(sentences, references, oracle_sentences, oracle_metric)
+        labels = oracle_labels(
+            sentences, references, oracle_sentences, oracle_metric, tokenizer=rouge_tokenizer
+        )
         feats = sentence_features(sentences, query, sentence_feature_names)
         chunks = encode_extractive(
             tokenizer, sentences, query, max_length=chunk_length, sentence_token_id=sentence_token_id,
@@ -276,6 +294,68 @@ def document_chunks(batch: dict[str, list]) -> dict[str, list]:
             for key in batch:
                 out[key].append(batch[key][j][c])
     return out
+
+
+#: why text gives no ROUGE token with rouge_score's tokenizer, and what to do
+_ROUGE_SCRIPT_HINT = (
+    "ROUGE's default tokenizer (rouge_score's, rouge_tokenizer: default) keeps only the letters a-z and the digits "
+    "0-9, so text in other scripts (Cyrillic, Greek, Arabic, CJK, ...) has no ROUGE token and scores 0; set "
+    "rouge_tokenizer: unicode to count the letters and digits of every script"
+)
+
+
+def check_rouge_references(split: str, path: str, references: list[list[str]], rouge_tokenizer: str) -> None:
+    """``ValueError`` naming the split and its file when no reference summary of an evaluated split has a ROUGE
+    token: every ROUGE score would be 0, whatever the model wrote."""
+    if not any(rouge_tokenize(r, tokenizer=rouge_tokenizer) for refs in references for r in refs):
+        hint = _ROUGE_SCRIPT_HINT if rouge_tokenizer == "default" else "they have no letter or digit"
+        raise ValueError(f"{split}: no reference summary of {path} has a ROUGE token: {hint}")
+
+
+class _SplitLossMixin:
+    """Mixed into both tasks' Trainers: ``<prefix>_loss`` over the whole evaluated split.
+
+    The Trainer reports the mean of one loss per evaluation batch, so a split's loss depended on how it was
+    batched (a smaller last batch, or an extractive batch whose chunks hold no oracle sentence and whose loss is
+    0, weighed as much as a full one) and, in a distributed run, counted the examples the last step repeats to
+    even out the shards. Here every evaluation step adds per-example loss terms (:meth:`example_losses`: sums and
+    counts) gathered with ``accelerator.gather_for_metrics``, which drops those repeats, and the split's loss is
+    their total sum over their total count: the same for any ``per_device_eval_batch_size`` and any number of
+    processes. Predictions too are gathered with ``gather_for_metrics`` (``Seq2SeqTrainer`` gathers with
+    ``accelerator.gather``, which keeps the repeats: 48 generated summaries for 40 documents)."""
+
+    _split_loss: list[float] | None = None  # [sum, count] while evaluation_loop runs
+
+    def example_losses(self, outputs, labels, inputs) -> tuple:
+        """``(sums, counts)``, both ``(batch,)``: each example's loss terms, summed, and how many."""
+        raise NotImplementedError
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs.get("labels")  # the Trainer pops them with a label smoother
+        loss, outputs = super().compute_loss(
+            model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+        )
+        if self._split_loss is not None and labels is not None:
+            sums, counts = self.example_losses(outputs, labels, inputs)
+            sums, counts = self.accelerator.gather_for_metrics((sums.double(), counts.double()))
+            self._split_loss[0] += float(sums.sum())
+            self._split_loss[1] += float(counts.sum())
+        return (loss, outputs) if return_outputs else loss
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):  # fmt: skip
+        self.gather_function = self.accelerator.gather_for_metrics
+        self._split_loss = [0.0, 0.0]
+        try:
+            out = super().evaluation_loop(
+                dataloader, description, prediction_loss_only=prediction_loss_only, ignore_keys=ignore_keys,
+                metric_key_prefix=metric_key_prefix,
+            )  # fmt: skip
+        finally:
+            (total, count), self._split_loss = self._split_loss, None
+        if f"{metric_key_prefix}_loss" in out.metrics:
+            out.metrics[f"{metric_key_prefix}_loss"] = total / max(count, 1.0)
+        return out
 
 
 #: for the card: the kernels make the tokens the model marks in ``global_attention_mask`` (the first token, the sentence
@@ -302,12 +382,22 @@ class _SummarizationTask(Task):
 
     def data(self, args) -> dict:
         """The examples of each split (``datasets.Dataset``, read once): the first
-        ``max_train_documents`` / ``max_eval_documents`` rows, expanded by ``query_mode``."""
+        ``max_train_documents`` / ``max_eval_documents`` rows, expanded by ``query_mode``. ``ValueError``
+        naming the split and its file when its rows give no example (``query_mode: specific`` with every
+        ``specific_queries`` list empty)."""
         if self._rows is None:
             rows = {}
             for split, path in jsonl_files(args.data_dir).items():
-                limit = args.max_train_documents if split == "train" else args.max_eval_documents
+                key = "max_train_documents" if split == "train" else "max_eval_documents"
+                limit = getattr(args, key)
                 rows[split] = load_summarization_examples(path, args.query_mode, limit)
+                # only 'specific' expands a row to no example (load_jsonl refuses an empty file)
+                if len(rows[split]) == 0:
+                    which = "rows" if limit is None else f"first {limit} rows ({key})"
+                    raise ValueError(
+                        f"{split}: the {which} of {path} gave no example: query_mode='specific' makes one per item "
+                        "of a row's 'specific_queries', and every list is empty"
+                    )
             self._rows = rows
         return self._rows
 
@@ -360,10 +450,31 @@ class _SummarizationTask(Task):
 # --------------------------------------------------------------------------------------- extractive
 
 
+def _extractive_trainer_class():
+    from transformers import Trainer
+
+    from .modeling_summarization import sentence_loss_terms
+
+    class ExtractiveTrainer(_SplitLossMixin, Trainer):
+        """``Trainer`` whose ``eval_loss`` is the mean over the split's chunks with an oracle sentence (``bce``:
+        over its sentences) of the sentence-ranking loss, however the chunks are batched (see
+        :class:`_SplitLossMixin`)."""
+
+        def example_losses(self, outputs, labels, inputs):
+            cfg = self.model.config
+            return sentence_loss_terms(
+                outputs["logits"], labels, loss=cfg.loss, positive_weight=cfg.positive_weight,
+                document_index=inputs.get("document_index"),
+            )  # fmt: skip
+
+    return ExtractiveTrainer
+
+
 class ExtractiveSummarizationTask(_SummarizationTask):
     """Sentence scoring with ``LongformerForExtractiveSummarization`` on greedy ROUGE-oracle labels."""
 
     Arguments = ExtractiveArguments
+    trainer_class = _extractive_trainer_class()
     lora_task_type = None
     model_type = "longformer_extractive_summarization"
 
@@ -442,7 +553,7 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                       "max_sentence_tokens": cfg.max_sentence_tokens,
                       "sentence_feature_names": list(cfg.sentence_features),
                       "oracle_sentences": args.oracle_sentences, "oracle_metric": args.oracle_metric,
-                      "split": split}  # fmt: skip
+                      "split": split, "rouge_tokenizer": args.rouge_tokenizer}  # fmt: skip
             key = {**kwargs, "tokenizer": tokenizer_fingerprint(tokenizer)}
             docs = examples.map(
                 extractive_documents, batched=True, batch_size=16, fn_kwargs=kwargs,
@@ -452,10 +563,20 @@ class ExtractiveSummarizationTask(_SummarizationTask):
             )  # fmt: skip
             indices = list(docs["sentence_indices"])
             chunks = [(d, idx) for d, per_doc in enumerate(indices) for idx in per_doc]
+            positives = sum(docs["positives"])
             logger.info(
-                "%s: %d documents, %d chunks, %d oracle sentences",
-                split, len(docs), len(chunks), sum(docs["positives"]),
+                "%s: %d documents, %d chunks, %d oracle sentences", split, len(docs), len(chunks), positives
             )  # fmt: skip
+            path = jsonl_files(args.data_dir)[split]
+            if split == "train" and positives == 0:
+                hint = f"; {_ROUGE_SCRIPT_HINT}" if args.rouge_tokenizer == "default" else ""
+                raise ValueError(
+                    f"train: the greedy ROUGE oracle (oracle_metric={args.oracle_metric}) selected no sentence of the "
+                    f"{len(docs)} documents of {path}, so there is nothing to train on: it selects the sentences "
+                    f"whose n-grams raise their ROUGE against the reference summaries, and none does{hint}"
+                )
+            if split != "train":
+                check_rouge_references(split, path, list(examples["references"]), args.rouge_tokenizer)
             self.documents[split], self.chunks[split] = list(docs["sentences"]), chunks
             self.references[split] = list(examples["references"])
             items = docs.select_columns(
@@ -520,7 +641,9 @@ class ExtractiveSummarizationTask(_SummarizationTask):
                     "document is needed for its summary"
                 )
             predictions = self.summaries(split, pred.predictions, args)
-            return load_metric("rouge").compute(predictions=predictions, references=self.references[split])
+            return load_metric("rouge").compute(
+                predictions=predictions, references=self.references[split], tokenizer=args.rouge_tokenizer
+            )
 
         return metrics
 
@@ -615,16 +738,47 @@ def check_generation_arguments(training_args, config) -> None:
 
 
 def _seq2seq_classes():
+    import torch
+    from torch.nn import functional as F
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-    class AbstractiveTrainer(Seq2SeqTrainer):
+    class AbstractiveTrainer(_SplitLossMixin, Seq2SeqTrainer):
         """``Seq2SeqTrainer`` that checks the evaluations' generation settings before anything trains
-        (:func:`check_generation_arguments`)."""
+        (:func:`check_generation_arguments`), gathers the generated summaries of a distributed evaluation
+        without the repeats of its last step, and reports ``eval_loss`` as the summary tokens' mean
+        cross-entropy over the whole split (see :class:`_SplitLossMixin`)."""
 
         def __init__(self, model=None, args=None, *rest, **kwargs):
             if args is not None and model is not None:
                 check_generation_arguments(args, model.config)
             super().__init__(model, args, *rest, **kwargs)
+
+        def example_losses(self, outputs, labels, inputs):
+            per_token = F.cross_entropy(
+                outputs["logits"].float().transpose(1, 2),
+                labels,
+                ignore_index=IGNORE_INDEX,
+                reduction="none",
+                label_smoothing=self.args.label_smoothing_factor,
+            )  # (B, T): 0 at padding
+            return per_token.sum(-1), (labels != IGNORE_INDEX).sum(-1)
+
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+            if prediction_loss_only or not self.args.predict_with_generate or "labels" not in inputs:
+                return super().prediction_step(
+                    model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs
+                )  # the loss through compute_loss
+            # the summaries (Seq2SeqTrainer's step without labels), then the loss through compute_loss (which
+            # adds each example's terms; Seq2SeqTrainer's step calls the model itself)
+            rest = {k: v for k, v in inputs.items() if k != "labels"}
+            _, generated, _ = super().prediction_step(
+                model, rest, False, ignore_keys=ignore_keys, **gen_kwargs
+            )
+            inputs = self._prepare_inputs(inputs)
+            labels = inputs["labels"]
+            with torch.no_grad(), self.compute_loss_context_manager():
+                loss = self.compute_loss(model, inputs)
+            return loss.detach().mean(), generated, labels
 
     return AbstractiveTrainer, Seq2SeqTrainingArguments
 
@@ -744,6 +898,9 @@ class AbstractiveSummarizationTask(_SummarizationTask):
             self._truncated_rows[split] = list(items["truncated"])
             self.truncated[split] = truncated
             self.references[split] = list(examples["references"])
+            if split != "train":
+                path = jsonl_files(args.data_dir)[split]
+                check_rouge_references(split, path, self.references[split], args.rouge_tokenizer)
             out[split] = items.remove_columns("truncated")
         return out
 
@@ -751,6 +908,7 @@ class AbstractiveSummarizationTask(_SummarizationTask):
         """The first ``n`` examples; ``<split>_truncated_documents`` counts the truncated ones among them."""
         dataset = super().limit_samples(split, dataset, n)
         self.truncated[split] = int(sum(self._truncated_rows[split][: len(dataset)]))
+        self.references[split] = self.references[split][: len(dataset)]
         return dataset
 
     def data_collator(self, args, tokenizer):
@@ -770,9 +928,14 @@ class AbstractiveSummarizationTask(_SummarizationTask):
                 )
             preds = np.where(preds < 0, self._tokenizer.pad_token_id, preds)
             texts = [t.strip() for t in self._tokenizer.batch_decode(preds, skip_special_tokens=True)]
-            refs = self.references[self.metric_split][: len(texts)]
+            refs = self.references[self.metric_split]
+            if len(texts) != len(refs):
+                raise ValueError(
+                    f"{self.metric_split}: {len(texts)} summaries were generated for {len(refs)} documents; every "
+                    "document needs exactly one"
+                )
             result = load_metric("rouge").compute(
-                predictions=[t if t else "" for t in texts], references=refs
+                predictions=[t if t else "" for t in texts], references=refs, tokenizer=args.rouge_tokenizer
             )
             result["gen_len"] = float(
                 np.mean([np.count_nonzero(p != self._tokenizer.pad_token_id) for p in preds])
