@@ -206,17 +206,69 @@ def _check_utf8(dataset, path: str, batch_size: int = 1000) -> None:
     raise ValueError(f"{path}: not a readable JSON Lines file: {invalid}") from invalid
 
 
+class _ReadKeys(dict):
+    """A row that records the keys a check looks up (``row[k]``, ``row.get(k)``, ``k in row``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read = []
+
+    def __getitem__(self, key):
+        self.read.append(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.append(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.append(key)
+        return super().__contains__(key)
+
+
+def _check_columns(dataset, check: Callable[[dict, str], None], source: str, absent=()) -> None:
+    """``ValueError`` naming the column the file lacks and the columns it has, where ``check`` rejects the first
+    row for a field that is no column of the file at all (another dataset's names: ``article`` for ``document``).
+    The field is one the check looked up and names in its message; where ``check`` is a ``functools.partial``
+    whose keyword holds that name (``text_field='document'``), the keyword is named too. The first row is
+    checked as :func:`validate_rows` checks it (without the ``absent`` columns, null in every row)."""
+    if len(dataset) == 0:
+        return
+    row = _ReadKeys((k, v) for k, v in dataset[0].items() if k not in absent)
+    try:
+        check(row, f"{source}: row 1")
+        return
+    except Exception as e:  # a KeyError too (row[field]); anything else is the row check's to report
+        message = str(e)
+    columns = dataset.column_names
+    missing = [
+        k for k in dict.fromkeys(row.read) if isinstance(k, str) and k not in columns and repr(k) in message
+    ]
+    if not missing:
+        return  # the row's values are wrong, not its columns: the row check says which
+    keywords = check.keywords if isinstance(check, functools.partial) else {}
+    keys = [k for k, v in keywords.items() if v in missing]
+    hint = f"; set {' or '.join(keys)} to the column that holds it" if keys else ""
+    names = ", ".join(repr(k) for k in missing)
+    raise ValueError(
+        f"{source}: no column{'s' if len(missing) > 1 else ''} {names} (the file's columns: "
+        f"{', '.join(map(repr, columns)) or 'none'}){hint}"
+    )
+
+
 def validate_rows(dataset, check: Callable[[dict, str], None], source: str):
     """``check(row, where)`` on every row, inside ``dataset.map`` (cached under a fingerprint of
     the data and the check, so a second run skips it); returns the (unchanged) rows.
 
     ``where`` is ``"<source>: row <n>"`` with ``n`` from 1; ``check`` raises ``ValueError`` naming
     the field. A column that is null in every row is left out of the rows ``check`` sees (as if no row
-    had the field); a row that lacks a field other rows have sees it as null.
+    had the field); a row that lacks a field other rows have sees it as null. A field the file has no
+    column for at all is one error first, naming it and the columns the file has (:func:`_check_columns`).
     """
     from datasets import Value
 
     absent = {name for name, feature in dataset.features.items() if feature == Value("null")}
+    _check_columns(dataset, check, source, absent)
 
     def run(row, index):
         check({k: v for k, v in row.items() if k not in absent}, f"{source}: row {index + 1}")

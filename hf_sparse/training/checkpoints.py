@@ -14,6 +14,7 @@ state) fails with a message naming it instead of an obscure traceback.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import math
@@ -29,7 +30,9 @@ __all__ = [
     "CheckpointError",
     "AtomicCheckpointMixin",
     "RESUME_FIXED_ARGS",
+    "RESUME_FIXED_RECIPE_KEYS",
     "atomic_trainer_class",
+    "changed_settings",
     "changed_training_args",
     "latest_checkpoint",
     "list_checkpoints",
@@ -86,6 +89,21 @@ RESUME_FIXED_ARGS = (
     "data_seed",
 )
 _BATCH_FACTORS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size")
+# Recipe keys of the run itself (RecipeArguments) that define the data trained on and the model (its LoRA adapters).
+# With them the task's own arguments are saved with each checkpoint (``settings`` in hf_sparse_state.json, set by
+# the runner), except paths (a folder may move) and those the task says a resume may change
+# (Task.resume_free_arguments: evaluation-only and output settings).
+RESUME_FIXED_RECIPE_KEYS = (
+    "task",
+    "max_train_samples",
+    "lora",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "lora_target_parameters",
+    "lora_modules_to_save",
+)
 
 
 def _plain(value):
@@ -143,6 +161,26 @@ def changed_training_args(folder, args) -> list[str]:
                 "gradient_accumulation_steps x processes)"
             )
     return changed
+
+
+def changed_settings(folder, settings: dict, free=()) -> list[str]:
+    """What ``settings`` (the recipe's data and model settings, see :data:`RESUME_FIXED_RECIPE_KEYS`) change among
+    those saved with checkpoint ``folder``: ``"key=old in the checkpoint, new now"`` strings, [] if nothing (or
+    nothing saved to compare with). Keys matching a pattern of ``free`` may change, and so may a key only one side
+    has (another version of the task)."""
+    try:
+        with open(os.path.join(os.fspath(folder), _HF_SPARSE_STATE), encoding="utf-8") as f:
+            saved = json.load(f).get("settings")
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    if not isinstance(saved, dict):
+        return []
+    now = _plain(settings)
+    return [
+        f"{k}={saved[k]!r} in the checkpoint, {now[k]!r} now"
+        for k in now
+        if k in saved and saved[k] != now[k] and not any(fnmatch.fnmatchcase(k, p) for p in free)
+    ]
 
 
 def make_shareable(folder) -> None:
@@ -351,6 +389,9 @@ class AtomicCheckpointMixin:
     """
 
     _staging_run_dir: str | None = None
+    #: the recipe's data and model settings, saved with every checkpoint (set by the runner; see
+    #: :func:`changed_settings`)
+    resume_settings: dict | None = None
     _loss_sum_before: float = 0.0  # sum of per-step train losses up to the checkpoint resumed from
     _log_state: dict | None = None  # the loss not logged yet at that checkpoint, restored at on_train_begin
 
@@ -495,6 +536,9 @@ class AtomicCheckpointMixin:
                     "global_step": self.state.global_step,
                     **(loss_state or {}),
                     "training_args": resume_training_args(self.args),
+                    **(
+                        {"settings": _plain(self.resume_settings)} if self.resume_settings is not None else {}
+                    ),
                 },
             )
             best = self.state.best_model_checkpoint

@@ -16,10 +16,12 @@ Rules:
 
 - Unknown keys are an error naming the key and the recipe file (with a close match if any).
 - Values are converted to the field's type, so ``learning_rate: 1e-4`` (a *string* in YAML 1.1)
-  works; a value that does not convert is an error naming key, value and type.
+  works; a value that does not convert is an error naming key, value and type. Inside a mapping or list
+  (``lr_scheduler_kwargs: {min_lr: 1e-5}``, ``model_kwargs``) a value of a typed mapping takes the type, and an
+  untyped one in exponent form (``1e-5``) is a float too, as YAML 1.2 reads it.
 - Overrides are ``key=value`` strings applied on top (``--override num_train_epochs=1``); the value
   is typed by the field: ``true``/``false`` for bools, ``none``/``null`` for optional fields,
-  ``[a,b]`` (or ``a,b`` for list-only fields) for lists, ``{k: v}`` for dicts.
+  ``[a,b]`` (or ``a,b`` for list-only fields and ``report_to``) for lists, ``{k: v}`` for dicts.
 - Paths: task fields declared with :func:`path_field` resolve relative to the **recipe file's
   folder** (so a recipe works from any working directory and can sit next to its data); ``~`` and
   ``$VARS`` expand. ``output_dir`` follows the usual HF convention: relative to the working
@@ -45,6 +47,7 @@ import enum
 import logging
 import math
 import os
+import re
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,7 +207,8 @@ class RecipeArguments:
         default=True,
         metadata={
             "help": "Save the final model with the LoRA weights merged (a plain model); the adapter alone "
-            "is saved in output_dir/adapter either way. False: save only the adapter in output_dir."
+            "is saved in output_dir/adapter either way. False: save only the adapter in output_dir (needs "
+            "model_name_or_path: the base model it loads on)."
         },
     )
     max_train_samples: int | None = field(
@@ -267,6 +271,11 @@ class RecipeArguments:
 
 # --- typed values -------------------------------------------------------------------------------
 
+# Fields of type ``str | list[str]`` whose names never hold a comma: ``a,b`` is the list [a, b] (as for a
+# list-only field), not one name ("tensorboard,wandb" is no integration).
+_COMMA_LIST_KEYS = ("report_to",)
+# A float in exponent form that YAML 1.1 (PyYAML) reads as a string: no dot (1e-5) or an unsigned exponent (1.0e5)
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)[eE][-+]?\d+")
 _NONE_WORDS = ("none", "null", "~")
 _TRUE_WORDS = ("true", "yes", "y", "on", "1")
 _FALSE_WORDS = ("false", "no", "n", "off", "0")
@@ -300,10 +309,22 @@ def _member_rank(hint) -> int:
     return 7
 
 
+def _yaml12_floats(value: Any) -> Any:
+    """``value`` (untyped, e.g. inside a mapping; nested mappings and lists too) with every string in exponent
+    form (``"1e-5"``) as a float: YAML 1.2 reads it so, and so does a typed float field (``learning_rate``)."""
+    if isinstance(value, dict):
+        return {k: _yaml12_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_yaml12_floats(v) for v in value]
+    if isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
 def _coerce(value: Any, hint: Any) -> Any:
     """Convert ``value`` (from YAML or an override string) to the type ``hint``; ValueError if it can't."""
     if hint is Any or hint is None:
-        return value
+        return _yaml12_floats(value)
     if _is_union(hint):
         members = [m for m in get_args(hint) if m is not type(None)]
         optional = len(members) < len(get_args(hint))
@@ -385,7 +406,8 @@ def _coerce(value: Any, hint: Any) -> Any:
             value = yaml.safe_load(value)
         if not isinstance(value, dict):
             raise ValueError(f"{value!r} is not a mapping")
-        return value
+        (item,) = get_args(hint)[1:2] or (Any,)
+        return {k: _coerce(v, item) for k, v in value.items()}
     return value
 
 
@@ -527,6 +549,9 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
         if key not in hints:  # a default for a field this TrainingArguments class lacks
             del values[key]
             continue
+        value = values[key]
+        if key in _COMMA_LIST_KEYS and isinstance(value, str) and "," in value and value.strip()[:1] != "[":
+            values[key] = list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
         try:
             values[key] = _coerce(values[key], hints[key])
         except (ValueError, TypeError) as e:

@@ -11,7 +11,8 @@ What ``output_dir`` holds at the end (written by the main process only):
   ``AutoModel*.from_pretrained(output_dir)``. With LoRA the adapter weights are **merged** into the
   base weights (``merge_lora: true``, the default), so the folder is a plain model, and the adapter
   alone is in ``output_dir/adapter``; with ``merge_lora: false`` (or under FSDP, where sharded
-  weights cannot be merged in place) ``output_dir`` holds the adapter only;
+  weights cannot be merged in place) ``output_dir`` holds the adapter only (``merge_lora: false`` needs a
+  ``model_name_or_path``, the base the adapter names);
 - ``checkpoint-N/`` folders (saved atomically, see :mod:`~hf_sparse.training.checkpoints`);
   a rerun over an ``output_dir`` holding checkpoints or a trained model is an error unless it resumes
   (``resume``, ``resume_from_checkpoint``) or sets ``overwrite_output_dir``, which deletes them and the
@@ -50,7 +51,9 @@ from typing import Any
 
 from .callbacks import BestMetricCheckCallback, LogHistoryCallback, loss_series
 from .checkpoints import (
+    RESUME_FIXED_RECIPE_KEYS,
     atomic_trainer_class,
+    changed_settings,
     changed_training_args,
     latest_checkpoint,
     list_checkpoints,
@@ -58,7 +61,7 @@ from .checkpoints import (
     validate_checkpoint,
     write_json_atomic,
 )
-from .recipe import RecipeError, load_recipe
+from .recipe import _PATH_METAVAR, RecipeError, load_recipe
 from .secrets import is_secret_key, redact
 from .tasks import get_task, metric_prefix
 
@@ -421,6 +424,17 @@ def _check_checkpoint_tokenizer(tokenizer, checkpoint: str, recipe_args) -> None
     )
 
 
+def _resume_settings(task_args, recipe_args) -> dict[str, Any]:
+    """The recipe's data and model settings, saved with every checkpoint and compared on resume: the keys of
+    :data:`~hf_sparse.training.checkpoints.RESUME_FIXED_RECIPE_KEYS` and the task's arguments but its paths and
+    secret-named ones (written to no file)."""
+    settings = {key: getattr(recipe_args, key) for key in RESUME_FIXED_RECIPE_KEYS}
+    for f in dataclasses.fields(task_args):
+        if f.init and f.metadata.get("metavar") != _PATH_METAVAR and not is_secret_key(f.name):
+            settings[f.name] = getattr(task_args, f.name)
+    return settings
+
+
 def _check_checkpoint_args(checkpoint: str, recipe_args, training_args) -> None:
     """Before anything is built: the training settings a resume cannot change are those the checkpoint was trained
     with (:func:`~hf_sparse.training.checkpoints.changed_training_args`). The checkpoint's optimizer and scheduler
@@ -433,6 +447,24 @@ def _check_checkpoint_args(checkpoint: str, recipe_args, training_args) -> None:
             f"({'; '.join(changed)}): its optimizer, scheduler and data position keep the ones it was trained "
             "with; resume with those (max_steps, num_train_epochs and the logging, evaluation and saving settings "
             "may change), or start over with --overwrite_output_dir"
+        )
+
+
+def _check_checkpoint_settings(checkpoint: str, task, task_args, recipe_args) -> None:
+    """Before the data is prepared: the data and model settings (:func:`_resume_settings`, but the task's
+    ``resume_free_arguments``) are those the checkpoint was trained with; else the run would silently go on
+    training on other data (another ``dataset_seed`` or ``num_train``) from the checkpoint's place in it. Runs after
+    :func:`_check_checkpoint_tokenizer`, whose message says more where the vocabulary was built from other data."""
+    changed = changed_settings(
+        checkpoint, _resume_settings(task_args, recipe_args), task.resume_free_arguments
+    )
+    if changed:
+        free = ", ".join(task.resume_free_arguments)
+        raise RecipeError(
+            f"{recipe_args.source}: cannot resume from {checkpoint} with other data or model settings "
+            f"({'; '.join(changed)}): it was trained on the data and model they define, and would go on with other "
+            f"ones from its place in them; resume with those (paths, max_eval_samples, max_test_samples and the "
+            f"task's {free} may change), or start over with --overwrite_output_dir"
         )
 
 
@@ -504,9 +536,46 @@ def _apply_lora(task, model, recipe_args, training_args):
         raise RecipeError(f"{recipe_args.source}: {keys}: {e}") from e
 
 
+def _drop_previous_results(output_dir: str) -> None:
+    """Before the final model files replace a finished run's (a run continued with ``--resume``): delete that run's
+    ``all_results.json`` with the files it names, its model card and the task's figures (``extras``), and its
+    ``loss.png``, so that a run killed while saving leaves the new weights without results (as a killed new run
+    does), never next to the earlier run's."""
+    path = os.path.join(output_dir, "all_results.json")
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            results = json.load(f)
+        named = [results.get("model_card"), *_strings(results.get("extras"))]
+    except (OSError, ValueError, AttributeError):  # unreadable: delete it all the same
+        named = []
+    os.remove(path)
+    root = os.path.abspath(output_dir)
+    for name in [n for n in named if isinstance(n, str) and n and not os.path.isabs(n)] + ["loss.png"]:
+        file = os.path.abspath(os.path.join(root, name))
+        if file != root and _inside(file, root) and os.path.isfile(file):
+            os.remove(file)
+    logger.info(
+        "deleted the earlier run's results, card and plots in %s: new weights replace its model", output_dir
+    )
+
+
+def _strings(value) -> list[str]:
+    """Every string in ``value`` (nested dicts and lists)."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
 def _save_final_model(trainer, task, recipe_args, tokenizer, output_dir: str):
-    """Save the final model (merged LoRA if requested) and the task's extras; returns the saved model."""
+    """Save the final model (merged LoRA if requested) and the task's extras; returns the saved model. The earlier
+    run's results and card go first (:func:`_drop_previous_results`)."""
     model = trainer.model
+    if trainer.is_world_process_zero():
+        _drop_previous_results(output_dir)
     if recipe_args.lora and recipe_args.merge_lora and not trainer.is_fsdp_enabled:
         trainer.save_model(os.path.join(output_dir, "adapter"))  # collective; main process writes
         saved = None
@@ -825,6 +894,19 @@ def _check_training_values(recipe_args, training_args) -> None:
             raise RecipeError(f"{src}: {key}=false is not supported: {instead}")
 
 
+def _check_lora(recipe_args, task_args) -> None:
+    """``lora: true, merge_lora: false`` saves the adapter alone, which loads only on top of the base model its
+    ``adapter_config.json`` names: a model trained from random initialisation (no ``model_name_or_path``) has no
+    such name, and the folder would load nowhere (transformers and peft look for ``None`` on the Hub)."""
+    if recipe_args.lora and not recipe_args.merge_lora and not getattr(task_args, "model_name_or_path", None):
+        raise RecipeError(
+            f"{recipe_args.source}: lora: true with merge_lora: false saves the adapter alone, which loads only on "
+            "top of its base model, and model_name_or_path is not set (a new model, trained from random "
+            "initialisation, that no adapter can name): keep merge_lora: true (the default; the adapter is in "
+            "adapter/ too) or set model_name_or_path to a saved model"
+        )
+
+
 def _check_precision(recipe_args, training_args) -> None:
     """``fp16`` on the CPU (``use_cpu``, or no GPU): accelerate would switch it off and train in fp32 while the
     card said fp16. Runs after :func:`_check_launch` (the device is set up here)."""
@@ -930,8 +1012,8 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
             neither ``resume`` nor ``overwrite_output_dir`` is set, or a checkpoint whose weights do not fit the
             recipe's model, whose tokenizer differs from the one the task builds now (a vocabulary built from
             changed data) or that was trained with other settings a resume cannot change (learning rate,
-            schedule, optimizer, seed, total batch size). ``overwrite_output_dir`` deletes nothing before
-            every such check has passed.
+            schedule, optimizer, seed, total batch size; the task's data and model settings, LoRA,
+            ``max_train_samples``). ``overwrite_output_dir`` deletes nothing before every such check has passed.
         CheckpointError: the checkpoint to resume from is incomplete or corrupt.
         HubPushError: ``push_to_hub`` failed (everything local was written first).
         TrainingDivergedError: NaN predictions at an evaluation (a :class:`RecipeError`); at the final
@@ -970,6 +1052,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     _check_precision(recipe_args, training_args)
     _check_report_to(recipe_args, training_args)
     _check_task_arguments(task, task_args, recipe_args)
+    _check_lora(recipe_args, task_args)
     _check_writable(recipe_args, training_args)
     checkpoint = _resume_checkpoint(recipe_args, training_args)  # deletes nothing (see _clear_output_dir)
     if checkpoint is not None:
@@ -986,6 +1069,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         raise RecipeError(f"{recipe_args.source}: {e}") from e
     if checkpoint is not None:
         _check_checkpoint_tokenizer(tokenizer, checkpoint, recipe_args)
+        _check_checkpoint_settings(checkpoint, task, task_args, recipe_args)
     with training_args.main_process_first(desc=f"{task.name} datasets"):
         datasets = dict(task.build_datasets(task_args, tokenizer))
     if datasets.get("train") is None:
@@ -1027,6 +1111,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         callbacks=[log_callback, BestMetricCheckCallback(recipe_args.source)],
     )
     trainer.compute_metrics = _checked_metrics(trainer, recipe_args)
+    trainer.resume_settings = _resume_settings(task_args, recipe_args)  # saved with every checkpoint
     if task.model_accepts_loss_kwargs is not None:  # see Task.model_accepts_loss_kwargs
         trainer.model_accepts_loss_kwargs = task.model_accepts_loss_kwargs
     num_trainable = _count_parameters(trainer.model, trainable_only=True)

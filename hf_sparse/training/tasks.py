@@ -79,6 +79,12 @@ class Task:
             that count things rather than score the model, such as the turns an accuracy was computed over
             (default ``n_*`` and ``num_*``). The model card lists them as counts, not as evaluation results
             of its ``model-index``; ``all_results.json`` keeps them with the metrics.
+        resume_free_arguments: ``fnmatch`` patterns of the :attr:`Arguments` names a resume may change
+            (evaluation-only and output settings; default ``max_eval_*``, ``max_test_*``, ``eval_*``,
+            ``num_validation``, ``num_test``, ``*_plot``, and ``attention_backend``: the kernels are exact, so a run may
+            resume on another device). Every other argument but a path
+            (:func:`~hf_sparse.training.recipe.path_field`) defines the data or the model trained on, and is saved
+            with each checkpoint: a resume with another value is an error naming it.
     """
 
     name: ClassVar[str] = ""
@@ -89,6 +95,15 @@ class Task:
     lora_task_type: ClassVar[str | None] = None
     model_accepts_loss_kwargs: ClassVar[bool | None] = False
     count_metrics: ClassVar[tuple[str, ...]] = ("n_*", "num_*")
+    resume_free_arguments: ClassVar[tuple[str, ...]] = (
+        "max_eval_*",
+        "max_test_*",
+        "eval_*",
+        "num_validation",
+        "num_test",
+        "*_plot",
+        "attention_backend",
+    )
     #: processes of the preprocessing ``datasets.map`` calls (the recipe's ``num_proc``, set by the
     #: runner; None: :data:`hf_sparse.data.loading.DEFAULT_NUM_PROC` where a split is large enough).
     num_proc: int | None = None

@@ -1,6 +1,7 @@
 """hf_sparse.data.loading: JSON Lines splits, row checks naming file/row/field, seeded group splits
 (the permutation the recipes used before), deterministic map fingerprints (a second run hits the cache)."""
 
+import functools
 import json
 
 import numpy as np
@@ -69,6 +70,59 @@ def test_load_jsonl_splits_checks_rows_and_names_file_row_field(tmp_path):
     assert sorted(splits) == ["train", "validation"] and splits["train"]["x"] == [0, 1, 2]  # test optional
     with pytest.raises(FileNotFoundError, match="data_dir=.* has no test.jsonl"):
         load_jsonl_splits(str(tmp_path), optional=())
+
+
+def _text_check(row, where, text_field="document"):
+    if not isinstance(row.get(text_field), str):
+        raise ValueError(f"{where}: field {text_field!r} must be a string, got {row.get(text_field)!r}")
+
+
+def _row_check(row, where):  # a field read as row[...]: a KeyError on a missing column
+    if not isinstance(row["x"], int):
+        raise ValueError(f"{where}: field 'x' must be an int")
+
+
+@pytest.mark.parametrize(
+    "rows, check, message",
+    [
+        ([{"y": 2}], _check, "rows.jsonl: no column 'x' (the file's columns: 'y')"),
+        ([{"x": None, "y": 2}], _check, "rows.jsonl: row 1: field 'x' must be an int, got None"),  # all null
+        (
+            [{"x": "1"}],
+            _check,
+            "rows.jsonl: row 1: field 'x' must be an int, got '1'",
+        ),  # a value, not a column
+        ([{"y": 1}], _row_check, "rows.jsonl: no column 'x' (the file's columns: 'y')"),
+        (
+            [{"seq": "ACGT", "labels": 1}],
+            "motif",
+            "rows.jsonl: no column 'sequence' (the file's columns: 'seq', 'labels')",
+        ),
+        (
+            [{"id": "x", "speaker": ["USER"], "utterances": ["hi"]}],
+            "dialogue",
+            "no columns 'dialogue_id', 'speakers', 'turns' (the file's columns: 'id', 'speaker', 'utterances')",
+        ),
+        (
+            [{"text": "A b."}],
+            functools.partial(_text_check, text_field="document"),
+            "no column 'document' (the file's columns: 'text'); set text_field to the column that holds it",
+        ),
+    ],
+)
+def test_a_column_the_file_lacks_is_named_with_the_columns_it_has(tmp_path, rows, check, message):
+    """Data with another dataset's column names (article/highlights, seq/labels): one error naming the missing
+    column and the file's columns (and the recipe key that names the column), not "field 'x' ... got None"."""
+    if check == "motif":
+        from hf_sparse.tasks.motif.data import check_classification_row as check
+    elif check == "dialogue":
+        from hf_sparse.tasks.dialogue.data import check_sgd_record as check
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(ValueError) as info:
+        load_jsonl(str(path), check)
+    assert str(info.value).endswith(message), str(info.value)
+    assert str(info.value).startswith(str(path))
 
 
 @pytest.mark.parametrize(

@@ -162,6 +162,45 @@ def test_coerce_rules():
     assert _coerce("{a: 1}", dict | str | None) == {"a": 1}
 
 
+def test_exponent_floats_inside_mappings_are_floats(tmp_path):
+    """lr_scheduler_kwargs: {min_lr: 1e-5} (a string in YAML 1.1) reaches the scheduler as a float, from the
+    recipe file and from an override, as learning_rate: 1e-4 does; nested untyped values too."""
+    path = write_recipe(
+        tmp_path / "r.yaml", toy_recipe(tmp_path / "out", lr_scheduler_type="cosine_with_min_lr")
+    )
+    path.write_text(
+        path.read_text(encoding="utf-8") + "lr_scheduler_kwargs:\n  min_lr: 1e-5\n", encoding="utf-8"
+    )
+    _, _, training_args = load_recipe(path)
+    assert training_args.lr_scheduler_kwargs == {"min_lr": 1e-5}
+    assert isinstance(training_args.lr_scheduler_kwargs["min_lr"], float)
+    _, _, training_args = load_recipe(path, ["lr_scheduler_kwargs={min_lr: 2E-6, name: x1e5}"])
+    assert training_args.lr_scheduler_kwargs == {"min_lr": 2e-6, "name": "x1e5"}
+    nested = _coerce({"a": {"b": "1e-5", "c": ["3e2", "-.5e1", "e5"]}, "d": "1.0e5", "e": "7"}, dict | None)
+    assert nested == {"a": {"b": 1e-5, "c": [300.0, -5.0, "e5"]}, "d": 1e5, "e": "7"}
+    assert _coerce({"on": "1e-3"}, dict[str, float]) == {"on": 1e-3}  # a typed mapping types its values
+    with pytest.raises(ValueError):
+        _coerce({"on": "x"}, dict[str, float])
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("tensorboard,wandb", ["tensorboard", "wandb"]),
+        (" tensorboard , tensorboard ", ["tensorboard"]),
+        ("[tensorboard,wandb]", ["tensorboard", "wandb"]),
+        ("tensorboard", ["tensorboard"]),
+    ],
+)
+def test_report_to_a_comma_list_is_a_list(tmp_path, value, expected):
+    """report_to=tensorboard,wandb is two integrations (as lora_target_modules=a,b), not one named
+    "tensorboard,wandb"; in the recipe file too."""
+    _, _, training_args = load_recipe(toy_recipe(tmp_path), [f"report_to={value}"])
+    assert training_args.report_to == expected
+    _, _, training_args = load_recipe(toy_recipe(tmp_path, report_to=value))
+    assert training_args.report_to == expected
+
+
 def test_cpu_ddp_detection(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert not _cpu_only_distributed_launch()

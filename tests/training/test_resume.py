@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,6 +119,53 @@ def test_resuming_from_the_last_checkpoint_trains_nothing_more(tmp_path, capsys)
         assert b[key] == pytest.approx(a[key], rel=1e-6), key
     wa, wb = load_file(finished / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+class _Killed(BaseException):
+    """A SIGKILL in the middle of the final save (past the runner's and the CLI's exception handlers)."""
+
+
+def test_a_continued_run_killed_in_its_final_save_keeps_no_results_of_the_earlier_run(tmp_path, monkeypatch):
+    """A finished run (max_steps=4) continued with --resume (max_steps=6) and killed right after the final
+    model.safetensors is written: output_dir holds the step-6 weights without the step-4 run's all_results.json,
+    card and plots (the loss curves, the task's figures), as after a killed new run; --resume then finishes it."""
+    from transformers import PreTrainedModel
+
+    from tests.training.toy_task import ToyTask
+
+    after_training = ToyTask.after_training
+
+    def with_a_figure(self, trainer, args, output_dir):  # a task's figure, named in the results' extras
+        (Path(output_dir) / "toy.png").write_bytes(b"png")
+        return {**after_training(self, trainer, args, output_dir), "figure_png": "toy.png"}
+
+    monkeypatch.setattr(ToyTask, "after_training", with_a_figure)
+    out = tmp_path / "out"
+    values = dict(num_train=64, num_validation=16, num_test=0, save_strategy="steps", save_steps=2,
+                  eval_strategy="no", plots=True, model_card=True)  # fmt: skip
+    finetune = load_finetune_module()
+    recipe = write_recipe(tmp_path / "a.yaml", toy_recipe(out, max_steps=4, **values))
+    assert finetune.main([str(recipe)]) == 0
+    earlier = ["all_results.json", "README.md", "loss.png", "toy.png"]
+    assert all((out / name).is_file() for name in earlier)
+    save_pretrained = PreTrainedModel.save_pretrained
+
+    def killed(self, folder, *args, **kwargs):
+        save_pretrained(self, folder, *args, **kwargs)
+        if os.path.abspath(folder) == str(out):
+            raise _Killed
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", killed)
+    recipe = write_recipe(tmp_path / "b.yaml", toy_recipe(out, max_steps=6, **values))
+    with pytest.raises(_Killed):
+        finetune.main([str(recipe), "--resume"])
+    final, step6 = load_file(out / "model.safetensors"), load_file(out / "checkpoint-6" / "model.safetensors")
+    assert all(torch.equal(final[k], step6[k]) for k in final)  # the new weights, without the old results
+    assert [name for name in earlier if (out / name).exists()] == []
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", save_pretrained)
+    assert finetune.main([str(recipe), "--resume"]) == 0
+    assert json.loads((out / "all_results.json").read_text())["global_step"] == 6
+    assert all((out / name).is_file() for name in earlier)
 
 
 def test_the_first_logged_loss_after_a_resume_covers_the_whole_logging_interval(tmp_path):

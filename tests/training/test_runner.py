@@ -13,7 +13,7 @@ import yaml
 from hf_sparse.training import RecipeError, get_task, latest_checkpoint, load_recipe, run, validate_checkpoint
 from tests.test_hub import _no_manifest
 from tests.training.helpers import load_finetune_module, toy_recipe, write_recipe
-from tests.training.toy_task import ToyArguments, make_texts
+from tests.training.toy_task import ToyArguments, make_texts, save_toy_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -280,13 +280,32 @@ def test_push_goes_to_hub_revision(tmp_path, hub_calls):
 
 @pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")
 def test_an_unmerged_lora_adapter_is_pushed(tmp_path, hub_calls):
-    """lora: true, merge_lora: false: output_dir holds the adapter alone (no config.json); it is pushed."""
+    """lora: true, merge_lora: false on a saved model: output_dir holds the adapter alone (no config.json), which
+    names its base model and loads on it; it is pushed."""
+    from peft import AutoPeftModelForSequenceClassification
+
+    base = save_toy_model(tmp_path / "base")
     out = tmp_path / "out"
-    results = run(_push_recipe(out, lora=True, merge_lora=False))
+    results = run(_push_recipe(out, lora=True, merge_lora=False, model_name_or_path=str(base)))
     assert not (out / "config.json").exists()
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(base)
+    AutoPeftModelForSequenceClassification.from_pretrained(out)  # the base it names, with the adapter
     sent = hub_calls["upload"]["allow_patterns"]
     assert "adapter_config.json" in sent and "adapter_model.safetensors" in sent
     assert results["hub_url"] == "https://huggingface.co/someone/toy"
+
+
+def test_an_unmerged_lora_adapter_of_a_new_model_is_an_error_before_training(tmp_path, finetune, capsys):
+    """lora: true, merge_lora: false without model_name_or_path: the adapter alone would name no base model (the
+    model trains from random initialisation) and load nowhere. One error line naming both keys, nothing trained."""
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(out, lora=True, merge_lora=False, max_steps=1))
+    assert finetune.main([str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        err[-1].startswith("error: ") and "merge_lora: false" in err[-1] and "model_name_or_path" in err[-1]
+    )
+    assert not out.exists() or not any(out.iterdir())
 
 
 @pytest.mark.skipif(hub is None, reason="hf_sparse.hub is not available yet")

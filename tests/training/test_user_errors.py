@@ -17,6 +17,7 @@ from tests.training.helpers import (
     toy_recipe,
     write_recipe,
 )
+from tests.training.toy_task import save_toy_model
 
 RECIPES = REPO_ROOT / "pipelines"
 
@@ -314,8 +315,9 @@ def test_overwrite_deletes_the_previous_runs_outputs_not_the_users(finetune, tmp
     assert finetune.main(_toy_argv(tmp_path, out, **first)) == 0
     assert {"model.safetensors", "loss.png", "all_results.json", "adapter"} <= {p.name for p in out.iterdir()}
     (out / "notes.txt").write_text("mine")
+    base = save_toy_model(tmp_path / "base")  # an adapter alone loads on the base model it names
     second = dict(max_steps=1, save_strategy="no", eval_strategy="no", num_test=0, lora=True, merge_lora=False,
-                  plots=False, model_card=False)  # fmt: skip
+                  plots=False, model_card=False, model_name_or_path=str(base))  # fmt: skip
     with caplog.at_level(logging.INFO, logger="hf_sparse"):
         assert finetune.main([*_toy_argv(tmp_path, out, **second), "--overwrite_output_dir"]) == 0
     err = caplog.text
@@ -459,6 +461,33 @@ def test_a_resume_with_other_training_settings_is_one_error(
     assert sorted(p.name for p in copy.iterdir()) == ["checkpoint-4"]
 
 
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["num_train=256"], "num_train=512 in the checkpoint, 256 now"),
+        (["seq_len=12"], "seq_len=10 in the checkpoint, 12 now"),
+        (["num_train=256", "seq_len=12"], "seq_len=10 in the checkpoint, 12 now; num_train=512 in the"),
+        (["max_train_samples=64"], "max_train_samples=None in the checkpoint, 64 now"),
+        (["lora=true"], "lora=False in the checkpoint, True now"),
+    ],
+)
+def test_a_resume_with_other_data_or_model_settings_is_one_error(
+    overrides, needle, saved_run, finetune, tmp_path, capsys
+):
+    """The task's arguments that define the data (e.g. the motif task's dataset_seed, num_train) and the model:
+    a resume with other ones trained on other data from the checkpoint's place, and exited 0. One error line
+    naming the key, the old and the new value, before the data is prepared."""
+    copy = tmp_path / "out"
+    shutil.copytree(saved_run / "checkpoint-4", copy / "checkpoint-4")
+    argv = _toy_argv(tmp_path, copy, max_steps=6, eval_strategy="no", num_test=0, plots=False)
+    assert finetune.main([*argv, "--resume", "--override", *overrides]) == 2
+    _one_error_line(capsys.readouterr().err, f"cannot resume from {copy / 'checkpoint-4'} with other data or model",
+                    needle, "--overwrite_output_dir")  # fmt: skip
+    assert sorted(p.name for p in copy.iterdir()) == ["checkpoint-4"]
+    saved = json.loads((copy / "checkpoint-4" / "hf_sparse_state.json").read_text())["settings"]
+    assert saved["seq_len"] == 10 and "target_token" not in saved  # a secret-like name is written nowhere
+
+
 def test_a_checkpoint_without_saved_settings_is_checked_for_its_learning_rate(
     saved_run, finetune, tmp_path, capsys
 ):
@@ -477,11 +506,13 @@ def test_a_checkpoint_without_saved_settings_is_checked_for_its_learning_rate(
 
 def test_a_resume_may_change_the_length_the_logging_and_the_batch_split(saved_run, finetune, tmp_path):
     """What a resume may change, and what then applies: max_steps, logging_steps (transformers kept the
-    checkpoint's), and per-device batch x gradient accumulation with the same total batch."""
+    checkpoint's), per-device batch x gradient accumulation with the same total batch, the evaluation data and
+    paths."""
     copy = tmp_path / "out"
     shutil.copytree(saved_run / "checkpoint-2", copy / "checkpoint-2")
     argv = _toy_argv(tmp_path, copy, max_steps=5, eval_strategy="no", num_test=0, plots=False, save_strategy="no",
-                     logging_steps=1, per_device_train_batch_size=16, gradient_accumulation_steps=2)  # fmt: skip
+                     logging_steps=1, per_device_train_batch_size=16, gradient_accumulation_steps=2,
+                     num_validation=64, max_eval_samples=32, data_dir=str(tmp_path))  # fmt: skip
     assert finetune.main([*argv, "--resume"]) == 0
     history = json.loads((copy / "log_history.json").read_text())
     assert [e["step"] for e in history if "loss" in e] == [3, 4, 5]  # logging_steps=5 in the checkpoint
@@ -581,6 +612,12 @@ def test_resume_from_a_checkpoint_of_another_model_size_is_one_error(saved_run, 
     copy = tmp_path / "out"
     shutil.copytree(saved_run / "checkpoint-4", copy / "checkpoint-4")
     argv = _toy_argv(tmp_path, copy, max_steps=6, eval_strategy="no", num_test=0, hidden_size=64)
+    assert finetune.main([*argv, "--resume"]) == 2
+    _one_error_line(capsys.readouterr().err, f"cannot resume from {copy / 'checkpoint-4'}",
+                    "hidden_size=32 in the checkpoint, 64 now", "--overwrite_output_dir")  # fmt: skip
+    # a checkpoint saved without the recipe's settings: the config keys that differ, once the model is built
+    state = copy / "checkpoint-4" / "hf_sparse_state.json"
+    state.write_text(json.dumps({k: v for k, v in json.loads(state.read_text()).items() if k != "settings"}))
     assert finetune.main([*argv, "--resume"]) == 2
     _one_error_line(capsys.readouterr().err, f"cannot resume from {copy / 'checkpoint-4'}",
                     "hidden_size=32 in the checkpoint, 64 now", "intermediate_size=64 in the checkpoint, 128 now",

@@ -37,6 +37,9 @@ class ToyArguments:
     )
     record_ranks_to: str | None = path_field(help="Folder where every process writes rank-<r>.json.")
     data_dir: str | None = path_field(help="Unused; a path field for the recipe path tests.")
+    model_name_or_path: str | None = path_field(
+        help="A saved toy model to fine-tune (the base of an unmerged LoRA adapter); None: a new one."
+    )
 
 
 def build_tokenizer(num_tokens: int):
@@ -86,6 +89,16 @@ class _SlowCollator:
         return self.inner(features)
 
 
+def save_toy_model(folder, **values):
+    """Save a new toy model and its tokenizer in ``folder`` (a ``model_name_or_path`` for the toy task)."""
+    args = ToyArguments(**values)
+    task = ToyTask()
+    tokenizer = task.build_tokenizer(args)
+    task.build_model(args, tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 class ToyTask(Task):
     """Token-presence detection with a tiny BertForSequenceClassification."""
 
@@ -99,6 +112,8 @@ class ToyTask(Task):
     def build_model(self, args, tokenizer):
         from transformers import BertConfig, BertForSequenceClassification
 
+        if args.model_name_or_path:
+            return BertForSequenceClassification.from_pretrained(args.model_name_or_path)
         config = BertConfig(
             vocab_size=len(tokenizer),
             hidden_size=args.hidden_size,
