@@ -415,3 +415,100 @@ def test_runs_record_the_dialogues_of_each_split_and_the_label_counts(selection_
         "acts": len(config["act_labels"]),
         "intents": len(config["intent_labels"]),
     }
+
+
+def _tiny_tracking_args(data_dir, **values):
+    return TrackingArguments(data_dir=data_dir, backbone="sparse_transformer", hidden_size=16, num_hidden_layers=1,
+                             num_attention_heads=2, intermediate_size=32, max_length=64, vocab_min_frequency=1,
+                             **values)  # fmt: skip
+
+
+def _renamed(dialogues, intents=None, acts=None):
+    """The dialogues with intents / acts renamed by the mappings."""
+    out = []
+    for d in dialogues:
+        out.append({**d, "active_intent": [(intents or {}).get(i, i) for i in d["active_intent"]],
+                    "acts": [[(acts or {}).get(a, a) for a in turn] for turn in d["acts"]]})  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize(
+    "intents,acts",
+    [
+        ({"SearchFlights": "ReserveHotel"}, {"OFFER": "NOTIFY_SUCCESS"}),  # as many labels, other names
+        ({"SearchFlights": "AAA_NewIntent"}, {"OFFER": "AAA_NEW_ACT"}),  # sorted first: every row moves
+    ],
+)
+def test_continuing_a_tracking_model_keeps_its_head_rows_by_label_name(tmp_path, intents, acts):
+    """A saved tracking model continued on data whose labels have other names: a label's trained row follows its
+    name, a new label gets a new row (never the trained row of another label at its position)."""
+    from hf_sparse.tasks.dialogue.task import DialogueTrackingTask
+
+    first = synthetic_dialogues(8, seed=1)
+    write_sgd(tmp_path / "a", {"train": first, "validation": first[:2]})
+    write_sgd(tmp_path / "b", {"train": _renamed(first, intents, acts), "validation": first[:2]})
+    task = DialogueTrackingTask()
+    args = _tiny_tracking_args(str(tmp_path / "a"))
+    tokenizer = task.build_tokenizer(args)
+    saved = task.build_model(args, tokenizer)
+    saved.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    again = DialogueTrackingTask()
+    args = _tiny_tracking_args(str(tmp_path / "b"), model_name_or_path=str(tmp_path / "model"))
+    model = again.build_model(args, again.build_tokenizer(args))
+    for head, key, renamed in (
+        ("act_classifier", "act_labels", acts),
+        ("intent_classifier", "intent_labels", intents),
+    ):
+        before, now = getattr(saved.config, key), getattr(model.config, key)
+        assert sorted(now) == sorted(renamed.get(name, name) for name in before)
+        old, new = getattr(saved, head).out_proj, getattr(model, head).out_proj
+        for j, name in enumerate(now):
+            if name in before:  # the trained row of that label
+                torch.testing.assert_close(new.weight[j], old.weight[before.index(name)], msg=name)
+                torch.testing.assert_close(new.bias[j], old.bias[before.index(name)], msg=name)
+            else:  # a new row, not the trained one of the label that was at j
+                assert not torch.equal(new.weight[j], old.weight[j]), name
+        torch.testing.assert_close(getattr(model, head).dense.weight, getattr(saved, head).dense.weight)
+
+
+def test_tracking_data_without_intents_gives_no_intent_head_and_no_intent_metrics(tmp_path):
+    no_intents = [
+        {k: v for k, v in d.items() if k != "active_intent"} for d in synthetic_dialogues(8, seed=1)
+    ]
+    data = write_sgd(tmp_path / "data", {"train": no_intents, "validation": no_intents[:3]})
+    out = tmp_path / "out"
+    results = run(recipe("dialogue-state-tracking", data, out, max_steps=1, long_history_check=False,
+                         model_card=False, plots=False))  # fmt: skip
+    assert not [k for k in results if "intent" in k]
+    assert 0.0 <= results["eval_act_micro_f1"] <= 1.0
+    config = json.loads((out / "config.json").read_text())
+    assert config["intent_labels"] == [] and config["seen_intents"] == [] and config["act_labels"]
+    assert results["extras"]["data"]["intents"] == 0
+
+
+def test_per_epoch_intent_accuracy_counts_only_intents_seen_in_training():
+    from hf_sparse.tasks.dialogue.task import _from_labels
+
+    logits = np.zeros((1, 2, 3))
+    logits[0, :, 0] = 1.0  # predicts id 0 everywhere
+    gold = np.array([[0, 0]])  # id 0 ("NONE") not seen in training: no seen turn to score
+    assert "intent_accuracy_seen" not in _from_labels(None, logits, None, gold, 0.5, seen_ids=[1, 2])
+    assert _from_labels(None, logits, None, gold, 0.5, seen_ids=[0, 1])["intent_accuracy_seen"] == 1.0
+
+
+def test_max_train_samples_keeps_dialogues_with_their_prefixes(tmp_path):
+    """Each whole dialogue is followed by its train_prefixes prefixes: the first N training examples (the
+    recipe's max_train_samples) hold prefixes too."""
+    from hf_sparse.tasks.dialogue.task import DialogueTrackingTask
+
+    dialogues = synthetic_dialogues(5, seed=1)
+    task = DialogueTrackingTask()
+    args = _tiny_tracking_args(write_sgd(tmp_path, {"train": dialogues, "validation": dialogues[:1]}),
+                               train_prefixes=2)  # fmt: skip
+    train = task.build_datasets(args, task.build_tokenizer(args))["train"]
+    assert len(train) == 5 * 3
+    kept = task.limit_samples("train", train, 6)
+    assert kept["dialogue_id"] == [d["dialogue_id"] for d in dialogues[:2] for _ in range(3)]
+    turns = [len(t) for t in kept["turn_index"]]
+    assert turns[0] == turns[3] == 6 and all(n < 6 for n in turns[1:3] + turns[4:6])  # whole, then 2 prefixes

@@ -4,7 +4,9 @@ by :class:`~.formatter.DialogueFormatter`; batched by :mod:`.collator`)."""
 
 from __future__ import annotations
 
+import heapq
 import random
+from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +41,11 @@ def train_dialogue_tokenizer(
     off; lowercased if ``lowercase``); words seen fewer than ``min_frequency`` times, or beyond the ``vocab_size``
     most frequent ones, become ``[UNK]``. A word-level vocabulary keeps a small model's sequences short and every
     token meaningful. ``kind="wordpiece"``: a WordPiece vocabulary of ``vocab_size`` (default 8000), so rare words
-    are split into pieces instead of becoming ``[UNK]``.
+    are split into pieces instead of becoming ``[UNK]`` (:func:`wordpiece_vocab`: every character, then merges of
+    pieces seen at least ``min_frequency`` times).
+
+    Either vocabulary is a function of ``texts`` and the arguments alone, the same in every process (a rank of a
+    distributed run, a resumed run builds it again).
 
     The dialogue markers (``[USR]``, ``[SYS]``, ``[RSP]``) are not added here: call
     :meth:`DialogueFormatter.add_special_tokens`.
@@ -55,6 +61,8 @@ def train_dialogue_tokenizer(
         raise TypeError(f"texts must be an iterable of str, got {type(texts).__name__}")
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     checked = (_checked_text(i, t) for i, t in enumerate(texts))
+    normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     if kind == "word":
         tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
         trainer = trainers.WordLevelTrainer(
@@ -62,15 +70,17 @@ def train_dialogue_tokenizer(
             min_frequency=min_frequency,
             special_tokens=specials,
         )
+        tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
+        tok.train_from_iterator(checked, trainer)
     else:
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=vocab_size or 8000, min_frequency=min_frequency, special_tokens=specials
+        # tokenizers' WordPieceTrainer breaks ties between equally frequent merges differently in every process
+        words = Counter(
+            w for text in checked for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
         )
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(checked, trainer)
+        vocab = wordpiece_vocab(words, vocab_size or 8000, min_frequency, specials)
+        tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+        tok.decoder = decoders.WordPiece()
+        tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
     if tok.get_vocab_size() <= len(specials):
         raise ValueError("texts has no word seen min_frequency times: the vocabulary would be empty")
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
@@ -88,6 +98,73 @@ def train_dialogue_tokenizer(
         mask_token="[MASK]",
         do_lower_case=lowercase,
     )
+
+
+def wordpiece_vocab(
+    word_counts: Mapping[str, int], vocab_size: int, min_frequency: int = 2, specials: Sequence[str] = ()
+) -> dict[str, int]:
+    """A WordPiece vocabulary ``{piece: id}`` of at most ``vocab_size`` pieces (more only if ``specials`` and the
+    characters alone exceed it) from ``{word: count}``, trained as tokenizers' ``WordPieceTrainer`` trains one,
+    but deterministically.
+
+    Ids: ``specials``, every character of the words (sorted), every character after a word's first as a
+    ``##`` continuation (sorted), then one piece per merge. Each word starts as its first character followed by
+    ``##`` continuations; each merge joins the adjacent pair of pieces with the highest count (occurrences
+    weighted by the word counts; ties: the pair whose texts sort first) into one piece, ``a`` + ``##b`` ->
+    ``ab``, and stops at ``vocab_size`` pieces or when no pair is seen ``min_frequency`` times."""
+    check_positive_int("vocab_size", vocab_size)
+    check_positive_int("min_frequency", min_frequency)
+    chars = sorted({c for word in word_counts for c in word})
+    continuations = sorted({f"##{c}" for word in word_counts for c in word[1:]})
+    vocab = list(dict.fromkeys([*specials, *chars, *continuations]))
+    known = set(vocab)
+    ordered = sorted(word_counts)
+    weights = [word_counts[word] for word in ordered]
+    pieces = [[word[0], *(f"##{c}" for c in word[1:])] for word in ordered]
+    counts: Counter[tuple[str, str]] = Counter()
+    where: dict[tuple[str, str], set[int]] = defaultdict(set)  # pair -> words that held it (some still do)
+    for i, word in enumerate(pieces):
+        for pair in zip(word, word[1:]):
+            counts[pair] += weights[i]
+            where[pair].add(i)
+    heap = [(-n, a, b) for (a, b), n in counts.items()]  # highest count first, ties by the pieces' text
+    heapq.heapify(heap)
+    while len(vocab) < vocab_size and heap:
+        negative, a, b = heapq.heappop(heap)
+        n = counts[a, b]
+        if n != -negative:  # a stale entry: the count went down since (an entry with a higher one was pushed)
+            if 0 < n < -negative:
+                heapq.heappush(heap, (-n, a, b))
+            continue
+        if n < min_frequency:
+            break
+        merged = a + b.removeprefix("##")
+        if merged not in known:  # two pairs can make the same piece ("a" "##bc", "ab" "##c")
+            vocab.append(merged)
+            known.add(merged)
+        change: Counter[tuple[str, str]] = Counter()
+        for i in where.pop((a, b)):
+            old, new, j = pieces[i], [], 0
+            while j < len(old):  # left to right, as tokenizers merges
+                if j + 1 < len(old) and old[j] == a and old[j + 1] == b:
+                    new.append(merged)
+                    j += 2
+                else:
+                    new.append(old[j])
+                    j += 1
+            if len(new) == len(old):
+                continue
+            for pair in zip(old, old[1:]):
+                change[pair] -= weights[i]
+            for pair in zip(new, new[1:]):
+                change[pair] += weights[i]
+                where[pair].add(i)
+            pieces[i] = new
+        for pair, delta in change.items():
+            counts[pair] += delta
+            if delta > 0:
+                heapq.heappush(heap, (-counts[pair], *pair))
+    return {piece: i for i, piece in enumerate(vocab)}
 
 
 def _checked_text(i: int, text: Any) -> str:
@@ -163,9 +240,11 @@ class DialogueLabels:
       the finer ``"act_slots"``).
     - ``intents``: ``none_intent`` (``"NONE"``) at id 0, then the sorted ``active_intent`` values of USER turns.
       A USER turn whose intent is ``None`` or ``""`` counts as ``none_intent``; SGD itself labels USER turns
-      without an active intent ``"NONE"``. SYSTEM turns have no intent (``null`` in SGD).
+      without an active intent ``"NONE"``. SYSTEM turns have no intent (``null`` in SGD). Empty when the
+      dialogues name no intent (no ``active_intent`` field, or only ``none_intent``): there is nothing to
+      classify, so a tracking model gets no intent head (every intent label is ``-100``).
     - ``seen_intents``: the intents that occur in the training dialogues, so evaluation can report seen vs
-      unseen intents (SGD's dev/test contain services, hence intents, not in train).
+      unseen intents (SGD's dev/test contain services, hence intents, not in train); empty with ``intents``.
     """
 
     acts: tuple[str, ...]
@@ -177,7 +256,7 @@ class DialogueLabels:
     intent_to_id: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.intents or self.intents[0] != self.none_intent:
+        if self.intents and self.intents[0] != self.none_intent:
             raise ValueError(
                 f"intents must start with none_intent {self.none_intent!r}, got {self.intents[:1]}"
             )
@@ -196,7 +275,7 @@ class DialogueLabels:
         user_speaker: str = "USER",
         none_intent: str = NONE_INTENT,
     ) -> DialogueLabels:
-        """Vocabularies from (training) dialogues with per-turn ``act_field`` and ``active_intent``."""
+        """Vocabularies from (training) dialogues with per-turn ``act_field`` and (optionally) ``active_intent``."""
         acts: set[str] = set()
         seen: set[str] = set()
         n = 0
@@ -211,8 +290,9 @@ class DialogueLabels:
                     seen.add(intent or none_intent)
         if n == 0:
             raise ValueError("dialogues is empty: cannot build label vocabularies")
-        intents = (none_intent, *sorted(seen - {none_intent}))
-        return cls(tuple(sorted(acts)), intents, frozenset(seen), none_intent, act_field)
+        named = sorted(seen - {none_intent})
+        intents, seen = ((none_intent, *named), frozenset(seen)) if named else ((), frozenset())
+        return cls(tuple(sorted(acts)), intents, seen, none_intent, act_field)
 
     @property
     def n_acts(self) -> int:
@@ -550,4 +630,5 @@ __all__ = [
     "pack_candidates",
     "selection_pool",
     "train_dialogue_tokenizer",
+    "wordpiece_vocab",
 ]

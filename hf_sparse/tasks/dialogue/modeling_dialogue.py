@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -77,6 +78,69 @@ def span_means(hidden: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -
     return (member @ hidden) / member.sum(-1, keepdim=True).clamp(min=1)
 
 
+def label_items(name: str, labels: torch.Tensor) -> torch.Tensor:
+    """Per example ``(batch,)``, the items the loss of the head of the label argument ``name`` sums over:
+    ``labels`` one (the example), ``act_labels`` its turns with act labels, ``intent_labels`` its turns with an
+    intent label (entries ``-100`` carry no label)."""
+    if name == "labels":
+        return (labels != IGNORE_INDEX).long()
+    if name == "act_labels":
+        return (labels != IGNORE_INDEX).any(-1).sum(-1)
+    if name == "intent_labels":
+        return (labels != IGNORE_INDEX).sum(-1)
+    raise ValueError(f"name must be 'labels', 'act_labels' or 'intent_labels', got {name!r}")
+
+
+def head_loss_sums(
+    selection_logits=None,
+    labels=None,
+    act_logits=None,
+    act_labels=None,
+    intent_logits=None,
+    intent_labels=None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per example, the summed loss of every head given logits and labels and the items it sums over
+    (:func:`label_items`): ``{label name: (sums (batch,) float32, counts (batch,))}``. Selection: the
+    cross-entropy over the candidates; acts: the binary cross-entropy summed over the acts of each labelled turn;
+    intents: the cross-entropy of each labelled turn. A head's loss is ``sums.sum() / counts.sum()`` over the
+    examples it is taken over (``LongformerForDialogue`` divides by the whole batch's count instead where
+    ``num_items_in_batch`` gives one)."""
+    out = {}
+    if selection_logits is not None and labels is not None:
+        target = labels.to(selection_logits.device).long()
+        sums = F.cross_entropy(selection_logits.float(), target, ignore_index=IGNORE_INDEX, reduction="none")
+        out["labels"] = (sums, label_items("labels", target))
+    if act_logits is not None and act_labels is not None:
+        target = act_labels.to(act_logits.device)
+        keep = target != IGNORE_INDEX  # (B, T, A)
+        bce = F.binary_cross_entropy_with_logits(
+            act_logits.float(), target.clamp(min=0).float(), reduction="none"
+        )
+        out["act_labels"] = ((bce * keep).sum((1, 2)), label_items("act_labels", target))
+    if intent_logits is not None and intent_labels is not None:
+        target = intent_labels.to(intent_logits.device).long()  # (B, T)
+        ce = F.cross_entropy(
+            intent_logits.float().transpose(1, 2), target, ignore_index=IGNORE_INDEX, reduction="none"
+        )  # (B, T), 0 where ignored
+        out["intent_labels"] = (ce.sum(-1), label_items("intent_labels", target))
+    return out
+
+
+def loss_weights(config: LongformerDialogueConfig) -> dict[str, float]:
+    """The weight of each head's loss in the model's loss, by label name."""
+    return {"labels": 1.0, "act_labels": config.act_loss_weight, "intent_labels": config.intent_loss_weight}
+
+
+def _divisor(num_items_in_batch, name: str, counts: torch.Tensor) -> torch.Tensor:
+    """What a head's summed loss is divided by: its count in ``num_items_in_batch`` (a mapping by label name; a
+    number counts the selection ``labels``, as transformers' Trainer does), else the batch's own count."""
+    n = num_items_in_batch.get(name) if isinstance(num_items_in_batch, Mapping) else None
+    if name == "labels" and num_items_in_batch is not None and not isinstance(num_items_in_batch, Mapping):
+        n = num_items_in_batch
+    n = counts.sum() if n is None else n
+    return torch.as_tensor(n, dtype=torch.float32, device=counts.device).clamp(min=1)
+
+
 class LongformerDialoguePreTrainedModel(LongformerTaskPreTrainedModel):
     config_class = LongformerDialogueConfig
     config: LongformerDialogueConfig
@@ -100,6 +164,12 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
     - **Active intent** (`config.intent_labels`): per user turn, from the same separator tokens; cross-entropy
       against ``intent_labels`` ``(batch, n_turns)``, ``-100`` ignored (system turns, unknown intents).
 
+    Each head's loss is its sum over its items (:func:`head_loss_sums`: examples, labelled turns) divided by
+    their number in the batch, or by ``num_items_in_batch`` where the caller counts them over more than this
+    batch (the micro-batches of one gradient-accumulation step, every process): a number for the selection
+    ``labels`` (what transformers' ``Trainer`` counts), a mapping ``{label name: count}`` for any head (what the
+    dialogue recipes' Trainer passes). The sum of the micro-batches' losses is then the loss of the whole batch.
+
     With ``config.turn_pooling="separator+mean"`` every head also reads the mean of its span's token states (see
     :func:`span_means`; selection: the candidate's mean and its product with the history's mean).
 
@@ -111,6 +181,14 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
     tracking batches. The Trainer's default is every ``*label*`` argument of ``forward``, all three, and a batch
     without one of them is evaluated without ``eval_loss`` or ``label_ids``.
     """
+
+    @property
+    def accepts_loss_kwargs(self) -> bool:
+        """For transformers' ``Trainer``: the heads divide by its ``num_items_in_batch`` (it then does not divide the
+        loss by the gradient-accumulation steps); not with a SparseTransformer backbone's MoE router losses or
+        adaptive-span penalty, which are per batch and would count once per micro-batch."""
+        backbone = self.config.backbone
+        return not (backbone.get("num_experts") or backbone.get("adaptive_span"))
 
     def __init__(self, config: LongformerDialogueConfig):
         super().__init__(config)
@@ -154,6 +232,7 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
         output_attentions=None,
         output_hidden_states=None,
         return_dict=None,
+        num_items_in_batch=None,
         **kwargs,
     ):
         r"""
@@ -164,6 +243,8 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
         labels (`(batch,)`): index of the true candidate (selection, 3-D inputs).
         act_labels (`(batch, n_turns, n_acts)`): 0/1 per act, `-100` where no loss is taken.
         intent_labels (`(batch, n_turns)`): intent id per turn, `-100` where no loss is taken.
+        num_items_in_batch (`int`, tensor or `dict[str, int]`): what each head's summed loss is divided by (see the
+            class docstring); None: its items in this batch.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("forward needs exactly one of input_ids or inputs_embeds")
@@ -205,7 +286,6 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
             if attention_mask is not None
             else torch.full(hidden.shape[:1], hidden.shape[1], device=hidden.device)
         )  # (N,) real tokens (right padding)
-        losses = []
 
         # --- response selection: score at [RSP] ---
         selection_logits = None
@@ -219,8 +299,6 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
                 history, candidate = span_means(hidden, starts, ends).unbind(1)  # (N, H) each
                 rsp = torch.cat([rsp, candidate, candidate * history], dim=-1)
             selection_logits = self.selection_scorer(rsp).squeeze(-1).reshape(lead)  # (B, C) or (B,)
-            if labels is not None:
-                losses.append(F.cross_entropy(selection_logits.float(), labels.to(hidden.device).long()))
 
         # --- per-turn heads: read each turn's separator ---
         act_logits = intent_logits = None
@@ -239,34 +317,17 @@ class LongformerForDialogue(LongformerDialoguePreTrainedModel):
                 turns = torch.cat([turns, span_means(hidden, turn_positions, ends)], dim=-1)
             if self.act_classifier is not None:
                 act_logits = self.act_classifier(turns)  # (B, T, A)
-                if act_labels is not None:
-                    target = act_labels.to(hidden.device)
-                    keep = target != IGNORE_INDEX
-                    turns_labelled = keep.any(-1)  # (B, T)
-                    if keep.any():  # summed over acts, averaged over labelled turns
-                        loss = (
-                            F.binary_cross_entropy_with_logits(
-                                act_logits.float()[keep], target[keep].float(), reduction="sum"
-                            )
-                            / turns_labelled.sum()
-                        )
-                    else:  # nothing labelled in this batch: a zero that keeps the head in the graph
-                        loss = act_logits.float().sum() * 0.0
-                    losses.append(self.config.act_loss_weight * loss)
             if self.intent_classifier is not None:
                 intent_logits = self.intent_classifier(turns)  # (B, T, I)
-                if intent_labels is not None:
-                    target = intent_labels.to(hidden.device).long()
-                    if (target != IGNORE_INDEX).any():
-                        loss = F.cross_entropy(
-                            intent_logits.float().reshape(-1, intent_logits.shape[-1]),
-                            target.reshape(-1),
-                            ignore_index=IGNORE_INDEX,
-                        )
-                    else:
-                        loss = intent_logits.float().sum() * 0.0
-                    losses.append(self.config.intent_loss_weight * loss)
 
+        # --- losses: each head's sum over its items / their count (a head with nothing labelled: a zero that keeps
+        # it in the graph) ---
+        weights = loss_weights(self.config)
+        terms = head_loss_sums(selection_logits, labels, act_logits, act_labels, intent_logits, intent_labels)
+        losses = [
+            weights[name] * sums.sum() / _divisor(num_items_in_batch, name, counts)
+            for name, (sums, counts) in terms.items()
+        ]
         loss = add_backbone_losses(self, torch.stack(losses).sum() if losses else None, out)
         res = DialogueOutput(
             loss=loss,
@@ -285,5 +346,8 @@ __all__ = [
     "LongformerDialoguePreTrainedModel",
     "LongformerForDialogue",
     "gather_positions",
+    "head_loss_sums",
+    "label_items",
+    "loss_weights",
     "span_means",
 ]

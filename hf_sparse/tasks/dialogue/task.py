@@ -6,10 +6,12 @@
   example, drawn the same way with another seed; the loss is the cross-entropy over each example's
   candidates. Metrics: recall@1/2/5 and MRR over the 1 + ``n_negatives`` candidates (R10@k for 9).
 - ``dialogue-state-tracking``: per-turn dialogue acts (multi-label) and the active intent of every user turn,
-  read from each turn's separator. Training reads whole dialogues (every turn labelled) plus
-  ``train_prefixes`` seeded prefixes of each (so that the newest turn, which sees no later turn, is trained
-  on too). Evaluation is *online* by default (``eval_mode: prefix``): turn ``t`` is predicted from turns
-  ``0..t`` only. Metrics: act micro/macro F1 and intent accuracy on intents seen / unseen in training.
+  read from each turn's separator. Training reads whole dialogues (every turn labelled), each followed by
+  ``train_prefixes`` seeded prefixes of it (so that the newest turn, which sees no later turn, is trained
+  on too; ``max_train_samples`` keeps the first examples: dialogues with their prefixes). Evaluation is
+  *online* by default (``eval_mode: prefix``): turn ``t`` is predicted from turns ``0..t`` only. Metrics: act
+  micro/macro F1 and intent accuracy on intents seen / unseen in training (none, and no intent head, for
+  data without intents).
 
 Both build a word-level tokenizer from the training turns unless ``tokenizer_name`` names a pretrained one,
 and a small randomly initialised Longformer (or SparseTransformer) unless ``model_name_or_path`` names a
@@ -79,8 +81,9 @@ class DialogueArguments(BackboneArguments):
         metadata={
             "help": "None: a new model from the size keys below. A saved LongformerForDialogue folder (e.g. the "
             "tracking model, to start selection from its encoder): its tokenizer and encoder, this task's heads "
-            "(kept where they fit, else new), other heads dropped. A Longformer checkpoint (e.g. "
-            "allenai/longformer-base-4096): its encoder is the backbone."
+            "(kept where they fit, else new; act and intent rows by label name: a label new in the data gets a "
+            "new row), other heads dropped. A Longformer checkpoint (e.g. allenai/longformer-base-4096): its "
+            "encoder is the backbone."
         },
     )
     tokenizer_name: str | None = field(
@@ -269,10 +272,13 @@ def tracking_rows(
     batch, *, formatter, labels, mode: str, prefixes_per_dialogue: int = 0, prefix_seed: int = 0
 ):
     """Batched ``map`` over dialogues: :func:`build_tracking_examples` of the batch in ``mode``; with
-    ``prefixes_per_dialogue`` the examples of :func:`prefixes` of the batch instead."""
+    ``prefixes_per_dialogue``, each dialogue followed by its :func:`prefixes` (so that the first ``n``
+    examples hold whole dialogues and prefixes alike)."""
     dialogues = _rows(batch)
     if prefixes_per_dialogue:
-        dialogues = prefixes(dialogues, prefixes_per_dialogue, prefix_seed)
+        dialogues = [
+            cut for d in dialogues for cut in (d, *prefixes([d], prefixes_per_dialogue, prefix_seed))
+        ]
     return _columns(build_tracking_examples(dialogues, formatter, labels, mode=mode))
 
 
@@ -308,15 +314,82 @@ def _trainer_class(label_names: tuple[str, ...]):
     """A Trainer that knows the task's label names (the model's forward takes all three kinds, and the
     Trainer would otherwise wait for all of them), groups training examples by
     their token counts under ``train_sampling_strategy: group_by_length`` and evaluates in dataset
-    order whatever the strategy."""
+    order whatever the strategy.
+
+    Its losses are those of the whole batch, whatever the batches: in training each head's loss is divided by
+    its items (examples, labelled turns) in all the micro-batches of a gradient-accumulation step, of every
+    process (``num_items_in_batch``, per head); ``eval_loss`` sums each head's loss over every example of the
+    split and divides by the split's items (gathered with ``gather_for_metrics``, which drops the examples a
+    distributed run's last batch repeats), so it does not depend on the evaluation batch size or the number of
+    processes. ``eval_loss`` leaves out the router losses of an MoE backbone, which depend on the batch."""
     from transformers import Trainer
     from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from .modeling_dialogue import head_loss_sums, label_items, loss_weights
 
     class DialogueTrainer(Trainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             if self.args.label_names is None:
                 self.label_names = list(label_names)
+            self._predicting = False
+            self._eval_sums: dict[str, list] = {}  # label name -> [summed loss, items] of this evaluation
+
+        def _get_num_items_in_batch(self, batch_samples, device):
+            # transformers counts only `labels`: the tracking heads would average per micro-batch
+            if (
+                self._predicting
+                or not self.model_accepts_loss_kwargs
+                or not batch_samples
+                or self.args.n_gpu > 1
+            ):
+                return None
+            names = [name for name in self.label_names if name in batch_samples[0]]
+            if not names:
+                return None
+            counts = torch.stack(
+                [sum(label_items(name, batch[name]).sum() for batch in batch_samples) for name in names]
+            ).to(device)  # (heads,)
+            if self.args.average_tokens_across_devices and self.args.world_size > 1:
+                counts = self.accelerator.gather(counts[None]).sum(0)  # every process's micro-batches
+            return dict(zip(names, counts))
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = {name: inputs.get(name) for name in ("labels", "act_labels", "intent_labels")}
+            loss, outputs = super().compute_loss(
+                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+            )
+            if self._predicting and isinstance(outputs, dict):  # every process, every evaluation batch
+                terms = head_loss_sums(
+                    outputs.get("selection_logits"), labels["labels"], outputs.get("act_logits"),
+                    labels["act_labels"], outputs.get("intent_logits"), labels["intent_labels"],
+                )  # fmt: skip
+                for name, (sums, counts) in terms.items():
+                    sums, counts = self.gather_function((sums.detach(), counts))  # without repeated examples
+                    total = self._eval_sums.setdefault(name, [0.0, 0])
+                    total[0] += float(sums.double().sum())
+                    total[1] += int(counts.sum())
+            return (loss, outputs) if return_outputs else loss
+
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+            self._predicting = True
+            try:
+                return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+            finally:
+                self._predicting = False
+
+        def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                            metric_key_prefix="eval"):  # fmt: skip
+            self._eval_sums = {}
+            output = super().evaluation_loop(
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
+            if self._eval_sums:  # the whole split's loss, not the mean of the batches' (see above)
+                weights = loss_weights(_unwrap(self.accelerator.unwrap_model(self.model)).config)
+                output.metrics[f"{metric_key_prefix}_loss"] = sum(
+                    weights[name] * total / max(count, 1) for name, (total, count) in self._eval_sums.items()
+                )
+            return output
 
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -350,6 +423,9 @@ _GLOBAL_ON_TEXT = {
 
 class _DialogueTask(Task):
     """Data, tokenizer and model building shared by both dialogue tasks."""
+
+    #: the model's own ``accepts_loss_kwargs``: its heads divide by the Trainer's per-head ``num_items_in_batch``
+    model_accepts_loss_kwargs = None
 
     #: what one example is and which dialogues give one (named when a split gives none)
     example_name: ClassVar[str]
@@ -439,6 +515,7 @@ class _DialogueTask(Task):
             model = LongformerForDialogue.from_pretrained(
                 path, **common, **self._heads(args), ignore_mismatched_sizes=True
             )
+            _label_rows_by_name(model, path)
         elif path:
             encoder = AutoConfig.from_pretrained(path)
             if encoder.model_type != "longformer":
@@ -528,6 +605,39 @@ class _DialogueTask(Task):
 
     def _card_extra(self, args) -> dict:
         return {}
+
+
+def _label_rows_by_name(model, path: str) -> None:
+    """The act and intent heads of a saved dialogue model continued on data with other labels: the output row
+    (weight and bias) of every label the saved head has is its saved row, found by name; a new label's row is
+    newly initialised; labels the data lacks are dropped. ``from_pretrained`` keeps a head's rows by position
+    where the number of labels is unchanged, which would give a trained row to another label. Where the head's
+    dense layer did not fit (``turn_pooling`` changed), every row is new."""
+    from torch import nn
+    from transformers import AutoConfig
+
+    from .modeling_dialogue import LongformerForDialogue
+
+    saved = AutoConfig.from_pretrained(path)
+    changed = [
+        (head, list(getattr(saved, key)), list(getattr(model.config, key)))
+        for head, key in (("act_classifier", "act_labels"), ("intent_classifier", "intent_labels"))
+        if getattr(saved, key) and getattr(model.config, key)
+        and list(getattr(saved, key)) != list(getattr(model.config, key))
+    ]  # fmt: skip
+    if not changed:
+        return
+    old = LongformerForDialogue.from_pretrained(path)
+    for head, before, now in changed:
+        source, target = getattr(old, head), getattr(model, head)
+        fresh = nn.Linear(target.out_proj.in_features, target.out_proj.out_features)
+        model._init_weights(fresh)
+        kept = source.dense.weight.shape == target.dense.weight.shape
+        with torch.no_grad():
+            for j, name in enumerate(now):
+                row, i = (source.out_proj, before.index(name)) if kept and name in before else (fresh, j)
+                target.out_proj.weight[j] = row.weight[i]
+                target.out_proj.bias[j] = row.bias[i]
 
 
 # --------------------------------------------------------------------------------------- selection
@@ -681,8 +791,22 @@ def _act_f1(true: np.ndarray, pred: np.ndarray, labels=None) -> dict:
     )
 
 
-def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold) -> dict[str, float]:
-    """Per-epoch metrics from the Trainer's padded arrays (labelled turns only; unseen intents have no id)."""
+_EPOCH_SCORES = ("act_micro_f1", "act_macro_f1", "intent_accuracy_seen")  # what _from_labels reports
+
+
+def _head_logits(predictions, acts: bool, intents: bool) -> tuple:
+    """``(act_logits, intent_logits)`` of the Trainer's predictions of a tracking model, None for a head the
+    model lacks (the Trainer leaves it out, and unwraps a single array)."""
+    logits = iter(predictions if isinstance(predictions, tuple) else (predictions,))
+    return (next(logits) if acts else None), (next(logits) if intents else None)
+
+
+def _from_labels(
+    act_logits, intent_logits, act_labels, intent_labels, threshold, seen_ids=None
+) -> dict[str, float]:
+    """Per-epoch metrics from the Trainer's padded arrays (labelled turns only; unseen intents have no id):
+    ``intent_accuracy_seen`` over the turns whose gold id is in ``seen_ids`` (default: every id), none
+    without such turns."""
     out = {}
     if act_labels is not None and act_logits is not None:
         rows = act_labels.reshape(-1, act_labels.shape[-1])
@@ -694,6 +818,8 @@ def _from_labels(act_logits, intent_logits, act_labels, intent_labels, threshold
     if intent_labels is not None and intent_logits is not None:
         gold = intent_labels.reshape(-1)
         keep = gold != IGNORE_INDEX
+        if seen_ids is not None:
+            keep &= np.isin(gold, list(seen_ids))
         if keep.any():
             pred = intent_logits.reshape(-1, intent_logits.shape[-1])[keep].argmax(-1)
             out["intent_accuracy_seen"] = float((pred == gold[keep]).mean())
@@ -732,37 +858,37 @@ class DialogueTrackingTask(_DialogueTask):
         }
 
     def examples(self, args, tokenizer, dialogues, split: str):
-        """Training: whole dialogues + ``train_prefixes`` seeded prefixes each (after all the whole ones);
-        evaluation: ``eval_mode``. A ``datasets.Dataset``."""
-        from datasets import concatenate_datasets
-
+        """Training: each whole dialogue followed by its ``train_prefixes`` seeded prefixes (``max_train_samples``
+        then keeps the first dialogues with their prefixes); evaluation: ``eval_mode``. A ``datasets.Dataset``."""
         formatter, labels = self.formatter(args, tokenizer), self.labels(args)
         key = {"formatter": formatter.to_dict(), "tokenizer": tokenizer_fingerprint(tokenizer),
                "labels": labels.to_dict()}  # fmt: skip
-        runs = [{"mode": args.eval_mode if split != "train" else "dialogue"}]
+        run = {"mode": args.eval_mode if split != "train" else "dialogue"}
         if split == "train" and args.train_prefixes:
-            runs.append({"mode": "dialogue", "prefixes_per_dialogue": args.train_prefixes,
-                         "prefix_seed": args.prefix_seed})  # fmt: skip
-        parts = [
-            dialogues.map(
-                tracking_rows,
-                batched=True,
-                batch_size=64,
-                remove_columns=dialogues.column_names,
-                fn_kwargs={"formatter": formatter, "labels": labels, **run},
-                num_proc=num_proc_for(self.num_proc, len(dialogues), 100),
-                new_fingerprint=fingerprint(dialogues._fingerprint, "tracking_rows", key, run),
-                desc=f"{split} examples",
-            )  # fmt: skip
-            for run in runs
-        ]
-        return parts[0] if len(parts) == 1 else concatenate_datasets(parts)
+            run.update(prefixes_per_dialogue=args.train_prefixes, prefix_seed=args.prefix_seed)
+        return dialogues.map(
+            tracking_rows,
+            batched=True,
+            batch_size=64,
+            remove_columns=dialogues.column_names,
+            fn_kwargs={"formatter": formatter, "labels": labels, **run},
+            num_proc=num_proc_for(self.num_proc, len(dialogues), 100),
+            new_fingerprint=fingerprint(dialogues._fingerprint, "tracking_rows", key, run),
+            desc=f"{split} examples",
+        )  # fmt: skip
 
     def compute_metrics(self, args):
+        labels = self.labels(args)
+        seen = [i for i, name in enumerate(labels.intents) if name in labels.seen_intents]
+
         def metrics(pred):
-            act_logits, intent_logits = pred.predictions
+            act_logits, intent_logits = _head_logits(
+                pred.predictions, bool(labels.acts), bool(labels.intents)
+            )
             act_labels, intent_labels = pred.label_ids
-            return _from_labels(act_logits, intent_logits, act_labels, intent_labels, args.act_threshold)
+            return _from_labels(
+                act_logits, intent_logits, act_labels, intent_labels, args.act_threshold, seen
+            )
 
         return metrics
 
@@ -777,9 +903,13 @@ class DialogueTrackingTask(_DialogueTask):
         """
         prefix = metric_prefix(split)
         out = trainer.predict(dataset, metric_key_prefix=prefix)
-        metrics = dict(out.metrics)
-        act_logits, intent_logits = out.predictions
         config = _unwrap(trainer.model).config
+        # the scores below replace the per-epoch ones (which know no unseen intent) and are left out where they
+        # have no turns to score
+        metrics = {k: v for k, v in out.metrics.items() if k[len(prefix) + 1 :] not in _EPOCH_SCORES}
+        act_logits, intent_logits = _head_logits(
+            out.predictions, bool(config.act_labels), bool(config.intent_labels)
+        )
         scores = tracking_scores(dataset, act_logits, intent_logits, config)
         default = [config.act_threshold] * len(config.act_labels)
         at_default = tracking_scores(dataset, act_logits, intent_logits, config, default)
@@ -807,7 +937,8 @@ class DialogueTrackingTask(_DialogueTask):
             from datasets import Dataset
 
             out = trainer.predict(Dataset.from_list(examples), metric_key_prefix="long_history")
-            result[name] = {**tracking_scores(examples, *out.predictions, config), "n": len(examples)}
+            logits = _head_logits(out.predictions, bool(config.act_labels), bool(config.intent_labels))
+            result[name] = {**tracking_scores(examples, *logits, config), "n": len(examples)}
         return result
 
     def _data_extra(self, trainer):
