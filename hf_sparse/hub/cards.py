@@ -261,6 +261,41 @@ def _environment(extra_dirs: Iterable[Path] = ()) -> jinja2.Environment:
     return env
 
 
+def _load_template(info: CardInfo, template: str | os.PathLike | None = None) -> jinja2.Template:
+    """The parsed template of a card: ``template`` if given, else ``info.template``, an absolute path (a task
+    outside hf_sparse brings its own template) or a file name in :data:`TEMPLATE_DIR` (the package's tasks).
+
+    Raises:
+        FileNotFoundError: an absolute (or given) ``template`` that does not exist.
+        ValueError: a relative ``info.template`` that is not in :data:`TEMPLATE_DIR` (it is never looked up
+            anywhere else), or a template jinja2 cannot parse.
+    """
+    if template is None and Path(info.template).is_absolute():
+        template = info.template
+    try:
+        if template is not None:
+            path = Path(template)
+            if not path.is_file():
+                raise FileNotFoundError(f"card template {str(path)!r} does not exist")
+            return _environment([path.resolve().parent]).get_template(path.name)
+        if not (TEMPLATE_DIR / info.template).is_file():
+            raise ValueError(
+                f"card template {info.template!r} is not in hf_sparse's model_cards/ ({TEMPLATE_DIR}), where a "
+                "relative CardInfo.template is looked up; a task outside hf_sparse gives the absolute path of its "
+                "own template, e.g. template=str(Path(__file__).parent / 'card.jinja')"
+            )
+        return _environment().get_template(info.template)
+    except jinja2.TemplateError as e:
+        raise ValueError(f"card template {str(template or info.template)!r}: {type(e).__name__}: {e}") from e
+
+
+def check_template(task, template: str | os.PathLike | None = None) -> None:
+    """Check, before a run trains, that the card template of ``task`` (a registered task's name or
+    :class:`~hf_sparse.tasks.TaskDescriptor`, or ``"sparse_transformer"``) or ``template`` exists and parses;
+    the errors of :func:`render_model_card`'s template lookup (``FileNotFoundError``, ``ValueError``)."""
+    _load_template(_resolve_task(task)[0], template)
+
+
 def _build_pattern(pattern, where: str):
     from .. import patterns
 
@@ -544,16 +579,11 @@ def render_model_card(
         extra_rows=[(k, _fmt(v)) for k, v in extra.items() if k not in _EXTRA_KEYS],
         citations=citations,
     )
-    if template is None and Path(info.template).is_absolute():
-        template = info.template  # a task defined outside the package brings its own template
-    if template is not None:
-        path = Path(template)
-        if not path.is_file():
-            raise FileNotFoundError(f"template {str(path)!r} does not exist")
-        tmpl = _environment([path.resolve().parent]).get_template(path.name)
-    else:
-        tmpl = _environment().get_template(info.template)
-    body = tmpl.render(**variables)
+    tmpl = _load_template(info, template)
+    try:
+        body = tmpl.render(**variables)
+    except jinja2.TemplateError as e:  # e.g. a variable the template names that no card has
+        raise ValueError(f"card template {tmpl.filename!r}: {type(e).__name__}: {e}") from e
     body = re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
 
@@ -571,4 +601,11 @@ def save_model_card(card: ModelCard, folder: str | os.PathLike, filename: str = 
     return path
 
 
-__all__ = ["CITATIONS", "SPARSE_TRANSFORMER_CARD", "TEMPLATE_DIR", "render_model_card", "save_model_card"]
+__all__ = [
+    "CITATIONS",
+    "SPARSE_TRANSFORMER_CARD",
+    "TEMPLATE_DIR",
+    "check_template",
+    "render_model_card",
+    "save_model_card",
+]

@@ -103,6 +103,21 @@ def _calls_export_code_hook(model_cls) -> bool:
     return False
 
 
+def _in_a_package(cls) -> bool:
+    """True if ``cls`` is defined in a module of a package Python can import (the folder the remote-code
+    bundle flattens), not in ``__main__`` (a script, a notebook) or a top-level single-file module."""
+    import importlib.util
+
+    top = cls.__module__.split(".")[0]
+    if top == "__main__":
+        return False
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):  # ValueError: a module whose __spec__ is None
+        return False
+    return spec is not None and bool(spec.submodule_search_locations)
+
+
 def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
     """Register a config with AutoConfig and its heads with the Auto model classes (idempotent),
     set their :func:`export_code_hook` (saving ``pipelines``, ``{task: (Pipeline subclass, Auto class
@@ -114,7 +129,10 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
             ``custom_pipelines`` that ``trust_remote_code=True`` loads. Put ``ExportCodeMixin``
             (``hf_sparse.models.longformer_tasks``) before ``PreTrainedModel`` in its bases, or (a task
             outside hf_sparse whose saved code must not import it) define a ``save_pretrained`` that calls
-            ``type(self).export_code_hook(self, save_directory)``, as ``tests/tasks/toy/modeling_toy.py``.
+            ``type(self).export_code_hook(self, save_directory)``, as ``tests/tasks/toy/modeling_toy.py``; or a
+            configuration, model or pipeline class outside an importable package (defined in ``__main__``, a
+            notebook, or a single-file module), which the bundle cannot flatten.
+        ValueError: the configuration's ``model_type`` is transformers' own (``"bert"``).
     """
     model_type = config_cls.model_type
     for model_cls in mapping.values():
@@ -128,13 +146,31 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
                 "imports hf_sparse), or define a save_pretrained that calls type(self).export_code_hook(self, "
                 "save_directory) after super().save_pretrained (README 'Adding a task')"
             )
+    pipeline_classes = [cls for cls, _ in dict(pipelines or {}).values()]
+    for cls in [config_cls, *mapping.values(), *pipeline_classes]:
+        if not _in_a_package(cls):
+            raise TypeError(
+                f"{cls.__module__}.{cls.__qualname__} (model type {model_type!r}) is not in an importable package: "
+                "save_pretrained bundles the modules of the task's package as its remote code, and a class "
+                "defined in a script, a notebook or a single module has none. Move the configuration, model and "
+                "pipeline classes into a package (a folder with __init__.py, installed or on PYTHONPATH) and "
+                "import them from there (README 'Adding a task')"
+            )
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        AutoConfig.register(model_type, config_cls)
+    except ValueError as e:  # transformers' own model type, or (older transformers) an earlier registration
+        registered = CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None  # lazy: no .get
+        if registered is not config_cls:  # else an earlier import registered this very class
+            raise ValueError(
+                f"model_type {model_type!r} of {config_cls.__module__}.{config_cls.__qualname__} is already "
+                f"used by {getattr(registered, '__name__', registered)}, transformers' own: a saved config.json would "
+                "load as that model; give the configuration a model_type of its own (e.g. 'my_bert')"
+            ) from e
     hook = export_code_hook(config_cls, mapping, pipelines)
     for model_cls in mapping.values():
         model_cls.export_code_hook = staticmethod(hook)
-    try:
-        AutoConfig.register(model_type, config_cls)
-    except ValueError:  # already registered by an earlier import
-        pass
     for auto_cls, model_cls in mapping.items():
         try:
             auto_cls.register(config_cls, model_cls, exist_ok=True)

@@ -30,6 +30,24 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _DESCRIPTORS: dict[str, TaskDescriptor] = {}
 
 
+# pipeline tasks transformers v5 removed: registering a custom pipeline under one of them raises, or shadows
+# the name users of earlier versions know
+_REMOVED_PIPELINES = ("question-answering", "summarization", "text2text-generation", "translation")
+
+
+def _builtin_pipelines() -> set[str]:
+    """transformers' own pipeline task names (and aliases, ``"ner"``), without those registered since (a class
+    defined outside transformers, as hf_sparse's), and the ones v5 removed."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    own = {
+        task
+        for task, entry in PIPELINE_REGISTRY.supported_tasks.items()
+        if isinstance(entry.get("impl"), str) or entry.get("impl").__module__.split(".")[0] == "transformers"
+    }
+    return own | set(PIPELINE_REGISTRY.task_aliases) | set(_REMOVED_PIPELINES)
+
+
 @dataclass(frozen=True)
 class CardInfo:
     """What a model card says about a task.
@@ -65,7 +83,8 @@ class TaskDescriptor:
         task_class: ``"package.module:ClassName"`` of the :class:`hf_sparse.training.Task` that
             recipes run (imported on first use, so ``import hf_sparse`` does not load the training stack).
         card: the model card (:class:`CardInfo`).
-        pipeline: the inference pipeline's task name for ``pipeline(...)``, or None.
+        pipeline: the inference pipeline's task name for ``pipeline(...)``, or None; never one of transformers'
+            own (``"text-classification"``, ``"ner"``) or one v5 removed (``"summarization"``): ``ValueError``.
         pipeline_class: the ``transformers.Pipeline`` subclass of ``pipeline``.
         pipeline_auto_classes: the Auto class names the pipeline loads models with (default: the
             first of ``auto_classes``).
@@ -114,6 +133,12 @@ class TaskDescriptor:
             )
         if self.pipeline is not None and not _NAME_RE.match(self.pipeline):
             raise ValueError(f"pipeline must be a lowercase hyphenated task name, got {self.pipeline!r}")
+        if self.pipeline is not None and self.pipeline in _builtin_pipelines():
+            raise ValueError(
+                f"pipeline {self.pipeline!r} is a transformers pipeline task (or one transformers v5 removed): "
+                "registering it would replace transformers' own pipeline for every model; name the task's "
+                f"pipeline after the task instead (e.g. {self.name!r})"
+            )
         if self.pipeline is not None and not self.pipeline_auto_classes:
             object.__setattr__(self, "pipeline_auto_classes", (next(iter(self.auto_classes)),))
         object.__setattr__(self, "auto_classes", dict(self.auto_classes))

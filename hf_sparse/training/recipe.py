@@ -478,6 +478,22 @@ def _has_accelerator() -> bool:
     return False
 
 
+def _check_field_clashes(dataclass_types, source: str, task_name) -> None:
+    """A recipe key belongs to one dataclass: a field two of them define (a task's ``Arguments`` field
+    ``label_names``, ``seed`` or ``lora``) would make ``HfArgumentParser`` fail with conflicting option strings."""
+    owner: dict[str, type] = {}
+    for dtype in dataclass_types:
+        for f in dataclasses.fields(dtype):
+            if not f.init:
+                continue
+            if f.name in owner and owner[f.name] is not dtype:
+                raise RecipeError(
+                    f"{source}: task {task_name!r}: {owner[f.name].__name__} and {dtype.__name__} both define the "
+                    f"field {f.name!r}, and a recipe key names one setting: rename it in the task's Arguments"
+                )
+            owner[f.name] = dtype
+
+
 def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
     """Parse a recipe (YAML path or dict) and ``key=value`` overrides.
 
@@ -507,6 +523,7 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
         raise RecipeError(f"{source}: task: {e.args[0] if e.args else e}") from e
     training_cls = task_cls.training_arguments_class or TrainingArguments
     dataclass_types = (RecipeArguments, task_cls.Arguments, training_cls)
+    _check_field_clashes(dataclass_types, source, task_name)
 
     # Every key must belong to one of the dataclasses.
     hints, path_keys = {}, set()

@@ -46,6 +46,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -712,7 +713,7 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
                 raise ValueError(f"{BUNDLE_MANIFEST} does not hold a JSON object")
             kwargs["requirements"] = bundle.get("requirements")
         card = hub.render_model_card(task.descriptor or "sparse_transformer", **kwargs)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, FileNotFoundError) as e:  # a template error included (hf_sparse.hub.cards)
         logger.warning("model card skipped: %s", e)
         results["model_card_error"] = str(e)
         return None
@@ -943,6 +944,21 @@ def _check_task_arguments(task, task_args, recipe_args) -> None:
         raise RecipeError(f"{recipe_args.source}: {message}") from e
 
 
+def _check_card_template(task, recipe_args) -> None:
+    """With ``model_card``: the task's card template (its :class:`~hf_sparse.tasks.CardInfo`) exists and parses,
+    before anything trains (a card that cannot be rendered at the end is only a warning)."""
+    if not recipe_args.model_card:
+        return
+    try:
+        from hf_sparse.hub.cards import check_template
+    except ImportError:  # the card is skipped with a warning at the end
+        return
+    try:
+        check_template(task.descriptor or "sparse_transformer")
+    except (ValueError, FileNotFoundError) as e:
+        raise RecipeError(f"{recipe_args.source}: task {task.name!r}: {e} (or set model_card: false)") from e
+
+
 def _has_nan(x) -> bool:
     """True if ``x`` (an array, or tuples/lists/dicts of arrays, as in ``EvalPrediction.predictions``) holds NaN."""
     import numpy as np
@@ -955,9 +971,56 @@ def _has_nan(x) -> bool:
     return x is not None and x.dtype.kind in "fc" and bool(np.isnan(x).any())
 
 
-def _checked_metrics(trainer, recipe_args):
+# the prefixes the Trainer and the runner put before a metric's name (``metric_prefix``)
+_SPLIT_PREFIXES = ("eval_", "test_")
+
+
+def _check_computed_metrics(task, result) -> None:
+    """What the task's ``compute_metrics`` function returned: a dict of unprefixed metric names (the Trainer adds
+    ``eval_``/``test_``), none of them ``loss`` (it would replace the model's ``eval_loss``)."""
+    if not isinstance(result, dict):
+        raise TypeError(
+            f"task {task.name!r}: compute_metrics must return a dict of metric name -> value, got "
+            f"{type(result).__name__}"
+        )
+    for key in result:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"task {task.name!r}: compute_metrics returned the metric name {key!r}, not a string"
+            )
+        if key == "loss":
+            raise ValueError(
+                f"task {task.name!r}: compute_metrics returned the key 'loss', which would replace the model's own "
+                "loss (eval_loss, test_loss); name the metric otherwise"
+            )
+        if key.startswith(_SPLIT_PREFIXES):
+            raise ValueError(
+                f"task {task.name!r}: compute_metrics returned the key {key!r}: the Trainer adds the split's prefix "
+                f"itself ('eval_', 'test_'); return {key.split('_', 1)[1]!r}"
+            )
+
+
+def _check_evaluated_metrics(task, split: str, result) -> None:
+    """What the task's ``evaluate`` returned for ``split``: a dict whose keys carry the split's prefix (else the
+    test metrics overwrote the validation ones), as ``trainer.evaluate(dataset, metric_key_prefix=...)`` does."""
+    if not isinstance(result, dict):
+        raise TypeError(
+            f"task {task.name!r}: evaluate must return a dict of metrics (trainer.evaluate's), got "
+            f"{type(result).__name__} for the {split!r} split"
+        )
+    prefix = metric_prefix(split) + "_"
+    wrong = [k for k in result if k != "epoch" and not (isinstance(k, str) and k.startswith(prefix))]
+    if wrong:
+        raise ValueError(
+            f"task {task.name!r}: evaluate returned the key {wrong[0]!r} for the {split!r} split: every key must "
+            f"start with {prefix!r} (trainer.evaluate(dataset, metric_key_prefix=metric_prefix(split)))"
+        )
+
+
+def _checked_metrics(trainer, recipe_args, task):
     """The trainer's ``compute_metrics``, first checking the predictions for NaN: a diverged run gets one clear
-    :class:`TrainingDivergedError` instead of whatever a metric raises on NaN scores."""
+    :class:`TrainingDivergedError` instead of whatever a metric raises on NaN scores; then what the task's
+    function returned (:func:`_check_computed_metrics`)."""
     compute_metrics = trainer.compute_metrics
     if compute_metrics is None:
         return None
@@ -965,7 +1028,9 @@ def _checked_metrics(trainer, recipe_args):
     def metrics(pred, **kwargs):
         if _has_nan(pred.predictions):
             raise _diverged(trainer, recipe_args, "the model's predictions hold NaN at the evaluation")
-        return compute_metrics(pred, **kwargs)
+        result = compute_metrics(pred, **kwargs)
+        _check_computed_metrics(task, result)
+        return result
 
     return metrics
 
@@ -1052,6 +1117,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     _check_precision(recipe_args, training_args)
     _check_report_to(recipe_args, training_args)
     _check_task_arguments(task, task_args, recipe_args)
+    _check_card_template(task, recipe_args)
     _check_lora(recipe_args, task_args)
     _check_writable(recipe_args, training_args)
     checkpoint = _resume_checkpoint(recipe_args, training_args)  # deletes nothing (see _clear_output_dir)
@@ -1067,11 +1133,24 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         raise
     except ValueError as e:
         raise RecipeError(f"{recipe_args.source}: {e}") from e
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"task {task.name!r}: build_model must return the model (a torch.nn.Module, e.g. a PreTrainedModel), "
+            f"got {type(model).__name__}"
+        )
     if checkpoint is not None:
         _check_checkpoint_tokenizer(tokenizer, checkpoint, recipe_args)
         _check_checkpoint_settings(checkpoint, task, task_args, recipe_args)
     with training_args.main_process_first(desc=f"{task.name} datasets"):
-        datasets = dict(task.build_datasets(task_args, tokenizer))
+        datasets = task.build_datasets(task_args, tokenizer)
+    if not isinstance(datasets, Mapping):
+        raise TypeError(
+            f"task {task.name!r}: build_datasets must return a dict of split name ('train', 'validation', 'test') "
+            f"-> dataset, got {type(datasets).__name__}"
+        )
+    datasets = dict(datasets)
     if datasets.get("train") is None:
         raise ValueError(
             f"task {task.name!r}: build_datasets returned no 'train' split (keys: {sorted(datasets)})"
@@ -1099,6 +1178,12 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         _check_checkpoint_fits(model, checkpoint, recipe_args)
 
     # --- train ---
+    compute_metrics = task.compute_metrics(task_args)
+    if compute_metrics is not None and not callable(compute_metrics):
+        raise TypeError(
+            f"task {task.name!r}: compute_metrics must return a function (EvalPrediction -> dict of metrics) or "
+            f"None, got {type(compute_metrics).__name__}"
+        )
     log_callback = LogHistoryCallback(output_dir)
     trainer = atomic_trainer_class(task.trainer_class)(
         model=model,
@@ -1107,10 +1192,10 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         eval_dataset=datasets.get("validation"),
         processing_class=tokenizer,
         data_collator=task.data_collator(task_args, tokenizer),
-        compute_metrics=task.compute_metrics(task_args),
+        compute_metrics=compute_metrics,
         callbacks=[log_callback, BestMetricCheckCallback(recipe_args.source)],
     )
-    trainer.compute_metrics = _checked_metrics(trainer, recipe_args)
+    trainer.compute_metrics = _checked_metrics(trainer, recipe_args, task)
     trainer.resume_settings = _resume_settings(task_args, recipe_args)  # saved with every checkpoint
     if task.model_accepts_loss_kwargs is not None:  # see Task.model_accepts_loss_kwargs
         trainer.model_accepts_loss_kwargs = task.model_accepts_loss_kwargs
@@ -1125,6 +1210,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
         for split in ("validation", "test"):
             if split in datasets:
                 split_metrics = task.evaluate(trainer, datasets[split], split)
+                _check_evaluated_metrics(task, split, split_metrics)
                 trainer.log_metrics(metric_prefix(split), split_metrics)
                 metrics.update(split_metrics)
         nan = [k for k, v in metrics.items() if k.endswith("loss") and isinstance(v, float) and math.isnan(v)]

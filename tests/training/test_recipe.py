@@ -1,6 +1,7 @@
 """Recipes: YAML -> (RecipeArguments, task arguments, TrainingArguments), typed overrides, errors."""
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from hf_sparse.tasks.arguments import RENAMED_KEYS, BackboneArguments
 from hf_sparse.training import RecipeArguments, RecipeError, load_recipe, parse_overrides
 from hf_sparse.training.recipe import _coerce, _cpu_only_distributed_launch, _installed_spelling
 from tests.training.helpers import toy_recipe, write_recipe
-from tests.training.toy_task import ToyArguments
+from tests.training.toy_task import ToyArguments, ToyTask
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -289,3 +290,36 @@ def test_sparse_keys_still_work_with_other_backbones():
         REPO / "pipelines/motif/tiny.yaml", ["backbone=longformer", "attention_window=32"]
     )
     assert args.position_embedding_type == "rotary"  # the motif task's default, not given: no error
+
+
+@dataclass
+class _ClashArguments(ToyArguments):
+    label_names: list[str] = field(default_factory=lambda: ["absent", "present"])  # also TrainingArguments'
+
+
+class _ClashTask(ToyTask):
+    Arguments = _ClashArguments
+
+
+@dataclass
+class _LoraClashArguments(ToyArguments):
+    lora: bool = False  # also RecipeArguments'
+
+
+class _LoraClashTask(ToyTask):
+    Arguments = _LoraClashArguments
+
+
+@pytest.mark.parametrize(
+    "task, both",
+    [
+        ("_ClashTask", "_ClashArguments and TrainingArguments"),
+        ("_LoraClashTask", "RecipeArguments and _LoraClash"),
+    ],
+)
+def test_a_task_field_named_like_another_dataclass_field_is_a_recipe_error(tmp_path, task, both):
+    """HfArgumentParser failed every run with 'argparse.ArgumentError: conflicting option strings'."""
+    with pytest.raises(
+        RecipeError, match=f"{both}.* both define the field .*: rename it in the task's Arguments"
+    ):
+        load_recipe(toy_recipe(tmp_path, task=f"{__name__}:{task}"))
