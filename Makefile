@@ -64,5 +64,5 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check hf_sparse tests scripts
 	$(VENV)/bin/ruff format --check hf_sparse tests scripts
 
-clean:
-	rm -rf $(VENV) .venv-compat outputs .pytest_cache
+clean:  ## the environments and caches; never outputs/, where the recipes, make demo and make gallery save
+	rm -rf $(VENV) .venv-compat .pytest_cache

@@ -717,7 +717,14 @@ def main(argv=None):
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.attempts < 1:
-        raise ValueError(f"--attempts must be >= 1, got {args.attempts}")
+        ap.error(f"--attempts must be >= 1, got {args.attempts}")
+    for n in args.sizes or []:
+        if n < 1:
+            ap.error(f"--sizes must be >= 1, got {n}")
+    if args.budget_s is not None and args.budget_s < 0:
+        ap.error(f"--budget-s must be >= 0 (0: one timed call), got {args.budget_s}")
+    if args.max_call_s <= 0:
+        ap.error(f"--max-call-s must be > 0, got {args.max_call_s}")
     if args.worker:
         kernel, n, mode, device, budget = json.loads(args.worker)
         print(json.dumps(worker(kernel, n, mode, device, budget)))
@@ -742,6 +749,14 @@ def main(argv=None):
         args.only = args.only or ["blocked SlidingWindow", "Longformer layer (0"]
     args.sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     args.budget_s = args.budget_s if args.budget_s is not None else QUICK_BUDGET_S if args.quick else BUDGET_S
+    kernels = [k for k in KERNELS if not args.only or any(s in k for s in args.only)]
+    longformer = [k for k in kernels if KERNELS[k][0] == "longformer"]
+    for n in args.sizes:
+        if longformer and n % WINDOW:
+            ap.error(
+                f"--sizes {n}: {longformer[0]} needs a multiple of its window {WINDOW} (LongformerSelfAttention "
+                "pads nothing); leave it out with --only"
+            )
     results = run_all(args)
     results["malloc_no_mmap"] = args.malloc_no_mmap
     atomic_write(os.path.join(out, "attention.json"), json.dumps(results, indent=1))

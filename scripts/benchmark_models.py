@@ -57,6 +57,15 @@ MAX_RATE_MOVE = 0.10  # a (model, n) whose matmul rate moved by more than this r
 NO_MMAP_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 
 
+def sparse_config(n: int, **common):
+    """SparseTransformerForMaskedLM's config at ``n`` tokens (a converted Longformer's has the same positions and
+    window): its checks refuse an ``n`` whose positions the window would reach past (n below 254)."""
+    from hf_sparse import SparseTransformerConfig, patterns
+
+    return SparseTransformerConfig(max_position_embeddings=n + 2, attention_pattern=patterns.Longformer(window=WINDOW),
+                                   position_ids_style="roberta", pad_token_id=1, global_first_token=False, **common)  # fmt: skip
+
+
 def build(name: str, n: int):
     import torch
     from transformers import LongformerConfig, LongformerForMaskedLM, RobertaConfig, RobertaForMaskedLM
@@ -65,7 +74,7 @@ def build(name: str, n: int):
         SHAPE, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.1 if name.endswith(DROPOUT) else 0.0
     )
     if name.startswith("SparseTransformerForMaskedLM"):
-        from hf_sparse import SparseTransformerConfig, SparseTransformerForMaskedLM, patterns
+        from hf_sparse import SparseTransformerForMaskedLM
         from hf_sparse.conversion import from_longformer
 
         if "converted" in name:
@@ -73,9 +82,7 @@ def build(name: str, n: int):
                 LongformerConfig(max_position_embeddings=n + 2, attention_window=WINDOW, **common)
             )
             return from_longformer(src)
-        cfg = SparseTransformerConfig(max_position_embeddings=n + 2, attention_pattern=patterns.Longformer(window=WINDOW),
-                                      position_ids_style="roberta", pad_token_id=1, global_first_token=False, **common)  # fmt: skip
-        return SparseTransformerForMaskedLM(cfg)
+        return SparseTransformerForMaskedLM(sparse_config(n, **common))
     if name.startswith("Longformer"):
         return LongformerForMaskedLM(
             LongformerConfig(max_position_embeddings=n + 2, attention_window=WINDOW, **common)
@@ -301,7 +308,9 @@ def main(argv=None):
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.attempts < 1:
-        raise ValueError(f"--attempts must be >= 1, got {args.attempts}")
+        ap.error(f"--attempts must be >= 1, got {args.attempts}")
+    if args.budget_s < 0:
+        ap.error(f"--budget-s must be >= 0 (0: one timed call), got {args.budget_s}")
     if args.worker:
         name, n, budget = json.loads(args.worker)
         print(json.dumps(worker(name, n, budget)))
@@ -309,6 +318,15 @@ def main(argv=None):
     unmatched = [s for s in args.only or [] if not any(s in m for m in MODELS)]
     if unmatched:
         ap.error(f"--only {' '.join(unmatched)} matches no model; choose from {'; '.join(MODELS)}")
+    models = [m for m in MODELS if not args.only or any(s in m for s in args.only)]
+    for n in args.sizes:  # before measuring anything
+        if n < 1:
+            ap.error(f"--sizes must be >= 1, got {n}")
+        if any(m.startswith("SparseTransformerForMaskedLM") for m in models):
+            try:
+                sparse_config(n, **SHAPE)
+            except ValueError as e:
+                ap.error(f"--sizes {n} is too short for SparseTransformerForMaskedLM (n + 2 positions): {e}")
     if args.out is None and (args.only or args.sizes != SIZES):
         ap.error(
             f"--only and --sizes write a partial table: give --out (the default, {OUT}, holds the full run's results)"
@@ -316,7 +334,6 @@ def main(argv=None):
     out = args.out or OUT
     records, started = [], time.perf_counter()
     env = dict(os.environ, **NO_MMAP_ENV) if args.malloc_no_mmap else None
-    models = [m for m in MODELS if not args.only or any(s in m for s in args.only)]
     for n in args.sizes:
         for name in models:
             for attempt in range(1, args.attempts + 1):

@@ -5,7 +5,8 @@
 # TORCH are unchanged, so a second run only runs the tests).
 #
 #   COMPAT_VERSIONS  space-separated transformers versions to test  (default: the lower bound and the newest
-#                    release below the upper bound, as uv resolves them)
+#                    release below the upper bound, as uv resolves them); a version outside the declared range
+#                    is installed over hf-sparse's requirement (uv's --override)
 #   COMPAT_TESTS     pytest arguments                               (default: the model, generation,
 #                    integration, Trainer-recipe, task and pipeline tests)
 #   COMPAT_CONFORMANCE  1 (default) also runs tests/conformance (transformers' own common model tests, from the
@@ -34,7 +35,14 @@ print(m.group(1) if m else "")
 EOF
 )
 lower=$(sed -n 's/.*>=\([0-9][0-9.]*\).*/\1/p' <<<"$spec")
-[[ -n "$spec" && -n "$lower" ]] || { echo "pyproject.toml: no transformers>=X,<Y requirement"; exit 1; }
+upper=$(sed -n 's/.*<\([0-9][0-9.]*\).*/\1/p' <<<"$spec")
+[[ -n "$spec" && -n "$lower" && -n "$upper" ]] || { echo "pyproject.toml: no transformers>=X,<Y requirement"; exit 1; }
+
+# in_range VERSION: lower <= VERSION < upper (sort -V; a pre-release of the upper bound is outside too)
+in_range() {
+  [[ "$(printf '%s\n' "$lower" "$1" | sort -V | head -1)" == "$lower" ]] &&
+    [[ "$1" != "$upper" && "$(printf '%s\n' "$1" "$upper" | sort -V | head -1)" == "$1" ]]
+}
 
 if [[ ! -x "$ROOT/uv" ]]; then
   "$PYTHON" -m venv "$ROOT/tool" && "$ROOT/tool/bin/python" -m pip install -q uv && ln -sf tool/bin/uv "$ROOT/uv"
@@ -55,16 +63,23 @@ install_torch() {
   fi
 }
 
-# env NAME REQUIREMENT: create/refresh $ROOT/NAME with hf-sparse and transformers REQUIREMENT
+# env NAME REQUIREMENT: create/refresh $ROOT/NAME with hf-sparse and transformers REQUIREMENT. A version outside
+# the declared range (COMPAT_VERSIONS) is installed over hf-sparse's own requirement (uv's --override), everything
+# else resolved as usual: the README's way to try a transformers the package does not declare.
 env_for() {
   local name=$1 req=$2 venv="$ROOT/$1"
-  local stamp="$venv/.compat-stamp" want
+  local stamp="$venv/.compat-stamp" want override=()
   want="$req $EXTRAS $TOOLS $(cksum pyproject.toml | cut -d' ' -f1) torch: ${TORCH:-CPU build of $TORCH_VERSION}"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return; fi
   [[ -x "$venv/bin/python" ]] || "$uv" venv -q --python "$PYTHON" "$venv"
+  if [[ "$req" == ==* ]] && ! in_range "${req#==}"; then
+    echo "== transformers ${req#==} is outside the declared range ($spec): installing it over hf-sparse's requirement (uv pip install --override); please report what fails" >&2
+    echo "transformers$req" >"$venv/.compat-override.txt"
+    override=(--override "$venv/.compat-override.txt")
+  fi
   install_torch "$venv/bin/python"
   # shellcheck disable=SC2086  # TOOLS is a list of requirements
-  install "$venv/bin/python" --compile-bytecode -e ".[$EXTRAS]" $TOOLS "transformers$req"
+  install "$venv/bin/python" --compile-bytecode ${override[@]+"${override[@]}"} -e ".[$EXTRAS]" $TOOLS "transformers$req"
   echo "$want" >"$stamp"
 }
 

@@ -17,8 +17,15 @@ from tests.script_loader import load_script, usage_error
         (["--only", "blocked"], "write a partial table: give --out (the default, benchmarks, holds"),
         (["--sizes", "1024"], "write a partial table: give --out"),
         (["--quick"], "write a partial table: give --out"),
+        (["--sizes", "0", "--out", "x"], "--sizes must be >= 1, got 0"),
+        (["--sizes", "1024", "-512", "--out", "x"], "--sizes must be >= 1, got -512"),
+        (["--quick", "--budget-s", "-1", "--out", "x"], "--budget-s must be >= 0 (0: one timed call), got -1.0"),
+        (["--max-call-s", "0", "--out", "x"], "--max-call-s must be > 0, got 0.0"),
+        (["--attempts", "0", "--out", "x"], "--attempts must be >= 1, got 0"),
+        (["--only", "Longformer", "--sizes", "1000", "--out", "x"], "--sizes 1000: Longformer layer (0 global) needs a multiple of its window 512"),
+        (["--quick", "--sizes", "1000", "--out", "x"], "--sizes 1000: Longformer layer (0 global) needs a multiple of its window 512"),
     ],
-)
+)  # fmt: skip
 def test_a_typo_or_a_partial_run_into_the_committed_results_is_refused(
     tmp_path, monkeypatch, capsys, argv, message
 ):
@@ -59,6 +66,13 @@ def test_quick_sets_defaults_only_for_what_was_not_given(tmp_path, monkeypatch):
     }
     full = _args_of_run(bench, monkeypatch, [])
     assert full == {"sizes": bench.SIZES, "budget_s": 20.0, "only": None}  # fmt: skip
+
+
+def test_the_hf_sparse_kernels_take_any_size_from_1(tmp_path, monkeypatch):
+    """Only LongformerSelfAttention needs a multiple of its window; --budget-s 0 is one timed call."""
+    bench = load_script("benchmark_attention")
+    argv = ["--only", "hf-sparse", "SDPA", "--sizes", "1", "1000", "--budget-s", "0", "--out", str(tmp_path)]
+    assert _args_of_run(bench, monkeypatch, argv)["sizes"] == [1, 1000]
 
 
 def test_cuda_without_a_cuda_device_is_one_clear_error(monkeypatch, capsys):

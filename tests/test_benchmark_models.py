@@ -51,6 +51,11 @@ def _refused(bench, argv, monkeypatch, capsys):
         (["--only", "Nomatch", "--out", "x"], "--only Nomatch matches no model; choose from SparseTransformerForMaskedLM; "),
         (["--only", "Roberta"], "--only and --sizes write a partial table: give --out (the default, benchmarks, holds"),
         (["--sizes", "512"], "--only and --sizes write a partial table: give --out"),
+        (["--sizes", "0", "--out", "x"], "--sizes must be >= 1, got 0"),
+        (["--sizes", "4096", "-512", "--out", "x"], "--sizes must be >= 1, got -512"),
+        (["--budget-s", "-1", "--out", "x"], "--budget-s must be >= 0 (0: one timed call), got -1.0"),
+        (["--attempts", "0", "--out", "x"], "--attempts must be >= 1, got 0"),
+        (["--sizes", "4096", "253", "--out", "x"], "--sizes 253 is too short for SparseTransformerForMaskedLM (n + 2 positions): attention_pattern: "),
     ],
 )  # fmt: skip
 def test_a_typo_or_a_partial_run_into_the_committed_results_is_refused(
@@ -88,3 +93,17 @@ def test_a_partial_run_writes_its_folder_and_the_report_renders_from_the_json(tm
     assert (tmp_path / "subset" / "models.md").read_text() == bench.report(results)
     assert "| LongformerForMaskedLM | 512 | 512 | 1.00 | 2.00x |" in bench.report(results)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["subset"]  # benchmarks/ untouched
+
+
+def test_the_shortest_sizes_each_model_takes_reach_the_measurement(tmp_path, monkeypatch):
+    """254 tokens for SparseTransformerForMaskedLM (window 512: positions to 256), any n >= 1 for the others."""
+    bench = load_script("benchmark_models")
+    monkeypatch.chdir(tmp_path)
+    measured = []
+    monkeypatch.setattr(
+        bench, "_measure", lambda name, n, budget, env: measured.append((name, n)) or _record(bench, name, n)
+    )
+    bench.main(["--sizes", "254", "--only", "SparseTransformerForMaskedLM", "--out", "a"])
+    bench.main(["--sizes", "1", "--only", "LongformerForMaskedLM", "RobertaForMaskedLM", "--out", "b"])
+    assert {n for name, n in measured if name.startswith("SparseTransformer")} == {254}
+    assert {n for name, n in measured if not name.startswith("SparseTransformer")} == {1}

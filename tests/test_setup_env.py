@@ -253,6 +253,19 @@ def test_ninja_is_installed_and_make_targets_find_it(tmp_path):
     assert proc.stdout.strip() == f"{os.environ['PATH']}{os.pathsep}{venv}/bin"
 
 
+def test_make_clean_removes_the_environments_and_keeps_the_trained_models(tmp_path):
+    """outputs/ holds what the recipes, `make demo` and `make gallery` trained and drew: `make clean` keeps it."""
+    for folder in (".venv", ".venv-compat", ".pytest_cache", "outputs/motif-tiny"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "outputs" / "motif-tiny" / "model.safetensors").write_bytes(b"weights")
+    env = {k: v for k, v in os.environ.items() if k != "VENV"}
+    proc = subprocess.run(["make", "-f", str(ROOT / "Makefile"), "clean"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs"]
+    assert (tmp_path / "outputs" / "motif-tiny" / "model.safetensors").read_bytes() == b"weights"
+
+
 def test_the_kernel_build_finds_the_ninja_package_without_an_activated_environment(tmp_path, monkeypatch):
     """`.venv/bin/python` run directly has no `.venv/bin` on PATH; the build needs ninja there."""
     import shutil
@@ -265,31 +278,65 @@ def test_the_kernel_build_finds_the_ninja_package_without_an_activated_environme
     assert shutil.which("ninja") is not None
 
 
+def _floor(req):
+    from packaging.version import Version
+
+    return max(Version(s.version) for s in req.specifier if s.operator == ">=")
+
+
+def _our_requirements() -> list:
+    """pyproject.toml's dependencies and every extra's."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = [r for reqs in project["optional-dependencies"].values() for r in reqs]
+    return [Requirement(r) for r in project["dependencies"] + extras]
+
+
 @pytest.mark.parametrize("name", ["torch", "accelerate"])
 def test_pyproject_floors_meet_the_installed_transformers_floors(name):
     """Below its own floor transformers disables torch (then `import hf_sparse` fails) and its Trainer refuses
-    accelerate: pyproject.toml's minimum must be at least the installed transformers' (its `torch` extra)."""
-    tomllib = pytest.importorskip("tomllib")
+    accelerate: pyproject.toml's minimum must be at least the installed transformers' (its `torch` extra).
+    Necessary, not sufficient: transformers' declared floor can be lower than what it calls (see below)."""
     from importlib import metadata
 
     from packaging.requirements import Requirement
-    from packaging.version import Version
 
-    def floor(req):
-        return max(Version(s.version) for s in req.specifier if s.operator == ">=")
-
-    ours = [
-        Requirement(d)
-        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    ]
+    ours = _our_requirements()
     theirs = [Requirement(r) for r in metadata.requires("transformers")]
     (theirs,) = {
-        floor(r) for r in theirs if r.name == name and r.marker and r.marker.evaluate({"extra": "torch"})
+        _floor(r) for r in theirs if r.name == name and r.marker and r.marker.evaluate({"extra": "torch"})
     }
-    (ours,) = [floor(r) for r in ours if r.name == name]
+    (ours,) = [_floor(r) for r in ours if r.name == name]
     assert ours >= theirs, (
         f"pyproject.toml: {name}>={ours}, transformers {metadata.version('transformers')}: >={theirs}"
     )
+
+
+# The oldest release of each package that works with every transformers in the declared range, found by
+# installing the floors next to transformers 5.10.4 and 5.24 and running the Trainer and LoRA tests (no index is
+# asked here): a floor below one of these installs without complaint and fails at an import, Trainer.train() or
+# get_peft_model. (transformers' own adapter loading, `load_adapter` / `from_pretrained` of an adapter folder,
+# asks for peft>=0.19 on 5.10.4 and >=0.22, unreleased, on 5.24; hf-sparse's runs use peft's own classes: a
+# resumed LoRA run loads its adapter with PeftModel.load_adapter.)
+NEEDED_FLOORS = [
+    ("torch", "2.6", "transformers 5.24 disables torch < 2.6: `import hf_sparse` fails"),
+    ("accelerate", "1.3", "Trainer.train() calls Accelerator.unwrap_model(keep_torch_compile=...): a TypeError "
+     "with accelerate 1.1 and 1.2, though transformers declares accelerate>=1.1"),
+    ("peft", "0.18", "peft 0.17 imports transformers' HybridCache, which transformers 5 removed: `import peft` "
+     "and, with peft installed, `from transformers import Trainer` raise ImportError"),
+    ("peft", "0.21.2", "LoRA on a seq2seq model (LED, the summarization task): peft's wrapper reads "
+     "_prepare_encoder_decoder_kwargs_for_generation, which transformers 5.18 removed; 0.21.2 no longer does"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, needed, reason", NEEDED_FLOORS)
+def test_pyproject_floors_meet_what_the_code_needs(name, needed, reason):
+    from packaging.version import Version
+
+    (ours,) = [_floor(r) for r in _our_requirements() if r.name == name]
+    assert ours >= Version(needed), f"pyproject.toml: {name}>={ours}, needs >={needed}: {reason}"
 
 
 def test_the_build_backend_floor_reads_the_license_expression():
@@ -315,9 +362,8 @@ fi
 """
 
 
-def test_compat_environments_follow_a_changed_torch(tmp_path):
-    """scripts/test_compat.sh (in a copy of the repository, its uv faked) installs the CPU build by default, and
-    refreshes an environment when TORCH changes, and only then."""
+def _compat_repo(tmp_path) -> tuple[Path, dict]:
+    """A copy of what scripts/test_compat.sh reads, its uv faked (logging to tmp_path/log), and its environment."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     for script in ("test_compat.sh", "default_torch.sh"):
@@ -327,6 +373,13 @@ def test_compat_environments_follow_a_changed_torch(tmp_path):
     _executable(repo / ".venv-compat" / "uv", COMPAT_UV.replace("{root}", str(tmp_path)))
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH", "PIP_FIND_LINKS", "COMPAT_TESTS")}
     env.update(COMPAT_VERSIONS="5.24.0", COMPAT_CONFORMANCE="0")
+    return repo, env
+
+
+def test_compat_environments_follow_a_changed_torch(tmp_path):
+    """scripts/test_compat.sh (in a copy of the repository, its uv faked) installs the CPU build by default, and
+    refreshes an environment when TORCH changes, and only then."""
+    repo, env = _compat_repo(tmp_path)
     steps = [(None, CPU_TORCH), (None, None), ("torch==2.13.0", "torch==2.13.0"), ("torch==2.13.0", None),
              ("torch==2.12.0", "torch==2.12.0")]  # fmt: skip
     for torch, installed in steps:
@@ -342,3 +395,33 @@ def test_compat_environments_follow_a_changed_torch(tmp_path):
         assert [line.split(" -q --python ")[1].split(" ", 1)[1] for line in torch_installs] == (
             [installed] if installed else []
         ), (torch, log)
+
+
+@pytest.mark.parametrize("where", ["below", "at the upper bound", "the lower bound", "inside"])
+def test_compat_installs_a_version_outside_the_declared_range_over_it(tmp_path, where):
+    """The README's way to try a transformers outside transformers>=X,<Y: `make test-compat COMPAT_VERSIONS=V`.
+    hf-sparse's own requirement would make V unsatisfiable: V is installed over it (uv's --override), said once;
+    a version inside the range is installed as it always was."""
+    (transformers,) = [r for r in _our_requirements() if r.name == "transformers"]  # >=X,<Y
+    lower = _floor(transformers)
+    (upper,) = [s.version for s in transformers.specifier if s.operator == "<"]
+    version = {"below": f"{lower.major}.{lower.minor - 1}.0", "at the upper bound": f"{upper}.0",
+               "the lower bound": str(lower), "inside": f"{lower.major}.{lower.minor + 1}.0"}[where]  # fmt: skip
+    outside = where in ("below", "at the upper bound")
+    assert transformers.specifier.contains(version) != outside
+    repo, env = _compat_repo(tmp_path)
+    proc = subprocess.run(["bash", str(repo / "scripts" / "test_compat.sh")], env={**env, "COMPAT_VERSIONS": version},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (package,) = [
+        line for line in (tmp_path / "log").read_text().splitlines() if "-e .[train,viz,dev]" in line
+    ]
+    override = repo / ".venv-compat" / f"transformers-{version}" / ".compat-override.txt"
+    assert package.endswith(f"-e .[train,viz,dev] pip transformers=={version}")
+    if outside:
+        assert f"--override {override.relative_to(repo)} -e ." in package
+        assert override.read_text() == f"transformers=={version}\n"
+        assert f"transformers {version} is outside the declared range (" in proc.stderr
+    else:
+        assert "--override" not in package and not override.exists()
+        assert "outside the declared range" not in proc.stderr

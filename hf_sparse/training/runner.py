@@ -520,12 +520,12 @@ def _apply_lora(task, model, recipe_args, training_args):
     )
     if tokens is not None:
         values["trainable_token_indices"] = tokens
-    # target_parameters: peft 0.17, trainable_token_indices: peft 0.15
+    # target_parameters: peft 0.17, trainable_token_indices: peft 0.15 (the declared floor, 0.21.2: LED + LoRA)
     unknown = sorted(set(values) - {f.name for f in dataclasses.fields(LoraConfig)})
     if unknown:
         raise RecipeError(
-            f"{recipe_args.source}: lora: true needs peft >= 0.17 (the installed {peft.__version__} has no "
-            f"LoraConfig {', '.join(unknown)}); pip install -U peft"
+            f"{recipe_args.source}: lora: true needs peft >= 0.21.2, as pyproject.toml declares (the installed "
+            f"{peft.__version__} has no LoraConfig {', '.join(unknown)}); pip install -U peft"
         )
     config = LoraConfig(**values)
     try:
