@@ -20,6 +20,22 @@ def all_true(mask: torch.Tensor) -> bool:
     return not (torch.compiler.is_compiling() or torch.jit.is_tracing()) and bool(mask.all())
 
 
+def zero_padding_keys(key: torch.Tensor, key_valid: torch.Tensor | None) -> torch.Tensor:
+    """``key`` (B, H, kv, D) with the rows of padding keys zeroed (``key_valid`` (B, kv) bool, False at padding; None:
+    none). They are never attended, but a kernel that adds a -inf bias to their scores (SDPA, the blocked kernels'
+    PyTorch path) or multiplies them by a zero probability in its backward (dq = dS k: every backend) turned an inf or
+    NaN there (an overflowed or uninitialised padding state) into NaN outputs or gradients. On the CPU the padding rows
+    are read first and the keys copied only where one of them is not finite; on a GPU (where reading them would
+    synchronise) and when traced (where values cannot be read) they are always zeroed, in a copy."""
+    if key_valid is None or all_true(key_valid):
+        return key
+    if key.device.type == "cpu" and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
+        b, j = (~key_valid).nonzero(as_tuple=True)
+        if bool(torch.isfinite(key[b, :, j]).all()):
+            return key
+    return key.masked_fill(~key_valid[:, None, :, None].to(key.device), 0)
+
+
 def allowed_mask(
     pattern, B: int, H: int, q_len: int, kv_len: int, key_valid=None, device=None
 ) -> torch.Tensor:
@@ -74,4 +90,12 @@ def dense_weights(query, key, allowed: torch.Tensor, scale: float) -> torch.Tens
     return torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
 
 
-__all__ = ["all_true", "allowed_mask", "compute_dtype", "dense_attention", "dense_weights", "sdpa_attention"]
+__all__ = [
+    "all_true",
+    "allowed_mask",
+    "compute_dtype",
+    "dense_attention",
+    "dense_weights",
+    "sdpa_attention",
+    "zero_padding_keys",
+]

@@ -11,7 +11,7 @@ import torch
 
 from .. import patterns as P
 from .blocked import blocked_attention
-from .dense import all_true, allowed_mask, dense_attention, sdpa_attention
+from .dense import all_true, allowed_mask, dense_attention, sdpa_attention, zero_padding_keys
 from .dropout import keep_mask
 from .flex import can_compile_on, compile_enabled, flex_attention_forward, flex_available
 
@@ -79,10 +79,40 @@ def _check_scale(scale) -> float:
     return value
 
 
-def _check_mask(name, m, B, n, device, meaning):
+def _check_dropout(dropout_p) -> float:
+    """``dropout_p`` as a float: a real number (Python or NumPy, not a bool) in [0, 1)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    value = float(dropout_p)
+    if not 0.0 <= value < 1.0:  # NaN too
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    return value
+
+
+#: the dropout seeds ``sparse_attention`` takes: the kernels' hash (``dropout.py``) reads 32 bits of the seed, so
+#: seeds further apart would draw the same mask
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def _check_seed(seed) -> int:
+    """``seed`` as a plain int: an int (Python or NumPy, not a bool) in ``SEED_RANGE``, for every backend."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int or None, got {seed!r}")
+    value = int(seed)
+    if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise ValueError(
+            f"seed must be in [0, 2**32 - 1] (the dropout hash reads 32 bits of it: seeds 2**32 apart would draw "
+            f"the same mask), got {value}"
+        )
+    return value
+
+
+def _check_mask(name, m, B, n, device, meaning, padding: bool = False):
     """``m`` as a bool (batch, seq) tensor; a non-bool mask must hold only 0 and 1 (``meaning`` says which is which):
-    an additive mask (0 = attend, a large negative number = masked) read as ``!= 0`` would be inverted. Traced
-    (``torch.compile``, ``torch.export``), the values are checked when the graph runs (a ``RuntimeError``)."""
+    an additive mask (0 = attend, a large negative number = masked) read as ``!= 0`` would be inverted. A non-bool
+    ``padding`` mask (``attention_mask``) must also hold a 1: all zeros is what an additive mask of a batch without
+    padding looks like, and read as 1/0 it would make every token padding (a bool mask of all False says that).
+    Traced (``torch.compile``, ``torch.export``), the values are checked when the graph runs (a ``RuntimeError``)."""
     if m is None:
         return None
     if not isinstance(m, torch.Tensor):
@@ -98,6 +128,16 @@ def _check_mask(name, m, B, n, device, meaning):
             raise ValueError(
                 f"{name} must hold 0/1 values ({meaning}), got {m[outside][0].item()!r}: {additive}"
             )
+        if padding and m.numel():
+            zeros = (
+                f"{name} is all 0 ({m.dtype}): as a 1/0 mask ({meaning}) it makes every token padding, and it is what "
+                "an additive mask without padding (0 = attend) looks like, which is not accepted; pass 1 for the "
+                "tokens (a bool mask of all False if every token really is padding)"
+            )
+            if torch.compiler.is_compiling():
+                torch._assert_async((m != 0).any(), zeros)
+            elif not bool((m != 0).any()):
+                raise ValueError(zeros)
     return m.to(device) != 0
 
 
@@ -265,14 +305,16 @@ def sparse_attention(
             (grouped-query attention) if that number divides the query heads. With a shorter query
             than key (decoding with a cache), query i sits at position ``kv_len - q_len + i``.
         pattern: a :class:`~hf_sparse.patterns.Pattern`, a spec dict or a registered name.
-        attention_mask: ``(batch, kv_len)``, 1 = token, 0 = padding (bool, or a tensor holding only 0 and 1:
-            additive masks raise a ``ValueError``); padding keys are never attended.
+        attention_mask: ``(batch, kv_len)``, 1 = token, 0 = padding (bool, or a tensor holding only 0 and 1, and
+            some 1: additive masks raise a ``ValueError``, an all-zero one too, which is what an additive mask
+            without padding looks like); padding keys are never attended, whatever they hold (inf, NaN).
         global_attention_mask: ``(batch, kv_len)``, 1 = global token (Longformer convention): global
             tokens attend every key and are attended by every query (only earlier ones for causal
             patterns).
         scale: score scale, default ``1 / sqrt(head_dim)``: a positive number (Python or NumPy) or a 0-dim tensor
             holding one (read as a number: one that requires grad is refused).
-        dropout_p: dropout on the attention probabilities (exact in forward and backward).
+        dropout_p: dropout on the attention probabilities (exact in forward and backward): a number (Python or
+            NumPy) in [0, 1).
         backend: ``"auto"`` (``pick_backend``: on CPU ``"blocked"``, ``"sdpa"`` only for tiny inputs without
             dropout, at most ``SDPA_CPU_MAX_PAIRS`` query-key pairs; on GPU ``"sdpa"`` up to ``SDPA_MAX_PAIRS``
             pairs, then FlexAttention on CUDA without dropout, else ``"blocked"``), ``"dense"``
@@ -280,15 +322,26 @@ def sparse_attention(
             pattern's materialised mask, O(n^2) memory), ``"blocked"`` or ``"flex"``.
         block_size: kernel block size, any positive int (``choose_block`` if None); one that neither divides nor
             is a multiple of the pattern's own blocks runs too, its tiles across their edges partial.
-        seed: dropout seed (blocked, flex and dense: drawn from torch's generator if None, and one seed keeps
+        seed: dropout seed, an int (Python or NumPy) in ``SEED_RANGE`` = [0, 2**32 - 1] on every backend
+            (blocked, flex and dense: drawn from torch's generator if None, and one seed keeps
             the same probabilities on all three and with or without the compiled CPU kernel: ``dropout.keep_mask``;
             sdpa: torch's generator is used as it is if None, else forked and seeded).
 
-    Returns: ``(batch, heads, q_len, head_dim)``. A query with no allowed key gets zeros.
+    Returns: ``(batch, heads, q_len, head_dim)`` in the inputs' dtype. A query with no allowed key gets zeros.
+    ``torch.autocast`` is off inside: every backend computes in the inputs' dtype (float32 inputs in float32; in a
+    model under autocast the projections hand it half-precision tensors, which the kernels run as they run them
+    outside autocast), so the output's dtype and precision do not depend on the backend ``auto`` picks.
     """
     check_not_jit_tracing()
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_tensor(name, t)
+    device_type = query.device.type
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+        with torch.autocast(device_type, enabled=False):  # every backend computes in the inputs' dtype
+            return sparse_attention(
+                query, key, value, pattern, attention_mask, global_attention_mask, scale, dropout_p, backend,
+                block_size=block_size, seed=seed,
+            )  # fmt: skip
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if not (query.dtype == key.dtype == value.dtype):
@@ -328,16 +381,15 @@ def sparse_attention(
         rep = H // key.shape[1]
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
     scale = 1.0 / math.sqrt(D) if scale is None else _check_scale(scale)
-    if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise TypeError(f"seed must be an int or None, got {seed!r}")
+    dropout_p = _check_dropout(dropout_p)
+    seed = None if seed is None else _check_seed(seed)
+    block_size = None if block_size is None else P.base.check_positive_int("block_size", block_size)
     pattern = resolve_pattern(pattern)
     check_exportable(pattern)
     if isinstance(pattern, P.PerHead) and pattern.num_heads != H:
         raise ValueError(f"PerHead has {pattern.num_heads} patterns but the input has {H} heads")
     key_valid = _check_mask(
-        "attention_mask", attention_mask, B, kv_len, query.device, "1 = token, 0 = padding"
+        "attention_mask", attention_mask, B, kv_len, query.device, "1 = token, 0 = padding", padding=True
     )
     global_mask = _check_mask(
         "global_attention_mask", global_attention_mask, B, kv_len, query.device, "1 = global token, 0 = not"
@@ -361,6 +413,7 @@ def sparse_attention(
     asked, backend = backend, pick_backend(backend, query, dropout_p, pairs)
     if backend in ("sdpa", "dense"):
         allowed = allowed_mask(bound, B, H, q_len, kv_len, key_valid, device=query.device)
+        key = zero_padding_keys(key, key_valid)  # never attended, whatever they hold (inf, NaN)
     if backend == "sdpa":
         if dropout_p == 0.0:
             return sdpa_attention(query, key, value, allowed, scale)
@@ -427,6 +480,7 @@ def _block_kernels(
     from index tensors and the compiled CPU kernel is an opaque extension, neither of which dynamo can trace."""
     q_len, kv_len = query.shape[-2], key.shape[-2]
     seed = _seed(seed, dropout_p)
+    key = zero_padding_keys(key, key_valid)  # never attended, whatever they hold (inf, NaN)
     if backend == "flex":
         _check_flex(pattern, query, needs_grad, dropout_p)
         return flex_attention_forward(query, key, value, bound, key_valid, scale, block, dropout_p, seed)

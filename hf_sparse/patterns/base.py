@@ -598,8 +598,35 @@ def _bind_takes(cls, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+_BUILDING = "_building"  # set in a pattern's __dict__ while its __init__ runs
+
+
+def _building(init):
+    """``init`` with the pattern's attributes settable while it (and the ``__init__`` s it calls) runs."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        d = self.__dict__
+        d[_BUILDING] = d.get(_BUILDING, 0) + 1
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            d[_BUILDING] -= 1
+            if not d[_BUILDING]:
+                del d[_BUILDING]
+
+    return __init__
+
+
 class Pattern:
-    """Base class of all attention patterns. Subclasses define ``_mask`` and ``_plan``."""
+    """Base class of all attention patterns. Subclasses define ``_mask`` and ``_plan``.
+
+    A pattern is immutable once built: its public attributes (the parameters of its rule) are set in
+    ``__init__`` only. What dispatch derives from it (``derived``: plans, bound random blocks, block masks) is kept
+    on it, and ``sparse_attention`` hands one object to every call with an equal spec, so a changed attribute
+    would leave those on the old rule: build a new pattern instead. Private attributes (``_source``, ...) stay
+    settable for the copies the library builds (``bind``).
+    """
 
     type_name: str = ""
     #: every allowed pair has j <= i
@@ -614,6 +641,28 @@ class Pattern:
     #: tile inside whole pattern blocks (``block_fits``); any other runs too, the tiles that straddle a pattern
     #: block's edge partial (the rule evaluated inside)
     geometry: tuple[int, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _building(cls.__dict__["__init__"])
+
+    def __setattr__(self, name: str, value) -> None:
+        self._check_mutable(name)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._check_mutable(name)
+        object.__delattr__(self, name)
+
+    def _check_mutable(self, name: str) -> None:
+        if name.startswith("_") or self.__dict__.get(_BUILDING):
+            return
+        raise AttributeError(
+            f"cannot set {name!r} of {self!r}: patterns are immutable (what a call derives from a pattern, its plan "
+            f"and block masks, is kept on it and shared by every call with an equal spec); build a new pattern, "
+            f"e.g. {type(self).__name__}(...) or patterns.from_dict({{**pattern.to_dict(), {name!r}: ...}})"
+        )
 
     # -- the rule -------------------------------------------------------------------------------
     def _mask(self, b, h, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:

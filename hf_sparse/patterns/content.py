@@ -340,7 +340,8 @@ class TopKBlocks(Pattern):
         bound = BlockSet(
             self.block, self.select(query, key, key_valid).cpu(), causal=self.causal, source=self
         )
-        bound.bound_lengths = (query.shape[-2], key.shape[-2])  # what a plot checks its n against
+        # what a plot checks its n against (patterns are immutable once built: set as their own bind does)
+        object.__setattr__(bound, "bound_lengths", (query.shape[-2], key.shape[-2]))
         return bound
 
     def _params(self):

@@ -56,6 +56,9 @@ def test_bad_tensors(change, exc, words):
         ({"scale": torch.tensor(True)}, ValueError, "0-dim real tensor, got a torch.bool tensor"),
         ({"scale": torch.tensor(0.5, requires_grad=True)}, ValueError, "scale must not require grad"),
         ({"dropout_p": 1.5}, ValueError, r"dropout_p must be in \[0, 1\), got 1.5"),
+        ({"dropout_p": float("nan")}, ValueError, r"dropout_p must be in \[0, 1\), got nan"),
+        ({"dropout_p": True}, TypeError, r"dropout_p must be a number in \[0, 1\), got True"),
+        ({"dropout_p": torch.tensor(0.1)}, TypeError, r"dropout_p must be a number in \[0, 1\), got tensor\(0.1000\)"),
         ({"dropout_p": 0.1, "seed": 1.5}, TypeError, "seed must be an int or None, got 1.5"),
         ({"block_size": 0}, ValueError, "block_size must be > 0, got 0"),
         # additive masks (0 = attend, large negative = masked) would be read inverted as 1/0 masks
@@ -66,11 +69,69 @@ def test_bad_tensors(change, exc, words):
         ],
         ({"attention_mask": additive(-10000, torch.long)}, ValueError, "attention_mask must hold 0/1 values .* got -10000:"),
         ({"global_attention_mask": additive(2.0)}, ValueError, "global_attention_mask must hold 0/1 values .* got 2.0"),
+        # an additive mask of a batch without padding is all zeros: read as 1/0, every token would be padding
+        *[
+            ({"attention_mask": torch.zeros(1, 8, dtype=dtype)}, ValueError,
+             rf"attention_mask is all 0 \({dtype}\): as a 1/0 mask .* additive mask without padding")
+            for dtype in (torch.float32, torch.bfloat16, torch.long)
+        ],
     ],
 )  # fmt: skip
 def test_bad_arguments(kwargs, exc, words):
     with pytest.raises(exc, match=words):
         sparse_attention(*qkv(), P.SlidingWindow(window=4), **kwargs)
+
+
+def test_all_false_bool_padding_and_all_zero_global_masks_are_accepted():
+    """Unambiguous: a bool mask of all False makes every token padding (zeros out); no global token is all zeros."""
+    q, k, v = qkv()
+    out = sparse_attention(
+        q, k, v, P.SlidingWindow(window=4), attention_mask=torch.zeros(1, 8, dtype=torch.bool)
+    )
+    assert torch.equal(out, torch.zeros_like(out))
+    torch.testing.assert_close(
+        sparse_attention(q, k, v, P.SlidingWindow(window=4), global_attention_mask=torch.zeros(1, 8)),
+        sparse_attention(q, k, v, P.SlidingWindow(window=4)),
+    )
+
+
+@pytest.mark.parametrize("backend", ["dense", "sdpa", "blocked", "flex"])
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**63 + 1, 2**70])
+def test_a_seed_outside_0_to_2_32_is_refused_on_every_backend(seed, backend):
+    """The dropout hash reads 32 bits of the seed: seeds 2**32 apart drew one mask, -5 was 2**32 - 5, and 2**63 + 1
+    or 2**70 failed in the compiled kernel's or torch's argument parsing, or not at all (dense)."""
+    with pytest.raises(ValueError, match=rf"seed must be in \[0, 2\*\*32 - 1\] .* got {seed}$"):
+        sparse_attention(*qkv(), P.SlidingWindow(window=4), dropout_p=0.1, seed=seed, backend=backend)
+
+
+@pytest.mark.parametrize("fused", ["0", "all"])
+def test_the_largest_seed_draws_one_mask_on_every_path(fused, monkeypatch):
+    monkeypatch.setenv("HF_SPARSE_FUSED", fused)
+    q, k, v = (t.double() for t in qkv(n=40))
+    kw = dict(dropout_p=0.3, seed=2**32 - 1)
+    want = sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="dense", **kw)
+    got = sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="blocked", **kw)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    assert not torch.allclose(
+        got, sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="dense", dropout_p=0.3, seed=0)
+    )
+    assert sparse_attention(q, k, v, P.SlidingWindow(window=8), backend="sdpa", **kw).shape == q.shape
+
+
+@pytest.mark.parametrize("backend", ["dense", "blocked"])
+def test_numpy_dropout_seed_and_block_size_are_their_python_numbers(backend):
+    """dropout_p=np.float32(0.25) was refused as outside [0, 1) and seed=np.int64(3) as not an int, while
+    np.float64 and block_size=np.int64 were accepted."""
+    np = pytest.importorskip("numpy")
+    q, k, v = qkv(n=40)
+    pattern = P.SlidingWindow(window=8)
+    want = sparse_attention(q, k, v, pattern, dropout_p=0.25, seed=3, block_size=16, backend=backend)
+    for dropout_p in (np.float32(0.25), np.float64(0.25)):
+        for seed in (np.int64(3), np.uint32(3), np.int8(3)):
+            got = sparse_attention(
+                q, k, v, pattern, dropout_p=dropout_p, seed=seed, block_size=np.int64(16), backend=backend
+            )
+            assert torch.equal(got, want)
 
 
 def test_scale_takes_numpy_numbers_and_0_dim_tensors():
