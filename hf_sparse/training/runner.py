@@ -1029,7 +1029,8 @@ def _checked_metrics(trainer, recipe_args, task):
         if _has_nan(pred.predictions):
             raise _diverged(trainer, recipe_args, "the model's predictions hold NaN at the evaluation")
         result = compute_metrics(pred, **kwargs)
-        _check_computed_metrics(task, result)
+        if kwargs.get("compute_result", True):  # batch_eval_metrics: only the last batch's call returns the dict
+            _check_computed_metrics(task, result)
         return result
 
     return metrics

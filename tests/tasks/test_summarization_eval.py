@@ -149,3 +149,35 @@ def test_abstractive_evaluation_drops_the_repeats_of_a_distributed_last_step(
         assert out.metrics["eval_loss"] == pytest.approx(total / count, rel=1e-5)
         results.append(out.metrics["eval_rouge1"])
     assert results[0] == results[1]
+
+
+def test_label_smoothing_trains_and_evaluates_on_the_summary_positions(tokenizer, tmp_path):
+    """With label_smoothing_factor the Trainer pops the labels before the forward, and LED then shifted the
+    encoder's input_ids into its decoder: an IndexError past the decoder's positions at the first step. The
+    decoder now reads the labels' shift, and eval_loss is the smoothed cross-entropy of the summary tokens."""
+    model = tiny_led(tokenizer)
+    rows = [
+        {"input_ids": tokenizer(" ".join(["the model reads long papers"] * 16))["input_ids"],
+         "labels": tokenizer("the model reads")["input_ids"]}
+        for _ in range(4)
+    ]  # fmt: skip
+    assert len(rows[0]["input_ids"]) > model.config.max_decoder_position_embeddings
+    collate = AbstractiveCollator(tokenizer.pad_token_id, 8)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, per_device_eval_batch_size=2, max_steps=1,
+        label_smoothing_factor=0.1, use_cpu=True, report_to="none", disable_tqdm=True, save_strategy="no",
+        predict_with_generate=True, generation_max_length=4,
+    )  # fmt: skip
+    trainer_class = atomic_trainer_class(AbstractiveSummarizationTask.trainer_class)
+    trainer = trainer_class(
+        model=model, args=args, data_collator=collate, train_dataset=Dataset.from_list(rows)
+    )
+    trainer.train()
+    loss = trainer.evaluate(Dataset.from_list(rows))["eval_loss"]
+    batch = collate(rows)
+    with torch.no_grad():
+        logits = model(**batch).logits
+    expected = torch.nn.functional.cross_entropy(
+        logits.transpose(1, 2), batch["labels"], ignore_index=-100, label_smoothing=0.1
+    )
+    assert loss == pytest.approx(expected.item(), rel=1e-4)

@@ -159,3 +159,47 @@ def test_the_default_evaluate_and_a_plain_compute_metrics_pass_the_checks(tmp_pa
         json.loads((tmp_path / "out" / "all_results.json").read_text())["test_accuracy"]
         == results["test_accuracy"]
     )
+
+
+class BatchEvalMetricsTask(ToyTask):
+    def compute_metrics(self, args):
+        hits = []
+
+        def accuracy(
+            pred, compute_result
+        ):  # transformers' batch_eval_metrics form: a dict on the last batch only
+            hits.extend((pred.predictions.argmax(-1) == pred.label_ids).tolist())
+            if not compute_result:
+                return None
+            out = {"accuracy": sum(hits) / len(hits)}
+            hits.clear()
+            return out
+
+        return accuracy
+
+
+def test_batch_eval_metrics_returns_its_dict_on_the_last_batch_only(tmp_path):
+    recipe = _tiny(
+        tmp_path / "out", "BatchEvalMetricsTask", batch_eval_metrics=True, per_device_eval_batch_size=4
+    )
+    result = run(recipe)  # two evaluation batches per split: the first call returns None
+    assert 0.0 <= result["eval_accuracy"] <= 1.0 and 0.0 <= result["test_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "task, keys",
+    [
+        ("dna-motif-detection", ["span_decoding"]),
+        ("abstractive-summarization", ["num_beams", "length_penalty", "rouge_tokenizer"]),
+        ("dialogue-state-tracking", ["act_threshold", "tune_act_thresholds"]),
+        ("dialogue-response-selection", ["n_negatives"]),
+    ],
+)
+def test_evaluation_settings_of_each_task_may_change_on_resume(task, keys):
+    from hf_sparse.training import get_task
+
+    cls = get_task(task)
+    fields = {f.name for f in dataclasses.fields(cls.Arguments)}
+    assert set(keys) <= set(cls.resume_free_arguments)
+    # every name a task frees is one of its arguments (a typo would free nothing)
+    assert {k for k in cls.resume_free_arguments if "*" not in k} - {"num_validation", "num_test"} <= fields

@@ -656,6 +656,8 @@ class DialogueSelectionTask(_DialogueTask):
     """Response selection: rank the true next response among responses of other dialogues."""
 
     Arguments = SelectionArguments
+    #: evaluation and after-training settings a resume may change (see Task.resume_free_arguments)
+    resume_free_arguments = (*Task.resume_free_arguments, "n_negatives", "long_history_check")
     trainer_class = _trainer_class(("labels",))
     collator_class = ResponseSelectionCollator
     example_name = "response-selection"
@@ -830,6 +832,13 @@ class DialogueTrackingTask(_DialogueTask):
     """Per-turn dialogue acts and active intents of user turns, read from each turn's separator."""
 
     Arguments = TrackingArguments
+    #: evaluation and after-training settings a resume may change (see Task.resume_free_arguments)
+    resume_free_arguments = (
+        *Task.resume_free_arguments,
+        "act_threshold",
+        "tune_act_thresholds",
+        "long_history_check",
+    )
     trainer_class = _trainer_class(("act_labels", "intent_labels"))
     collator_class = DialogueTrackingCollator
     example_name = "dialogue-state-tracking"

@@ -491,6 +491,8 @@ class MotifTask(Task):
 
     Arguments = MotifArguments
     lora_task_type = None  # the model's own heads (token_classifier, sequence_head) are trained in full
+    #: how spans are decoded at evaluation may change on resume (see Task.resume_free_arguments)
+    resume_free_arguments = (*Task.resume_free_arguments, "span_decoding")
 
     def __init__(self):
         self.config = None

@@ -741,6 +741,7 @@ def _seq2seq_classes():
     import torch
     from torch.nn import functional as F
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+    from transformers.models.led.modeling_led import shift_tokens_right
 
     class AbstractiveTrainer(_SplitLossMixin, Seq2SeqTrainer):
         """``Seq2SeqTrainer`` that checks the evaluations' generation settings before anything trains
@@ -752,6 +753,19 @@ def _seq2seq_classes():
             if args is not None and model is not None:
                 check_generation_arguments(args, model.config)
             super().__init__(model, args, *rest, **kwargs)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            # with label_smoothing_factor the Trainer pops the labels before the forward, and LED would then shift
+            # the encoder's input_ids into its decoder (past its positions): hand it the labels' shift instead
+            if self.label_smoother is not None and "labels" in inputs and "decoder_input_ids" not in inputs:
+                config = self.accelerator.unwrap_model(model).config
+                shifted = shift_tokens_right(
+                    inputs["labels"], config.pad_token_id, config.decoder_start_token_id
+                )
+                inputs = {**inputs, "decoder_input_ids": shifted}
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
 
         def example_losses(self, outputs, labels, inputs):
             per_token = F.cross_entropy(
@@ -789,6 +803,16 @@ class AbstractiveSummarizationTask(_SummarizationTask):
     Arguments = AbstractiveArguments
     trainer_class, training_arguments_class = _seq2seq_classes()
     lora_task_type = "SEQ_2_SEQ_LM"
+    #: generation and ROUGE settings a resume may change (see Task.resume_free_arguments): they decide what the
+    #: evaluations generate and score, not what trains (extractive's rouge_tokenizer labels its oracle: fixed)
+    resume_free_arguments = (
+        *Task.resume_free_arguments,
+        "min_target_length",
+        "num_beams",
+        "no_repeat_ngram_size",
+        "length_penalty",
+        "rouge_tokenizer",
+    )
     model_type = "led_summarization"
 
     def __init__(self):
