@@ -1029,7 +1029,8 @@ def _checked_metrics(trainer, recipe_args, task):
         if _has_nan(pred.predictions):
             raise _diverged(trainer, recipe_args, "the model's predictions hold NaN at the evaluation")
         result = compute_metrics(pred, **kwargs)
-        if kwargs.get("compute_result", True):  # batch_eval_metrics: only the last batch's call returns the dict
+        # batch_eval_metrics: only the last batch's call (compute_result=True) returns the dict
+        if kwargs.get("compute_result", True):
             _check_computed_metrics(task, result)
         return result
 
