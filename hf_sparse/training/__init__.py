@@ -6,6 +6,7 @@
 - :mod:`.runner`: :func:`run` (train, evaluate, save, card, push).
 - :mod:`.checkpoints`: :func:`latest_checkpoint`, :func:`validate_checkpoint`, atomic checkpoint saves.
 - :mod:`.callbacks`: :class:`LogHistoryCallback` (``log_history.json`` kept current).
+- :mod:`.split_loss`: :class:`~.split_loss.SplitLossMixin` (``eval_loss`` over the whole split, any batches).
 
 Needs the ``train`` extra (``pip install 'hf-sparse[train]'``): peft for LoRA, tensorboard for the
 default ``report_to``.

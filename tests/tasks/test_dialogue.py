@@ -26,14 +26,6 @@ from tests.models.dialogue_tiny import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """Train: restaurants, flights; validation/test also hotels (an intent unseen in training)."""

@@ -18,14 +18,6 @@ INTENTS = ("NONE", "FindRestaurants", "SearchFlights")
 TRACKING = {"selection_head": False, "act_labels": ACTS, "intent_labels": list(INTENTS)}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tok_fmt():
     return tokenizer_and_formatter(max_length=64)

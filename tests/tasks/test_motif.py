@@ -41,14 +41,6 @@ FAST = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_tiny_recipe_trains_saves_a_complete_folder_and_pushes_offline(tmp_path):
     out = tmp_path / "motif-tiny"
     overrides = [*FAST, f"output_dir={out}", "push_to_hub=true", "hub_model_id=someone/motif-tiny"]

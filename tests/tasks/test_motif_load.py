@@ -13,14 +13,6 @@ from tests.models.motif_tiny import motif_model
 NAMES = ["CTCF", "SP1", "REST"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _saved_model(folder, **kw):
     """A tiny motif model with non-zero head biases (a new model's are 0), saved to ``folder``."""
     torch.manual_seed(0)

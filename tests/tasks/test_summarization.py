@@ -23,14 +23,6 @@ SMALL = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "i
          "report_to": "none", "save_strategy": "no", "disable_tqdm": True, "plots": False}  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def copy_data(folder, n_train, seed=0):
     os.makedirs(folder, exist_ok=True)
     for split, n, s in (("train", n_train, seed), ("validation", 16, seed + 1), ("test", 16, seed + 2)):

@@ -22,14 +22,6 @@ from tests.models.summarization_tiny import tiny_extractive, tiny_led, tiny_toke
 CHUNK_LABELS = [[0, 1, 0], [0, 0], [1, 0], [0, 0, 0, 0], [0, 1]]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return tiny_tokenizer()

@@ -7,7 +7,6 @@ import random
 import string
 
 import pytest
-import torch
 
 import hf_sparse.metrics
 from hf_sparse.tasks.summarization.metrics import oracle_labels
@@ -17,14 +16,6 @@ from hf_sparse.utils.io import write_jsonl
 
 RUSSIAN = ["Кошка сидит на ковре.", "Собака громко лает во дворе.", "Птица поёт рано утром."]
 WORDS = "кошка собака птица дом лес река утро вечер город поле".split()
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_unicode_tokenizer_keeps_every_script_and_matches_rouge_score_on_ascii():

@@ -26,6 +26,7 @@ dialogues of each split (and, for tracking, the number of acts and intents) are 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from ...metrics import load as load_metric
 from ...models.longformer_tasks.backbone import card_pattern
 from ...training import Task, path_field
 from ...training.recipe import require_model, require_path
+from ...training.split_loss import SplitLossMixin
 from ...training.tasks import metric_prefix
 from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_fraction
@@ -320,20 +322,21 @@ def _trainer_class(label_names: tuple[str, ...]):
     its items (examples, labelled turns) in all the micro-batches of a gradient-accumulation step, of every
     process (``num_items_in_batch``, per head); ``eval_loss`` sums each head's loss over every example of the
     split and divides by the split's items (gathered with ``gather_for_metrics``, which drops the examples a
-    distributed run's last batch repeats), so it does not depend on the evaluation batch size or the number of
-    processes. ``eval_loss`` leaves out the router losses of an MoE backbone, which depend on the batch."""
+    distributed run's last batch repeats), the heads weighed as in the model's loss
+    (:class:`~hf_sparse.training.split_loss.SplitLossMixin`), so it does not depend on the evaluation batch size or
+    the number of processes. ``eval_loss`` leaves out the router losses of an MoE backbone, which depend on the
+    batch."""
     from transformers import Trainer
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     from .modeling_dialogue import head_loss_sums, label_items, loss_weights
 
-    class DialogueTrainer(Trainer):
+    class DialogueTrainer(SplitLossMixin, Trainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             if self.args.label_names is None:
                 self.label_names = list(label_names)
             self._predicting = False
-            self._eval_sums: dict[str, list] = {}  # label name -> [summed loss, items] of this evaluation
 
         def _get_num_items_in_batch(self, batch_samples, device):
             # transformers counts only `labels`: the tracking heads would average per micro-batch
@@ -354,22 +357,16 @@ def _trainer_class(label_names: tuple[str, ...]):
                 counts = self.accelerator.gather(counts[None]).sum(0)  # every process's micro-batches
             return dict(zip(names, counts))
 
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            labels = {name: inputs.get(name) for name in ("labels", "act_labels", "intent_labels")}
-            loss, outputs = super().compute_loss(
-                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
-            )
-            if self._predicting and isinstance(outputs, dict):  # every process, every evaluation batch
-                terms = head_loss_sums(
-                    outputs.get("selection_logits"), labels["labels"], outputs.get("act_logits"),
-                    labels["act_labels"], outputs.get("intent_logits"), labels["intent_labels"],
-                )  # fmt: skip
-                for name, (sums, counts) in terms.items():
-                    sums, counts = self.gather_function((sums.detach(), counts))  # without repeated examples
-                    total = self._eval_sums.setdefault(name, [0.0, 0])
-                    total[0] += float(sums.double().sum())
-                    total[1] += int(counts.sum())
-            return (loss, outputs) if return_outputs else loss
+        def split_loss_terms(self, outputs, inputs):
+            if not self._predicting or not isinstance(outputs, dict):  # evaluation batches only
+                return {}
+            return head_loss_sums(
+                outputs.get("selection_logits"), inputs.get("labels"), outputs.get("act_logits"),
+                inputs.get("act_labels"), outputs.get("intent_logits"), inputs.get("intent_labels"),
+            )  # fmt: skip
+
+        def split_loss_weights(self):
+            return loss_weights(_unwrap(self.accelerator.unwrap_model(self.model)).config)
 
         def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
             self._predicting = True
@@ -377,19 +374,6 @@ def _trainer_class(label_names: tuple[str, ...]):
                 return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
             finally:
                 self._predicting = False
-
-        def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
-                            metric_key_prefix="eval"):  # fmt: skip
-            self._eval_sums = {}
-            output = super().evaluation_loop(
-                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
-            )
-            if self._eval_sums:  # the whole split's loss, not the mean of the batches' (see above)
-                weights = loss_weights(_unwrap(self.accelerator.unwrap_model(self.model)).config)
-                output.metrics[f"{metric_key_prefix}_loss"] = sum(
-                    weights[name] * total / max(count, 1) for name, (total, count) in self._eval_sums.items()
-                )
-            return output
 
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -612,11 +596,10 @@ def _label_rows_by_name(model, path: str) -> None:
     (weight and bias) of every label the saved head has is its saved row, found by name; a new label's row is
     newly initialised; labels the data lacks are dropped. ``from_pretrained`` keeps a head's rows by position
     where the number of labels is unchanged, which would give a trained row to another label. Where the head's
-    dense layer did not fit (``turn_pooling`` changed), every row is new."""
+    dense layer did not fit (``turn_pooling`` changed), every row is new. The saved rows are read from the
+    checkpoint's weights (:func:`_saved_tensors`), without loading the saved model again."""
     from torch import nn
     from transformers import AutoConfig
-
-    from .modeling_dialogue import LongformerForDialogue
 
     saved = AutoConfig.from_pretrained(path)
     changed = [
@@ -627,17 +610,40 @@ def _label_rows_by_name(model, path: str) -> None:
     ]  # fmt: skip
     if not changed:
         return
-    old = LongformerForDialogue.from_pretrained(path)
+    keys = ("dense.weight", "out_proj.weight", "out_proj.bias")
+    old = _saved_tensors(path, [f"{head}.{key}" for head, _, _ in changed for key in keys])
     for head, before, now in changed:
-        source, target = getattr(old, head), getattr(model, head)
+        target = getattr(model, head)
         fresh = nn.Linear(target.out_proj.in_features, target.out_proj.out_features)
         model._init_weights(fresh)
-        kept = source.dense.weight.shape == target.dense.weight.shape
+        kept = old[f"{head}.dense.weight"].shape == target.dense.weight.shape
+        source = {key: old[f"{head}.out_proj.{key}"] for key in ("weight", "bias")}
         with torch.no_grad():
             for j, name in enumerate(now):
-                row, i = (source.out_proj, before.index(name)) if kept and name in before else (fresh, j)
-                target.out_proj.weight[j] = row.weight[i]
-                target.out_proj.bias[j] = row.bias[i]
+                rows, i = (source, before.index(name)) if kept and name in before else (fresh.state_dict(), j)
+                target.out_proj.weight[j] = rows["weight"][i]
+                target.out_proj.bias[j] = rows["bias"][i]
+
+
+def _saved_tensors(path: str, names: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors ``names`` of a saved model (a folder or a Hub repository), read alone from its safetensors
+    weights: ``model.safetensors``, or the shards ``model.safetensors.index.json`` lists (transformers 5 saves
+    nothing else). ``OSError`` naming ``path`` where it has neither."""
+    from safetensors import safe_open
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
+
+    single = cached_file(path, SAFE_WEIGHTS_NAME, _raise_exceptions_for_missing_entries=False)
+    if single is not None:
+        files = dict.fromkeys(names, single)
+    else:
+        with open(cached_file(path, SAFE_WEIGHTS_INDEX_NAME)) as f:
+            shards = json.load(f)["weight_map"]
+        files = {name: cached_file(path, shards[name]) for name in names}
+    out = {}
+    for name, file in files.items():
+        with safe_open(file, framework="pt") as weights:
+            out[name] = weights.get_tensor(name)
+    return out
 
 
 # --------------------------------------------------------------------------------------- selection

@@ -21,8 +21,9 @@ example); ``query_mode`` turns QMSum's queries into query-focused examples.
   and recorded (``<split>_truncated_documents``).
 
 ``eval_loss`` / ``test_loss`` cover the whole split (any evaluation batch size, any number of processes: the
-Trainers' :class:`_SplitLossMixin`). ROUGE (the metric and the extractive oracle) keeps only ``a-z0-9`` as
-rouge_score does; ``rouge_tokenizer: unicode`` counts the letters and digits of every script.
+Trainers' :class:`~hf_sparse.training.split_loss.SplitLossMixin`). ROUGE (the metric and the extractive oracle)
+keeps only ``a-z0-9`` as rouge_score does; ``rouge_tokenizer: unicode`` counts the letters and digits of every
+script.
 
 Without ``tokenizer_name`` both train a word-level tokenizer on the training documents (and summaries),
 with the ``<sent>`` / ``<query_sep>`` markers; nothing is downloaded.
@@ -42,6 +43,7 @@ from ...metrics import load as load_metric
 from ...models.longformer_tasks.backbone import card_pattern
 from ...training import Task, path_field
 from ...training.recipe import RecipeError, require_model, require_path
+from ...training.split_loss import SplitLossMixin
 from ...training.tasks import metric_prefix
 from ...utils.labels import IGNORE_INDEX
 from ...utils.validation import check_positive_int
@@ -312,52 +314,6 @@ def check_rouge_references(split: str, path: str, references: list[list[str]], r
         raise ValueError(f"{split}: no reference summary of {path} has a ROUGE token: {hint}")
 
 
-class _SplitLossMixin:
-    """Mixed into both tasks' Trainers: ``<prefix>_loss`` over the whole evaluated split.
-
-    The Trainer reports the mean of one loss per evaluation batch, so a split's loss depended on how it was
-    batched (a smaller last batch, or an extractive batch whose chunks hold no oracle sentence and whose loss is
-    0, weighed as much as a full one) and, in a distributed run, counted the examples the last step repeats to
-    even out the shards. Here every evaluation step adds per-example loss terms (:meth:`example_losses`: sums and
-    counts) gathered with ``accelerator.gather_for_metrics``, which drops those repeats, and the split's loss is
-    their total sum over their total count: the same for any ``per_device_eval_batch_size`` and any number of
-    processes. Predictions too are gathered with ``gather_for_metrics`` (``Seq2SeqTrainer`` gathers with
-    ``accelerator.gather``, which keeps the repeats: 48 generated summaries for 40 documents)."""
-
-    _split_loss: list[float] | None = None  # [sum, count] while evaluation_loop runs
-
-    def example_losses(self, outputs, labels, inputs) -> tuple:
-        """``(sums, counts)``, both ``(batch,)``: each example's loss terms, summed, and how many."""
-        raise NotImplementedError
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        labels = inputs.get("labels")  # the Trainer pops them with a label smoother
-        loss, outputs = super().compute_loss(
-            model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
-        )
-        if self._split_loss is not None and labels is not None:
-            sums, counts = self.example_losses(outputs, labels, inputs)
-            sums, counts = self.accelerator.gather_for_metrics((sums.double(), counts.double()))
-            self._split_loss[0] += float(sums.sum())
-            self._split_loss[1] += float(counts.sum())
-        return (loss, outputs) if return_outputs else loss
-
-    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
-                        metric_key_prefix="eval"):  # fmt: skip
-        self.gather_function = self.accelerator.gather_for_metrics
-        self._split_loss = [0.0, 0.0]
-        try:
-            out = super().evaluation_loop(
-                dataloader, description, prediction_loss_only=prediction_loss_only, ignore_keys=ignore_keys,
-                metric_key_prefix=metric_key_prefix,
-            )  # fmt: skip
-        finally:
-            (total, count), self._split_loss = self._split_loss, None
-        if f"{metric_key_prefix}_loss" in out.metrics:
-            out.metrics[f"{metric_key_prefix}_loss"] = total / max(count, 1.0)
-        return out
-
-
 #: for the card: the kernels make the tokens the model marks in ``global_attention_mask`` (the first token, the sentence
 #: markers, the query) global, as Longformer's attention does
 _MARKED_GLOBAL = {"type": "global"}
@@ -455,17 +411,23 @@ def _extractive_trainer_class():
 
     from .modeling_summarization import sentence_loss_terms
 
-    class ExtractiveTrainer(_SplitLossMixin, Trainer):
+    class ExtractiveTrainer(SplitLossMixin, Trainer):
         """``Trainer`` whose ``eval_loss`` is the mean over the split's chunks with an oracle sentence (``bce``:
         over its sentences) of the sentence-ranking loss, however the chunks are batched (see
-        :class:`_SplitLossMixin`)."""
+        :class:`~hf_sparse.training.split_loss.SplitLossMixin`)."""
 
-        def example_losses(self, outputs, labels, inputs):
+        gather_predictions_for_metrics = True
+
+        def split_loss_terms(self, outputs, inputs):
+            labels = inputs.get("labels")
+            if labels is None:
+                return {}
             cfg = self.model.config
-            return sentence_loss_terms(
+            terms = sentence_loss_terms(
                 outputs["logits"], labels, loss=cfg.loss, positive_weight=cfg.positive_weight,
                 document_index=inputs.get("document_index"),
             )  # fmt: skip
+            return {"labels": terms}
 
     return ExtractiveTrainer
 
@@ -743,11 +705,13 @@ def _seq2seq_classes():
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
     from transformers.models.led.modeling_led import shift_tokens_right
 
-    class AbstractiveTrainer(_SplitLossMixin, Seq2SeqTrainer):
+    class AbstractiveTrainer(SplitLossMixin, Seq2SeqTrainer):
         """``Seq2SeqTrainer`` that checks the evaluations' generation settings before anything trains
         (:func:`check_generation_arguments`), gathers the generated summaries of a distributed evaluation
         without the repeats of its last step, and reports ``eval_loss`` as the summary tokens' mean
-        cross-entropy over the whole split (see :class:`_SplitLossMixin`)."""
+        cross-entropy over the whole split (see :class:`~hf_sparse.training.split_loss.SplitLossMixin`)."""
+
+        gather_predictions_for_metrics = True
 
         def __init__(self, model=None, args=None, *rest, **kwargs):
             if args is not None and model is not None:
@@ -767,7 +731,10 @@ def _seq2seq_classes():
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
 
-        def example_losses(self, outputs, labels, inputs):
+        def split_loss_terms(self, outputs, inputs):
+            labels = inputs.get("labels")
+            if labels is None:
+                return {}
             per_token = F.cross_entropy(
                 outputs["logits"].float().transpose(1, 2),
                 labels,
@@ -775,7 +742,7 @@ def _seq2seq_classes():
                 reduction="none",
                 label_smoothing=self.args.label_smoothing_factor,
             )  # (B, T): 0 at padding
-            return per_token.sum(-1), (labels != IGNORE_INDEX).sum(-1)
+            return {"labels": (per_token.sum(-1), (labels != IGNORE_INDEX).sum(-1))}
 
         def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
             if prediction_loss_only or not self.args.predict_with_generate or "labels" not in inputs:
