@@ -13,7 +13,9 @@ loaded whole), runs of at least ``--skip-n`` N are skipped, and every base is pr
 which it lies farthest from an edge (hf_sparse.genome). BED lines are 0-based, half-open, in FASTA order
 and by position; the score column is the hit's score x 1000 (model: mean tag probability; PWM: relative
 score). A JSON summary (bases, hits, wall time, bases per second, peak memory) goes to stdout and, with
-``--summary``, to a file. The PWM options are checked before any scan, and the options of a track that is
+``--summary``, to a file. The PWM options are checked before any scan, and so are the outputs: none may be a
+folder, share a path with another, or replace an input of the run (the FASTA, its ``.fai``/``.gzi``, the
+``--pwm`` file, a file in the MODEL folder). The options of a track that is
 not scanned (model options without a MODEL, PWM options without ``--pwm``) are errors; each output is
 written to a temporary file next to it and renamed when complete, so a failed or interrupted run (an
 exception, Ctrl-C, SIGTERM) leaves no partial file at its path.
@@ -54,6 +56,15 @@ MODEL_OPTIONS = (
     "threads",
 )
 PWM_OPTIONS = ("motif_ids", "threshold", "pwm_out")  # the same, without --pwm
+OUTPUTS = ("out", "gff", "pwm_out", "summary")
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same path once symlinks and ``..`` are resolved, or
+    (both existing) the same inode, as a hard link is."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -81,9 +92,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="Bases between window starts (default: window - min(window // 4, 128)).",
     )
-    p.add_argument(
-        "--batch-size", type=int, default=None, help=f"Windows per forward pass (default {BATCH_SIZE})."
-    )
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"Windows per forward pass (default {BATCH_SIZE}); a model with random attention blocks "
+                        "batches only windows of one length, so its hits do not depend on it.")  # fmt: skip
     p.add_argument("--skip-n", type=int, default=DEFAULT_SKIP_N, help="Skip runs of at least this many N.")
     p.add_argument(
         "--min-score",
@@ -131,22 +142,35 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     if args.threshold is not None and not 0 <= args.threshold <= 1:
         p.error(f"--threshold must be a relative score in [0, 1], got {args.threshold}")
-    for flag in ("out", "gff", "pwm_out", "summary"):  # checked now, not after a scan
+    for flag in OUTPUTS:  # checked now, not after a scan
         path = getattr(args, flag)
         folder = os.path.dirname(os.path.abspath(path or "."))
         if path and not os.path.isdir(folder):
             p.error(f"--{flag.replace('_', '-')} {path}: no such folder {folder}")
-    # one file each: a second would overwrite the first (the FASTA: replaced by an output once the scan ends)
-    seen = {os.path.realpath(args.inputs[-1]): "the FASTA"}
-    for flag in ("out", "gff", "pwm_out", "summary"):
-        path, name = getattr(args, flag), f"--{flag.replace('_', '-')}"
-        if path and os.path.realpath(path) in seen:
-            p.error(f"{seen[os.path.realpath(path)]} and {name} name the same file {path}")
-        if path:
-            seen[os.path.realpath(path)] = name
+        if path and os.path.isdir(path):
+            p.error(f"--{flag.replace('_', '-')} {path} is a folder; name a file")
     if len(args.inputs) > 2:
         p.error(f"give [MODEL] FASTA, got {len(args.inputs)} positional arguments")
     args.model, args.fasta = (None, args.inputs[0]) if len(args.inputs) == 1 else args.inputs
+    # one file each: a second output would overwrite the first, and an output replaces an input of the run
+    # once the scan ends (the FASTA, the index read or written next to it, the matrix file, the model's files)
+    taken = [(args.fasta, "the FASTA"), (args.fasta + ".fai", "the FASTA's index"),
+             (args.fasta + ".gzi", "the FASTA's .gzi index")]  # fmt: skip
+    if args.pwm:
+        taken.append((args.pwm, "--pwm"))
+    model_dir = os.path.realpath(args.model) if args.model and os.path.isdir(args.model) else None
+    for flag in OUTPUTS:
+        path, name = getattr(args, flag), f"--{flag.replace('_', '-')}"
+        if not path:
+            continue
+        for other, what in taken:
+            if same_file(path, other):
+                p.error(f"{what} and {name} name the same file {path}")
+        if model_dir and os.path.commonpath([os.path.realpath(path), model_dir]) == model_dir:
+            p.error(
+                f"MODEL and {name}: {path} is inside the model folder {args.model}, whose files it would replace"
+            )
+        taken.append((path, name))
     if args.model is None and not args.pwm:
         p.error("without a MODEL, --pwm is required (the PWM scan is then the only track)")
     if args.model is None:  # options a PWM-only run would drop without a word
@@ -174,6 +198,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             torch.empty(0, device=args.device)
         except (RuntimeError, AssertionError) as e:  # a bad name; a device this torch build or host lacks
             p.error(f"--device {args.device}: {str(e).strip().splitlines()[0]}")
+        if torch.device(args.device).type == "meta":
+            p.error(f"--device {args.device}: a meta device holds no data, the model cannot run there")
     if args.model is not None and args.pwm and not args.pwm_out:
         p.error("with both a MODEL and --pwm, name the PWM track's file with --pwm-out")
     if args.model is None and not args.motif_ids:

@@ -16,7 +16,8 @@ over the few regions that can hold a span, so nothing proportional to the segmen
   one pass over the whole sequence (up to exact ties and float rounding).
 
 A region still open after ``max_pending`` bases (only a model that finds motifs everywhere does that) is
-decoded as it stands, with a warning.
+decoded as it stands, with a warning. Pending bases are appended to a buffer that doubles when full (not
+copied whole on every push), so a long open region costs time in proportion to its length.
 """
 
 from __future__ import annotations
@@ -66,6 +67,46 @@ class WindowMerger:
         return out
 
 
+class _Pending:
+    """Per-base probabilities and bases ``[start, start + len)``, appended at the end and dropped from the
+    front, each in time proportional to the bases appended or dropped (amortised): a full buffer moves its
+    live rows into one twice as large."""
+
+    def __init__(self, start: int, probs: np.ndarray):
+        self.start, self._lo, self._hi = start, 0, 0
+        self._probs = np.empty((0, probs.shape[1]), dtype=probs.dtype)  # (capacity, tags)
+        self._bases = np.empty(0, dtype=np.uint8)  # (capacity,) ASCII codes
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    def append(self, probs: np.ndarray, bases: str) -> None:
+        n = len(probs)
+        if self._hi + n > len(self._probs):
+            live = self._hi - self._lo
+            size = max(2 * (live + n), 1024)
+            new_probs = np.empty((size, self._probs.shape[1]), dtype=self._probs.dtype)
+            new_bases = np.empty(size, dtype=np.uint8)
+            new_probs[:live] = self._probs[self._lo : self._hi]
+            new_bases[:live] = self._bases[self._lo : self._hi]
+            self._probs, self._bases, self._lo, self._hi = new_probs, new_bases, 0, live
+        self._probs[self._hi : self._hi + n] = probs
+        self._bases[self._hi : self._hi + n] = np.frombuffer(bases.encode("ascii"), dtype=np.uint8)
+        self._hi += n
+
+    def probs(self, a: int, b: int | None = None) -> np.ndarray:
+        """The probabilities of bases ``[a, b)`` (default to the end), a view."""
+        hi = self._hi if b is None else self._lo + b - self.start
+        return self._probs[self._lo + a - self.start : hi]
+
+    def bases(self, a: int, b: int | None = None) -> str:
+        hi = self._hi if b is None else self._lo + b - self.start
+        return self._bases[self._lo + a - self.start : hi].tobytes().decode("ascii")
+
+    def drop_before(self, pos: int) -> None:
+        self._lo, self.start = self._lo + pos - self.start, pos
+
+
 class SpanDecoder:
     """Spans of one segment from its settled per-base probabilities, pushed in order.
 
@@ -91,7 +132,7 @@ class SpanDecoder:
         else:
             self.span = 1
         self.touch = 1 if self.how == "bio" else 0  # bio: adjacent non-O bases belong to one region
-        self.buf_start, self.probs, self.bases = start, None, ""
+        self.buf_start, self._pending = start, None  # a _Pending from the first push
         self.scanned = start  # candidates are known for starts < scanned
         self.region: list[int] | None = None  # the open region [a, b)
 
@@ -99,7 +140,7 @@ class SpanDecoder:
 
     def _candidates(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Candidate spans ``(start, end)`` with ``lo <= start < hi``, sorted by start."""
-        p = self.probs[lo - self.buf_start :]
+        p = self._pending.probs(lo)
         if self.how == "bio":
             nz = np.flatnonzero(p[: hi - lo].argmax(-1) != self.o)
             return [(lo + int(i), lo + int(i) + 1) for i in nz]
@@ -119,8 +160,8 @@ class SpanDecoder:
     # ---------------------------------------------------------------- decoding
 
     def _decode(self, a: int, b: int) -> list[dict]:
-        cfg, off = self.config, a - self.buf_start
-        probs, bases = self.probs[off : off + b - a], self.bases[off : off + b - a]
+        cfg = self.config
+        probs, bases = self._pending.probs(a, b), self._pending.bases(a, b)
         spans = []
         for motif, s, e in decode_spans(probs, cfg, self.how):
             score = float(probs[np.arange(s, e), span_tags(probs, cfg, self.how, motif, s, e)].mean())
@@ -134,7 +175,7 @@ class SpanDecoder:
         return spans
 
     def _advance(self, final: bool) -> list[dict]:
-        end = self.buf_start + len(self.bases)
+        end = self.buf_start + len(self._pending)
         hi = end if final else end - self.span + 1
         out = []
         if hi > self.scanned:
@@ -158,27 +199,32 @@ class SpanDecoder:
             out += self._decode(*self.region)
             self.region = None
         keep = min(self.scanned, self.region[0] if self.region is not None else self.scanned)
-        cut = keep - self.buf_start
-        if cut > 0:
-            self.probs, self.bases, self.buf_start = self.probs[cut:], self.bases[cut:], keep
+        if keep > self.buf_start:
+            self._pending.drop_before(keep)
+            self.buf_start = keep
         return out
 
     def push(self, start: int, probs: np.ndarray, bases: str) -> list[dict]:
         """Add the settled bases ``[start, start + len(bases))`` (contiguous with the previous push) and
         return the spans that are now final."""
-        if start != self.buf_start + len(self.bases):
-            raise ValueError(
-                f"bases must arrive in order: got {start}, expected {self.buf_start + len(self.bases)}"
-            )
-        self.probs = probs.copy() if self.probs is None else np.concatenate([self.probs, probs])
-        self.bases += bases
+        expected = self.buf_start + (len(self._pending) if self._pending is not None else 0)
+        if start != expected:
+            raise ValueError(f"bases must arrive in order: got {start}, expected {expected}")
+        if self._pending is None:
+            self._pending = _Pending(self.buf_start, probs)
+        self._pending.append(probs, bases)
         return self._advance(final=False)
 
     def finish(self) -> list[dict]:
         """The remaining spans, at the end of the segment."""
-        if self.probs is None:
+        if self._pending is None:
             return []
         return self._advance(final=True)
+
+    @property
+    def pending(self) -> int:
+        """Bases held (not yet decoded or past every candidate): bounded by the open region and a window."""
+        return len(self._pending) if self._pending is not None else 0
 
 
 __all__ = ["SpanDecoder", "WindowMerger"]

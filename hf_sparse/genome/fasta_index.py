@@ -494,11 +494,10 @@ class MemoryFasta:
                 )
             if name in self._seqs:
                 raise ValueError(f"duplicate record name {name!r}")
-            bad = seq.encode("utf-8").translate(None, _VALID)
-            if bad:
-                raise ValueError(
-                    f"record {name!r}: invalid character {chr(bad[0])!r} at {seq.index(chr(bad[0]))}"
-                )
+            if seq.encode("utf-8").translate(None, _VALID):
+                valid = _VALID.decode("ascii")
+                at = next(i for i, c in enumerate(seq) if c not in valid)
+                raise ValueError(f"record {name!r}: invalid character {seq[at]!r} at position {at}")
             self._seqs[name] = seq
         self.records = [FaiRecord(n, len(s), 0, len(s), len(s) + 1) for n, s in self._seqs.items()]
         self.names = list(self._seqs)

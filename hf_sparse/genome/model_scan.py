@@ -23,6 +23,7 @@ from itertools import islice
 import numpy as np
 import torch
 
+from ..pipelines.batching import length_dependent_attention
 from ..pipelines.progress import check_progress, wants_progress
 from ..tokenization_dna import AMBIGUITY_CODES
 from .decode import SpanDecoder, WindowMerger, check_span_decoding
@@ -77,7 +78,10 @@ class GenomeScanner:
         window: bases per window (default :func:`trained_window`; past the position range only with rotary
             positions).
         stride: bases between window starts (default ``window - min(window // 4, 128)``).
-        batch_size: windows per forward pass.
+        batch_size: windows per forward pass. A model whose attention depends on the sequence length (random
+            blocks, drawn for a batch's padded length; ``hf_sparse.pipelines.batching.length_dependent_attention``)
+            runs the windows of each length in a batch in their own forward pass (all windows but a short
+            segment's one are ``window`` long), so its hits never depend on ``batch_size``.
         skip_n: runs of at least this many N are not scanned.
         min_score: drop hits whose mean tag probability is lower.
         span_decoding: ``"bio"`` or ``"fixed_length"`` (default the model's).
@@ -139,6 +143,7 @@ class GenomeScanner:
         self.min_score = float(min_score)
         self.span_decoding = check_span_decoding(cfg, span_decoding)
         self.model, self.tokenizer = model.eval(), tokenizer
+        self._length_dependent = length_dependent_attention(model)
         self._backbone_config = getattr(getattr(model, "backbone", None), "config", None)
         if attention_backend is not None:
             from ..attention.dispatch import BACKENDS
@@ -155,6 +160,10 @@ class GenomeScanner:
         self._own_backend = attention_backend  # set around forward passes; None: leave the model's
         self._backend_lock, self._running, self._saved_backend = threading.Lock(), 0, None
         if device is not None:
+            if torch.device(device).type == "meta":
+                raise ValueError(
+                    f"device={device!r}: a meta tensor holds no data, the model cannot run there"
+                )
             self.model.to(device)
         self.device = next(model.parameters()).device
         lut = np.full(256, -1, dtype=np.int64)
@@ -183,8 +192,18 @@ class GenomeScanner:
     @torch.inference_mode()
     def predict(self, windows: list[str]) -> list[np.ndarray]:
         """Per-base tag probabilities ``(len, tags)`` of each window (one forward pass). A batch of equal
-        windows (all but a segment's last, short one) goes without an attention mask: there is no padding
-        to hide, and the model skips the masking work (the same logits)."""
+        windows (all but a short segment's one) goes without an attention mask: there is no padding to hide,
+        and the model skips the masking work (the same logits). For a model with length-dependent attention
+        (random blocks drawn for the padded length) windows of each length run in a forward pass of their
+        own, so a window's probabilities do not depend on the others in its batch."""
+        lengths = list(dict.fromkeys(len(w) for w in windows))
+        if self._length_dependent and len(lengths) > 1:
+            out: list = [None] * len(windows)
+            for length in lengths:
+                rows = [k for k, w in enumerate(windows) if len(w) == length]
+                for k, probs in zip(rows, self.predict([windows[k] for k in rows])):
+                    out[k] = probs
+            return out
         ids, mask = self.encode(windows)
         mask = None if bool(mask.all()) else mask.to(self.device)
         with self._backend():

@@ -752,3 +752,94 @@ def test_script_parallelism_defaults_and_errors(capsys):
     with pytest.raises(SystemExit):
         scan_genome.parse_args(["model", "g.fa", "--out", "x.bed", "--workers", "0"])
     assert "--workers must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        {"type": "random", "block": 8, "num_blocks": 2, "seed": 0},
+        {
+            "type": "bigbird",
+            "block": 8,
+            "window_blocks": 3,
+            "random_blocks": 2,
+            "global_blocks": 1,
+            "seed": 0,
+        },
+    ],
+)
+def test_random_block_models_give_the_same_hits_whatever_the_batch_size(pattern):
+    """Random blocks are drawn for a batch's padded length: a short segment's window batched with full ones
+    would attend other keys than alone. Windows of each length run apart, so nothing depends on the batch."""
+    torch.manual_seed(0)
+    model = motif_model(
+        max_tokens=130, span_decoding="bio", backbone_overrides={"attention_pattern": pattern}
+    )
+    with torch.no_grad():  # sharp attention, as a trained model's: which blocks a query sees matters
+        for name, param in model.named_parameters():
+            if any(k in name for k in ("query", "key", "value", "classifier")) and name.endswith("weight"):
+                param.mul_(10)
+    rng = random.Random(1)
+    records = [
+        (f"r{k}", "".join(rng.choice("ACGT") for _ in range(n))) for k, n in enumerate([300, 77, 250, 90])
+    ]
+    runs = [list(GenomeScanner(model, DNATokenizer(), window=128, batch_size=b)
+                 .scan(MemoryFasta(records), progress=False)) for b in (1, 8)]  # fmt: skip
+    assert len(runs[0]) > 5 and runs[1] == runs[0]
+    full, short = records[0][1][:128], records[1][1][:70]
+    scanner = GenomeScanner(model, DNATokenizer(), window=128, batch_size=8)
+    assert np.array_equal(scanner.predict([full, short, full])[1], scanner.predict([short])[0])
+
+
+def test_script_refuses_an_output_that_would_replace_an_input_or_is_a_folder(tmp_path, monkeypatch, capsys):
+    """Checked before any scan: the FASTA's index, the --pwm file, a file in the MODEL folder (also through a
+    symlink, a hard link or ``..``), and an existing folder are no output paths."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "m.jaspar").write_text(">MA0139.2 CTCF\n")
+    (tmp_path / "link.jaspar").symlink_to(tmp_path / "m.jaspar")
+    os.link(tmp_path / "m.jaspar", tmp_path / "hard.jaspar")
+    (tmp_path / "dir").mkdir()
+    pwm = ["g.fa", "--pwm", "m.jaspar", "--motif-ids", "MA0139.2", "--out", "x.bed"]
+    model = ["model", "g.fa", "--out", "x.bed"]
+    for argv, message in [
+        (pwm + ["--summary", "m.jaspar"], "--pwm and --summary name the same file m.jaspar"),
+        (pwm[:-1] + ["link.jaspar"], "--pwm and --out name the same file link.jaspar"),
+        (pwm + ["--gff", "hard.jaspar"], "--pwm and --gff name the same file hard.jaspar"),
+        (pwm[:-1] + ["g.fa.fai", "--write-index"], "the FASTA's index and --out name the same file g.fa.fai"),
+        (
+            pwm + ["--summary", "./g.fa.gzi"],
+            "the FASTA's .gzi index and --summary name the same file ./g.fa.gzi",
+        ),
+        (
+            model + ["--summary", "model/config.json"],
+            "MODEL and --summary: model/config.json is inside the model",
+        ),
+        (model[:-1] + ["dir/../model/new.bed"], "MODEL and --out: dir/../model/new.bed is inside the model"),
+        (model + ["--pwm", "m.jaspar", "--pwm-out", "m.jaspar"], "--pwm and --pwm-out name the same file"),
+        (model[:-1] + ["dir"], "--out dir is a folder; name a file"),
+        (
+            model + ["--summary", str(tmp_path / "dir")],
+            f"--summary {tmp_path / 'dir'} is a folder; name a file",
+        ),
+        (model + ["--device", "meta"], "--device meta: a meta device holds no data"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            scan_genome.parse_args(argv)
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert e.value.code == 2 and f": error: {message}" in last, (argv, last)
+    assert scan_genome.parse_args(model + ["--summary", "model.json", "--gff", "dir/x.gff3"]).out == "x.bed"
+
+
+def test_scan_sequence_names_an_invalid_character_and_its_position():
+    scanner = GenomeScanner(motif_model(max_tokens=130), DNATokenizer(), window=64)
+    for seq, message in [
+        ("ACGTAé" + "ACGT" * 10, "record 'sequence': invalid character 'é' at position 5"),
+        ("ACGT" * 10 + "\nACGT", r"record 'sequence': invalid character '\\n' at position 40"),
+        ("ACGT" * 3 + "✓X", "record 'sequence': invalid character '✓' at position 12"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            scanner.scan_sequence(seq)
+    with pytest.raises(ValueError, match="device='meta': a meta tensor holds no data"):
+        GenomeScanner(motif_model(max_tokens=130), DNATokenizer(), device="meta")

@@ -122,7 +122,44 @@ def test_streaming_decoder_equals_one_pass(how, seed):
         pos += k
     got += dec.finish()
     assert [(s["motif"], s["start"] - 1000, s["end"] - 1000) for s in got] == expected
-    assert len(dec.bases) < 200 + 30  # memory stays bounded, whatever the sequence length
+    assert dec.pending < 200 + 30  # memory stays bounded, whatever the sequence length
+
+
+@pytest.mark.parametrize("how", ["bio", "fixed_length"])
+def test_a_long_region_the_model_keeps_tagging_decodes_as_one_pass(how):
+    """A region that stays open for many pushes (a repeat the model tags throughout: the decoder's buffer
+    grows and is trimmed many times) gives the spans, scores and strands of one pass over the sequence."""
+    from hf_sparse.tasks.motif.data import builtin_motifs
+    from hf_sparse.tasks.motif.pipeline import span_tags, strand_of
+
+    motifs = {m.name: m.counts.tolist() for m in builtin_motifs(["CTCF", "SP1"])}
+    cfg = motif_config(motifs=motifs, span_decoding=how)
+    rng = np.random.default_rng(0)
+    n, run = 6000, range(700, 5300)  # a 4.6 kb run of CTCF tags: one candidate region in both decodings
+    probs = rng.dirichlet(np.ones(cfg.num_labels), size=n) * 0.2
+    probs[:, 0] += 1.0
+    b, i = cfg.label2id["B-CTCF"], cfg.label2id["I-CTCF"]
+    probs[run.start : run.stop, i] += 2.0 if how == "bio" else 1.5
+    probs[run.start : run.stop, b] += 0.0 if how == "bio" else 1.5
+    probs[run.start : run.stop : 97, b] += 3.0  # bio: B tags cut the run into spans
+    probs /= probs.sum(1, keepdims=True)
+    bases = "".join(rng.choice(list("ACGT"), n))
+    expected = []
+    for motif, s, e in decode_spans(probs, cfg, how):
+        score = float(probs[np.arange(s, e), span_tags(probs, cfg, how, motif, s, e)].mean())
+        strand = strand_of(bases[s:e].upper(), motifs[motif])
+        expected.append({"motif": motif, "start": s, "end": e, "strand": strand, "score": round(score, 4)})
+    assert len(expected) > 20
+    dec, got, pos = SpanDecoder(cfg, start=0), [], 0
+    held = 0
+    while pos < n:
+        k = int(rng.integers(1, 120))
+        got += dec.push(pos, probs[pos : pos + k], bases[pos : pos + k])
+        held = max(held, dec.pending)
+        pos += k
+    got += dec.finish()
+    assert got == expected
+    assert held > 0.9 * len(run)  # the region was held open to (about) its end
 
 
 def test_merger_takes_the_window_farthest_from_an_edge():
