@@ -104,6 +104,7 @@ def main(argv=None) -> int:
     import logging
 
     from hf_sparse.training import CheckpointError, RecipeError, run
+    from hf_sparse.utils.console import print_error
 
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     overrides = list(args.override)
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
     except (RecipeError, CheckpointError, FileNotFoundError) as e:
         if args.debug:
             raise
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        print_error(" ".join(str(e).split()))
         return 2
     out = results["output_dir"]
     train_s = time.perf_counter() - started

@@ -114,6 +114,7 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
 
     from hf_sparse.training import CheckpointError, HubPushError, RecipeError, run
+    from hf_sparse.utils.console import print_error
 
     overrides = list(args.override)
     if args.output_dir is not None:
@@ -130,21 +131,20 @@ def main(argv=None) -> int:
     except user_errors as e:
         if args.debug:
             raise
-        print(f"error: {_one_line(e, _override_secrets(overrides))}", file=sys.stderr)
+        print_error(_one_line(e, _override_secrets(overrides)))
         return EXIT_USER_ERROR
     except HubPushError as e:
         if args.debug:
             raise
-        print(f"error: {_one_line(e, _override_secrets(overrides))}", file=sys.stderr)
+        print_error(_one_line(e, _override_secrets(overrides)))
         return EXIT_PUSH_FAILED
     except Exception as e:  # a full disk while saving: the checkpoint being written stays hidden, incomplete
         cause = _write_error(e)
         if args.debug or cause is None:
             raise
-        print(
-            f"error: cannot write the run's files: {_one_line(cause, _override_secrets(overrides))}; free space "
-            "(or choose another --output_dir) and rerun: --resume continues from the latest complete checkpoint",
-            file=sys.stderr,
+        print_error(
+            f"cannot write the run's files: {_one_line(cause, _override_secrets(overrides))}; free space "
+            "(or choose another --output_dir) and rerun: --resume continues from the latest complete checkpoint"
         )
         return EXIT_USER_ERROR
     logging.getLogger("finetune").info(
