@@ -23,7 +23,8 @@ Where the pattern comes from (the model config):
   attention implementation) for every layer, or a list with one spec per layer, indexed by the
   attention module's ``layer_idx``. In an encoder-decoder (BART, ...) both stacks count ``layer_idx``
   from 0: entry i serves encoder layer i and decoder self-attention layer i, and the list has
-  ``max(encoder_layers, decoder_layers)`` entries;
+  ``max(encoder_layers, decoder_layers)`` entries. A model whose self-attention modules have no ``layer_idx``
+  (DistilBERT) takes one spec for every layer: a list raises a ``ValueError`` when the model is built or switched;
 * ``config.attention_backend`` (default ``"auto"``) and ``config.attention_block_size`` (default
   ``None``) are passed to :func:`~hf_sparse.sparse_attention`.
 
@@ -38,7 +39,9 @@ pattern's rule, and
   intersection: causal layers keep ``0 <= i - j < sliding_window``, bidirectional ones
   ``|i - j| <= sliding_window``, exactly as transformers' own masks;
 * padding keys (``attention_mask == 0``) are never attended; a query with no allowed key outputs
-  zeros.
+  zeros. Models that turn the 2D mask into a ``(batch, 1, 1, kv_len)`` key-padding mask themselves
+  (LayoutLM, MarkupLM) are read exactly: bool ``True``, or additive ``0``, is a token, additive
+  ``<= -1e4`` (``finfo.min``, ``-10000``, ``-inf``) padding; other values raise a ``ValueError``.
 
 Positions count from each row's first token: the left padding of the 2D ``attention_mask`` (its
 leading zeros) is taken off each row, so a left-padded row attends as it would alone (as
@@ -60,7 +63,8 @@ attention (fewer key/value heads) and KV-cache decoding (dynamic, sliding-window
 supported for patterns fixed in advance; patterns that depend on the sequence length or the content
 (random blocks, BigBird, LSH, top-k blocks) raise a ``ValueError`` when queries follow cached keys (the
 cached and uncached results would differ): decode them with ``use_cache=False``.
-``output_attentions=True`` returns the dense attention probabilities, for at most
+``output_attentions=True`` (also where the model records the weights with hooks instead of passing the flag on,
+as GPT-2 does) returns the dense attention probabilities, for at most
 :data:`MAX_DENSE_ATTENTION_WEIGHTS` query-key pairs per head (``config.max_attention_weights_length``
 squared where the config has that field, as SparseTransformer's does), and computes the output from them (as
 eager attention does: gradients reach the returned weights); patterns fixed per input (random blocks, LSH
@@ -88,7 +92,10 @@ act when the requested name is ``"hf_sparse"``.
 Not supported (each raises ``NotImplementedError``): packed sequences (``position_ids`` restarting
 inside a row without ``attention_mask``), chunked attention (Llama 4), block-wise bidirectional
 overlays and custom ``or_mask_function``/``and_mask_function`` overlays (multimodal models), 4D
-attention masks, logit soft-capping and attention sinks.
+attention masks other than key padding, logit soft-capping and attention sinks. Chunked attention is the
+pattern ``{"type": "block_local", "block": attention_chunk_size}`` on a causal layer: where transformers builds
+only the masks of the layer types in use (5.24 does; 5.10 builds the chunked one for every Llama 4), ``layer_types``
+set to ``"full_attention"`` and a per-layer ``attention_pattern`` give Llama 4's chunked layers exactly that.
 """
 
 from __future__ import annotations
@@ -101,6 +108,7 @@ import torch
 from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging
+from transformers.utils.output_capturing import _active_collector
 
 from .. import patterns as P
 from . import fused
@@ -138,12 +146,26 @@ IGNORING_FAMILIES = {
     "transformers.models.longt5.": "LongT5",  # its encoder: local or transient-global attention
 }
 
-# qualnames (prefixes) of transformers mask-function pieces that the attention function cannot honour
+# qualnames (prefixes) of transformers mask-function pieces that the attention function cannot honour: (what, advice)
+_PACKED = (
+    "packed sequences (position_ids restarting inside a row)",
+    "pass padded rows with a 2D attention_mask instead of packing them, or use attn_implementation='sdpa'",
+)
 _UNSUPPORTED_OVERLAYS = {
-    "packed_sequence_mask_function": "packed sequences (position_ids restarting inside a row)",
-    "remap_positions_for_packed_sequence": "packed sequences (position_ids restarting inside a row)",
-    "chunked_overlay": "chunked attention (config.attention_chunk_size)",
-    "blockwise_overlay": "block-wise bidirectional overlays (block_sequence_ids)",
+    "packed_sequence_mask_function": _PACKED,
+    "remap_positions_for_packed_sequence": _PACKED,
+    "chunked_overlay": (
+        "chunked attention (config.attention_chunk_size: Llama 4's chunked layers)",
+        "use attn_implementation='sdpa' or 'eager' for this model; where transformers builds only the masks of the "
+        "layer types in use (5.24 does), config.layer_types set to 'full_attention' and the chunked layers given "
+        "{'type': 'block_local', 'block': attention_chunk_size} in a per-layer config.attention_pattern run them "
+        "exactly with hf_sparse",
+    ),
+    "blockwise_overlay": (
+        "block-wise bidirectional overlays (block_sequence_ids: image tokens attending each other in multimodal "
+        "models)",
+        "use attn_implementation='sdpa' or 'eager' for this model",
+    ),
 }
 _UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks", "position_bias")
 
@@ -400,12 +422,9 @@ def sparse_attention_mask(
             "overlays (use_vmap=True): they would need an n x n mask; use attn_implementation='sdpa' for this model"
         )
     names = _qualnames(mask_function)
-    for prefix, what in _UNSUPPORTED_OVERLAYS.items():
+    for prefix, (what, advice) in _UNSUPPORTED_OVERLAYS.items():
         if any(n.startswith(prefix) for n in names):
-            raise NotImplementedError(
-                f"attn_implementation='hf_sparse' does not support {what}; "
-                "pass an attention_mask / unpacked batches, or use attn_implementation='sdpa'"
-            )
+            raise NotImplementedError(f"attn_implementation='hf_sparse' does not support {what}; {advice}")
     is_causal = "causal_mask_function" in names
     is_bidirectional = "bidirectional_mask_function" in names
     causal = None if is_causal == is_bidirectional else is_causal
@@ -539,6 +558,34 @@ def _check_no_runtime_globals(pattern: P.Pattern, where: str, owner: str) -> Non
         )
 
 
+def _frozen(spec):
+    """``spec`` as nested tuples that compare equal only for the same spec (a value's type included: ``1`` is not
+    ``True``), or ``None`` where it holds anything but JSON values (a :class:`~hf_sparse.patterns.Pattern`)."""
+    if isinstance(spec, dict):
+        items = [(k, _frozen(v)) for k, v in spec.items()]
+        return None if any(not isinstance(k, str) or v is None for k, v in items) else (dict, *items)
+    if isinstance(spec, (list, tuple)):
+        items = [_frozen(v) for v in spec]
+        return None if any(v is None for v in items) else (list, *items)
+    if spec is None or isinstance(spec, (str, int, float)):
+        return (type(spec), spec)
+    return None
+
+
+def _module_pattern(module, spec, where: str) -> P.Pattern:
+    """:func:`_resolve_spec`, kept on ``module`` with the spec it was resolved from: each call compares the config's
+    spec with that one (a spec replaced or changed in place is resolved again), without ``resolve_pattern``'s
+    ``json.dumps``, on which ``torch.compile`` would break the graph in every layer."""
+    key = _frozen(spec)
+    kept = getattr(module, "_hf_sparse_pattern", None)
+    if key is not None and kept is not None and kept[0] == key:
+        return kept[1]
+    pattern = _resolve_spec(spec, where)
+    if key is not None:
+        module._hf_sparse_pattern = (key, pattern)
+    return pattern
+
+
 def pattern_for_module(module) -> P.Pattern:
     """The pattern ``config.attention_pattern`` gives the attention ``module`` (``module.config``;
     with a per-layer list, entry ``module.layer_idx``), before causality and the model's window."""
@@ -563,8 +610,8 @@ def pattern_for_module(module) -> P.Pattern:
                 f"config.attention_pattern has {len(spec)} per-layer specs, no entry for layer_idx={layer_idx} "
                 f"({type(module).__name__}); an encoder-decoder needs max(encoder_layers, decoder_layers) entries"
             )
-        return _resolve_spec(spec[layer_idx], f"config.attention_pattern[{layer_idx}]")
-    return _resolve_spec(spec, "config.attention_pattern")
+        return _module_pattern(module, spec[layer_idx], f"config.attention_pattern[{layer_idx}]")
+    return _module_pattern(module, spec, "config.attention_pattern")
 
 
 # ----------------------------------------------------------------------------- the attention function
@@ -591,17 +638,51 @@ def _is_cross_attention(module, info: SparseMask | None) -> bool:
     return False
 
 
+#: in a ``(batch, 1, 1, kv_len)`` additive mask, the values at or below this one mark padding keys (transformers'
+#: ``finfo(dtype).min``, BERT-era ``-10000.0``, ``-inf``); ``0`` marks tokens
+_ADDITIVE_PADDING = -1e4
+
+
+def _key_padding(attention_mask: torch.Tensor, module) -> torch.Tensor:
+    """``(batch, kv_len)`` bool, ``True`` = token, from the ``(batch, 1, 1, kv_len)`` key-padding mask that some models
+    build from the 2D mask themselves (LayoutLM, MarkupLM): bool (``True`` = token), or additive float (``0`` = token,
+    ``<= -1e4`` = padding). Any other value raises: the mask would carry more than padding."""
+    keys = attention_mask[:, 0, 0]  # (B, kv)
+    if keys.dtype == torch.bool:
+        return keys
+    if not keys.is_floating_point():
+        raise TypeError(
+            f"the (batch, 1, 1, kv_len) attention mask reaching {type(module).__name__} must be bool (True = token) "
+            f"or an additive float mask (0 = token, <= {_ADDITIVE_PADDING} = padding), got dtype {keys.dtype}"
+        )
+    token, padding = keys == 0, keys <= _ADDITIVE_PADDING
+    if not all_true(token | padding):
+        value = keys[~(token | padding)][0].item()
+        raise ValueError(
+            f"the additive (batch, 1, 1, kv_len) attention mask reaching {type(module).__name__} holds {value}, "
+            f"neither 0 (token) nor <= {_ADDITIVE_PADDING} (padding): attn_implementation='hf_sparse' takes key "
+            "padding only; use attn_implementation='eager' or 'sdpa' for this mask"
+        )
+    return token
+
+
 def _mask_info(attention_mask, B: int, q_len: int, kv_len: int, module) -> SparseMask | None:
-    """Normalise what reached the attention function into a SparseMask (or None: no information)."""
+    """Normalise what reached the attention function into a SparseMask (or None: no information): a 2D
+    ``(batch, kv_len)`` padding mask, or the ``(batch, 1, 1, kv_len)`` key-padding mask of :func:`_key_padding`."""
     if attention_mask is None or isinstance(attention_mask, SparseMask):
         return attention_mask
-    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
-        if tuple(attention_mask.shape) != (B, kv_len):
+    key_padding = (
+        isinstance(attention_mask, torch.Tensor)
+        and attention_mask.dim() == 4
+        and attention_mask.shape[1:3] == (1, 1)
+    )
+    if isinstance(attention_mask, torch.Tensor) and (attention_mask.dim() == 2 or key_padding):
+        if (attention_mask.shape[0], attention_mask.shape[-1]) != (B, kv_len):
             raise ValueError(
-                f"attention_mask reaching {type(module).__name__} must be (batch, kv_len) = ({B}, {kv_len}), "
-                f"got {tuple(attention_mask.shape)}"
+                f"attention_mask reaching {type(module).__name__} must be (batch, kv_len) = ({B}, {kv_len}) or "
+                f"(batch, 1, 1, kv_len), got {tuple(attention_mask.shape)}"
             )
-        keep = attention_mask != 0
+        keep = _key_padding(attention_mask, module) if key_padding else attention_mask != 0
         return SparseMask(
             None if all_true(keep) else keep, B, q_len, kv_len, q_offset=kv_len - q_len,
             row_offsets=_left_padding(keep),
@@ -610,7 +691,8 @@ def _mask_info(attention_mask, B: int, q_len: int, kv_len: int, module) -> Spars
     raise NotImplementedError(
         f"attn_implementation='hf_sparse' got a {type(attention_mask).__name__} attention mask of shape {shape} in "
         f"{type(module).__name__}: it never materialises n x n masks; pass the model a 2D (batch, seq) "
-        "attention_mask (1 = token, 0 = padding)"
+        "attention_mask (1 = token, 0 = padding), or, where the model builds such a mask itself, use "
+        "attn_implementation='sdpa'"
     )
 
 
@@ -668,7 +750,7 @@ def sparse_attention_forward(
     padding = None if info is None else info.padding
     dropout_p = float(dropout) if module.training else 0.0
     scale = None if scaling is None else float(scaling)
-    output_attentions = bool(kwargs.get("output_attentions"))
+    output_attentions = _output_attentions(module, kwargs)
 
     # ---- a PatternMask (SparseTransformer models) whose rule must be materialised: keys at
     # non-consecutive positions (pattern-aware cache), weights to return, or left-padded rows under
@@ -792,6 +874,19 @@ def sparse_attention_forward(
             query, key, value, pattern, padding, g, scale, dropout_p, backend, block_size=block_size
         )
     return fused.contiguous(out.transpose(1, 2)), None  # (B, q, H, D)
+
+
+def _output_attentions(module, kwargs) -> bool:
+    """Whether the call returns the attention weights: ``output_attentions`` where the model passes it to the attention
+    function, else whether transformers' output recorder (``capture_outputs``), which hooks the attention modules,
+    collects attentions in this call (GPT-2 drops the flag before its attention layers, and records the weights they
+    return). A module without forward hooks has no recorder (and ``torch.compile`` need not read its context)."""
+    if kwargs.get("output_attentions") is not None:
+        return bool(kwargs["output_attentions"])
+    if not module._forward_hooks:
+        return False
+    collected = _active_collector.get()
+    return collected is not None and any(key.endswith("attentions") for key in collected)
 
 
 def _max_dense_pairs(module) -> tuple[int, str]:
@@ -937,6 +1032,39 @@ def _own_attention_module(model) -> str | None:
     return walk(model, "")[0]
 
 
+def _module_without_layer_idx(model) -> str | None:
+    """``"<name> (<class>)"`` of the first self-attention module of ``model`` that hands attention to
+    ``AttentionInterface`` but has no integer ``layer_idx`` (DistilBERT's), so cannot pick its entry of a per-layer
+    ``config.attention_pattern``; ``None`` when there is none (cross-attention modules attend every key and need none),
+    when the pattern is not a list, or before the modules exist. Nested sub-models with a config of their own are
+    checked with it."""
+    if not isinstance(getattr(model.config, "attention_pattern", None), (list, tuple)):
+        return None
+
+    def walk(module, name) -> str | None:
+        for child_name, child in module.named_children():
+            if isinstance(child, PreTrainedModel) and child.config is not model.config:
+                continue
+            found = walk(child, f"{name}.{child_name}" if name else child_name)
+            if found is not None:
+                return found
+        cls = type(module)
+        if (
+            "Attention" not in cls.__name__
+            or not cls.__module__.startswith("transformers.models.")
+            or "Cross" in cls.__name__
+            or getattr(module, "is_cross_attention", False)
+            or not _dispatches(cls)
+        ):
+            return None
+        layer_idx = getattr(module, "layer_idx", None)
+        if isinstance(layer_idx, int) and not isinstance(layer_idx, bool):
+            return None
+        return f"{name} ({cls.__name__})"
+
+    return walk(model, "")
+
+
 def check_model(model) -> None:
     """Raise ``ValueError`` unless ``model`` can run ``attn_implementation="hf_sparse"``: it must route
     its attention through ``AttentionInterface`` (its family, and every attention module it has built:
@@ -961,6 +1089,13 @@ def check_model(model) -> None:
     if getattr(config, "attention_pattern", None) is None and getattr(config, "sub_configs", None):
         return  # composite model: its sub-models check their own configs
     check_config(config)
+    module = _module_without_layer_idx(model)
+    if module is not None:
+        raise ValueError(
+            f"config.attention_pattern is a per-layer list but the attention module {module} of "
+            f"{type(model).__name__} has no integer `layer_idx` to pick its entry; give one pattern spec for all "
+            "layers instead"
+        )
     if type(model).__module__.startswith("transformers."):  # a stock model: no global_attention_mask
         spec = config.attention_pattern
         for i, s in enumerate(spec) if isinstance(spec, list) else [(None, spec)]:
@@ -985,7 +1120,9 @@ def _wrap_post_init(original):
         out = original(self, *args, **kwargs)
         # the __init__ check runs before the modules exist; now that they do, check what was built
         requested = getattr(self.config, "_attn_implementation", None)
-        if requested == ATTN_IMPLEMENTATION and _own_attention_module(self) is not None:
+        if requested == ATTN_IMPLEMENTATION and (
+            _own_attention_module(self) is not None or _module_without_layer_idx(self) is not None
+        ):
             check_model(self)
         return out
 

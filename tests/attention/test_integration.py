@@ -5,6 +5,8 @@ causal / padding / sliding-window mask, and the attention adds the layer's patte
 (``pattern.dense_mask``) as a second additive mask. It shares no code with the integration.
 """
 
+import inspect
+
 import pytest
 import torch
 import transformers
@@ -807,3 +809,163 @@ def test_left_padded_rows_under_torch_export():
     with torch.no_grad():
         want = model(**kw).last_hidden_state[valid]
     torch.testing.assert_close(exported.module()(**kw).last_hidden_state[valid], want, atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------- models that build their own masks
+
+
+def tiny(config_cls, **extra):
+    config = getattr(transformers, config_cls)(
+        **SMALL, num_attention_heads=4, max_position_embeddings=64, **extra
+    )
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout"):
+        if hasattr(config, name):
+            setattr(config, name, 0.0)
+    return config
+
+
+@pytest.mark.parametrize("name", ["LayoutLM", "MarkupLM"])
+def test_key_padding_mask_built_by_the_model_is_its_padding(name):
+    """LayoutLM and MarkupLM turn the 2D mask into a (batch, 1, 1, kv) additive mask themselves (finfo.min and
+    -10000 at padding keys): it is the padding, exactly."""
+    config = tiny(f"{name}Config")
+    config.attention_pattern = {"type": "sliding_window", "window": 4}
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{name}Model")(config).eval()
+    ids, mask = inputs(False)
+    valid = mask.bool()
+    got = run(model, "hf_sparse", ids, mask).last_hidden_state
+    want = run(model, REF, ids, mask).last_hidden_state
+    torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=0)
+    model.config.attention_pattern = {
+        "type": "sliding_window",
+        "window": 2 * N,
+    }  # everything: eager attention
+    got = run(model, "hf_sparse", ids, mask).last_hidden_state
+    torch.testing.assert_close(
+        got[valid], run(model, "eager", ids, mask).last_hidden_state[valid], atol=1e-5, rtol=0
+    )
+    run(model, "hf_sparse", ids, None)  # no mask: the model builds an all-zero one
+
+
+def test_key_padding_mask_values():
+    module = torch.nn.Module()
+    keep = torch.tensor([[True, True, True, False], [False, True, True, True]])  # (B, kv)
+    want = integration._mask_info(keep.long(), 2, 4, 4, module)
+    additive = torch.zeros(2, 1, 1, 4).masked_fill(~keep[:, None, None], float("-inf"))
+    for mask in (
+        keep[:, None, None],
+        additive,
+        additive.clamp(min=torch.finfo(torch.float32).min),
+        additive.clamp(min=-10000.0).half(),
+    ):
+        got = integration._mask_info(mask, 2, 4, 4, module)
+        assert torch.equal(got.padding, want.padding) and torch.equal(got.row_offsets, want.row_offsets)
+    assert integration._mask_info(torch.zeros(2, 1, 1, 4), 2, 4, 4, module).padding is None
+    with pytest.raises(ValueError, match=r"holds -0\.5, neither 0 \(token\) nor <= -10000"):
+        integration._mask_info(additive.clamp(min=-0.5), 2, 4, 4, module)
+    with pytest.raises(TypeError, match="must be bool .* got dtype torch.int64"):
+        integration._mask_info(keep[:, None, None].long(), 2, 4, 4, module)
+    with pytest.raises(ValueError, match=r"\(batch, 1, 1, kv_len\), got \(2, 1, 1, 4\)"):
+        integration._mask_info(additive, 2, 5, 5, module)
+    with pytest.raises(NotImplementedError, match="never materialises n x n masks"):
+        integration._mask_info(torch.zeros(2, 1, 4, 4), 2, 4, 4, module)
+
+
+def test_gpt2_output_attentions_returns_the_weights():
+    """GPT-2 drops output_attentions before its attention layers and records the weights they return."""
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, attn_pdrop=0.0, resid_pdrop=0.0,
+        embd_pdrop=0.0,
+    )  # fmt: skip
+    config.attention_pattern = CAUSAL_WINDOW_4
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids, mask = inputs(True)
+    got = run(model, "hf_sparse", ids, mask, output_attentions=True).attentions
+    want = run(model, REF, ids, mask, output_attentions=True).attentions
+    assert len(got) == 2 and got[0].shape == (2, 4, N, N)
+    valid = mask.bool()
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.transpose(1, 2)[valid], w.transpose(1, 2)[valid], atol=1e-6, rtol=0)
+    assert not run(model, "hf_sparse", ids, mask).attentions
+
+
+def test_per_layer_list_without_layer_idx_raises_at_construction():
+    config = transformers.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64)
+    config.attention_pattern = [
+        {"type": "sliding_window", "window": 2},
+        {"type": "sliding_window", "window": 6},
+    ]
+    match = (
+        r"per-layer list but the attention module transformer.layer.0.attention \(DistilBertSelfAttention\)"
+    )
+    with pytest.raises(ValueError, match=match):
+        transformers.DistilBertModel._from_config(config, attn_implementation="hf_sparse")
+    model = transformers.DistilBertModel._from_config(config, attn_implementation="sdpa")
+    with pytest.raises(ValueError, match=match):
+        model.set_attn_implementation("hf_sparse")
+    model.config.attention_pattern = {"type": "sliding_window", "window": 2}  # one spec for all layers: fine
+    model.set_attn_implementation("hf_sparse")
+    model(input_ids=torch.randint(3, VOCAB, (1, 5)))
+
+
+def test_chunked_attention_raises_with_its_own_advice():
+    """Llama 4's chunked layers: the advice (full-attention layers, the chunks as their pattern) is exact."""
+    extra = dict(num_key_value_heads=2, head_dim=8, num_local_experts=2, intermediate_size_mlp=64)
+    config = tiny("Llama4TextConfig", attention_chunk_size=4, **extra)
+    assert config.layer_types == ["chunked_attention"] * 2
+    config.attention_pattern = "causal"
+    torch.manual_seed(0)
+    chunked = transformers.Llama4TextModel(config).eval()
+    ids, mask = inputs(True, n=11)
+    with pytest.raises(
+        NotImplementedError, match=r"chunked attention .* 'full_attention' .* 'block_local'"
+    ) as e:
+        run(chunked, "hf_sparse", ids, mask)
+    assert "unpacked" not in str(e.value)
+    if "lambda: create_chunked_causal_mask" not in inspect.getsource(transformers.Llama4TextModel.forward):
+        return  # older transformers build the chunked mask whatever the layer types: no way around it
+    config = tiny("Llama4TextConfig", attention_chunk_size=4, layer_types=["full_attention"] * 2, **extra)
+    config.attention_pattern = [{"type": "block_local", "block": 4}] * 2
+    full = transformers.Llama4TextModel(config).eval()
+    full.load_state_dict(chunked.state_dict())
+    valid = mask.bool()
+    got = run(full, "hf_sparse", ids, mask).last_hidden_state
+    torch.testing.assert_close(
+        got[valid], run(chunked, "sdpa", ids, mask).last_hidden_state[valid], atol=1e-5, rtol=0
+    )
+
+
+def test_pattern_is_resolved_once_and_follows_the_config(monkeypatch):
+    """The layer's pattern is kept on its module (no json.dumps per layer and call, which breaks torch.compile
+    graphs) while the config holds the same spec; a spec changed in place or replaced is resolved again."""
+    specs = []
+    resolve = integration.resolve_pattern
+
+    def spy(spec):
+        specs.append(spec)
+        return resolve(spec)
+
+    model = make_model("bert", {"type": "sliding_window", "window": 2})
+    model.set_attn_implementation("hf_sparse")
+    ids, mask = inputs(False)
+    monkeypatch.setattr(integration, "resolve_pattern", spy)
+    with torch.no_grad():
+        first = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert len(specs) == 2  # one per layer
+        torch.testing.assert_close(
+            model(input_ids=ids, attention_mask=mask).last_hidden_state, first, atol=0, rtol=0
+        )
+        assert len(specs) == 2
+        model.config.attention_pattern["window"] = 6  # in place
+        got = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    want = run(make_model("bert", {"type": "sliding_window", "window": 6}), "hf_sparse", ids, mask)
+    torch.testing.assert_close(got, want.last_hidden_state, atol=0, rtol=0)
+    module = model.encoder.layer[0].attention.self
+    assert integration.pattern_for_module(module) is resolve({"type": "sliding_window", "window": 6})
+    model.config.attention_pattern["window"] = 1
+    integration.pattern_for_module(module)
+    model.config.attention_pattern["window"] = True  # equal to 1, but not a window
+    with pytest.raises(TypeError, match="window must be an int, got bool"):
+        integration.pattern_for_module(module)
