@@ -386,8 +386,10 @@ def sparse_attention(
     block_size = None if block_size is None else P.base.check_positive_int("block_size", block_size)
     pattern = resolve_pattern(pattern)
     check_exportable(pattern)
-    if isinstance(pattern, P.PerHead) and pattern.num_heads != H:
-        raise ValueError(f"PerHead has {pattern.num_heads} patterns but the input has {H} heads")
+    heads = pattern.heads()  # a PerHead, also inside | or &
+    if heads is not None and len(heads) != H:
+        where = "" if isinstance(pattern, P.PerHead) else f" (in {pattern!r})"
+        raise ValueError(f"PerHead has {len(heads)} patterns but the input has {H} heads{where}")
     key_valid = _check_mask(
         "attention_mask", attention_mask, B, kv_len, query.device, "1 = token, 0 = padding", padding=True
     )

@@ -432,9 +432,12 @@ def run_parts(query, key, value, parts: list[_Part], scale: float):
 
 def run_flex(query, key, value, block_mask, scale: float, kernel_options=None, return_lse: bool = False):
     """FlexAttention with a ``BlockMask``: compiled (once per shape and mask structure), or eager where
-    ``HF_SPARSE_FLEX_COMPILE=0``."""
+    ``HF_SPARSE_FLEX_COMPILE=0``. Under ``torch.no_grad()`` the inputs are detached: FlexAttention on CPU refuses
+    inputs that require grad even there, and a compiled call that saw them left every later one slow."""
     from torch.nn.attention.flex_attention import flex_attention
 
+    if not torch.is_grad_enabled():  # no graph is built: none of its inputs require grad
+        query, key, value = query.detach(), key.detach(), value.detach()
     if compile_enabled():
         fn = _compiled()
     else:

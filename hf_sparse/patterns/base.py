@@ -742,11 +742,12 @@ class Pattern:
         raise NotImplementedError
 
     def plan(self, q_len: int, kv_len: int | None = None, block: int = 64) -> Plan:
-        """Disjoint components for the block-sparse kernels (bind first if data-dependent)."""
+        """Disjoint components for the block-sparse kernels (bind first if data-dependent); of the pattern bound to
+        these lengths, as ``sparse_attention`` plans it (a causal pattern's global positions still to come)."""
         q_len, kv_len = check_lengths(q_len, kv_len)
         self._check_bound("plan")
         check_block(self, block)
-        plan = self._plan(q_len, kv_len, block)
+        plan = self.bind(q_len, kv_len)._plan(q_len, kv_len, block)
         by_batch, by_head = self.varies()
         for p in [plan, *(plan.per_head or [])]:
             p.q_len, p.kv_len = q_len, kv_len
@@ -787,12 +788,13 @@ class Pattern:
     # -- materialised views ---------------------------------------------------------------------
     def dense_mask(self, q_len: int, kv_len: int | None = None, device=None) -> torch.Tensor:
         """The rule as a bool tensor ``(q_len, kv_len)`` (``(H, q, kv)`` per head, ``(B, H, q, kv)``
-        for content-based patterns). O(n^2): for tests, plots and small inputs."""
+        for content-based patterns), of the pattern bound to these lengths as ``sparse_attention`` binds it. O(n^2):
+        for tests, plots and small inputs."""
         q_len, kv_len = check_lengths(q_len, kv_len)
         self._check_bound("dense_mask")
         i = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]
         j = torch.arange(kv_len, device=device)[None, :]
-        return self._dense(i, j)
+        return self.bind(q_len, kv_len)._dense(i, j)
 
     def _dense(self, i, j):
         return self._mask(0, 0, i, j).expand(i.shape[0], j.shape[1])

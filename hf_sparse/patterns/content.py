@@ -335,10 +335,15 @@ class TopKBlocks(Pattern):
         idx = torch.where(val == float("-inf"), torch.full_like(idx, nb), idx).sort(-1).values
         return torch.where(idx >= nb, torch.full_like(idx, -1), idx)
 
-    def bind(self, q_len, kv_len=None, *, query=None, key=None, key_valid=None):
+    def bind(self, q_len, kv_len=None, *, query=None, key=None, causal=False, key_valid=None):
+        """``causal``: a part of a causal pattern (``TopKBlocks(...) & Causal()``, see :meth:`Pattern.bind`) selects
+        as ``causal=True`` does, from no later position (block means over every position would let a later
+        token change what an earlier query sees)."""
         _check_qk(self, query, key)
+        causal = check_bool("causal", causal) and not self.causal
+        chooser = TopKBlocks(self.block, self.k, causal=True) if causal else self
         bound = BlockSet(
-            self.block, self.select(query, key, key_valid).cpu(), causal=self.causal, source=self
+            self.block, chooser.select(query, key, key_valid).cpu(), causal=chooser.causal, source=self
         )
         # what a plot checks its n against (patterns are immutable once built: set as their own bind does)
         object.__setattr__(bound, "bound_lengths", (query.shape[-2], key.shape[-2]))

@@ -107,7 +107,7 @@ class Global(Pattern):
         if not causal or not self.indices or self.indices[0] < kv_len:
             self._check_in_range(kv_len)
             return self
-        return self.derived("in a causal pattern", self._future)
+        return self if self._in_causal else self.derived("in a causal pattern", self._future)
 
     def _future(self) -> Global:
         out = Global(indices=self.indices)

@@ -34,6 +34,27 @@ class PerHead(Pattern):
     def heads(self):
         return self.patterns
 
+    def check_combinable(self, op):
+        # each head is combined: PerHead([Longformer(w), ...]) & x holds Longformer(w) & x
+        for p in self.patterns:
+            p.check_combinable(op)
+
+    def __eq__(self, other):
+        """Head by head with ``==``: ``PerHead([a | b, c]) == PerHead([b | a, c])`` (unions and intersections compare
+        up to the order and repeats of their operands), with equal hashes. A bound PerHead equals one bound from
+        an equal pattern to equal heads."""
+        if not isinstance(other, Pattern):
+            return NotImplemented
+        if type(other) is not type(self) or len(other.patterns) != len(self.patterns):
+            return False
+        src, other_src = getattr(self, "_source", None), getattr(other, "_source", None)
+        if (src is None) != (other_src is None) or (src is not None and src != other_src):
+            return False
+        return all(a == b for a, b in zip(self.patterns, other.patterns))
+
+    def __hash__(self):
+        return hash((type(self).__qualname__, tuple(hash(p) for p in self.patterns)))
+
     def over_heads(self, patterns):
         return PerHead(patterns)
 

@@ -194,6 +194,19 @@ def test_flex_cannot_train_on_cpu_and_says_so():
         sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="flex")
 
 
+def test_flex_runs_under_no_grad_with_inputs_that_require_grad(monkeypatch):
+    """Forward only on CPU: under ``torch.no_grad()`` inputs that require grad (a model's parameters) run, as on the
+    other backends (torch's FlexAttention raised its "does not support backward on CPU" there, and compiled, left
+    later calls slow: the inputs are detached before it, the same line for the eager and the compiled one)."""
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    q, k, v = (t.requires_grad_() for t in qkv())
+    with torch.no_grad():
+        out = sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="flex")
+        want = sparse_attention(q, k, v, P.SlidingWindow(window=4), backend="dense")
+    assert not out.requires_grad
+    torch.testing.assert_close(out, want)
+
+
 def test_flex_dropout_on_cpu_needs_the_eager_flex_and_says_so(monkeypatch):
     monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "1")
     with (
@@ -222,3 +235,35 @@ def test_compiled_flex_on_cpu_refuses_float64_and_says_so(monkeypatch):
 def test_per_head_needs_matching_heads():
     with pytest.raises(ValueError, match="PerHead has 3 patterns but the input has 2 heads"):
         sparse_attention(*qkv(), P.PerHead([P.Causal()] * 3))
+
+
+@pytest.mark.parametrize("backend", ["auto", "blocked", "sdpa", "dense", "flex"])
+@pytest.mark.parametrize(
+    "combine",
+    [
+        lambda ph: ph | P.Global(indices=[0]),
+        lambda ph: ph & P.SlidingWindow(window=5),
+        lambda ph: P.Causal() & ph,
+    ],
+    ids=["or_global", "and_window", "causal_and"],
+)
+@pytest.mark.parametrize("H", [1, 3, 4])
+def test_per_head_inside_a_combination_needs_matching_heads(H, combine, backend, monkeypatch):
+    """A PerHead inside ``|`` or ``&`` gets the top-level check on every backend: never an output with the PerHead's
+    head count (blocked), the last head's pattern for the extra heads (flex) or an expand error (sdpa, dense)."""
+    monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
+    pattern = combine(P.PerHead([P.SlidingWindow(window=3), P.Causal()]))
+    q = torch.randn(1, H, 8, 4)
+    with (
+        torch.no_grad(),
+        pytest.raises(ValueError, match=f"PerHead has 2 patterns but the input has {H} heads"),
+    ):
+        sparse_attention(q, q, q, pattern, backend=backend)
+
+
+def test_per_head_inside_a_combination_needs_matching_heads_on_large_inputs():
+    """Past the sdpa size on CPU ``auto`` runs the block kernels, which returned 2 of the 4 heads."""
+    pattern = P.PerHead([P.SlidingWindow(window=3), P.Causal()]) | P.Global(indices=[0])
+    q = torch.randn(1, 4, 256, 16)
+    with pytest.raises(ValueError, match="PerHead has 2 patterns but the input has 4 heads"):
+        sparse_attention(q, q, q, pattern)

@@ -6,6 +6,7 @@ import torch
 
 from hf_sparse import patterns as P
 from hf_sparse import sparse_attention
+from hf_sparse.patterns.base import plan_dense_mask
 
 
 @pytest.mark.parametrize("backend", ["auto", "dense", "blocked", "sdpa"])
@@ -60,6 +61,17 @@ def test_in_a_causal_pattern_indices_past_the_input_are_still_to_come(pattern, s
     torch.testing.assert_close(got, sparse_attention(q, q, q, same, backend=backend))
 
 
+@pytest.mark.parametrize("pattern, same", _CAUSAL_GLOBAL, ids=repr)
+def test_in_a_causal_pattern_the_views_take_indices_past_the_input(pattern, same):
+    """``dense_mask`` and ``plan`` of the unbound pattern agree with ``sparse_attention``, which runs it (they
+    raised "index 500 is out of range"; only ``bind(n).dense_mask(n)`` worked)."""
+    assert torch.equal(pattern.dense_mask(12), same.dense_mask(12))
+    assert torch.equal(pattern.dense_mask(5, 12), same.dense_mask(5, 12))
+    for block in (4, 5):
+        got, want = pattern.plan(12, block=block), same.plan(12, block=block)
+        assert torch.equal(plan_dense_mask(got, 1, 2, 12, 12), plan_dense_mask(want, 1, 2, 12, 12))
+
+
 def test_a_top_level_global_still_refuses_indices_past_the_input():
     """Outside a causal pattern (an encoder) no token would be global: still an error."""
     q = torch.randn(1, 1, 12, 8)
@@ -69,8 +81,9 @@ def test_a_top_level_global_still_refuses_indices_past_the_input():
     ):
         with pytest.raises(ValueError, match="index 500 is out of range for a sequence of 12 tokens"):
             sparse_attention(q, q, q, pattern)
-        with pytest.raises(ValueError, match="index 500"):
-            pattern.bind(12)
+        for view in (pattern.bind, pattern.dense_mask, pattern.plan):
+            with pytest.raises(ValueError, match="index 500"):
+                view(12)
 
 
 def test_cache_keeps_every_key_while_a_later_row_is_global():

@@ -27,16 +27,21 @@ def _reference(q, k, v, allowed):
 @pytest.mark.parametrize("content", [P.LSH(bucket_size=8, seed=1), P.TopKBlocks(block=8, k=2)])
 def test_content_based_part_combined_with_per_head_selects_per_head(content, op, left, backend, monkeypatch):
     """``c op PerHead([a, b])``: head h attends where c's selection for head h's queries and keys, op head h's
-    pattern, allows (as ``PerHead([c op a, c op b])``), on every backend."""
+    pattern, allows (as ``PerHead([c op a, c op b])``: in a causal head, ``c & Causal()``, c selects causally), on
+    every backend."""
     monkeypatch.setenv("HF_SPARSE_FLEX_COMPILE", "0")
     g = torch.Generator().manual_seed(0)
     B, H, n, D = 2, 2, 32, 8
     q, k, v = (torch.randn(B, H, n, D, generator=g, dtype=torch.float64) for _ in range(3))
     per_head = P.PerHead(HEADS)
     pattern = _combine(op, content, per_head) if left else _combine(op, per_head, content)
-    chosen = content.bind(n, query=q, key=k).dense_mask(n)  # (B, H, n, n): each head's own selection
-    chosen = chosen if chosen.dim() == 4 else chosen[None]
-    want = torch.stack([_combine(op, chosen[:, h], HEADS[h].dense_mask(n)) for h in range(H)], 1)
+    want = []
+    for h in range(H):
+        causal = _combine(op, content, HEADS[h]).is_causal
+        chosen = P.base.bind_part(content, n, query=q, key=k, causal=causal).dense_mask(n)  # each head's own
+        chosen = chosen if chosen.dim() == 4 else chosen[None]
+        want.append(_combine(op, chosen[:, h], HEADS[h].dense_mask(n)))
+    want = torch.stack(want, 1)
     got = pattern.bind(n, query=q, key=k).dense_mask(n)
     assert torch.equal(got.expand(B, H, n, n), want.expand(B, H, n, n))
     out = sparse_attention(q, k, v, pattern, backend=backend)

@@ -90,3 +90,60 @@ def test_backends_match_the_dense_reference(backend, q_len, kv_len, monkeypatch)
     with torch.no_grad():
         got = sparse_attention(q, k, v, PATTERN, backend=backend)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# a content-based pattern inside a causal one: bound causally (what a causal model's `& Causal()` gives)
+COMPOSITES = {
+    "topk_and_causal": P.TopKBlocks(block=BLOCK, k=2) & P.Causal(),
+    "causal_and_topk": P.Causal() & P.TopKBlocks(block=BLOCK, k=2),
+    "per_head_topk_and_causal": P.PerHead([P.TopKBlocks(block=BLOCK, k=2)] * H) & P.Causal(),
+    "topk_or_window_and_causal": (P.TopKBlocks(block=BLOCK, k=2) | P.SlidingWindow(window=2, causal=True))
+    & P.Causal(),
+    "lsh_and_causal": P.LSH(bucket_size=4) & P.Causal(),
+}
+
+
+@pytest.mark.parametrize("backend", ["dense", "sdpa", "blocked"])
+@pytest.mark.parametrize("name", list(COMPOSITES))
+def test_content_based_part_of_a_causal_pattern_ignores_later_tokens(name, backend):
+    """``TopKBlocks(...) & Causal()`` is causal (``is_causal``), so output i must not change when a later token
+    does: its blocks are chosen as ``causal=True`` chooses them, never from block means over later positions."""
+    pattern = COMPOSITES[name]
+    assert pattern.is_causal
+    q, k, v = _qkv(19, 19)
+    with torch.no_grad():
+        out = sparse_attention(q, k, v, pattern, backend=backend)
+        for t in (5, 10, 13, 17):
+            changed = sparse_attention(*_after(q, k, v, t), pattern, backend=backend)
+            torch.testing.assert_close(changed[:, :, : t + 1], out[:, :, : t + 1], atol=1e-5, rtol=0)
+
+
+def test_topk_in_a_causal_pattern_selects_as_causal_topk():
+    """The same blocks as ``TopKBlocks(causal=True)``; serialised as written."""
+    q, k, _ = _qkv(19, 19)
+    pattern = P.TopKBlocks(block=BLOCK, k=2) & P.Causal()
+    got = pattern.bind(19, query=q, key=k).dense_mask(19)
+    want = PATTERN.bind(19, query=q, key=k).dense_mask(19)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    assert P.from_dict(pattern.bind(19, query=q, key=k).to_dict()) == pattern
+
+
+def test_causal_lm_with_topk_blocks_ignores_later_tokens():
+    """A stock causal LM with ``attention_pattern`` TopKBlocks (``attn_implementation="hf_sparse"``, which
+    intersects it with Causal()): the logits before the last position do not depend on the last token."""
+    transformers = pytest.importorskip("transformers")
+    import hf_sparse  # noqa: F401  (registers attn_implementation="hf_sparse")
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="hf_sparse",
+    )  # fmt: skip
+    config.attention_pattern = {"type": "topk_blocks", "block": 4, "k": 2}
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(3, 64, (1, 24), generator=torch.Generator().manual_seed(0))
+    other = ids.clone()
+    other[0, -1] = (ids[0, -1] + 7) % 61 + 3
+    with torch.no_grad():
+        a, b = (model(input_ids=x, use_cache=False).logits for x in (ids, other))
+    torch.testing.assert_close(a[:, :-1], b[:, :-1], atol=1e-6, rtol=0)

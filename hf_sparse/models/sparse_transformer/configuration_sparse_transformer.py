@@ -511,9 +511,11 @@ class SparseTransformerConfig(PretrainedConfig):
                     f"{where}: {pattern!r} depends on the sequence length or content and cannot be decoded "
                     "incrementally; is_decoder=True needs a static causal pattern"
                 )
-        if isinstance(pattern, PerHead) and pattern.num_heads != self.num_attention_heads:
+        heads = pattern.heads()  # a PerHead, also inside | or &
+        if heads is not None and len(heads) != self.num_attention_heads:
             raise ValueError(
-                f"{where}: PerHead has {pattern.num_heads} patterns but num_attention_heads is {self.num_attention_heads}"
+                f"{where}: PerHead has {len(heads)} patterns but num_attention_heads is {self.num_attention_heads}"
+                + ("" if isinstance(pattern, PerHead) else f" (in {pattern!r})")
             )
 
     def layer_pattern(self, layer: int) -> Pattern:
