@@ -38,9 +38,10 @@ _LOCATES_FILES = re.compile(r"__file__|importlib\.resources|from\s+importlib\s+i
 # Flattening the package (parsing ~70 modules) and transformers' import checks of the result take ~0.9 s, and
 # every save_pretrained of a model exports its bundle (a Trainer: every checkpoint); both depend only on the
 # package's files, so they are kept per digest of those files (a few ms to read): the last few closures,
-# and the checks of the last bundles' files.
+# and the checks of the last bundles' files; and the manifests of the last dry runs (the check before a save).
 _CLOSURES: OrderedDict = OrderedDict()
 _IMPORTS: OrderedDict = OrderedDict()
+_DRY_RUNS: OrderedDict = OrderedDict()
 
 
 def _remember(memo: OrderedDict, key, make, size: int):
@@ -75,6 +76,19 @@ def _checked_imports(file: Path, text: str) -> tuple[frozenset, frozenset]:
     return _remember(
         _IMPORTS, key, lambda: (frozenset(get_relative_imports(file)), frozenset(get_imports(file))), 1024
     )
+
+
+def _module_file(name, what: str) -> Path:
+    """The source file of the module ``name`` (dotted), found without importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name) if isinstance(name, str) else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ValueError(f"{what} must name importable modules with a .py file, got {name!r}")
+    return Path(spec.origin)
 
 
 def _bundled_files(module_file: Path | None, source: str, where: str) -> str:
@@ -177,8 +191,9 @@ def _auto_refs(auto_map: dict):
                 yield key, (i if isinstance(value, list) else None), ref
 
 
-def _one_loader_module(auto_map: dict, bundle: dict[str, str], entries: list[str]) -> dict:
-    """Point every ``auto_map`` entry at one module of the bundle.
+def _one_loader_module(auto_map: dict, bundle: dict[str, str], entries: list[str], pipelines=()) -> dict:
+    """Point every ``auto_map`` entry at one module of the bundle, and make that module name the modules of
+    ``pipelines`` (the ``"module.Class"`` of each ``custom_pipelines`` entry).
 
     transformers loads each module named in ``auto_map`` of a *local folder* into a package named
     after a hash of that file and the files it reaches, and the hash always differs between two
@@ -187,10 +202,18 @@ def _one_loader_module(auto_map: dict, bundle: dict[str, str], entries: list[str
     module: the config's pattern objects are then not instances of the model's ``Pattern``. One
     loader module (the ``modeling_*`` one, else the first named) that binds every class avoids it;
     the classes it lacks are imported at its end.
+
+    A model loaded with ``trust_remote_code`` and saved again where the package is not installed is saved
+    by transformers alone: it copies the model's module and the modules that one imports relatively,
+    nothing else, while ``config.json`` keeps ``custom_pipelines``. The loader therefore also imports the
+    pipeline modules it does not reach yet (under ``if TYPE_CHECKING:``: transformers' line scan copies
+    them, loading the model does not run them), so the re-saved folder keeps its pipelines.
     """
     refs = list(_auto_refs(auto_map))
     modules = list(dict.fromkeys(ref.split(".")[0] for _, _, ref in refs))
     if len(modules) <= 1:
+        if modules:
+            _import_pipelines(modules[0], bundle, pipelines)
         return auto_map
     names: dict[str, str] = {}
     for _, _, ref in refs:
@@ -228,6 +251,7 @@ def _one_loader_module(auto_map: dict, bundle: dict[str, str], entries: list[str
             + "\n".join(missing)
             + "\n"
         )
+    _import_pipelines(loader, bundle, pipelines)
     out = {}
     for key, value in auto_map.items():
         if isinstance(value, list):
@@ -237,6 +261,43 @@ def _one_loader_module(auto_map: dict, bundle: dict[str, str], entries: list[str
         else:
             out[key] = value if "--" in value else f"{loader}.{value.split('.')[1]}"
     return out
+
+
+# the relative imports transformers' loader sees in a module's text (dynamic_module_utils.get_relative_imports)
+_RELATIVE_IMPORT = re.compile(r"^\s*import\s+\.(\S+)\s*$|^\s*from\s+\.(\S+)\s+import", re.MULTILINE)
+
+
+def _reached(bundle: dict[str, str], start: str) -> set[str]:
+    """The bundle modules transformers copies with ``start``: it and those it imports relatively, recursively."""
+    seen, todo = {start}, [start]
+    while todo:
+        for match in _RELATIVE_IMPORT.finditer(bundle.get(todo.pop(), "")):
+            name = match.group(1) or match.group(2)
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def _import_pipelines(loader: str, bundle: dict[str, str], pipelines) -> None:
+    """Append to ``bundle[loader]`` an ``if TYPE_CHECKING:`` import of each pipeline class (``"module.Class"``)
+    whose bundle module the loader does not reach (:func:`_reached`)."""
+    reached = _reached(bundle, loader)
+    lines = []
+    for ref in pipelines:
+        module, cls = ref.split(".")
+        if module in bundle and module not in reached:
+            lines.append(f"    from .{module} import {cls} as _{module}_{cls}")
+            reached |= _reached(bundle, module)
+    if lines:
+        bundle[loader] = (
+            bundle[loader].rstrip("\n")
+            + "\n\n\n# custom_pipelines' modules: a re-save by transformers alone copies the modules this one imports\n"
+            + "from typing import TYPE_CHECKING as _TYPE_CHECKING\n\n"
+            + "if _TYPE_CHECKING:\n"
+            + "\n".join(lines)
+            + "\n"
+        )
 
 
 def export_remote_code(
@@ -249,6 +310,8 @@ def export_remote_code(
     package_dir: str | os.PathLike | None = None,
     exclude: Iterable[str] = (),
     config_updates: Mapping | None = None,
+    companions: Iterable[str] = (),
+    dry_run: bool = False,
 ) -> dict:
     """Write a flat, self-contained bundle of ``package`` modules into ``folder`` and set
     ``auto_map`` in its config, so ``trust_remote_code=True`` loads the model without the package.
@@ -270,7 +333,7 @@ def export_remote_code(
     dependencies (matplotlib, jinja2) inside functions *and* ``try`` blocks, as ``hf_sparse.viz``
     does, or ``exclude`` the modules that use them (an import of an excluded module inside a
     function or try block becomes ``raise ImportError(...)``). The manifest lists the
-    ``requirements`` that ``check_imports`` will ask for.
+    ``requirements`` that ``check_imports`` will ask for (those of ``companions`` included).
 
     Args:
         folder: the saved model folder (call after ``save_pretrained``: it rewrites config.json).
@@ -286,7 +349,15 @@ def export_remote_code(
         package: the root package whose modules are flattened.
         package_dir: its folder (default: found with ``importlib.util.find_spec``, not imported).
         exclude: dotted modules (and their submodules) to leave out.
-        config_updates: other top-level keys to set in ``config_file`` (e.g. ``custom_pipelines``).
+        config_updates: other top-level keys to set in ``config_file`` (e.g. ``custom_pipelines``: the
+            one loader module also imports their modules, so that transformers keeps them when it saves a
+            model loaded from the folder again).
+        companions: dotted modules saved next to the bundle by transformers itself, as they are (a custom
+            tokenizer's module: its ``save_pretrained`` copies it and the modules it imports relatively):
+            not bundled, but their imports count toward the manifest's ``requirements`` (a tokenizer that
+            subclasses hf-sparse's ``DNATokenizer`` needs hf_sparse where the folder is loaded).
+        dry_run: check everything and return the manifest, writing nothing (``folder`` and ``config_file``
+            need not exist yet): a ``save_pretrained`` whose bundle would fail fails before it writes weights.
 
     Returns:
         The manifest written to ``folder/hf_sparse_bundle.json``: files, hf-sparse version,
@@ -297,7 +368,7 @@ def export_remote_code(
             and line); ValueError: a bad argument or auto_map; FileNotFoundError: no config file.
     """
     folder = Path(folder)
-    if not folder.is_dir():
+    if not dry_run and not folder.is_dir():
         raise ValueError(f"folder {str(folder)!r} does not exist or is not a directory")
     if not isinstance(package, str) or not package.isidentifier():
         raise ValueError(f"package must be a top-level package name, got {package!r}")
@@ -315,6 +386,8 @@ def export_remote_code(
     if not entries:
         raise ValueError("modules must name at least one module")
     exclude = [exclude] if isinstance(exclude, str) else list(exclude)
+    companions = [companions] if isinstance(companions, str) else list(companions)
+    companion_files = [_module_file(name, "companions") for name in companions]
     bundler = _Bundler(package, package_dir, exclude)
     for name in [*entries, *exclude]:
         if not isinstance(name, str) or not bundler.in_package(name):
@@ -323,7 +396,7 @@ def export_remote_code(
         if not bundler.exists(name):
             raise ValueError(f"module {name!r} does not exist under {package_dir}")
     config_path = None
-    if (auto_map or config_updates) and config_file is not None:
+    if (auto_map or config_updates) and config_file is not None and not dry_run:
         config_path = folder / config_file
         if not config_path.is_file():
             raise FileNotFoundError(
@@ -333,6 +406,10 @@ def export_remote_code(
     # -- closure and rewritten sources, checked before anything is written ---------------------
     key = (package, str(package_dir.resolve()), tuple(entries), tuple(exclude), _package_digest(package_dir))
     sources = _remember(_CLOSURES, key, lambda: bundler.closure(entries), 8)
+    if dry_run:
+        arguments = json.dumps([auto_map, config_updates, companions], sort_keys=True, default=repr)
+        if (key, arguments) in _DRY_RUNS:
+            return _remember(_DRY_RUNS, (key, arguments), None, 8)
     bundle: dict[str, str] = {}
     origin: dict[str, str] = {}
     used_file: dict[str, list[int]] = {}  # modules that locate files next to them: lines
@@ -351,8 +428,13 @@ def export_remote_code(
         bundle[flat] = source + files
     auto_map = _check_auto_map(auto_map, bundle) if auto_map else {}
     requested_auto_map = auto_map
-    auto_map = _one_loader_module(auto_map, bundle, [bundler.flat(m) for m in entries])
-    if used_file:
+    pipelines = [
+        entry["impl"]
+        for entry in dict((config_updates or {}).get("custom_pipelines") or {}).values()
+        if isinstance(entry, Mapping) and isinstance(entry.get("impl"), str) and entry["impl"].count(".") == 1
+    ]
+    auto_map = _one_loader_module(auto_map, bundle, [bundler.flat(m) for m in entries], pipelines)
+    if used_file and not dry_run:
         where = ", ".join(
             f"{n} (line {', '.join(map(str, lines))})" for n, lines in sorted(used_file.items())
         )
@@ -364,7 +446,7 @@ def export_remote_code(
 
     # -- stage, validate with transformers' own loader helpers, then move into place ------------
     version = _version()
-    stage = Path(tempfile.mkdtemp(dir=folder, prefix=".hf_sparse_bundle_"))
+    stage = Path(tempfile.mkdtemp(dir=None if dry_run else folder, prefix=".hf_sparse_bundle_"))
     try:
         requirements = set()
         for flat, source in bundle.items():
@@ -381,6 +463,12 @@ def export_remote_code(
             if package in imports:
                 raise BundleError(f"{origin[flat]}: an import of {package} was left unrewritten")
             requirements |= imports
+        for file in companion_files:  # transformers copies them as they are, with their relative imports
+            from transformers.dynamic_module_utils import get_relative_import_files
+
+            for path in [file, *map(Path, get_relative_import_files(file))]:
+                if path.is_file():
+                    requirements |= _checked_imports(path, path.read_text(encoding="utf-8"))[1]
         requirements -= set(sys.stdlib_module_names) | {"__future__"}
         manifest = {
             "format": 1,
@@ -393,6 +481,8 @@ def export_remote_code(
             "auto_map": auto_map,
             "auto_map_requested": requested_auto_map,
         }
+        if dry_run:
+            return _remember(_DRY_RUNS, (key, arguments), lambda: manifest, 8)
         # files of a previous export that this one no longer needs
         old = folder / BUNDLE_MANIFEST
         if old.is_file():

@@ -190,9 +190,11 @@ _AUTO_MAP_FILES = (
 
 
 def _remote_code_files(folder: Path) -> set[str]:
-    """The ``.py`` files of the remote-code bundle (from its manifest) and those the ``auto_map`` of the model,
+    """The ``.py`` files of the remote-code bundle (from its manifest), those the ``auto_map`` of the model,
     tokenizer or processor configs names (``"module.Class"`` or ``"repo--module.Class"``, alone or in a list
-    such as ``[slow, fast]`` with ``None`` for a missing one)."""
+    such as ``[slow, fast]`` with ``None`` for a missing one) or ``config.json``'s ``custom_pipelines``
+    (``impl``), and the files of the folder these import relatively (``from .utils import pool``), recursively:
+    transformers loads each of them (a folder saved by transformers alone has no manifest)."""
     names: set[str] = set()
     try:
         manifest = json.loads((folder / BUNDLE_MANIFEST).read_text(encoding="utf-8"))
@@ -202,16 +204,42 @@ def _remote_code_files(folder: Path) -> set[str]:
     refs = []
     for config_name in _AUTO_MAP_FILES:
         try:
-            auto_map = json.loads((folder / config_name).read_text(encoding="utf-8")).get("auto_map") or {}
+            config = json.loads((folder / config_name).read_text(encoding="utf-8"))
+            auto_map = config.get("auto_map") or {}
         except (OSError, ValueError, AttributeError):
             continue
         # an older tokenizer_config.json holds the [slow, fast] list itself
         refs += list(auto_map.values()) if isinstance(auto_map, dict) else [auto_map]
+        pipelines = config.get("custom_pipelines") if config_name == "config.json" else None
+        if isinstance(pipelines, dict):
+            refs += [entry.get("impl") for entry in pipelines.values() if isinstance(entry, dict)]
     for ref in refs:
         for item in ref if isinstance(ref, (list, tuple)) else [ref]:
             if isinstance(item, str) and "." in item:
                 names.add(item.split("--")[-1].rsplit(".", 1)[0] + ".py")
-    return {n for n in names if "/" not in n and n.endswith(".py")}
+    names = {n for n in names if "/" not in n and n.endswith(".py")}
+    from transformers.dynamic_module_utils import get_relative_imports
+
+    todo = sorted(names)
+    while todo:
+        name = todo.pop()
+        try:
+            imported = get_relative_imports(folder / name)
+        except (OSError, ValueError):  # not there (a warning said so), or not text
+            continue
+        for module in imported:
+            needed = f"{module}.py"
+            if needed not in names and _BUNDLE_FILE.fullmatch(needed):
+                names.add(needed)
+                todo.append(needed)
+                if not (folder / needed).is_file():
+                    logger.warning(
+                        "%s imports .%s, which is not in %s: the pushed repository will not load",
+                        name,
+                        module,
+                        folder,
+                    )
+    return names
 
 
 def _lora_run(folder: Path) -> bool:
@@ -230,11 +258,11 @@ def upload_file_list(folder: str | os.PathLike) -> list[str]:
     An allow-list: the model (``config.json``, safetensors weights, sharded or not, with or without a
     ``variant``), a PEFT adapter saved in the folder itself (``adapter_config.json``,
     ``adapter_model.safetensors``), tokenizer and processor files, the card ``README.md``, the
-    remote-code bundle (the ``.py`` files its manifest or ``auto_map`` names, and the manifest), results
-    (``all_results.json``, ``log_history.json``, ``*.png``) and a LoRA adapter in ``adapter/`` (unless
-    ``all_results.json`` says the model was trained without LoRA: then ``adapter/`` is an earlier run's).
-    Everything else stays local: ``checkpoint-*/``, ``runs/``, ``training_args.bin`` and any other
-    pickle, temporary and hidden files.
+    remote-code bundle (the ``.py`` files its manifest, ``auto_map`` or ``custom_pipelines`` names, those they
+    import relatively, and the manifest), results (``all_results.json``, ``log_history.json``, ``*.png``) and a
+    LoRA adapter in ``adapter/`` (unless ``all_results.json`` says the model was trained without LoRA: then
+    ``adapter/`` is an earlier run's). Everything else stays local: ``checkpoint-*/``, ``runs/``,
+    ``training_args.bin`` and any other pickle, temporary and hidden files.
     """
     folder = Path(folder)
     code = _remote_code_files(folder)

@@ -63,15 +63,19 @@ def custom_pipelines_entry(pipeline_cls: type, auto_classes, package: str = "hf_
     }
 
 
-def export_code_hook(config_cls, mapping: dict, pipelines=None):
+def export_code_hook(config_cls, mapping: dict, pipelines=None, tokenizers=()):
     """The ``export_code_hook`` of a family's models: after ``save_pretrained``, write the
     self-contained modelling code (and the modules of its inference ``pipelines``, ``{task:
     (Pipeline subclass, Auto class names)}``), ``auto_map`` and ``custom_pipelines``, so that
     ``trust_remote_code=True`` loads the folder, and ``pipeline(model=folder)`` finds its task, where
-    hf-sparse is not installed."""
+    hf-sparse is not installed. The modules of ``tokenizers`` (their own ``save_pretrained`` copies them)
+    count toward the requirements the bundle's manifest lists.
+
+    ``hook.check(model, folder)`` checks the same bundle and writes nothing: ``ExportCodeMixin`` calls it
+    before the weights are written, so a bundle that cannot be made leaves no half-written folder."""
     pipelines = dict(pipelines or {})
 
-    def export(model, folder):
+    def export(model, folder, dry_run=False):
         from ..hub.bundle import export_remote_code
 
         package = config_cls.__module__.split(".")[0]
@@ -88,8 +92,11 @@ def export_code_hook(config_cls, mapping: dict, pipelines=None):
             package=package,
             exclude=(f"{package}.hub",),  # hf_sparse.hub: save-time helpers, never in the remote world
             config_updates=updates if pipelines else None,
+            companions=sorted({cls.__module__ for cls in tokenizers}),
+            dry_run=dry_run,
         )
 
+    export.check = lambda model, folder: export(model, folder, dry_run=True)
     return export
 
 
@@ -131,7 +138,9 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
             outside hf_sparse whose saved code must not import it) define a ``save_pretrained`` that calls
             ``type(self).export_code_hook(self, save_directory)``, as ``tests/tasks/toy/modeling_toy.py``; or a
             configuration, model or pipeline class outside an importable package (defined in ``__main__``, a
-            notebook, or a single-file module), which the bundle cannot flatten.
+            notebook, or a single-file module), which the bundle cannot flatten; or model and pipeline classes
+            outside the top-level package of the configuration class (an outside model on hf-sparse's
+            configuration, hf-sparse's pipeline for an outside model): the bundle flattens that one package.
         ValueError: the configuration's ``model_type`` is transformers' own (``"bert"``).
     """
     model_type = config_cls.model_type
@@ -155,6 +164,17 @@ def register_auto(config_cls, mapping: dict, lora_targets=None, pipelines=None):
                 "defined in a script, a notebook or a single module has none. Move the configuration, model and "
                 "pipeline classes into a package (a folder with __init__.py, installed or on PYTHONPATH) and "
                 "import them from there (README 'Adding a task')"
+            )
+    package = config_cls.__module__.split(".")[0]
+    for cls in [*mapping.values(), *pipeline_classes]:
+        if cls.__module__.split(".")[0] != package:
+            raise TypeError(
+                f"{cls.__module__}.{cls.__qualname__} (model type {model_type!r}) is not in {package!r}, the "
+                f"package of its configuration {config_cls.__module__}.{config_cls.__qualname__}: save_pretrained "
+                "bundles the modules of one package as the remote code (and an Auto class maps a configuration "
+                "to one model class: a model of another package would replace the configuration's own). Define "
+                "the configuration, model and pipeline classes in one package; to build on hf-sparse's, subclass "
+                "them there (a configuration with a model_type of its own) (README 'Adding a task')"
             )
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 

@@ -172,7 +172,9 @@ def register(descriptor: TaskDescriptor) -> TaskDescriptor:
     recipes and cards (by ``descriptor.name``). Idempotent for the same descriptor.
 
     Raises:
-        TypeError: ``descriptor`` is not a :class:`TaskDescriptor`.
+        TypeError: ``descriptor`` is not a :class:`TaskDescriptor`; or its configuration, model and pipeline
+            classes are not all in one top-level package (:func:`hf_sparse.models.register_auto`).
+        ValueError: a task of the same configuration maps one of its Auto classes to another model class.
         KeyError: another task has this name, or this pipeline task with another class.
     """
     if not isinstance(descriptor, TaskDescriptor):
@@ -210,21 +212,29 @@ def _register_model(config_class: type) -> None:
     from ..models import register_auto, register_tokenizer
 
     tasks = [d for d in _DESCRIPTORS.values() if d.config_class is config_class]
-    mapping, lora, pipelines = {}, [], {}
+    mapping, lora, pipelines, owner = {}, [], {}, {}
     for d in tasks:
-        mapping.update({getattr(transformers, auto): cls for auto, cls in d.auto_classes.items()})
+        for auto, cls in d.auto_classes.items():
+            first = owner.setdefault(auto, d)  # an Auto class loads one model class per configuration
+            if first.auto_classes[auto] is not cls:
+                raise ValueError(
+                    f"task {d.name!r} maps {auto} of {config_class.__qualname__} to {cls.__qualname__}, task "
+                    f"{first.name!r} to {first.auto_classes[auto].__qualname__}: an Auto class loads one model "
+                    "class per configuration; map another Auto class, or give the task a configuration of its own"
+                )
+            mapping[getattr(transformers, auto)] = cls
         lora += [m for m in d.lora_target_modules if m not in lora]
         if d.pipeline is not None:
             pipelines[d.pipeline] = (d.pipeline_class, pipeline_auto_classes(d.pipeline))
+    tokenizers = [d.tokenizer_class for d in tasks if d.tokenizer_class is not None]
     register_auto(config_class, mapping, lora or None, pipelines=pipelines)
     # a saved folder lists only the pipelines its model serves (pipeline(model=folder) infers the task from them)
-    if pipelines:
-        hook = _export_served(config_class, mapping, pipelines)
+    if pipelines or tokenizers:
+        hook = _export_served(config_class, mapping, pipelines, tokenizers)
         for model_cls in mapping.values():
             model_cls.export_code_hook = staticmethod(hook)
-    for d in tasks:
-        if d.tokenizer_class is not None:
-            register_tokenizer(config_class, d.tokenizer_class)
+    for tokenizer_class in tokenizers:
+        register_tokenizer(config_class, tokenizer_class)
 
 
 def serves(pipeline_cls: type, config) -> bool:
@@ -235,16 +245,17 @@ def serves(pipeline_cls: type, config) -> bool:
     return True if supports is None else bool(supports(config))
 
 
-def _export_served(config_class: type, mapping: dict, pipelines: dict):
+def _export_served(config_class: type, mapping: dict, pipelines: dict, tokenizers=()):
     """The ``export_code_hook`` of ``config_class``'s models: :func:`hf_sparse.models.export_code_hook` with
     the ``pipelines`` (``{task: (Pipeline subclass, Auto class names)}``) the saved model :func:`serves`, so
-    that ``custom_pipelines`` names no task its model cannot run."""
+    that ``custom_pipelines`` names no task its model cannot run, and the ``tokenizers`` of its tasks."""
     from ..models import export_code_hook
 
-    def export(model, folder):
+    def export(model, folder, dry_run=False):
         served = {task: entry for task, entry in pipelines.items() if serves(entry[0], model.config)}
-        export_code_hook(config_class, mapping, served)(model, folder)
+        export_code_hook(config_class, mapping, served, tokenizers)(model, folder, dry_run=dry_run)
 
+    export.check = lambda model, folder: export(model, folder, dry_run=True)
     return export
 
 

@@ -220,8 +220,14 @@ class ExportCodeMixin:
     ``save_pretrained`` it writes the self-contained, flat copy of the modelling (and pipeline) code, the
     ``auto_map`` and ``custom_pipelines`` into the folder, so ``trust_remote_code=True`` loads it where
     hf-sparse is not installed (unset in that copy itself, and on unregistered classes: they save as usual).
-    With ``push_to_hub=True`` the upload comes after that (``push_to_hub``'s own keywords are passed on);
-    transformers' ``save_pretrained`` would upload before the hook ran, without the code.
+    The hook's ``check`` runs first: a bundle that cannot be made raises before the weights are written.
+
+    With ``push_to_hub=True`` the folder is uploaded after that, as transformers' ``save_pretrained`` uploads
+    it (which would upload before the hook ran, without the code): the files this save wrote (so
+    ``state_dict``, ``variant`` and ``max_shard_size`` are the ones saved) and every file of the bundle, with
+    ``repo_id`` (default: the folder's name), ``private``, ``revision``, ``create_pr``, ``commit_message``,
+    ``commit_description`` and ``token``; and the folder's ``README.md``: where there is none, the repository's
+    card (or a new one) with the model's ``tags`` is written there first, as transformers does.
 
     A model of that copy (loaded with ``trust_remote_code``) re-saves as the folder it came from: transformers
     writes only its model module and the modules that one imports, so the other files of the bundle's manifest
@@ -245,17 +251,50 @@ class ExportCodeMixin:
 
     def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
         hub = {k: kwargs.pop(k) for k in self._PUSH_KEYWORDS if k in kwargs}
-        out = super().save_pretrained(save_directory, *args, **kwargs)
         main = (args[0] if args else kwargs.get("is_main_process", True)) is not False
-        if type(self).export_code_hook is not None and main:
-            type(self).export_code_hook(self, save_directory)
+        hook = type(self).export_code_hook
+        if hook is not None and main and getattr(hook, "check", None) is not None:
+            hook.check(self, save_directory)  # before anything is written: no half-written folder
+        if push_to_hub and main:
+            from transformers.utils.hub import hf_api
+
+            os.makedirs(save_directory, exist_ok=True)
+            repo_id = hub.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
+            token = kwargs.get("token")
+            repo_id = (
+                hf_api()
+                .create_repo(repo_id, exist_ok=True, private=hub.pop("private", None), token=token)
+                .repo_id
+            )
+            timestamps = self._get_files_timestamps(save_directory)
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        if hook is not None and main:
+            hook(self, save_directory)
         elif getattr(self, "_auto_class", None) is not None and main:  # trust_remote_code: the bundle's copy
             self._copy_bundle(save_directory)
         if push_to_hub and main:
-            repo_id = hub.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
-            size = kwargs.get("max_shard_size", "50GB")
-            self.push_to_hub(repo_id, token=kwargs.get("token"), max_shard_size=size, **hub)
+            self._upload_saved(save_directory, repo_id, timestamps, token, **hub)
         return out
+
+    def _upload_saved(self, save_directory, repo_id, timestamps, token, tags=None, **commit) -> None:
+        """Upload what ``save_pretrained`` just wrote into ``save_directory`` (transformers' way: the files modified
+        since ``timestamps``), every file of the remote-code bundle (a re-save into the folder the model came from
+        leaves them as they were) and the model card (the repository's, tagged, where the folder has none)."""
+        from transformers.utils.hub import create_and_tag_model_card
+
+        card = os.path.join(save_directory, "README.md")
+        if not os.path.exists(card):
+            tags = [tags] if isinstance(tags, str) else list(tags or [])
+            tags = list(dict.fromkeys([*(self.model_tags or []), *tags]))
+            create_and_tag_model_card(repo_id, tags or None, token=token).save(card)
+        manifest = os.path.join(save_directory, self._BUNDLE_MANIFEST)
+        try:
+            with open(manifest, encoding="utf-8") as f:
+                always = ["README.md", self._BUNDLE_MANIFEST, *json.load(f)["files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            always = ["README.md"]
+        timestamps = {name: t for name, t in timestamps.items() if name not in always}
+        self._upload_modified_files(save_directory, repo_id, timestamps, token=token, **commit)
 
     def _copy_bundle(self, save_directory) -> None:
         """Copy the bundle's files (its manifest and every file it lists) that transformers' ``save_pretrained``
