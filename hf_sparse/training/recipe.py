@@ -200,7 +200,8 @@ class RecipeArguments:
     lora_modules_to_save: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Modules trained in full next to the adapters (e.g. a new head); None: task default."
+            "help": "Modules trained in full next to the adapters besides the task's own (its new heads and "
+            "the like, which train either way), e.g. [embeddings]; None: the task's alone."
         },
     )
     merge_lora: bool = field(
@@ -208,7 +209,8 @@ class RecipeArguments:
         metadata={
             "help": "Save the final model with the LoRA weights merged (a plain model); the adapter alone "
             "is saved in output_dir/adapter either way. False: save only the adapter in output_dir (needs "
-            "model_name_or_path: the base model it loads on)."
+            "a model_name_or_path that loads as the model trained: a saved model of this task, the base it "
+            "names)."
         },
     )
     max_train_samples: int | None = field(
@@ -267,6 +269,15 @@ class RecipeArguments:
             )
         for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "num_proc"):
             check_positive_int(name, getattr(self, name), allow_none=True)
+        empty = {
+            "lora_target_modules": "would adapt no module; remove it for the task's default targets",
+            "lora_target_parameters": "adapts no parameter; remove it",
+            "lora_modules_to_save": "adds no module to the task's own (which train in full either way); remove it",
+        }
+        for name, why in empty.items():
+            value = getattr(self, name)
+            if value is not None and not value:
+                raise ValueError(f"{name}={value!r} {why}")
 
 
 # --- typed values -------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ What ``output_dir`` holds at the end (written by the main process only):
   base weights (``merge_lora: true``, the default), so the folder is a plain model, and the adapter
   alone is in ``output_dir/adapter``; with ``merge_lora: false`` (or under FSDP, where sharded
   weights cannot be merged in place) ``output_dir`` holds the adapter only (``merge_lora: false`` needs a
-  ``model_name_or_path``, the base the adapter names);
+  ``model_name_or_path`` that loads as the model trained, the base the adapter names; see :func:`_adapter_base`:
+  otherwise ``adapter/`` names no base and loads on the task's model as built). A resumed run saving the other
+  format deletes the earlier one (:func:`_drop_other_format`);
 - ``checkpoint-N/`` folders (saved atomically, see :mod:`~hf_sparse.training.checkpoints`);
   a rerun over an ``output_dir`` holding checkpoints or a trained model is an error unless it resumes
   (``resume``, ``resume_from_checkpoint``) or sets ``overwrite_output_dir``, which deletes them and the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import fnmatch
 import json
 import logging
@@ -316,6 +319,7 @@ _CONFIG_BOOKKEEPING = (
     "dtype",
     "torch_dtype",
     "auto_map",
+    "custom_pipelines",  # the remote code's pipelines, written with it
     "use_cache",  # switched off by the Trainer for training
 )
 
@@ -494,16 +498,105 @@ def _check_writable(recipe_args, training_args) -> None:
         )
 
 
-def _apply_lora(task, model, recipe_args, training_args):
+# config keys that change how a model trains or which kernel runs it, not what it computes: an adapter's base may
+# differ in them from the model trained
+_RUNTIME_KEY = re.compile(r"dropout|attention_backend$")
+
+
+def _adapter_base(model, task_args) -> tuple[str | None, str]:
+    """The base model an adapter of ``model`` (the task's model before LoRA) can name: ``model_name_or_path`` where
+    it loads as that model (same model type, same config but for bookkeeping, dropout and kernel keys), else None;
+    and why not ("" if it does). A model trained from random initialisation, a task model built on an encoder
+    checkpoint (new heads), one loaded from a saved model of another task (another head) or with settings the task
+    changed (other labels, a new token) has no such base: peft would name the checkpoint, which loads without the
+    trained heads."""
+    path = getattr(task_args, "model_name_or_path", None)
+    if not path:
+        return None, "model_name_or_path is not set (a new model, trained from random initialisation)"
+    from transformers import AutoConfig
+
+    config = getattr(model, "config", None)
+    if not hasattr(config, "to_dict"):
+        return None, f"the task's model ({type(model).__name__}) has no config to compare with {path!r}"
+    saved = AutoConfig.from_pretrained(path).to_dict()
+    now = config.to_dict()
+    if saved.get("model_type") != now.get("model_type"):
+        return None, (
+            f"model_name_or_path={path!r} is a {saved.get('model_type')!r} model, and the task trains a "
+            f"{now.get('model_type')!r} model built on it (its heads are new)"
+        )
+    keys = sorted(
+        k for k in set(saved) | set(now) if k not in _CONFIG_BOOKKEEPING and not _RUNTIME_KEY.search(k)
+    )
+    differing = [k for k in keys if saved.get(k) != now.get(k)]
+    if differing:
+        shown = ", ".join(differing[:4]) + (f" and {len(differing) - 4} more" if len(differing) > 4 else "")
+        key = differing[0]
+        example = f"{key}={saved.get(key)!r} there, {now.get(key)!r} in the model trained"
+        return None, (
+            f"model_name_or_path={path!r} loads as another model than the one trained, whose config the task "
+            f"changed ({shown}" + (f"; {example}" if len(example) <= 100 else "") + ")"
+        )
+    return path, ""
+
+
+def _check_adapter_base(base: str | None, why: str, recipe_args, training_args) -> None:
+    """An adapter saved alone (``merge_lora: false``, or LoRA under FSDP) loads only on the base model it names:
+    one error before training where the task's model has none (:func:`_adapter_base`)."""
+    if base is not None or (recipe_args.merge_lora and not training_args.fsdp):
+        return
+    how = "merge_lora: false" if not recipe_args.merge_lora else "FSDP (sharded weights are not merged)"
+    raise RecipeError(
+        f"{recipe_args.source}: lora: true with {how} saves the adapter alone, which loads only on top of the base "
+        f"model it names, and no saved model is the one trained: {why}; keep merge_lora: true (the default) or "
+        "set model_name_or_path to a saved model of this task"
+    )
+
+
+def _name_matches(names, wanted: str) -> bool:
+    """peft's rule for a name in a list of ``target_modules`` (and ``target_parameters``): the full name or its
+    last dotted parts."""
+    return any(n == wanted or n.endswith("." + wanted) for n in names)
+
+
+def _check_lora_names(model, recipe_args) -> None:
+    """Every name the recipe lists in ``lora_target_modules``, ``lora_modules_to_save`` and
+    ``lora_target_parameters`` matches a module (or parameter) of the model: a misspelt one would silently adapt
+    or train nothing (peft only refuses a list that matches nothing at all)."""
+    modules = [name for name, _ in model.named_modules() if name]
+    parameters = [name for name, _ in model.named_parameters()]
+    for key, names in (("lora_target_modules", modules), ("lora_modules_to_save", modules),
+                       ("lora_target_parameters", parameters)):  # fmt: skip
+        for wanted in getattr(recipe_args, key) or []:
+            if not _name_matches(names, wanted):
+                leaves = sorted({n.rsplit(".", 1)[-1] for n in names})
+                close = difflib.get_close_matches(wanted, leaves, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                what = "parameter" if key == "lora_target_parameters" else "module"
+                raise RecipeError(
+                    f"{recipe_args.source}: {key}: {wanted!r} names no {what} of the model{hint}"
+                )
+
+
+def _lora_settings(task, model, recipe_args) -> tuple[list[str] | str, list[str] | None]:
+    """The ``target_modules`` and ``modules_to_save`` LoRA uses: the recipe's ``lora_target_modules``, else the
+    task's; the task's ``modules_to_save`` (its new heads, which must train) followed by the recipe's
+    ``lora_modules_to_save``."""
+    targets = recipe_args.lora_target_modules or task.lora_target_modules(model)
+    to_save = list(task.lora_modules_to_save(model) or [])
+    to_save += [name for name in recipe_args.lora_modules_to_save or [] if name not in to_save]
+    return targets, to_save or None
+
+
+def _apply_lora(task, model, recipe_args, training_args, base: str | None = None):
     """Wrap ``model`` with peft LoRA adapters (only adapters, ``modules_to_save`` and the task's
-    :meth:`~hf_sparse.training.Task.lora_trainable_token_indices` rows train)."""
+    :meth:`~hf_sparse.training.Task.lora_trainable_token_indices` rows train). The saved adapter names ``base``
+    (:func:`_adapter_base`) as its base model, or none."""
     import peft
     from peft import LoraConfig, get_peft_model
 
-    targets = recipe_args.lora_target_modules or task.lora_target_modules(model)
-    to_save = recipe_args.lora_modules_to_save
-    if to_save is None:
-        to_save = task.lora_modules_to_save(model)
+    _check_lora_names(model, recipe_args)
+    targets, to_save = _lora_settings(task, model, recipe_args)
     tokens = task.lora_trainable_token_indices(model)
     if (
         getattr(training_args, "activation_checkpointing", False) or training_args.gradient_checkpointing
@@ -528,6 +621,9 @@ def _apply_lora(task, model, recipe_args, training_args):
             f"{peft.__version__} has no LoraConfig {', '.join(unknown)}); pip install -U peft"
         )
     config = LoraConfig(**values)
+    # peft names it in adapter_config.json (base_model_name_or_path; "": none)
+    if hasattr(model, "name_or_path"):
+        model.name_or_path = base or ""
     try:
         return get_peft_model(model, config)
     except ValueError as e:
@@ -562,6 +658,56 @@ def _drop_previous_results(output_dir: str) -> None:
     )
 
 
+# A sharded model's weight files (next to their index)
+_WEIGHT_SHARD = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+
+
+def _drop_other_format(output_dir: str, adapter_only: bool) -> None:
+    """Before the final model is saved over an earlier run's (``--resume`` with ``merge_lora`` changed): delete the
+    earlier model in the other format, so that the folder never holds both (transformers would load the merged
+    weights and apply the adapter on top of them again, and the push would send both). Before an adapter alone:
+    a model (``config.json`` with weights: those, ``generation_config.json``, shards and index, the remote code
+    with its manifest) and ``adapter/``; before a model: an adapter in the folder itself."""
+    if not os.path.isdir(output_dir):
+        return
+    present = set(os.listdir(output_dir))
+    if adapter_only:
+        adapter = os.path.isfile(os.path.join(output_dir, "adapter", "adapter_config.json"))
+        names = ["adapter"] if adapter else []
+        shards = sorted(n for n in present if _WEIGHT_SHARD.match(n))
+        if "config.json" in present and (present & set(_MODEL_WEIGHTS) or shards):
+            from hf_sparse import hub
+
+            # the remote code, found while config.json (its auto_map) is still there
+            code = [n for n in hub.upload_file_list(output_dir) if n.endswith(".py")]
+            names += ["config.json", "generation_config.json", "hf_sparse_bundle.json", *_MODEL_WEIGHTS]
+            names += code + shards
+    else:
+        names = ["adapter_config.json", *_ADAPTER_WEIGHTS] if "adapter_config.json" in present else []
+    dropped = []
+    for name in names:
+        path = os.path.join(output_dir, name)
+        if name == "adapter":
+            shutil.rmtree(path)
+        elif os.path.isfile(path):
+            os.remove(path)
+        else:
+            continue
+        dropped.append(name)
+    if dropped:
+        code = [n for n in dropped if n.endswith(".py")]  # the remote-code bundle: dozens of files
+        shown = [n for n in dropped if n not in code] + (
+            [f"{len(code)} .py files of its remote code"] if code else []
+        )
+        logger.warning(
+            "deleted the earlier run's %s in %s (%s): this run saves %s there",
+            "model" if adapter_only else "adapter",
+            output_dir,
+            ", ".join(shown),
+            "the adapter alone" if adapter_only else "a model",
+        )
+
+
 def _strings(value) -> list[str]:
     """Every string in ``value`` (nested dicts and lists)."""
     if isinstance(value, dict):
@@ -573,11 +719,14 @@ def _strings(value) -> list[str]:
 
 def _save_final_model(trainer, task, recipe_args, tokenizer, output_dir: str):
     """Save the final model (merged LoRA if requested) and the task's extras; returns the saved model. The earlier
-    run's results and card go first (:func:`_drop_previous_results`)."""
+    run's results and card go first (:func:`_drop_previous_results`), and its model in the other format
+    (:func:`_drop_other_format`)."""
     model = trainer.model
+    merge = recipe_args.lora and recipe_args.merge_lora and not trainer.is_fsdp_enabled
     if trainer.is_world_process_zero():
         _drop_previous_results(output_dir)
-    if recipe_args.lora and recipe_args.merge_lora and not trainer.is_fsdp_enabled:
+        _drop_other_format(output_dir, adapter_only=recipe_args.lora and not merge)
+    if merge:
         trainer.save_model(os.path.join(output_dir, "adapter"))  # collective; main process writes
         saved = None
         if trainer.is_world_process_zero():
@@ -618,8 +767,9 @@ def _mixed_precision(training_args) -> str:
     return "no"
 
 
-def _training_config(recipe_args, training_args) -> dict[str, Any]:
-    """The settings a model card reports."""
+def _training_config(recipe_args, training_args, lora: dict | None = None) -> dict[str, Any]:
+    """The settings a model card reports; with LoRA, the targets and the modules trained in full as the saved
+    adapter's config ``lora`` has them (the task's defaults included), else as the recipe gives them."""
     config = {
         "learning_rate": training_args.learning_rate,
         "num_train_epochs": training_args.num_train_epochs,
@@ -639,14 +789,34 @@ def _training_config(recipe_args, training_args) -> dict[str, Any]:
         "mixed_precision": _mixed_precision(training_args),
     }
     if recipe_args.lora:
+        lora = {
+            k: sorted(v) if k.startswith("target_") and isinstance(v, list) else v
+            for k, v in (lora or {}).items()
+        }
         config.update(
             lora_r=recipe_args.lora_r,
             lora_alpha=recipe_args.lora_alpha,
             lora_dropout=recipe_args.lora_dropout,
-            lora_target_modules=recipe_args.lora_target_modules,
-            lora_target_parameters=recipe_args.lora_target_parameters,
+            lora_target_modules=lora.get("target_modules", recipe_args.lora_target_modules),
+            lora_target_parameters=lora.get("target_parameters", recipe_args.lora_target_parameters),
+            lora_modules_to_save=lora.get("modules_to_save", recipe_args.lora_modules_to_save),
+            merge_lora=recipe_args.merge_lora,
         )
+        if lora.get("trainable_token_indices"):
+            config["lora_trainable_token_indices"] = lora["trainable_token_indices"]
     return config
+
+
+def _saved_adapter_config(output_dir: str) -> tuple[dict | None, bool]:
+    """The saved adapter's ``adapter_config.json`` (in ``output_dir`` itself, else in ``adapter/``), or None; and
+    whether it is the adapter alone (in ``output_dir``: no model there)."""
+    for folder, alone in ((output_dir, True), (os.path.join(output_dir, "adapter"), False)):
+        try:
+            with open(os.path.join(folder, "adapter_config.json"), encoding="utf-8") as f:
+                return json.load(f), alone
+        except (OSError, ValueError):
+            continue
+    return None, False
 
 
 def _write_model_card(task, task_args, recipe_args, training_args, results, output_dir, model) -> str | None:
@@ -686,8 +856,9 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
         "counts": counts,
         "dataset_name": f"{task.name} evaluation data",
         "pattern": pattern if isinstance(pattern, (str, dict, list)) else None,  # a list: one per layer
-        "training_config": _training_config(recipe_args, training_args),
     }
+    lora, adapter_only = _saved_adapter_config(output_dir) if recipe_args.lora else (None, False)
+    kwargs["training_config"] = _training_config(recipe_args, training_args, lora)
     start = getattr(task_args, "model_name_or_path", None)
     if (
         isinstance(start, str) and start.strip() and not os.path.isdir(start)
@@ -703,6 +874,18 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
         kwargs["extra"] = {
             **(kwargs.get("extra") or {}),
             "metrics left out (not finite)": ", ".join(f"{k} = {v}" for k, v in undefined.items()),
+        }
+    if adapter_only:  # no model, no modelling code: the card's loading code loads the base the adapter names
+        base = (lora or {}).get("base_model_name_or_path")
+        hub_id = isinstance(base, str) and not os.path.isabs(base) and not os.path.isdir(base)
+        named = f"`{base}`" if hub_id else "named in adapter_config.json (a local folder)"
+        kwargs["tags"] = [*(kwargs.get("tags") or []), "peft", "lora"]
+        kwargs["extra"] = {
+            **(kwargs.get("extra") or {}),
+            "LoRA adapter": "this repository holds a LoRA adapter alone (adapter_config.json, "
+            "adapter_model.safetensors; merge_lora: false), not a model: no config.json and no modelling code of "
+            f"its own. With peft installed, from_pretrained loads its base model {named} with that model's code, "
+            "then the adapter (or: PeftModel.from_pretrained(base_model, repo_id))",
         }
     try:
         manifest = os.path.join(output_dir, BUNDLE_MANIFEST)  # the remote code's imports: hf_sparse too?
@@ -1142,6 +1325,9 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
             f"task {task.name!r}: build_model must return the model (a torch.nn.Module, e.g. a PreTrainedModel), "
             f"got {type(model).__name__}"
         )
+    if recipe_args.lora:  # before the data: an adapter saved alone needs a base that is the model trained
+        base, why = _adapter_base(model, task_args)
+        _check_adapter_base(base, why, recipe_args, training_args)
     if checkpoint is not None:
         _check_checkpoint_tokenizer(tokenizer, checkpoint, recipe_args)
         _check_checkpoint_settings(checkpoint, task, task_args, recipe_args)
@@ -1175,7 +1361,7 @@ def run(recipe, overrides=(), *, resume: bool | None = None) -> dict[str, Any]:
     }
     num_parameters = _count_parameters(model)
     if recipe_args.lora:
-        model = _apply_lora(task, model, recipe_args, training_args)
+        model = _apply_lora(task, model, recipe_args, training_args, base)
     if checkpoint is not None:
         _check_checkpoint_fits(model, checkpoint, recipe_args)
 

@@ -419,6 +419,9 @@ class _DialogueTask(Task):
         self._splits: dict[str, list[dict]] | None = None
         self._pad_multiple: int | None = 64
         self._config = None  # the model's config (build_model): the card reads its attention pattern
+        self._new_embeddings = False  # build_model: the vocabulary is new (see lora_modules_to_save)
+        self._new_token_ids: list[int] = []  # build_model: the rows of new tokens (LoRA trains them)
+        self._own_tokens: int | None = None  # build_tokenizer: the tokens before the formatter's were added
 
     def check_arguments(self, args):
         require_path("data_dir", args.data_dir, kind="folder")
@@ -458,6 +461,7 @@ class _DialogueTask(Task):
                 min_frequency=args.vocab_min_frequency,
                 vocab_size=args.vocab_size,
             )
+        self._own_tokens = len(tokenizer)
         self.formatter(args, tokenizer).add_special_tokens(tokenizer)
         return tokenizer
 
@@ -489,13 +493,14 @@ class _DialogueTask(Task):
         from .modeling_dialogue import LongformerForDialogue
 
         path = args.model_name_or_path
+        saved = self._saved_dialogue_model(path)
         common = {
             "formatter": self.formatter(args, tokenizer).to_dict(),
             "classifier_dropout": args.classifier_dropout,
             "turn_pooling": args.turn_pooling,
             "pad_token_id": tokenizer.pad_token_id,
         }
-        if self._saved_dialogue_model(path):  # its encoder; this task's heads (kept if they fit, else new)
+        if saved:  # its encoder; this task's heads (kept if they fit, else new)
             model = LongformerForDialogue.from_pretrained(
                 path, **common, **self._heads(args), ignore_mismatched_sizes=True
             )
@@ -517,17 +522,32 @@ class _DialogueTask(Task):
             model = LongformerForDialogue(config)
             if args.sinusoidal_positions:
                 sinusoidal_init(model.backbone.embeddings.position_embeddings.weight)
-        if model.get_input_embeddings().weight.shape[0] != len(tokenizer):
+        rows = model.get_input_embeddings().weight.shape[0]
+        if rows != len(tokenizer):
             model.resize_token_embeddings(len(tokenizer))
+        # a vocabulary built from the data (or a new model): LoRA trains the whole table; else the rows of the tokens
+        # the formatter added (its [TURN] ...) and of any the checkpoint's table lacked, alone
+        self._new_embeddings = not saved and not (path and args.tokenizer_name)
+        first = min(rows, self._own_tokens if self._own_tokens is not None else rows)
+        self._new_token_ids = [] if self._new_embeddings else list(range(first, len(tokenizer)))
         self._pad_multiple = block_multiple(backbone_config(model.config.backbone))
         self._config = model.config
         return model
 
     def lora_modules_to_save(self, model):
         """The task heads (new, or kept from a saved model) train in full next to the adapters and are saved
-        with them; LoRA would otherwise leave them frozen at their initialisation."""
-        heads = [name for name in _HEADS if getattr(model, name, None) is not None]
-        return heads + (super().lora_modules_to_save(model) or [])
+        with them, and so do the token embeddings of a new vocabulary (built from the data, or a new model); LoRA
+        would otherwise leave them frozen at their initialisation."""
+        names = [name for name in _HEADS if getattr(model, name, None) is not None]
+        if self._new_embeddings:
+            embeddings = model.get_input_embeddings()
+            names += [name for name, module in model.named_modules() if module is embeddings]
+        return names + (super().lora_modules_to_save(model) or [])
+
+    def lora_trainable_token_indices(self, model):
+        """The embedding rows added to a checkpoint's table for the formatter's new tokens (``[TURN]``): LoRA
+        trains them alone (the checkpoint's rows stay frozen). None if there are none."""
+        return list(self._new_token_ids) or None
 
     def after_training(self, trainer, args, output_dir):
         """``data``: the dialogues of each split (after ``max_*_dialogues``) and :meth:`_data_extra`;

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import ClassVar
 
 import numpy as np
@@ -432,6 +432,38 @@ def _extractive_trainer_class():
     return ExtractiveTrainer
 
 
+# The scorer's settings in an extractive model's config: a saved model keeps its own where the recipe leaves them at
+# their defaults (:func:`_given_head_settings`); the first two shape the scorer's weights.
+_HEAD_SETTINGS = ("sentence_features", "head_hidden_size", "classifier_dropout", "loss", "positive_weight",
+                  "max_sentence_tokens")  # fmt: skip
+_HEAD_SHAPES = ("sentence_features", "head_hidden_size")
+
+
+def _given_head_settings(args, path: str) -> dict:
+    """The scorer settings the recipe sets (other than their defaults) for the saved extractive model at ``path``:
+    they replace the saved ones. ``ValueError`` naming the key where one would change the shape of the saved
+    scorer's weights (``sentence_features``, ``head_hidden_size``)."""
+    from transformers import AutoConfig
+
+    defaults = {
+        f.name: f.default if f.default is not MISSING else f.default_factory()
+        for f in fields(ExtractiveArguments)
+    }
+    given = {key: getattr(args, key) for key in _HEAD_SETTINGS if getattr(args, key) != defaults[key]}
+    if "sentence_features" in given:
+        given["sentence_features"] = list(given["sentence_features"])
+    config = AutoConfig.from_pretrained(path)
+    for key in _HEAD_SHAPES:
+        before = getattr(config, key)
+        before = list(before) if key == "sentence_features" else before
+        if key in given and given[key] != before:
+            raise ValueError(
+                f"{key}={given[key]!r} is a setting of a new scorer, but model_name_or_path={path!r} loads a saved "
+                f"one with {key}={before!r}: remove {key} (or set it to the saved value) to keep the saved scorer"
+            )
+    return given
+
+
 class ExtractiveSummarizationTask(_SummarizationTask):
     """Sentence scoring with ``LongformerForExtractiveSummarization`` on greedy ROUGE-oracle labels."""
 
@@ -466,19 +498,13 @@ class ExtractiveSummarizationTask(_SummarizationTask):
 
         path = args.model_name_or_path
         ids = add_summarization_tokens(tokenizer, True, args.query_mode != "none")
-        common = {
-            "sentence_token_id": ids["sentence_token_id"],
-            "query_separator_token_id": ids["query_separator_token_id"],
-            "sentence_features": list(args.sentence_features),
-            "head_hidden_size": args.head_hidden_size,
-            "classifier_dropout": args.classifier_dropout,
-            "loss": args.loss,
-            "positive_weight": args.positive_weight,
-            "max_sentence_tokens": args.max_sentence_tokens,
-        }
+        markers = {key: ids[key] for key in ("sentence_token_id", "query_separator_token_id")}
+        common = {**markers, **{key: getattr(args, key) for key in _HEAD_SETTINGS}}
+        common["sentence_features"] = list(args.sentence_features)
         saved = self._saved(path)
-        if saved:
-            model = LongformerForExtractiveSummarization.from_pretrained(path, **common)
+        if saved:  # it keeps its own scorer settings, but those the recipe sets
+            given = _given_head_settings(args, path)
+            model = LongformerForExtractiveSummarization.from_pretrained(path, **markers, **given)
         elif path:
             encoder = AutoConfig.from_pretrained(path)
             if encoder.model_type not in BACKBONES:
