@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import torch
 
+from .patterns.base import tile_allowed
 from .utils.io import atomic_open
 
 
@@ -74,61 +76,166 @@ def _check_head(pattern, head, shape) -> int:
     return heads
 
 
-def _tile_counts(p, h: int, n: int, c: int, qb, kb):
-    """Allowed pairs of head ``h`` in each tile (qb[t], kb[t]) of c x c positions (clipped to n), ``_CHUNK``
-    pairs at a time."""
+def _tile_counts(mask, h: int, n: int, c: int, qb, kb):
+    """Allowed pairs of head ``h`` (``mask(b, h, i, j)`` over positions) in each tile (qb[t], kb[t]) of c x c
+    positions (clipped to n), ``_CHUNK`` pairs at a time."""
     out = torch.zeros(qb.shape[0], dtype=torch.long)
     ar = torch.arange(c)
     step = max(1, _CHUNK // (c * c))
     for s in range(0, qb.shape[0], step):
         i = qb[s : s + step, None, None] * c + ar[:, None]  # (T, c, 1) query positions
         j = kb[s : s + step, None, None] * c + ar[None, :]  # (T, 1, c) key positions
-        allowed = p.mask_mod(0, h, i.clamp(max=n - 1), j.clamp(max=n - 1)) & (i < n) & (j < n)
+        allowed = mask(0, h, i.clamp(max=n - 1), j.clamp(max=n - 1)) & (i < n) & (j < n)
         out[s : s + step] = allowed.sum((1, 2))
     return out
 
 
-def _pooled_mask(bound, n: int, head: int, heads: int):
-    """Head ``head`` of a bound pattern on ``n`` positions, pooled: ((m, m) fraction of allowed pairs in each
-    block of c x c positions, c, exact number of allowed pairs), m = ceil(n / c) <= about PLOT_CELLS.
+def _tiles_by_rule(mask, h: int, n: int, c: int, qb, kb, invariant: bool):
+    """``_tile_counts``, of one tile per block diagonal among the whole c x c tiles where the rule depends on
+    i - j only (``invariant``)."""
+    m = -(-n // c)
+    out = torch.zeros(qb.shape[0], dtype=torch.long)
+    rest = torch.ones_like(qb, dtype=torch.bool)
+    if invariant:
+        inner = ((qb < m - 1) & (kb < m - 1)) | (n % c == 0)  # tiles of c x c positions
+        d, which = torch.unique(qb[inner] - kb[inner], return_inverse=True)
+        out[inner] = _tile_counts(mask, h, n, c, d.clamp(min=0), (-d).clamp(min=0))[which]
+        rest = ~inner
+    out[rest] = _tile_counts(mask, h, n, c, qb[rest], kb[rest])
+    return out
 
-    Only the tiles of the pattern's block layout (at block c) that are kept and not marked full are evaluated
-    (one per block diagonal where the rule depends on i - j only), ``_CHUNK`` pairs at a time: memory stays
-    O(m^2 + _CHUNK), where the dense mask takes n^2 bytes."""
-    per_head = bound.heads()
-    p, h = (per_head[head], 0) if per_head is not None else (bound, head)
-    first = -(-n // PLOT_CELLS)
-    layout = None
-    for c in range(first, 2 * first + 1):  # the first cell size the pattern's block geometry accepts
-        try:
-            layout = p.block_layout(n, block=c)
-            break
-        except ValueError:
-            continue
-        except NotImplementedError:  # a pattern without a layout: every tile is evaluated
-            break
-    if layout is None:
-        c, m = first, -(-n // first)
-        kv_index, full = torch.arange(m).expand(m, m), torch.zeros(m, m, dtype=torch.bool)
-    else:
-        m = layout.num_q_blocks
-        kv_index = layout.kv_index[0, min(h, layout.kv_index.shape[1] - 1)]  # (m, K)
-        full = layout.full[0, min(h, layout.full.shape[1] - 1)]
-        # a layout merged over heads (a union holding a PerHead) marks a tile full where any head's is
-        full = full & (per_head is not None or heads == 1)
-    size = torch.full((m,), c)
-    size[-1] = n - (m - 1) * c  # positions in each block
-    counts = torch.zeros(m, m, dtype=torch.long)
+
+def _first(t, h: int | None = None):
+    """Batch element 0 of a layout, index or validity tensor (and its head ``h``), its leading dims 1 where they
+    broadcast."""
+    t = t[0]
+    return t if h is None else t[min(h, t.shape[0] - 1)]
+
+
+def _cells(index, valid, rows: int, size: int, h: int, c: int, none: int):
+    """(rows,) the plot cell (block of c positions) of each row of a component: row r is position ``index[r]`` of
+    ``size`` rows (r itself without an index); ``none`` where there is no such row (past ``size``, not valid)."""
+    r = torch.arange(rows)
+    pos = r.clamp(max=size - 1)
+    ok = r < size
+    if valid is not None:
+        ok &= _first(valid)[pos]
+    if index is not None:
+        pos = _first(index, h)[pos]
+    return torch.where(ok, torch.div(pos, c, rounding_mode="floor"), none)
+
+
+def _spread(x, block, cell, cells: int):
+    """(cells, x.shape[1]): row g sums ``x[block[t]]`` over the t with ``cell[t] == g`` (a 0/1 matrix of rows
+    times ``x``), ``_CHUNK`` values at a time."""
+    key, weight = torch.unique(block * cells + cell, return_counts=True)
+    out = torch.zeros(cells, x.shape[1], dtype=x.dtype)
+    step = max(1, _CHUNK // max(x.shape[1], 1))
+    for s in range(0, key.shape[0], step):
+        k = key[s : s + step]
+        out.index_add_(0, k % cells, x[k // cells] * weight[s : s + step, None])
+    return out
+
+
+def _component_counts(comp, h: int, n: int, c: int):
+    """((m + 1)^2,) allowed pairs of head ``h`` that one plan component adds to each cell (qc, kc) of c x c
+    positions, row-major (row and column m take the rows that do not exist): its full tiles counted whole, the
+    rule evaluated in its other kept tiles only (as ``Plan.num_pairs`` counts), wherever its rows and keys sit."""
+    m = -(-n // c)
+    cells = m + 1
+    out = torch.zeros(cells * cells, dtype=torch.long)
+    lay, cb = comp.layout, comp.layout.block
+    li = _first(lay.kv_index, h)  # (nqb, K) key blocks of each query block, -1 = none
+    lf = _first(lay.full, h) & (li >= 0)
+    nq = comp.q_index.shape[-1] if comp.q_index is not None else n
+    nk = comp.k_index.shape[-1] if comp.k_index is not None else n
+    qcell = _cells(comp.q_index, comp.q_valid, lay.num_q_blocks * cb, nq, h, c, m)  # (nqb * cb,)
+    kcell = _cells(comp.k_index, comp.k_valid, lay.num_kv_blocks * cb, nk, h, c, m)  # (nkb * cb,)
+    # full tiles: (cells of rows) x (full map of blocks) x (cells of keys), the smaller product first
+    if bool(lf.any()):
+        full = torch.zeros(lay.num_q_blocks, lay.num_kv_blocks + 1, dtype=torch.long)
+        full.scatter_(1, torch.where(lf, li, lay.num_kv_blocks), 1)
+        full = full[:, :-1]  # (nqb, nkb)
+        q_block, k_block = torch.arange(qcell.shape[0]) // cb, torch.arange(kcell.shape[0]) // cb
+        if full.shape[0] <= full.shape[1]:  # fewer query blocks (global rows)
+            keys = _spread(full.T, k_block, kcell, cells).T  # (nqb, cells)
+            out += _spread(keys, q_block, qcell, cells).flatten()
+        else:  # fewer key blocks (global columns)
+            rows = _spread(full, q_block, qcell, cells)  # (cells, nkb)
+            out += _spread(rows.T, k_block, kcell, cells).T.flatten()
+    # the other kept tiles, each row's first (-1 after)
+    part = torch.where((li >= 0) & ~lf, li, lay.num_kv_blocks).sort(-1).values
+    width = int((part < lay.num_kv_blocks).sum(-1).max()) if part.numel() else 0
+    if width == 0:
+        return out
+    part = torch.where(part[:, :width] < lay.num_kv_blocks, part[:, :width], -1)
+    if comp.identity and cb == c and comp.q_offset == 0 and comp.q_valid is None and comp.k_valid is None:
+        qb, slot = torch.nonzero(part >= 0, as_tuple=True)  # component tiles are the plot's cells
+        kb = part[qb, slot]
+        out[qb * cells + kb] += _tiles_by_rule(comp.mask, h, n, c, qb, kb, comp.translation_invariant)
+        return out
+    ar = torch.arange(cb)
+    slots = max(1, _CHUNK // (cb * cb))  # partial tiles of a query block at a time
+    for t in range(0, width, slots):
+        kbs = part[:, t : t + slots]  # (nqb, w)
+        none_full = torch.zeros_like(kbs, dtype=torch.bool)[None, None]
+        partial = replace(comp, layout=replace(lay, kv_index=kbs[None, None], full=none_full))
+        todo = torch.nonzero(kbs[:, 0] >= 0).flatten()  # query blocks with a partial tile there
+        step = max(1, _CHUNK // (cb * cb * kbs.shape[1]))
+        for s in range(0, todo.shape[0], step):
+            qbs = todo[s : s + step]
+            allowed = tile_allowed(partial, 0, h, qbs, n, n)  # (g, cb, w * cb)
+            qc = qcell[qbs[:, None] * cb + ar]  # (g, cb)
+            kc = kcell[(kbs[qbs].clamp(min=0)[..., None] * cb + ar).flatten(1)]  # (g, w * cb)
+            out += torch.bincount((qc[:, :, None] * cells + kc[:, None, :])[allowed], minlength=cells * cells)
+    return out
+
+
+def _diagonal_counts(p, h: int, n: int, c: int, size):
+    """(m, m) allowed pairs of head ``h`` in each cell of c x c positions, of a pattern whose rule depends on
+    i - j only: the tiles of its block layout (at block c) that are kept and marked full counted whole, one tile
+    per block diagonal evaluated among the other whole tiles (those clipped to n one by one)."""
+    layout = p.block_layout(n, block=c)
+    kv_index, full = _first(layout.kv_index, h), _first(layout.full, h)  # (m, K)
+    counts = torch.zeros(size.shape[0], size.shape[0], dtype=torch.long)
     qb, slot = torch.nonzero(kv_index >= 0, as_tuple=True)
     kb, whole = kv_index[qb, slot], full[qb, slot]
     counts[qb[whole], kb[whole]] = size[qb[whole]] * size[kb[whole]]
     qb, kb = qb[~whole], kb[~whole]
-    if p.translation_invariant:  # the rule depends on i - j only: one tile per block diagonal
-        inner = ((qb < m - 1) & (kb < m - 1)) | (n % c == 0)  # tiles of c x c positions
-        d, which = torch.unique(qb[inner] - kb[inner], return_inverse=True)
-        counts[qb[inner], kb[inner]] = _tile_counts(p, h, n, c, d.clamp(min=0), (-d).clamp(min=0))[which]
-        qb, kb = qb[~inner], kb[~inner]
-    counts[qb, kb] = _tile_counts(p, h, n, c, qb, kb)
+    counts[qb, kb] = _tiles_by_rule(p.mask_mod, h, n, c, qb, kb, invariant=True)
+    return counts
+
+
+def _pooled_mask(bound, n: int, head: int):
+    """Head ``head`` of a bound pattern on ``n`` positions, pooled: ((m, m) fraction of allowed pairs in each
+    block of c x c positions, c, exact number of allowed pairs), m = ceil(n / c) <= PLOT_CELLS.
+
+    The rule is evaluated pair by pair only in tiles that are neither empty nor full, ``_CHUNK`` pairs at a
+    time: where it depends on i - j only, in one tile per block diagonal of its block layout; else in the
+    partial tiles of the components of its plan at block c (``Pattern.plan``: disjoint components, what the
+    kernels run), where gathered rows and keys (global tokens, summary positions, permuted classes) make thin
+    tiles, not the m^2 / 8 partial tiles (n^2 / 8 pairs) that ``Global(every=512)`` or ``Fixed`` leave over
+    blocks of positions. A pattern without a plan is evaluated in every tile. Memory stays
+    O(n + m^2 + _CHUNK), where the dense mask takes n^2 bytes."""
+    per_head = bound.heads()
+    p, h = (per_head[head], 0) if per_head is not None else (bound, head)
+    c = -(-n // PLOT_CELLS)
+    m = -(-n // c)
+    size = torch.full((m,), c)
+    size[-1] = n - (m - 1) * c  # positions in each block
+    try:
+        if p.translation_invariant:
+            counts = _diagonal_counts(p, h, n, c, size)
+        else:
+            plan = p.plan(n, block=c)
+            plan = plan.per_head[h] if plan.per_head is not None else plan
+            counts = torch.zeros((m + 1) * (m + 1), dtype=torch.long)
+            for comp in plan.components:
+                counts += _component_counts(comp, h, n, c)
+            counts = counts.view(m + 1, m + 1)[:m, :m]
+    except NotImplementedError:  # a pattern without a plan: every tile is evaluated
+        qb, kb = torch.arange(m).repeat_interleave(m), torch.arange(m).repeat(m)
+        counts = _tiles_by_rule(p.mask_mod, h, n, c, qb, kb, p.translation_invariant).view(m, m)
     return counts / (size[:, None] * size[None, :]), c, int(counts.sum())
 
 
@@ -155,7 +262,7 @@ def plot_pattern(pattern, n: int, path=None, ax=None, title: str | None = None, 
         image, cell, density = mask.float(), 1, mask.float().mean().item()
     else:
         heads = _check_head(pattern, head, bound.dense_mask(1, n).shape)  # one row: the shape
-        image, cell, pairs = _pooled_mask(bound, n, head, heads)
+        image, cell, pairs = _pooled_mask(bound, n, head)
         density = pairs / (n * n)
     own = ax is None  # a figure made here, closed once saved
     fig = ax.figure if ax is not None else plt.figure(figsize=(4, 4))

@@ -73,7 +73,7 @@ POOLED = {
     "fixed": (P.Fixed(block=8, summary=2), 0),
     "dilated": (P.Dilated(window=8, dilation=2), 0),
     "block_local_odd": (P.BlockLocal(block=7), 0),
-    "block_local_no_cell_size": (P.BlockLocal(block=97), 0),  # no block near 7 divides 97: every tile
+    "block_local_no_cell_size": (P.BlockLocal(block=97), 0),  # cells of 7 straddle its blocks: partial tiles
     "global_indices": (P.Global(indices=[0, 5, 61]), 0),
     "global_every": (P.Global(every=10), 0),
     "random": (P.Random(block=8, num_blocks=2, seed=0), 0),
@@ -311,3 +311,96 @@ def test_gallery_keeps_the_previous_table_when_writing_it_fails(tmp_path, monkey
         gallery.gallery(n=16)
     assert table.read_text() == before
     assert not [p.name for p in table.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+class _RuleOnly(P.Pattern):
+    """A pattern with a rule and no plan (a user's subclass): the pooled plot evaluates every tile."""
+
+    type_name = "rule_only"
+
+    def _mask(self, b, h, i, j):
+        return (i * 7 + j * 3) % 5 == 0
+
+    def _params(self):
+        return {}
+
+
+def _bound_qk(n, heads=2, seed=0):
+    return torch.randn(1, heads, n, 16, generator=torch.Generator().manual_seed(seed))
+
+
+# name -> (pattern at n, head): every family through each path of the pooled count (a rule of i - j only, a plan's
+# components in position order or gathered, every tile), composites and per-head patterns included
+COUNTED = {
+    "sliding_window": (lambda n: P.SlidingWindow(window=8), 0),
+    "causal": (lambda n: P.Causal(), 0),
+    "strided": (lambda n: P.Strided(stride=8), 0),
+    "strided_bidirectional": (lambda n: P.Strided(stride=8, causal=False), 0),
+    "dilated_causal": (lambda n: P.Dilated(window=5, dilation=3, causal=True), 0),
+    "block_local": (lambda n: P.BlockLocal(block=7), 0),
+    "fixed": (lambda n: P.Fixed(block=8, summary=2), 0),
+    "fixed_bidirectional": (lambda n: P.Fixed(block=10, summary=3, causal=False), 0),
+    "global_indices": (lambda n: P.Global(indices=[0, 5, 61]), 0),
+    "global_every": (lambda n: P.Global(every=10), 0),
+    "global_from_mask": (lambda n: P.Global.from_mask(torch.arange(n)[None] % 13 == 4), 0),
+    "sliding_window_or_global_every": (lambda n: P.SlidingWindow(window=8) | P.Global(every=10), 0),
+    "fixed_or_global": (lambda n: P.Fixed(block=8, summary=2) | P.Global(indices=[3, 50]), 0),
+    "global_and_causal": (lambda n: P.Global(every=7) & P.Causal(), 0),
+    "window_or_global_and_causal": (
+        lambda n: (P.SlidingWindow(window=6, causal=True) | P.Global(every=9)) & P.Causal(),
+        0,
+    ),
+    "intersection": (lambda n: P.Strided(stride=4) & P.SlidingWindow(window=16, causal=True), 0),
+    "random": (lambda n: P.Random(block=8, num_blocks=2, seed=0), 0),
+    "bigbird": (lambda n: P.BigBird(block=8, seed=0), 0),
+    "bigbird_odd_block": (lambda n: P.BigBird(block=5, window_blocks=1, seed=1), 0),
+    "longformer": (lambda n: P.Longformer(window=8), 0),
+    "per_head_0": (lambda n: P.PerHead([P.Fixed(block=8, summary=2), P.Global(every=9)]), 0),
+    "per_head_1": (lambda n: P.PerHead([P.Fixed(block=8, summary=2), P.Global(every=9)]), 1),
+    "per_head_union_1": (
+        lambda n: P.PerHead([P.SlidingWindow(window=4), P.Causal()]) | P.Global(indices=[3]),
+        1,
+    ),
+    "lsh_bound_1": (lambda n: P.LSH(bucket_size=8).bind(n, query=_bound_qk(n), key=_bound_qk(n)), 1),
+    "lsh_two_hashes_causal": (
+        lambda n: P.LSH(bucket_size=8, num_hashes=2, causal=True).bind(
+            n, query=_bound_qk(n), key=_bound_qk(n)
+        ),
+        0,
+    ),
+    "topk_bound_1": (
+        lambda n: P.TopKBlocks(block=8, k=2).bind(n, query=_bound_qk(n), key=_bound_qk(n, seed=1)),
+        1,
+    ),
+    "rule_only": (lambda n: _RuleOnly(), 0),
+}
+
+
+# cells of 6 positions (dividing n), 9 (a few pairs evaluated at a time: every loop over chunks runs) and 63
+@pytest.mark.parametrize("n, chunk", [(96, None), (131, 100), (1000, None)], ids=["96", "131-chunks", "1000"])
+@pytest.mark.parametrize("name", list(COUNTED))
+def test_pooled_counts_are_the_dense_mask_counted_cell_by_cell(name, n, chunk, monkeypatch):
+    """The pooled plot's allowed pairs per cell (read from the pattern's layout or plan, the rule evaluated only in
+    partial tiles) are exactly the dense mask's, summed over each cell; their total is the title's density."""
+    import hf_sparse.viz as viz
+
+    if chunk is not None:
+        monkeypatch.setattr(viz, "_CHUNK", chunk)
+    make, head = COUNTED[name]
+    pattern = make(n)
+    bound = pattern.bind(n) if not pattern.content_based else pattern
+    dense = bound.dense_mask(n)
+    while dense.dim() > 2:
+        dense = dense[0] if dense.dim() == 4 else dense[head]
+    monkeypatch.setattr(viz, "PLOT_CELLS", 16)
+    fraction, c, pairs = viz._pooled_mask(bound, n, head)
+    m = fraction.shape[0]
+    assert c == -(-n // 16) and fraction.shape == (m, m) and m == -(-n // c)
+    size = torch.full((m,), c)
+    size[-1] = n - (m - 1) * c
+    counts = (fraction.double() * (size[:, None] * size[None, :])).round().long()
+    padded = torch.nn.functional.pad(dense.long(), (0, m * c - n, 0, m * c - n))
+    expect = padded.view(m, c, m, c).sum((1, 3))
+    assert torch.equal(counts, expect), (counts - expect).nonzero()[:5].tolist()
+    assert pairs == int(dense.sum())
+    assert 0 < pairs < n * n  # a pattern that allows some pairs, not all: a count can be wrong either way
