@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from huggingface_hub import ModelCard, constants
 
 import hf_sparse
@@ -73,6 +74,25 @@ def test_card_metadata():
     again = ModelCard(str(card))
     assert [r.metric_value for r in again.data.eval_results] == [0.8125, 0.25]
     assert again.data.to_dict()["model-index"][0]["name"] == "motif-tiny"
+
+
+@pytest.mark.parametrize("base_model", ["someone/base-dna", None])
+def test_the_card_of_an_adapter_alone_is_a_peft_card_that_loads_the_base_then_the_adapter(base_model):
+    """adapter_only: ``library_name: peft``, the base model (where given) in the metadata and the loading code, which
+    loads it then the adapter with PeftModel; no claim of modelling code or a pipeline in the repository."""
+    card = _card(base_model=base_model, adapter_only=True)
+    meta = yaml.safe_load(str(card).split("---\n")[1])
+    assert meta["library_name"] == "peft" and meta.get("base_model") == base_model
+    how = card.text.split("## How to use\n")[1].split("\n## ")[0]
+    assert "pip install peft" in how and "hf_sparse_bundle.json" not in how and "pipeline(" not in how
+    loads = f'AutoModelForTokenClassification.from_pretrained("{base_model or "path/to/base-model"}"'
+    assert f"base_model = {loads}, trust_remote_code=True)" in how
+    assert 'model = PeftModel.from_pretrained(base_model, "someone/motif-tiny")' in how
+    assert "runs the Python files of the base model's repository" in card.text
+    full = _card(base_model=base_model)
+    assert full.data.library_name == "transformers" and "PeftModel" not in full.text
+    with pytest.raises(TypeError, match="adapter_only must be a bool"):
+        _card(adapter_only="yes")
 
 
 def test_each_split_is_a_model_index_result_of_its_own_and_counts_are_no_metrics(tmp_path):

@@ -406,6 +406,7 @@ def render_model_card(
     dataset_split: str | None = None,
     requirements: str | Iterable[str] | None = None,
     template: str | os.PathLike | None = None,
+    adapter_only: bool = False,
 ) -> ModelCard:
     """A model card for an hf-sparse model, from the task's template in ``hf_sparse/model_cards/``.
 
@@ -414,7 +415,7 @@ def render_model_card(
             :class:`~hf_sparse.tasks.TaskDescriptor`, or ``"sparse_transformer"`` (the SparseTransformer
             family's card); the task's :class:`~hf_sparse.tasks.CardInfo` gives the template and texts.
         model_name: the card's title and the ``model-index`` name.
-        base_model: Hub id of the checkpoint this model was fine-tuned from.
+        base_model: Hub id of the checkpoint this model was fine-tuned from (of an adapter: the model it loads on).
         datasets: Hub dataset ids used for training (card metadata ``datasets``).
         license: license id (card metadata ``license``).
         pipeline_tag: Hub pipeline tag; defaults to the task's (``token-classification``,
@@ -447,6 +448,10 @@ def render_model_card(
             whose model uses ``ExportCodeMixin``), the card says to install hf-sparse before loading; otherwise
             (or None) that the code loads without it.
         template: path to your own Jinja template (it may ``{% extends "_base.jinja" %}``).
+        adapter_only: the repository holds a PEFT adapter alone (``adapter_config.json``,
+            ``adapter_model.safetensors``; no ``config.json``, no modelling code): metadata
+            ``library_name: peft`` (``base_model``: the adapter's base, where it is a Hub id), and the loading
+            snippet loads the base model (``auto_class``), then the adapter with ``PeftModel.from_pretrained``.
 
     Returns:
         A :class:`huggingface_hub.ModelCard`; ``card.data`` is its :class:`ModelCardData`.
@@ -485,6 +490,8 @@ def render_model_card(
     if extra is not None and not isinstance(extra, Mapping):
         raise TypeError(f"extra must be a dict, got {type(extra).__name__}")
     extra = dict(extra or {})
+    if not isinstance(adapter_only, bool):
+        raise TypeError(f"adapter_only must be a bool, got {type(adapter_only).__name__}")
 
     # -- metrics -> EvalResult ---------------------------------------------------------------
     for name, values in (("metrics", metrics), ("counts", counts)):
@@ -538,7 +545,7 @@ def render_model_card(
         datasets=datasets or None,
         eval_results=eval_results or None,
         language=languages or None,
-        library_name="transformers",
+        library_name="peft" if adapter_only else "transformers",
         license=license,
         metrics=list(dict.fromkeys(r.metric_type for r in eval_results)) or None,
         pipeline_tag=pipeline_tag,
@@ -563,6 +570,7 @@ def render_model_card(
         auto_class=auto_class,
         pipeline_task=pipeline_task,
         needs_hf_sparse="hf_sparse" in requirements,
+        adapter_only=adapter_only,
         hf_sparse_version=_version(),
         pattern_name=p_summary or "not recorded",
         pattern_repr=p_repr,

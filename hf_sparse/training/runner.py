@@ -819,6 +819,19 @@ def _saved_adapter_config(output_dir: str) -> tuple[dict | None, bool]:
     return None, False
 
 
+def _is_hub_id(name) -> bool:
+    """Whether ``name`` (an adapter's ``base_model_name_or_path``) is a Hub model id rather than a local folder."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not isinstance(name, str) or not name.strip() or os.path.isabs(name) or os.path.isdir(name):
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
 def _write_model_card(task, task_args, recipe_args, training_args, results, output_dir, model) -> str | None:
     """README.md via ``hf_sparse.hub``; skipped with a warning if that module is unavailable or the
     card cannot be rendered (the error is recorded as ``model_card_error`` in the results). A metric that
@@ -877,8 +890,12 @@ def _write_model_card(task, task_args, recipe_args, training_args, results, outp
         }
     if adapter_only:  # no model, no modelling code: the card's loading code loads the base the adapter names
         base = (lora or {}).get("base_model_name_or_path")
-        hub_id = isinstance(base, str) and not os.path.isabs(base) and not os.path.isdir(base)
+        hub_id = _is_hub_id(base)
         named = f"`{base}`" if hub_id else "named in adapter_config.json (a local folder)"
+        kwargs["adapter_only"] = True  # library_name: peft; How to use: the base model, then PeftModel
+        kwargs.pop("base_model", None)  # the base the adapter loads on, where a Hub id (no local path)
+        if hub_id:
+            kwargs["base_model"] = base
         kwargs["tags"] = [*(kwargs.get("tags") or []), "peft", "lora"]
         kwargs["extra"] = {
             **(kwargs.get("extra") or {}),
