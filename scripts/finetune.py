@@ -90,12 +90,17 @@ def _one_line(e: BaseException, secrets=()) -> str:
 
 
 def _write_error(e: BaseException) -> OSError | None:
-    """The ``OSError`` (disk or quota full, read-only file system) that ``e`` is or was raised from, else None."""
+    """The ``OSError`` (disk or quota full, read-only file system) that ``e`` is or was raised from, else None;
+    a ``SafetensorError`` naming one (``"No space left on device (os error 28)"``) counts as that ``OSError``
+    (a checkpoint's torch files: see ``hf_sparse.training.checkpoints.as_write_error``)."""
+    from hf_sparse.training.checkpoints import as_write_error
+
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
-            return e
+        error = as_write_error(e)
+        if error is not None and error.errno in _WRITE_ERRNOS:
+            return error
         e = e.__cause__ or e.__context__
     return None
 

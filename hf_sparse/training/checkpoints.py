@@ -14,6 +14,7 @@ state) fails with a message naming it instead of an obscure traceback.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import logging
@@ -31,6 +32,7 @@ __all__ = [
     "AtomicCheckpointMixin",
     "RESUME_FIXED_ARGS",
     "RESUME_FIXED_RECIPE_KEYS",
+    "as_write_error",
     "atomic_trainer_class",
     "changed_settings",
     "changed_training_args",
@@ -62,6 +64,15 @@ _OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin", "optimizer_0")
 _SCHEDULER_FILE = "scheduler.pt"
 _TRAINER_STATE = "trainer_state.json"
 _HF_SPARSE_STATE = "hf_sparse_state.json"  # the loss sum up to this checkpoint (for train_loss)
+
+
+# A save that fails for want of space reads differently per writer: safetensors names the OS error in its message
+# ("I/O error: No space left on device (os error 28)"); torch's zip writer (torch.save: optimizer, scheduler, RNG
+# states) has no errno at all ("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534", raised
+# while handling "basic_ios::clear: iostream error").
+_OS_ERROR_IN_MESSAGE = re.compile(r"\(os error (\d+)\)")
+_TORCH_WRITER_FAILURES = ("inline_container", "PytorchStreamWriter", "iostream error")
+_ALMOST_FULL = 1 << 20  # bytes still free to the user on a file system a failed write filled (0 on tmpfs)
 
 
 class CheckpointError(ValueError):
@@ -205,6 +216,50 @@ def make_shareable(folder) -> None:
                 os.chmod(path, mode)
         except OSError:
             continue
+
+
+def _exception_chain(e: BaseException) -> list[BaseException]:
+    chain = []
+    while e is not None and all(e is not seen for seen in chain):
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return chain
+
+
+def as_write_error(e: BaseException, folder=None) -> OSError | None:
+    """The ``OSError`` that ``e``, raised while writing files into ``folder``, stands for; None if it is no
+    failure to write.
+
+    ``e`` itself if it is an ``OSError``; a ``SafetensorError`` whose message names an OS error
+    (``"... No space left on device (os error 28)"``) gives that error. A ``RuntimeError`` of torch's zip writer
+    (``torch.save``; its message, or one it was raised from, names ``inline_container``, ``PytorchStreamWriter``
+    or ``iostream error``) carries no errno: it gives ``EROFS`` where ``folder``'s file system is read-only and
+    ``ENOSPC`` where it has (almost) no space left (under 1 MiB free to the user), else None (also without
+    ``folder``), as does any other exception.
+    """
+    if isinstance(e, OSError):
+        return e
+    where = None if folder is None else os.fspath(folder)
+    if type(e).__name__ == "SafetensorError":
+        found = _OS_ERROR_IN_MESSAGE.search(str(e))
+        return OSError(int(found[1]), os.strerror(int(found[1])), where) if found else None
+    chain = _exception_chain(e)
+    if where is None or not all(isinstance(x, RuntimeError) for x in chain):
+        return None
+    if not any(marker in str(x) for x in chain for marker in _TORCH_WRITER_FAILURES):
+        return None
+    probe = where
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        fs = os.statvfs(probe)
+    except OSError:
+        return None
+    if fs.f_flag & os.ST_RDONLY:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), where)
+    if fs.f_bavail * fs.f_frsize < _ALMOST_FULL:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where)
+    return None
 
 
 def list_checkpoints(output_dir) -> list[str]:
@@ -424,6 +479,9 @@ class AtomicCheckpointMixin:
         the last log (``hf_sparse_state.json``); here the sum is added back to ``train_loss``, and the unlogged
         part is handed back to the Trainer when training begins (:meth:`_restore_log_state`), so the first log
         averages over the same steps as without the interruption.
+
+        At the end ``save_total_limit`` is applied once more: a run killed after a save renamed its checkpoint into
+        place but before it rotated, resumed with nothing left to train, kept one checkpoint too many.
         """
         self._loss_sum_before, self._log_state = 0.0, None
         start = 0
@@ -436,6 +494,9 @@ class AtomicCheckpointMixin:
                     self.add_callback(RestoreLogStateCallback(self))
         self._resumed_at = start
         output = super().train(resume_from_checkpoint, *args, **kwargs)
+        if self.args.should_save:  # a run killed after a save's rename, before its rotation
+            trial = kwargs.get("trial", args[0] if args else None)
+            self._rotate_checkpoints_in(super()._get_output_dir(trial))
         if not start or "train_loss" not in output.metrics:
             return output
         from transformers.trainer_utils import TrainOutput
@@ -483,14 +544,38 @@ class AtomicCheckpointMixin:
         after a resume too (transformers kept the checkpoint's, with a warning); a checkpoint of the last step (or
         later) trains nothing more.
 
+        The best checkpoint the resumed state records (``load_best_model_at_end``) is an absolute path: after the
+        output folder moved (another disk or machine) transformers ignored it, rotation then deleted it and the
+        run ended with the last step's model. Here the checkpoint of that name next to the resumed one is taken
+        instead, where the recorded path is gone (:func:`_moved_best_checkpoint`).
+
         From a checkpoint at ``global_step >= max_steps`` (a run killed during its final evaluation or save,
         or a finished run resumed) transformers (5.10-5.24) skips ``global_step % steps_per_epoch`` batches
         and then trains one more step whenever ``max_steps`` is not a multiple of the epoch length. Here the
         epoch loop is skipped instead: the checkpoint's weights and state are the final ones.
         """
-        epochs_trained, steps_trained = super()._init_training_state(
-            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        recorded, moved = (
+            (None, None) if resume_from_checkpoint is None else _moved_best_checkpoint(resume_from_checkpoint)
         )
+        dropped = _DropRecord(f"The best checkpoint {recorded} recorded in the resumed state does not exist")
+        trainer_logger = logging.getLogger("transformers.trainer")
+        if moved is not None:
+            trainer_logger.addFilter(dropped)  # "... Ignoring it": it is found, below
+        try:
+            epochs_trained, steps_trained = super()._init_training_state(
+                max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+            )
+        finally:
+            trainer_logger.removeFilter(dropped)
+        if moved is not None and self.state.best_model_checkpoint is None:
+            run_dir = super()._get_output_dir(trial)
+            if os.path.isdir(run_dir) and os.path.samefile(os.path.dirname(moved), run_dir):
+                moved = os.path.join(run_dir, os.path.basename(moved))  # as rotation names it, to keep it
+            self.state.best_model_checkpoint = moved
+            if self.is_world_process_zero():
+                logger.info(
+                    "the best checkpoint %s recorded in %s is %s now", recorded, resume_from_checkpoint, moved
+                )
         if resume_from_checkpoint is not None:
             self.state.compute_steps(self.args, max_steps)  # the loaded state held the checkpoint's
         if resume_from_checkpoint is not None and self.state.global_step >= max_steps:
@@ -510,7 +595,7 @@ class AtomicCheckpointMixin:
         return super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model, trial):
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         run_dir = super()._get_output_dir(trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -524,6 +609,11 @@ class AtomicCheckpointMixin:
         self._staging_run_dir = staging_run_dir
         try:
             super()._save_checkpoint(model, trial)
+        except Exception as e:  # a full disk: an OSError, whatever the writer (see as_write_error)
+            error = as_write_error(e, staging_run_dir)
+            if error is None or error is e:
+                raise
+            raise error from e
         finally:
             self._staging_run_dir = None
         self.accelerator.wait_for_everyone()  # every process has written its files (e.g. RNG states)
@@ -550,13 +640,47 @@ class AtomicCheckpointMixin:
             make_shareable(staged)
             os.replace(staged, final)
             shutil.rmtree(staging_run_dir, ignore_errors=True)
-            rotate_checkpoints(
-                output_dir=run_dir,
-                save_total_limit=self.args.save_total_limit,
-                best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=True,
-            )
+            self._rotate_checkpoints_in(run_dir)
         self.accelerator.wait_for_everyone()
+
+    def _rotate_checkpoints_in(self, run_dir: str) -> None:
+        """Apply ``save_total_limit`` in ``run_dir`` (transformers' rotation: the latest checkpoint and the best one
+        are kept)."""
+        from transformers.trainer_utils import rotate_checkpoints
+
+        rotate_checkpoints(
+            output_dir=run_dir,
+            save_total_limit=self.args.save_total_limit,
+            best_model_checkpoint=self.state.best_model_checkpoint,
+            use_mtime=True,
+        )
+
+
+def _moved_best_checkpoint(folder: str) -> tuple[str | None, str | None]:
+    """The ``best_model_checkpoint`` recorded in checkpoint ``folder``'s trainer state and, where that path does
+    not exist and a checkpoint of the same name is next to ``folder`` (its output folder was moved or renamed),
+    that checkpoint's path; else ``(recorded, None)``."""
+    try:
+        with open(os.path.join(folder, _TRAINER_STATE), encoding="utf-8") as f:
+            recorded = json.load(f).get("best_model_checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    if not isinstance(recorded, str) or not recorded or os.path.isdir(recorded):
+        return recorded, None
+    name = os.path.basename(os.path.normpath(recorded))
+    moved = os.path.join(os.path.dirname(os.path.normpath(folder)), name)
+    return recorded, moved if _CHECKPOINT_RE.match(name) and os.path.isdir(moved) else None
+
+
+class _DropRecord(logging.Filter):
+    """Drops the log records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
 
 
 def _loss_state_of_checkpoint(folder: str) -> dict:

@@ -52,6 +52,10 @@ _SECRET_KEY = re.compile(
 )
 # Token-shaped strings whatever the key: Hugging Face (hf_...), and "Bearer ..." headers.
 _TOKEN_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b|\bBearer\s+[A-Za-z0-9._\-]{16,}")
+# A "key=" inside a text (a message): "b.yaml: hub_token={'value': 'x'} is not a valid str".
+_KEY_IN_TEXT = re.compile(r"(?<![\w.\-])([A-Za-z_][\w.\-]*)=")
+_BARE_KEY = re.compile(r"[\w.\-]+")
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
 
 
 def is_secret_key(name) -> bool:
@@ -66,6 +70,58 @@ def known_secrets(*values) -> list[str]:
     return sorted(set(found), key=len, reverse=True)
 
 
+def _value_end(text: str, start: int) -> int:
+    """Where the value starting at ``text[start]`` ends: after its closing quote (a quoted string), after its
+    closing bracket (a repr: nested brackets and quotes counted), else at the first whitespace or unopened
+    closing bracket; the end of ``text`` if it is not closed."""
+    closers, quote, i = [], None, start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+                if not closers:
+                    return i + 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _CLOSING:
+            closers.append(_CLOSING[ch])
+        elif ch in ")]}":
+            if not closers:
+                return i
+            if ch == closers[-1]:
+                closers.pop()
+                if not closers:
+                    return i + 1
+        elif ch.isspace() and not closers:
+            return i
+        i += 1
+    return len(text)
+
+
+def _redact_pairs(text: str) -> str:
+    """``text`` with the value of every secret-named ``key=value`` in it masked (up to the end of the value,
+    see :func:`_value_end`), and that value wherever else it occurs (an error's own message may repeat it)."""
+    parts, values, pos = [], [], 0
+    while match := _KEY_IN_TEXT.search(text, pos):
+        if not is_secret_key(match.group(1)) or match.group(1).lower() == "key":  # "of the form key=value"
+            parts.append(text[pos : match.end()])
+            pos = match.end()
+            continue
+        end = _value_end(text, match.end())
+        parts += [text[pos : match.end()], REDACTED]
+        values.append(text[match.end() : end])
+        pos = end
+    parts.append(text[pos:])
+    text = "".join(parts)
+    hidden = {v for value in values for v in (value, value.strip("'\"")) if len(v) >= 4}
+    for value in sorted(hidden, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
 def _redact_text(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         if len(secret) >= 4:
@@ -77,7 +133,9 @@ def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
     """A copy of ``obj`` (dicts, lists, strings) without secrets.
 
     Values under a secret-named key become ``"<redacted>"`` (``None`` stays ``None``); a
-    ``"key=value"`` string with a secret key keeps its key; ``secrets`` (and the values of
+    ``"key=value"`` string with a secret key keeps its key; in other strings (messages) the value after a
+    secret key's ``key=`` is masked up to its end (a quoted string, a bracketed repr, else the next whitespace),
+    and so is that value wherever else it occurs, the rest of the message kept; ``secrets`` (and the values of
     :data:`SECRET_ENV_VARS`) and token-shaped strings are masked wherever they occur.
     """
     secrets = known_secrets(*secrets)
@@ -92,9 +150,9 @@ def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
             return type(x)(walk(v) for v in x) if isinstance(x, list) else tuple(walk(v) for v in x)
         if isinstance(x, str):
             key, sep, _ = x.partition("=")
-            if sep and is_secret_key(key.strip()):
+            if sep and _BARE_KEY.fullmatch(key.strip()) and is_secret_key(key.strip()):
                 return f"{key}={REDACTED}"
-            return _redact_text(x, secrets)
+            return _redact_text(_redact_pairs(x), secrets)
         return x
 
     return walk(obj)

@@ -133,3 +133,29 @@ def test_a_token_in_a_bad_override_is_not_printed(overrides, needle, tmp_path, c
     line = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(line) == 1 and needle in line[0] and REDACTED in line[0], err
     assert TOKEN not in err and "my-own-password" not in err
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("r.yaml: hub_token={'value': 'MySecret42'} is not a valid str (x)", "r.yaml: hub_token=<redacted> is not a valid str (x)"),
+        ("r.yaml: hub_token='MySecret42' is not a bool: 'MySecret42' is not", "r.yaml: hub_token=<redacted> is not a bool: <redacted> is not"),
+        ("at (api_key=[1, 'My Secret']) and lr=1", "at (api_key=<redacted>) and lr=1"),
+        ("hub_token=My Secret", "hub_token=<redacted>"),  # a bare key=value: all of the value
+        ("password: {'x': 'MySecret42", "password: {'x': 'MySecret42"),  # no key=: left to the other rules
+    ],
+)  # fmt: skip
+def test_a_secret_keys_value_in_a_message_is_masked_and_the_message_kept(text, shown):
+    assert redact(text) == shown
+
+
+def test_a_wrong_typed_token_in_the_recipe_is_explained_without_its_value(tmp_path, capsys):
+    """hub_token: {value: ...} printed only 'r.yaml: hub_token=<redacted>': the reason was masked with the value."""
+    recipe = write_recipe(
+        tmp_path / "r.yaml", toy_recipe(tmp_path / "out", hub_token={"value": "MySecretTokenValue42"})
+    )
+    assert load_finetune_module().main([str(recipe)]) == 2
+    err = capsys.readouterr().err
+    line = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(line) == 1 and f"hub_token={REDACTED} is not a valid str" in line[0], err
+    assert "MySecretTokenValue42" not in err

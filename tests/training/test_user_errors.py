@@ -578,6 +578,58 @@ def test_a_full_disk_during_the_run_is_one_error_line(finetune, tmp_path, capsys
         finetune.main([*argv, "--overwrite_output_dir"])
 
 
+@pytest.mark.parametrize("writer", ["model.safetensors", "optimizer.pt"])
+def test_a_disk_filling_up_in_a_checkpoints_weights_or_optimizer_state_is_one_error_line(
+    writer, finetune, tmp_path, capsys, monkeypatch
+):
+    """safetensors and torch.save report a full disk without an OSError (a SafetensorError naming 'os error 28',
+    a RuntimeError of torch's zip writer): a traceback and exit 1. A writer failure with space left keeps it."""
+    import os
+
+    import torch
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    out = tmp_path / "out"
+    real_torch_save = torch.save
+
+    def full_safetensors(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    def full_torch_save(obj, f, *args, **kwargs):
+        if str(f).endswith("optimizer.pt"):
+            try:
+                raise RuntimeError("basic_ios::clear: iostream error")
+            except RuntimeError:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")  # noqa: B904
+        return real_torch_save(obj, f, *args, **kwargs)
+
+    if writer == "model.safetensors":
+        monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_safetensors)
+    else:
+        monkeypatch.setattr(torch, "save", full_torch_save)
+    real_statvfs = os.statvfs
+    free = {"bytes": 0}
+
+    def statvfs(path):  # the file system the failed write filled up
+        fs = real_statvfs(path)
+        if not os.fspath(path).startswith(str(out)):
+            return fs
+        return os.statvfs_result((*fs[:4], free["bytes"] // fs.f_frsize, *fs[5:]))
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    argv = _toy_argv(tmp_path, out, max_steps=2, save_strategy="steps", save_steps=1, eval_strategy="no",
+                     num_test=0, plots=False, disable_tqdm=True)  # fmt: skip
+    assert finetune.main(argv) == 2
+    _one_error_line(capsys.readouterr().err, "cannot write the run's files: [Errno 28] No space left on device",
+                    str(out / ".checkpoint-1.incomplete"), "--resume continues")  # fmt: skip
+    assert not list(out.glob("checkpoint-*"))
+    if writer == "optimizer.pt":
+        free["bytes"] = 1 << 30
+        with pytest.raises(RuntimeError, match="inline_container"):
+            finetune.main([*argv, "--overwrite_output_dir"])
+
+
 def test_a_rerun_over_a_trained_model_without_checkpoints_keeps_it(finetune, tmp_path, capsys):
     """save_strategy: no leaves no checkpoint: the finished model alone stops a rerun, and --resume too."""
     out = tmp_path / "out"
