@@ -567,7 +567,8 @@ class AtomicCheckpointMixin:
             )
         finally:
             trainer_logger.removeFilter(dropped)
-        if moved is not None and self.state.best_model_checkpoint is None:
+        # transformers 5.24 drops the missing path (None), 5.10 keeps it as it was recorded
+        if moved is not None and self.state.best_model_checkpoint in (None, recorded):
             run_dir = super()._get_output_dir(trial)
             if os.path.isdir(run_dir) and os.path.samefile(os.path.dirname(moved), run_dir):
                 moved = os.path.join(run_dir, os.path.basename(moved))  # as rotation names it, to keep it
