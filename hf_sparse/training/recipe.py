@@ -65,6 +65,7 @@ __all__ = [
     "TRAINING_RENAMES",
     "RecipeArguments",
     "RecipeError",
+    "given_keys",
     "load_recipe",
     "parse_overrides",
     "path_field",
@@ -511,7 +512,9 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
     Returns:
         ``(recipe_args, task_args, training_args)``: a :class:`RecipeArguments`, the task's
         ``Arguments`` and its ``TrainingArguments`` (class). ``recipe_args.source`` is the recipe
-        file and ``recipe_args.values`` the resolved mapping (after defaults and overrides).
+        file and ``recipe_args.values`` the resolved mapping (after defaults and overrides);
+        :func:`given_keys` of ``task_args`` is the set of keys the recipe and the overrides state, even
+        where a value equals the default.
 
     Raises:
         RecipeError: missing file, invalid YAML, missing/unknown task, unknown key, a value of the
@@ -610,4 +613,13 @@ def load_recipe(recipe, overrides=()) -> tuple[RecipeArguments, Any, Any]:
         raise RecipeError(f"{source}: {e}") from e
     recipe_args.source = source
     recipe_args.values = values
+    # not a field (the task's Arguments may be a frozen dataclass): read through given_keys
+    object.__setattr__(task_args, "_recipe_keys", frozenset(data) | frozenset(override_values))
     return recipe_args, task_args, training_args
+
+
+def given_keys(task_args) -> frozenset[str] | None:
+    """The keys the recipe and its overrides state (:func:`load_recipe` records them on the task arguments), or
+    None for task arguments built in Python, where a value that equals its default cannot be told from one left
+    out."""
+    return getattr(task_args, "_recipe_keys", None)

@@ -424,16 +424,29 @@ def _renamed(dialogues, intents=None, acts=None):
     return out
 
 
+def _as_pytorch_bin(folder) -> None:
+    """The saved model in ``folder`` re-written as ``pytorch_model.bin`` (older transformers, ``torch.save``)."""
+    from safetensors.torch import load_file
+
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+
+
 @pytest.mark.parametrize(
-    "intents,acts",
+    "intents,acts,weights",
     [
-        ({"SearchFlights": "ReserveHotel"}, {"OFFER": "NOTIFY_SUCCESS"}),  # as many labels, other names
-        ({"SearchFlights": "AAA_NewIntent"}, {"OFFER": "AAA_NEW_ACT"}),  # sorted first: every row moves
+        # as many labels, other names
+        ({"SearchFlights": "ReserveHotel"}, {"OFFER": "NOTIFY_SUCCESS"}, "safetensors"),
+        # sorted first: every row moves
+        ({"SearchFlights": "AAA_NewIntent"}, {"OFFER": "AAA_NEW_ACT"}, "safetensors"),
+        # saved as pytorch_model.bin (older transformers, torch.save)
+        ({"SearchFlights": "AAA_NewIntent"}, {"OFFER": "AAA_NEW_ACT"}, "bin"),
     ],
 )
-def test_continuing_a_tracking_model_keeps_its_head_rows_by_label_name(tmp_path, intents, acts):
-    """A saved tracking model continued on data whose labels have other names: a label's trained row follows its
-    name, a new label gets a new row (never the trained row of another label at its position)."""
+def test_continuing_a_tracking_model_keeps_its_head_rows_by_label_name(tmp_path, intents, acts, weights):
+    """A saved tracking model (safetensors or pytorch_model.bin) continued on data whose labels have other names: a
+    label's trained row follows its name, a new label gets a new row (never the trained row of another label at its
+    position)."""
     from hf_sparse.tasks.dialogue.task import DialogueTrackingTask
 
     first = synthetic_dialogues(8, seed=1)
@@ -445,6 +458,8 @@ def test_continuing_a_tracking_model_keeps_its_head_rows_by_label_name(tmp_path,
     saved = task.build_model(args, tokenizer)
     saved.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
+    if weights == "bin":
+        _as_pytorch_bin(tmp_path / "model")
     again = DialogueTrackingTask()
     args = _tiny_tracking_args(str(tmp_path / "b"), model_name_or_path=str(tmp_path / "model"))
     model = again.build_model(args, again.build_tokenizer(args))
@@ -462,6 +477,15 @@ def test_continuing_a_tracking_model_keeps_its_head_rows_by_label_name(tmp_path,
             else:  # a new row, not the trained one of the label that was at j
                 assert not torch.equal(new.weight[j], old.weight[j]), name
         torch.testing.assert_close(getattr(model, head).dense.weight, getattr(saved, head).dense.weight)
+
+
+def test_saved_head_rows_of_a_folder_without_weights_are_an_error_naming_the_files(tmp_path):
+    from hf_sparse.tasks.dialogue.task import _saved_tensors
+
+    with pytest.raises(OSError, match=r"model_name_or_path=.* has no saved weights: looked for model\.safetensors, "
+                                      r"model\.safetensors\.index\.json, pytorch_model\.bin, "
+                                      r"pytorch_model\.bin\.index\.json"):  # fmt: skip
+        _saved_tensors(str(tmp_path), ["act_classifier.out_proj.weight"])
 
 
 def test_tracking_data_without_intents_gives_no_intent_head_and_no_intent_metrics(tmp_path):

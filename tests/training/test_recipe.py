@@ -9,7 +9,7 @@ import yaml
 
 from hf_sparse.tasks.arguments import RENAMED_KEYS, BackboneArguments
 from hf_sparse.training import RecipeArguments, RecipeError, load_recipe, parse_overrides
-from hf_sparse.training.recipe import _coerce, _cpu_only_distributed_launch, _installed_spelling
+from hf_sparse.training.recipe import _coerce, _cpu_only_distributed_launch, _installed_spelling, given_keys
 from tests.training.helpers import toy_recipe, write_recipe
 from tests.training.toy_task import ToyArguments, ToyTask
 
@@ -46,6 +46,15 @@ def test_recipe_overrides_defaults(tmp_path):
     _, _, training_args = load_recipe(toy_recipe(tmp_path, eval_strategy="no", save_strategy="steps"))
     assert training_args.eval_strategy == "no" and training_args.save_strategy == "steps"
     assert training_args.report_to == []  # "none"
+
+
+def test_the_task_arguments_record_the_keys_the_recipe_and_overrides_state(tmp_path):
+    """A key stated at its default value counts as given (a saved model's settings yield only to stated keys);
+    task arguments built in Python record none."""
+    _, task_args, _ = load_recipe(toy_recipe(tmp_path, seq_len=10), ["hidden_size=32"])  # both the defaults
+    stated = given_keys(task_args)
+    assert {"seq_len", "hidden_size", "task", "learning_rate"} <= stated and "num_layers" not in stated
+    assert given_keys(ToyArguments()) is None
 
 
 def test_unknown_key_names_key_and_file(tmp_path):

@@ -646,24 +646,41 @@ def _label_rows_by_name(model, path: str) -> None:
 
 
 def _saved_tensors(path: str, names: list[str]) -> dict[str, torch.Tensor]:
-    """The tensors ``names`` of a saved model (a folder or a Hub repository), read alone from its safetensors
-    weights: ``model.safetensors``, or the shards ``model.safetensors.index.json`` lists (transformers 5 saves
-    nothing else). ``OSError`` naming ``path`` where it has neither."""
+    """The tensors ``names`` of a saved model (a folder or a Hub repository), read from its weights as
+    ``from_pretrained`` finds them: ``model.safetensors`` or the shards ``model.safetensors.index.json`` lists, else
+    ``pytorch_model.bin`` or the shards ``pytorch_model.bin.index.json`` lists (older transformers, ``torch.save``).
+    ``OSError`` naming ``path`` and the files looked for where it has none of them."""
     from safetensors import safe_open
-    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
+    from transformers.utils import (
+        SAFE_WEIGHTS_INDEX_NAME,
+        SAFE_WEIGHTS_NAME,
+        WEIGHTS_INDEX_NAME,
+        WEIGHTS_NAME,
+        cached_file,
+    )
 
-    single = cached_file(path, SAFE_WEIGHTS_NAME, _raise_exceptions_for_missing_entries=False)
-    if single is not None:
-        files = dict.fromkeys(names, single)
-    else:
-        with open(cached_file(path, SAFE_WEIGHTS_INDEX_NAME)) as f:
-            shards = json.load(f)["weight_map"]
-        files = {name: cached_file(path, shards[name]) for name in names}
-    out = {}
-    for name, file in files.items():
-        with safe_open(file, framework="pt") as weights:
-            out[name] = weights.get_tensor(name)
-    return out
+    def read(file: str, wanted: list[str]) -> dict[str, torch.Tensor]:
+        if file.endswith(".safetensors"):
+            with safe_open(file, framework="pt") as weights:
+                return {name: weights.get_tensor(name) for name in wanted}
+        weights = torch.load(file, map_location="cpu", weights_only=True)
+        return {name: weights[name] for name in wanted}
+
+    looked = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
+    for single, index in ((SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME), (WEIGHTS_NAME, WEIGHTS_INDEX_NAME)):
+        file = cached_file(path, single, _raise_exceptions_for_missing_entries=False)
+        if file is not None:
+            return read(file, names)
+        file = cached_file(path, index, _raise_exceptions_for_missing_entries=False)
+        if file is not None:
+            with open(file) as f:
+                shards = json.load(f)["weight_map"]
+            out = {}
+            for shard in dict.fromkeys(shards[name] for name in names):
+                wanted = [name for name in names if shards[name] == shard]
+                out.update(read(cached_file(path, shard), wanted))
+            return out
+    raise OSError(f"model_name_or_path={path!r} has no saved weights: looked for {', '.join(looked)}")
 
 
 # --------------------------------------------------------------------------------------- selection

@@ -42,7 +42,7 @@ from ...data.loading import fingerprint, jsonl_files, num_proc_for, tokenizer_fi
 from ...metrics import load as load_metric
 from ...models.longformer_tasks.backbone import card_pattern
 from ...training import Task, path_field
-from ...training.recipe import RecipeError, require_model, require_path
+from ...training.recipe import RecipeError, given_keys, require_model, require_path
 from ...training.split_loss import SplitLossMixin
 from ...training.tasks import metric_prefix
 from ...utils.labels import IGNORE_INDEX
@@ -432,24 +432,29 @@ def _extractive_trainer_class():
     return ExtractiveTrainer
 
 
-# The scorer's settings in an extractive model's config: a saved model keeps its own where the recipe leaves them at
-# their defaults (:func:`_given_head_settings`); the first two shape the scorer's weights.
+# The scorer's settings in an extractive model's config: a saved model keeps its own where the recipe does not state
+# them (:func:`_given_head_settings`); the first two shape the scorer's weights.
 _HEAD_SETTINGS = ("sentence_features", "head_hidden_size", "classifier_dropout", "loss", "positive_weight",
                   "max_sentence_tokens")  # fmt: skip
 _HEAD_SHAPES = ("sentence_features", "head_hidden_size")
 
 
 def _given_head_settings(args, path: str) -> dict:
-    """The scorer settings the recipe sets (other than their defaults) for the saved extractive model at ``path``:
-    they replace the saved ones. ``ValueError`` naming the key where one would change the shape of the saved
-    scorer's weights (``sentence_features``, ``head_hidden_size``)."""
+    """The scorer settings the recipe sets for the saved extractive model at ``path``: they replace the saved ones.
+    A setting is set where the recipe or an override states it (:func:`~hf_sparse.training.recipe.given_keys`), even
+    at its default value; for arguments built in Python, where it differs from its default. ``ValueError`` naming
+    the key where one would change the shape of the saved scorer's weights (``sentence_features``,
+    ``head_hidden_size``)."""
     from transformers import AutoConfig
 
-    defaults = {
-        f.name: f.default if f.default is not MISSING else f.default_factory()
-        for f in fields(ExtractiveArguments)
-    }
-    given = {key: getattr(args, key) for key in _HEAD_SETTINGS if getattr(args, key) != defaults[key]}
+    stated = given_keys(args)
+    if stated is None:
+        defaults = {
+            f.name: f.default if f.default is not MISSING else f.default_factory()
+            for f in fields(ExtractiveArguments)
+        }
+        stated = {key for key in _HEAD_SETTINGS if getattr(args, key) != defaults[key]}
+    given = {key: getattr(args, key) for key in _HEAD_SETTINGS if key in stated}
     if "sentence_features" in given:
         given["sentence_features"] = list(given["sentence_features"])
     config = AutoConfig.from_pretrained(path)
