@@ -361,3 +361,19 @@ def test_new_token_options_are_top_level_options(abstractive):
     assert len(abstractive.tokenizer(out["summary_text"], add_special_tokens=False)["input_ids"]) <= 3
     with pytest.raises(ValueError, match="max_new_tokens must be a positive int, got 0"):
         abstractive(DOC, max_new_tokens=0)
+
+
+@pytest.mark.parametrize("where", ["generate_kwargs", "generation_config"])
+def test_a_dict_from_generate_gives_the_same_summaries(abstractive, where):
+    plain = abstractive([DOC, DOC[: len(DOC) // 2]], max_new_tokens=5, batch_size=2)
+    config = abstractive.model.generation_config
+    saved = config.return_dict_in_generate
+    try:
+        if where == "generate_kwargs":
+            kwargs = {"generate_kwargs": {"return_dict_in_generate": True, "output_scores": True}}
+        else:
+            config.return_dict_in_generate, kwargs = True, {}
+        got = abstractive([DOC, DOC[: len(DOC) // 2]], max_new_tokens=5, batch_size=2, **kwargs)
+    finally:
+        config.return_dict_in_generate = saved
+    assert got == plain

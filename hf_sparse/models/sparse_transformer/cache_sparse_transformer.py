@@ -13,8 +13,9 @@ A token's keys are written after the stored ones in a buffer with room to spare 
 slice of it, moved to a smaller buffer when they fill under half of it), instead of a concatenated copy of the
 whole cache at every token. For assisted decoding, which crops the keys of rejected draft tokens, it follows
 transformers' past-recording protocol: after ``activate_past_recording()`` it keeps what the queries since
-the last ``crop`` need until the next one (generate() turns it on for assisted and prompt-lookup decoding);
-without it, ``crop`` works whenever no key the cropped cache would need has been dropped, and raises otherwise.
+the last ``crop`` need until the next one (generate() turns it on for assisted and prompt-lookup decoding, and off
+for any other decoding: a cache an assisted call returned keeps only what its pattern needs again); without it,
+``crop`` works whenever no key the cropped cache would need has been dropped, and raises otherwise.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class PatternCacheLayer(DynamicLayer):
         protocol for caches that drop keys: assisted decoding verifies draft tokens, then crops the rejected)."""
         self.record_past = True
         self.recorded_from = self.cumulative_length
+
+    def deactivate_past_recording(self):
+        """Stop recording: keep only what the next query can attend again, dropping at once the keys kept for a
+        rollback (``generate`` does this before decoding without assistance with a cache an assisted call returned)."""
+        self.record_past = False
+        self.recorded_from = self.cumulative_length
+        self._drop_unreachable(self.cumulative_length)
 
     def lazy_initialization(self, key_states, value_states, *args, **kwargs):
         super().lazy_initialization(key_states, value_states)
@@ -175,9 +183,13 @@ class PatternCacheLayer(DynamicLayer):
         return 0 if self.keys is None or not self.is_initialized else self.keys.shape[-2]
 
     def reset(self):
+        # dropped, not zeroed (transformers 5.10's DynamicLayer.reset keeps them: the next update then failed)
+        self.keys = self.values = None
+        self.is_initialized = False
         super().reset()
         self.positions = self.last_positions = None
         self.cumulative_length = self.dropped_until = self.recorded_from = 0
+        self.record_past = False
         self.row_offsets = self.span_reach = None
         self._buffers = [None, None]
 
@@ -239,6 +251,11 @@ class SparsePatternCache(Cache):
         """Every layer keeps what queries since the last ``crop`` need (also where transformers' Cache lacks it)."""
         for layer in self.layers:
             layer.activate_past_recording()
+
+    def deactivate_past_recording(self):
+        """Every layer keeps only what the next query can attend again (see ``PatternCacheLayer``)."""
+        for layer in self.layers:
+            layer.deactivate_past_recording()
 
 
 def holds_pattern_layers(cache) -> bool:

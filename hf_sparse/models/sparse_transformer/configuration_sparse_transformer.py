@@ -80,7 +80,9 @@ class SparseTransformerConfig(PretrainedConfig):
         rope_theta (`float`, *optional*, defaults to 10000.0):
             RoPE base frequency (rotary positions only).
         is_decoder (`bool`, *optional*, defaults to `False`):
-            A causal decoder: every layer's pattern must be causal (`j <= i` for every allowed pair).
+            A causal decoder: every layer's pattern must be causal (`j <= i` for every allowed pair). A
+            decoder-only one: the layers have no cross-attention, so `add_cross_attention=True` (BERT's option,
+            which `EncoderDecoderModel` sets on its decoder's config) is a `ValueError`.
         attention_pattern (`dict`, `str`, `Pattern` or `list`, *optional*):
             The attention pattern, as a spec dict (`{"type": "sliding_window", "window": 512}`), a
             registered name, a `hf_sparse.patterns.Pattern`, or a list with one of those per layer.
@@ -436,6 +438,13 @@ class SparseTransformerConfig(PretrainedConfig):
             self._check_span_pattern(pattern, where)
             if not isinstance(specs, list):
                 break
+        if getattr(self, "add_cross_attention", False):
+            raise ValueError(
+                f"add_cross_attention={self.add_cross_attention!r}: SparseTransformer layers have no cross-attention, "
+                "so encoder_hidden_states would be ignored (EncoderDecoderModel sets it on its decoder's config); "
+                "use a decoder-only SparseTransformerForCausalLM (add_cross_attention=False) or an encoder-decoder "
+                "model such as LEDForSummarization"
+            )
         self._check_sep_globals()
         self._check_adaptive_span()
         self._check_moe()

@@ -85,6 +85,20 @@ def _pick_cache(cache, past_key_values):
     return cache if cache is not None else past_key_values
 
 
+def _refuse_cross_attention_inputs(kwargs):
+    """BERT-style decoders take ``encoder_hidden_states`` / ``encoder_attention_mask`` for cross-attention, which
+    SparseTransformer layers do not have: given (not None), they would vanish into ``**kwargs`` unread."""
+    given = [
+        name for name in ("encoder_hidden_states", "encoder_attention_mask") if kwargs.get(name) is not None
+    ]
+    if given:
+        raise ValueError(
+            f"{' and '.join(given)} given, but SparseTransformer has no cross-attention (a decoder-only model, "
+            "config.add_cross_attention=False) and would ignore them: leave them out, or use an encoder-decoder "
+            "model such as LEDForSummarization"
+        )
+
+
 class SparseTransformerIntermediate(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -135,15 +149,22 @@ class SparseTransformerLayer(GradientCheckpointingLayer):
 class SparseTransformerEncoder(nn.Module):
     def __init__(self, config):
         super().__init__()
+        self.config = config
         self.layer = nn.ModuleList(
             [SparseTransformerLayer(config, i) for i in range(config.num_hidden_layers)]
         )
+
+    def running_layers(self):
+        """The layers a forward runs: the first ``config.num_hidden_layers`` (as Llama's ``layers[:n]``), all of them
+        unless the config was lowered after the model was built, as self-speculative decoding
+        (``generate(assistant_early_exit=k)``) does while its draft runs, with a cache of ``k`` layers."""
+        return self.layer[: self.config.num_hidden_layers]
 
     def forward(
         self, hidden_states, layer_masks, output_hidden_states=False, output_attentions=False, **kwargs
     ):
         all_hidden, all_attn, all_router_logits = [], [], []
-        for layer, mask in zip(self.layer, layer_masks):
+        for layer, mask in zip(self.running_layers(), layer_masks, strict=True):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             hidden_states, weights, router_logits = layer(
@@ -526,6 +547,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         cfg = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
+        _refuse_cross_attention_inputs(kwargs)
         self._follow_config()
         output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
@@ -671,7 +693,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         span (tokens); ``None`` without adaptive span."""
         if self.config.adaptive_span is None:
             return None
-        total = sum(layer.attention.self.adaptive_span.penalty() for layer in self.encoder.layer)
+        total = sum(layer.attention.self.adaptive_span.penalty() for layer in self.encoder.running_layers())
         return self.config.adaptive_span["loss_coef"] * total
 
     def _layer_masks(
@@ -696,7 +718,7 @@ class SparseTransformerModel(SparseTransformerPreTrainedModel):
         padding = None if attention_mask is None else attention_mask.bool()  # (B, past + n)
         g = None if global_attention_mask is None else global_attention_mask.to(cache_position.device).bool()
         masks, made = [], {}
-        for i, layer in enumerate(self.encoder.layer):
+        for i, layer in enumerate(self.encoder.running_layers()):
             key = json.dumps(specs[i], sort_keys=True, default=str) if isinstance(specs, list) else ""
             if key not in made:
                 kpos = cache.key_positions(i, cache_position) if cache is not None else cache_position
@@ -796,6 +818,7 @@ class SparseTransformerForMaskedLM(_LMHeadMixin, SparseTransformerPreTrainedMode
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None, return_dict=None,
                 output_router_logits=None, **kwargs) -> SparseTransformerMaskedLMOutput:  # fmt: skip
         """``labels`` (batch, seq): token ids to predict, -100 where no loss is taken."""
+        _refuse_cross_attention_inputs(kwargs)
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
@@ -906,7 +929,9 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         self, generation_config, model_kwargs, generation_mode, *args, **kwargs
     ):
         """generate() makes a DynamicCache (or is given one): put a pattern-aware cache on its layers in its place
-        here, so that what generate does to its cache reaches it (assisted decoding records the past, then crops)."""
+        here, so that what generate does to its cache reaches it (assisted decoding records the past, then crops).
+        Past recording is on for assisted decoding (and its draft) only: a cache an assisted call returned still
+        records, and any other decoding with it switches recording off, or it would keep every key it is given."""
         super()._prepare_cache_for_generation(
             generation_config, model_kwargs, generation_mode, *args, **kwargs
         )
@@ -915,11 +940,18 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
             cache = SparsePatternCache.sharing_layers(given, self.config)
             # transformers 5.24 marks a user's cache, to roll back a deferred stop's extra token (mps)
             cache._is_user_defined = getattr(given, "_is_user_defined", False)
-            if generation_mode == GenerationMode.ASSISTED_GENERATION or getattr(
-                generation_config, "is_assistant", False
-            ):
-                cache.activate_past_recording()  # transformers 5.24 does it too; earlier releases do not
             model_kwargs[CACHE_FIELD] = cache
+        elif isinstance(given, SparsePatternCache):
+            cache = given
+        else:
+            return
+        assisted = generation_mode == GenerationMode.ASSISTED_GENERATION or getattr(
+            generation_config, "is_assistant", False
+        )
+        if not assisted:
+            cache.deactivate_past_recording()
+        elif not all(layer.record_past for layer in cache.layers):
+            cache.activate_past_recording()  # transformers 5.24 does it too; earlier releases do not
 
     def forward(self, input_ids=None, attention_mask=None, global_attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, past_key_values=None, use_cache=None, labels=None, output_attentions=None,
@@ -931,6 +963,7 @@ class SparseTransformerForCausalLM(_LMHeadMixin, SparseTransformerPreTrainedMode
         keyword arguments (older transformers 5 releases pass it): a parameter named so makes transformers 5.24
         warn, on the remote-code copy, that the model expects an argument it no longer makes."""
         cache_position = kwargs.pop("cache_position", None)
+        _refuse_cross_attention_inputs(kwargs)
         out = self.sparse_transformer(
             input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, cache=_pick_cache(cache, past_key_values), use_cache=use_cache,

@@ -53,6 +53,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 from transformers.pipelines.base import ChunkPipeline
+from transformers.utils import ModelOutput
 
 from ...models.longformer_tasks.backbone import backbone_config, block_multiple
 from ...pipelines.batching import RightPaddedBatches, pad_to_multiple
@@ -357,6 +358,8 @@ class LongDocumentSummarizationPipeline(SaveModelMixin, RightPaddedBatches, Chun
             g[:, 0] = 1
             kwargs["global_attention_mask"] = g
         out = self.model.generate(**kwargs, **generate_kwargs)  # (B * num_return_sequences, generated)
+        if isinstance(out, ModelOutput):  # return_dict_in_generate (an argument, or the generation_config's)
+            out = out.sequences  # as transformers' text-generation pipeline takes it
         rows = kwargs["input_ids"].shape[0]
         meta = ("num_tokens", "truncated", "truncated_query_tokens", "is_last")
         return {"generated": out.reshape(rows, -1, out.shape[-1]),  # (B, num_return_sequences, generated)
