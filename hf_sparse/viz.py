@@ -13,7 +13,6 @@ from dataclasses import replace
 
 import torch
 
-from .patterns.base import tile_allowed
 from .utils.io import atomic_open
 
 
@@ -184,7 +183,7 @@ def _component_counts(comp, h: int, n: int, c: int):
         step = max(1, _CHUNK // (cb * cb * kbs.shape[1]))
         for s in range(0, todo.shape[0], step):
             qbs = todo[s : s + step]
-            allowed = tile_allowed(partial, 0, h, qbs, n, n)  # (g, cb, w * cb)
+            allowed = partial.tile_allowed(0, h, qbs, n, n)  # (g, cb, w * cb)
             qc = qcell[qbs[:, None] * cb + ar]  # (g, cb)
             kc = kcell[(kbs[qbs].clamp(min=0)[..., None] * cb + ar).flatten(1)]  # (g, w * cb)
             out += torch.bincount((qc[:, :, None] * cells + kc[:, None, :])[allowed], minlength=cells * cells)

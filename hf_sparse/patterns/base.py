@@ -353,6 +353,10 @@ class Component:
     def identity(self) -> bool:
         return self.q_index is None and self.k_index is None
 
+    def tile_allowed(self, b: int, h: int, qbs: torch.Tensor, q_len: int, kv_len: int) -> torch.Tensor:
+        """:func:`tile_allowed` of this component (for modules that ``patterns`` imports, such as ``viz``)."""
+        return tile_allowed(self, b, h, qbs, q_len, kv_len)
+
     @property
     def per_batch_head(self) -> bool:
         """Layout or index sets differ between batch elements or heads."""
