@@ -15,4 +15,5 @@ def print_error(message: str) -> None:
     for bar in bars:
         bar.close()
     sys.stderr.flush()
-    print(f"{chr(10) if bars else ''}error: {message}", file=sys.stderr)
+    start = "\n" if bars else ""
+    print(f"{start}error: {message}", file=sys.stderr)

@@ -312,15 +312,21 @@ def test_position_dependent_pattern_with_sliding_window_cache_raises():
 # ----------------------------------------------------------------------------- output_attentions
 
 
-def test_output_attentions_dense_and_limited(monkeypatch):
-    model = make_model("llama")
-    ids, mask = inputs(True)
+def _assert_attentions_match_the_reference(model, ids, mask):
+    """``output_attentions=True``: two layers of dense (batch, heads, N, N) weights, equal to the reference's at
+    the tokens."""
     got = run(model, "hf_sparse", ids, mask, output_attentions=True).attentions
     want = run(model, REF, ids, mask, output_attentions=True).attentions
     assert len(got) == 2 and got[0].shape == (2, 4, N, N)
     valid = mask.bool()
     for g, w in zip(got, want):
         torch.testing.assert_close(g.transpose(1, 2)[valid], w.transpose(1, 2)[valid], atol=1e-6, rtol=0)
+
+
+def test_output_attentions_dense_and_limited(monkeypatch):
+    model = make_model("llama")
+    ids, mask = inputs(True)
+    _assert_attentions_match_the_reference(model, ids, mask)
     monkeypatch.setattr(integration, "MAX_DENSE_ATTENTION_WEIGHTS", N * N - 1)
     with pytest.raises(
         ValueError, match=r"output_attentions=True .* 13 \* 13 exceeds MAX_DENSE_ATTENTION_WEIGHTS"
@@ -882,12 +888,7 @@ def test_gpt2_output_attentions_returns_the_weights():
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(config).eval()
     ids, mask = inputs(True)
-    got = run(model, "hf_sparse", ids, mask, output_attentions=True).attentions
-    want = run(model, REF, ids, mask, output_attentions=True).attentions
-    assert len(got) == 2 and got[0].shape == (2, 4, N, N)
-    valid = mask.bool()
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g.transpose(1, 2)[valid], w.transpose(1, 2)[valid], atol=1e-6, rtol=0)
+    _assert_attentions_match_the_reference(model, ids, mask)
     assert not run(model, "hf_sparse", ids, mask).attentions
 
 

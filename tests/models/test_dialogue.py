@@ -15,14 +15,7 @@ from hf_sparse.tasks.dialogue.data import DialogueLabels, build_selection_exampl
 from hf_sparse.tasks.dialogue.modeling_dialogue import LongformerForDialogue, span_means
 from tests.models.dialogue_tiny import synthetic_dialogues, tiny_model, tokenizer_and_formatter
 from tests.pipelines.outputs import assert_same_outputs
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.threads import one_torch_thread  # noqa: F401 (autouse)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import hf_sparse  # noqa: F401  (registers the pipeline tasks)
 from hf_sparse.tasks.dialogue.pipeline import DialogueResponseSelectionPipeline, DialogueStateTrackingPipeline
 from tests.models.dialogue_tiny import ACTS, tiny_model, tokenizer_and_formatter
 from tests.pipelines.outputs import assert_same_outputs
+from tests.threads import one_torch_thread  # noqa: F401 (autouse)
 
 HISTORY = {
     "speakers": ["USER", "SYSTEM", "USER"],
@@ -15,14 +16,6 @@ HISTORY = {
 }
 CANDIDATES = ["i found a restaurant in paris", "goodbye", "which city for the flight ?", "i found a hotel in rome",
               "in london", "thanks bye", "i found a flight in oslo"]  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,1 @@
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models train faster on one thread, and 2 threads thrash when other jobs share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.threads import one_torch_thread  # noqa: F401 (autouse: one torch thread for every test here)
